@@ -1,0 +1,86 @@
+# gtlua - one entry point: build, run, test, bench, install.
+CC      ?= cc
+CUDA_HOME ?= /usr/local/cuda
+PREFIX  ?= /usr/local
+BUILD   ?= build
+CFLAGS  ?= -O2 -g
+WARN    = -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE
+LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
+EDIT_CFLAGS   := $(shell pkg-config --cflags libedit 2>/dev/null || echo -I/usr/include/editline)
+# LuaJIT and libedit are linked statically so that one binary also runs on a
+# machine without their packages (the GPU machine); -Wl,-E exports the Lua C
+# API (for C modules such as lfs) and the gt_ API (for the FFI).
+LIBDIR  := $(shell pkg-config --variable=libdir luajit 2>/dev/null || echo /usr/lib/x86_64-linux-gnu)
+LIBS    = $(LIBDIR)/libluajit-5.1.a $(LIBDIR)/libedit.a -ltinfo -lbsd -ldl -lpthread -lm
+LDFLAGS += -Wl,-E -Wl,-rpath,'$$ORIGIN/lib'
+
+HAVE_CUDA := $(shell test -f $(CUDA_HOME)/include/cuda.h && test -f $(CUDA_HOME)/include/nvrtc.h && echo 1)
+ifeq ($(HAVE_CUDA),1)
+CUDA_CFLAGS = -DGT_HAVE_CUDA -isystem $(CUDA_HOME)/include
+else
+CUDA_CFLAGS =
+endif
+
+SRCS = $(wildcard src/*.c)
+OBJS = $(SRCS:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gt_header.o
+DEPS = $(OBJS:.o=.d)
+
+.PHONY: all run test test-c asan bench install clean deps cuda-note
+all: $(BUILD)/gtlua
+
+$(BUILD)/gtlua: $(OBJS) | cuda-note
+	$(CC) $(CFLAGS) -o $@ $(OBJS) $(LDFLAGS) $(LIBS)
+
+cuda-note:
+ifneq ($(HAVE_CUDA),1)
+	@echo "note: no CUDA headers under $(CUDA_HOME) (set CUDA_HOME): building the cpu backend only"
+endif
+
+$(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
+	$(CC) $(WARN) $(CFLAGS) $(LUAJIT_CFLAGS) $(EDIT_CFLAGS) $(CUDA_CFLAGS) -MMD -MP -c -o $@ $<
+
+# gt.h travels inside the binary so that the FFI declarations are gt.h itself.
+$(BUILD)/obj/gt_header.c: src/gt.h | $(BUILD)/obj
+	{ echo 'const char *gt_header_text(void);'; echo 'const char *gt_header_text(void) { return'; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; echo ';}'; } > $@
+$(BUILD)/obj/gt_header.o: $(BUILD)/obj/gt_header.c
+	$(CC) $(WARN) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj:
+	mkdir -p $@
+
+-include $(DEPS)
+
+deps:
+	@sh scripts/install-deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/gtlua examples/quickstart.lua
+
+# The specs run inside gtlua; GTLUA_BACKEND picks the backend (auto by default).
+BUSTED ?= $(shell command -v busted || echo /usr/bin/busted)
+test: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/gtlua-test
+	$(BUILD)/gtlua-test
+	$(BUILD)/gtlua $(BUSTED) $(BUSTED_ARGS) spec/
+
+# C-level unit tests (pool, planner, key hash), compiled with -DGT_TEST.
+$(BUILD)/gtlua-test: $(SRCS) src/*.h $(BUILD)/obj/gt_header.c | $(BUILD)/obj
+	$(CC) $(WARN) $(CFLAGS) -DGT_TEST $(LUAJIT_CFLAGS) $(EDIT_CFLAGS) $(CUDA_CFLAGS) -o $@ $(SRCS) $(BUILD)/obj/gt_header.c $(LDFLAGS) $(LIBS)
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all
+	ASAN_OPTIONS=detect_leaks=0 GTLUA_ASAN=1 build-asan/gtlua $(BUSTED) $(BUSTED_ARGS) spec/
+
+bench: all
+	sh scripts/bench/run.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/gtlua/lua/gt $(DESTDIR)$(PREFIX)/share/gtlua/kernels
+	install -m 755 $(BUILD)/gtlua $(DESTDIR)$(PREFIX)/bin/gtlua
+	install -m 644 lua/gt/*.lua $(DESTDIR)$(PREFIX)/share/gtlua/lua/gt/
+	install -m 644 kernels/*.cu $(DESTDIR)$(PREFIX)/share/gtlua/kernels/
+
+clean:
+	rm -rf build build-asan

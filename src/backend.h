@@ -1,0 +1,112 @@
+/* backend.h - the interface every device backend implements (cpu, cuda). */
+#ifndef GT_BACKEND_H
+#define GT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "gt.h"
+
+#define GT_ERRLEN 4096
+
+/* Opaque per-backend objects. */
+typedef struct gt_bmodule gt_bmodule; /* one compiled source */
+typedef struct gt_bfunc gt_bfunc;     /* one __global__ function of a module */
+typedef struct gt_bgraph gt_bgraph;   /* an instantiated graph (cuda: CUgraph + CUgraphExec) */
+typedef struct gt_bevent gt_bevent;   /* a timing event */
+
+/* What compile needs to know about each kernel: its name as written in the
+   source and its parsed parameter list (kernel.c does the parsing). */
+typedef struct gt_ksig {
+  const char *name;
+  int nparams;
+  const uint8_t *ptype;       /* gt_ptype per parameter */
+  const char *const *ptext;   /* declared type text, e.g. "const float *", "int" */
+} gt_ksig;
+
+/* One node of a graph to build.  Kernel args: args[i] points at the value of
+   parameter i (as cuLaunchKernel's kernelParams); values are little-endian,
+   pointers are 8 bytes. */
+enum { GT_GN_KERNEL = 0, GT_GN_MEMCPY = 1, GT_GN_MEMSET = 2 };
+typedef struct gt_gnode {
+  int kind;
+  gt_bfunc *fn;               /* GT_GN_KERNEL */
+  unsigned grid[3], block[3], smem;
+  int nargs;
+  void **args;
+  uint64_t dst, src;          /* GT_GN_MEMCPY (device to device) / GT_GN_MEMSET (dst) */
+  size_t bytes;
+  uint8_t value;              /* GT_GN_MEMSET byte value */
+  int ndeps;
+  const int *deps;            /* indices of earlier nodes this one waits for */
+} gt_gnode;
+
+/* Status codes: 0 is success; failures leave a message in b->err. */
+enum { GT_BOK = 0, GT_BERR = -1, GT_BOOM = -2, GT_BREFUSED = -3 };
+
+typedef struct gt_backend gt_backend;
+struct gt_backend {
+  const char *name;           /* "cpu" or "cuda" */
+  char err[GT_ERRLEN];        /* last failure, a full sentence naming the call */
+  void *impl;                 /* backend private state */
+  size_t granularity;         /* commit granularity in bytes (cuda: VMM granularity) */
+
+  int (*device_info)(gt_backend *b, gt_device_info *out);
+  void (*shutdown)(gt_backend *b);
+
+  /* Memory is virtual-range based, so a pool can grow without moving:
+     reserve a range of addresses (no memory behind it), commit/decommit pieces
+     of it (multiples of granularity, aligned), release the whole range. */
+  int (*reserve)(gt_backend *b, size_t bytes, uint64_t *base);
+  int (*commit)(gt_backend *b, uint64_t addr, size_t bytes);
+  int (*decommit)(gt_backend *b, uint64_t addr, size_t bytes);
+  int (*release)(gt_backend *b, uint64_t base, size_t bytes);
+
+  /* Copies and fills, ordered on the backend's one stream.  dtoh waits for
+     the copy (so for all earlier work); the others may return early. */
+  int (*htod)(gt_backend *b, uint64_t dst, const void *src, size_t bytes);
+  int (*dtoh)(gt_backend *b, void *dst, uint64_t src, size_t bytes);
+  int (*dtod)(gt_backend *b, uint64_t dst, uint64_t src, size_t bytes);
+  int (*memset8)(gt_backend *b, uint64_t dst, uint8_t value, size_t bytes);
+
+  /* Compile one source holding nsigs kernels; on success *mod owns the code
+     and fns[i] is the function for sigs[i].  opts: extra compiler options
+     separated by spaces (may be NULL).  Results are cached on disk under
+     gt_cache_dir().  On failure b->err holds the compiler's log. */
+  int (*compile)(gt_backend *b, const char *src, const char *opts,
+                 const gt_ksig *sigs, int nsigs, gt_bmodule **mod, gt_bfunc **fns);
+  void (*module_free)(gt_backend *b, gt_bmodule *mod);
+
+  /* Eager launch; args as in gt_gnode. */
+  int (*launch)(gt_backend *b, gt_bfunc *fn, const unsigned grid[3], const unsigned block[3],
+                unsigned smem, void **args);
+
+  /* Build a graph from n nodes (dependencies as given), instantiate and upload
+     it.  The node array and the args it points at may be freed afterwards. */
+  int (*graph_create)(gt_backend *b, const gt_gnode *nodes, int n, gt_bgraph **out);
+  int (*graph_launch)(gt_backend *b, gt_bgraph *g);
+  /* Patch node i (a kernel node: same function, new grid/args/smem). */
+  int (*graph_set_kernel)(gt_backend *b, gt_bgraph *g, int i, const gt_gnode *node);
+  /* Replace the whole graph with a same-topology one in place
+     (cuGraphExecUpdate).  GT_BREFUSED when the driver refuses; g is unchanged then. */
+  int (*graph_update)(gt_backend *b, gt_bgraph *g, const gt_gnode *nodes, int n);
+  void (*graph_destroy)(gt_backend *b, gt_bgraph *g);
+
+  int (*event_create)(gt_backend *b, gt_bevent **ev);
+  int (*event_record)(gt_backend *b, gt_bevent *ev);
+  int (*event_elapsed_us)(gt_backend *b, gt_bevent *start, gt_bevent *end, double *us); /* waits for end */
+  void (*event_destroy)(gt_backend *b, gt_bevent *ev);
+
+  int (*sync)(gt_backend *b);
+};
+
+/* Constructors: fill *b (name, err, function pointers, impl).  GT_BERR with
+   b->err set when the backend cannot start (no libcuda, no device, ...). */
+int gt_backend_cpu_open(gt_backend *b);
+int gt_backend_cuda_open(gt_backend *b);
+
+/* Shared helpers the backends use (runtime.c). */
+uint64_t gt_hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 + mix */
+const char *gt_cache_dir(void);   /* $GTLUA_CACHE, else $XDG_CACHE_HOME/gtlua, else ~/.cache/gtlua; created */
+double gt_now_us(void);           /* monotonic clock */
+
+#endif

@@ -1,0 +1,151 @@
+/* gt.h - the public C API of gtlua: opaque handles, plain structs, gt_ prototypes.
+   lua/gt/init.lua feeds this very file (minus '#' lines) to ffi.cdef, so it
+   must stay plain C declarations: no macros, no inline code. */
+#ifndef GT_H
+#define GT_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct gt_runtime gt_runtime; /* one per process */
+typedef struct gt_tree gt_tree;       /* a graph tree: nodes, pool, stats */
+typedef struct gt_module gt_module;   /* one compiled kernel source */
+
+/* Status codes of the gt_ functions that return int. */
+enum { GT_OK = 0, GT_ERR = -1, GT_NEED_GC = 1 };
+
+/* Element types. */
+enum { GT_F32 = 1, GT_I32 = 2, GT_I64 = 3, GT_U8 = 4, GT_F64 = 5, GT_U32 = 6, GT_U64 = 7 };
+
+/* Kernel parameter kinds, parsed from the source. */
+enum {
+  GT_P_IN = 1,    /* const T *  : a buffer the kernel reads */
+  GT_P_OUT = 2,   /* T *        : a buffer the kernel writes (and may read) */
+  GT_P_I32 = 3, GT_P_U32 = 4, GT_P_I64 = 5, GT_P_U64 = 6,
+  GT_P_F32 = 7, GT_P_F64 = 8, GT_P_BOOL = 9
+};
+
+/* Buffer flags. */
+enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_LUA_DEAD = 4, GT_BUF_STAGING = 8 };
+
+typedef struct gt_device_info {
+  char backend[16];        /* "cpu" or "cuda" */
+  char name[256];
+  int cc_major, cc_minor;  /* compute capability (cpu: 0.0) */
+  int sms;                 /* multiprocessors (cpu: worker threads) */
+  uint64_t total_mem;      /* bytes */
+  int driver_version;      /* e.g. 13000 (cpu: 0) */
+  int nvrtc_version;       /* e.g. 13000 (cpu: 0) */
+  char compiler[128];      /* cpu: the host compiler command; cuda: "nvrtc" */
+} gt_device_info;
+
+/* A device buffer.  Tensors in Lua are views (offset, shape) onto one.
+   addr is 0 until known: inside a tree call a new buffer gets its address at
+   the end of its segment.  A buffer is stale when gen != *gen_now: memory of a
+   tree's call is reused by the next call of that tree. */
+typedef struct gt_buf {
+  uint64_t addr;
+  uint64_t bytes;
+  uint32_t gen;
+  const uint32_t *gen_now;
+  int32_t flags;           /* GT_BUF_* */
+  int32_t refs;            /* Lua's reference + the core's */
+  gt_tree *tree;           /* owning tree, NULL for ordinary memory */
+  int32_t seg;             /* tree buffers: segment of the call that created it */
+  int32_t idx;             /* tree buffers: creation index within that segment */
+  uint64_t block;          /* pool block (offset + 1 in its pool), 0 = none */
+} gt_buf;
+
+/* One kernel argument: a tensor view (buf != NULL) or a scalar in v. */
+typedef struct gt_arg {
+  gt_buf *buf;
+  uint64_t off;            /* byte offset of the view into buf */
+  uint64_t nbytes;         /* bytes the view spans */
+  union { int32_t i32; uint32_t u32; int64_t i64; uint64_t u64; float f32; double f64; uint64_t bits; } v;
+} gt_arg;
+
+/* One __global__ function of a module, with its parsed signature. */
+typedef struct gt_kernel {
+  const char *name;
+  int nparams;
+  const uint8_t *ptype;        /* GT_P_* per parameter */
+  const uint8_t *pdtype;       /* pointer parameters: element type GT_F32..., 0 = any */
+  const char *const *pname;    /* parameter names */
+  const char *const *ptext;    /* declared types, e.g. "const float *" */
+  int graphable;               /* 0: segments using it run eagerly (a skip) */
+  int id;                      /* process-unique */
+  gt_module *module;
+  void *fn;                    /* backend function */
+} gt_kernel;
+
+typedef struct gt_tree_opts {
+  const char *name;            /* for messages and pictures */
+  const char *where;           /* "file:line" of the definition */
+  int warmup;                  /* eager visits before recording (default 1) */
+  int max_recordings;          /* graphs this tree may hold (default 64) */
+  int on_limit_error;          /* 1: past the limit raise, 0: run eagerly */
+  int copy_inputs;             /* 1: copy every tensor input to staging */
+} gt_tree_opts;
+
+typedef struct gt_tree_stats {
+  int calls, nodes, recorded, warmups, replays, eager, updates, skips;
+  int limit_hit;               /* visits refused a recording by max_recordings */
+  uint64_t reserved, in_use, high_water;   /* pool bytes */
+  int depth;                   /* depth of the deepest node */
+} gt_tree_stats;
+
+typedef struct gt_node_stats {
+  int id, parent, depth, children, kernels;   /* parent: -1 for a first segment */
+  int visits, warmups, recorded, replays, updates, eager;
+  const char *skip;            /* reason the node runs eagerly, or NULL */
+  const char *label;
+  double record_us, instantiate_us, replay_cpu_us, gpu_us;  /* replay_cpu_us: mean */
+  uint64_t planned_bytes, checkpoint_bytes, key;
+  uint64_t last_call;          /* call number of the last visit */
+} gt_node_stats;
+
+/* -- Runtime ------------------------------------------------------------ */
+gt_runtime *gt_runtime_open(const char *backend); /* "cpu"|"cuda"|"auto"|NULL ($GTLUA_BACKEND); singleton; NULL on error (gt_errmsg(NULL)) */
+const char *gt_errmsg(gt_runtime *rt);           /* the last failure's message */
+const char *gt_backend_name(gt_runtime *rt);
+int gt_device(gt_runtime *rt, gt_device_info *out);
+int gt_sync(gt_runtime *rt);                     /* ends the segment in a tree call, then waits for the device */
+int gt_profile(gt_runtime *rt, int on);          /* GPU time per node; returns the previous setting */
+uint64_t gt_mem_in_use(gt_runtime *rt);          /* ordinary (non-tree) memory in use, bytes */
+
+/* -- Buffers ------------------------------------------------------------ */
+gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* refs = 1 (the caller's); NULL on error (out of memory) */
+void gt_buf_release(gt_buf *b);                      /* drop the caller's reference */
+int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint64_t bytes); /* host -> device; a sync point */
+int gt_buf_read(gt_runtime *rt, gt_buf *b, uint64_t off, void *dst, uint64_t bytes);        /* device -> host; a sync point */
+int gt_buf_copy(gt_runtime *rt, gt_buf *dst, uint64_t doff, gt_buf *src, uint64_t soff, uint64_t bytes); /* queued in a tree call */
+int gt_buf_memset(gt_runtime *rt, gt_buf *dst, uint64_t off, int value, uint64_t bytes);                /* queued in a tree call */
+
+/* -- Kernels ------------------------------------------------------------ */
+gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const char *chunkname, int graphable); /* NULL on error */
+int gt_module_count(gt_module *m);
+gt_kernel *gt_module_kernel(gt_module *m, int i);
+int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
+              unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_arg *args); /* args: k->nparams of them */
+
+/* -- Trees -------------------------------------------------------------- */
+gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts);
+void gt_tree_free(gt_tree *t);
+const char *gt_tree_name(gt_tree *t);
+const char *gt_tree_where(gt_tree *t);
+gt_tree *gt_tree_active(gt_runtime *rt);          /* the tree whose call is running, or NULL */
+int gt_tree_begin(gt_runtime *rt, gt_tree *t);    /* start a call: a new generation */
+int gt_tree_flush(gt_runtime *rt, int gc_done);   /* end the segment; GT_NEED_GC: collect garbage fully, call again with 1 */
+int gt_tree_end(gt_runtime *rt);                  /* end the call (flushes) */
+void gt_tree_abort(gt_runtime *rt);               /* a Lua error: drop the queued segment, end the call */
+int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t bytes, int zero_to, gt_buf **out); /* copy an input to the tree's staging slot */
+void gt_tree_note_skip(gt_tree *t, const char *reason);
+int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond the keep most recently used; returns dropped */
+int gt_tree_stats(gt_tree *t, gt_tree_stats *out);
+int gt_tree_node(gt_tree *t, int id, gt_node_stats *out); /* id 0..nodes-1 */
+int gt_tree_child(gt_tree *t, int id, int k);             /* k-th child of node id (-1: roots); -1 if none */
+int gt_tree_skip_reason(gt_tree *t, int i, const char **reason, int *count); /* i-th skip reason; GT_ERR past the end */
+int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, double *cpu_us, double *step_us); /* replay the last call's graphs back to back, no tree logic */
+
+/* -- Host --------------------------------------------------------------- */
+const char *gt_header_text(void);                 /* this file, for ffi.cdef */
+#endif
