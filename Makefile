@@ -4,7 +4,7 @@ CUDA_HOME ?= /usr/local/cuda
 PREFIX  ?= /usr/local
 BUILD   ?= build
 CFLAGS  ?= -O2 -g
-WARN    = -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE
+WARN    = -std=c11 -Wall -Wextra -Werror -Wno-format-truncation -D_GNU_SOURCE
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 EDIT_CFLAGS   := $(shell pkg-config --cflags libedit 2>/dev/null || echo -I/usr/include/editline)
 # LuaJIT and libedit are linked statically so that one binary also runs on a
@@ -22,7 +22,8 @@ CUDA_CFLAGS =
 endif
 
 SRCS = $(wildcard src/*.c)
-OBJS = $(SRCS:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gt_header.o
+EMBED = $(BUILD)/obj/gt_header.c $(BUILD)/obj/cpu_prelude.c
+OBJS = $(SRCS:src/%.c=$(BUILD)/obj/%.o) $(EMBED:.c=.o)
 DEPS = $(OBJS:.o=.d)
 
 .PHONY: all run test test-c asan bench install clean deps cuda-note
@@ -39,11 +40,13 @@ endif
 $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
 	$(CC) $(WARN) $(CFLAGS) $(LUAJIT_CFLAGS) $(EDIT_CFLAGS) $(CUDA_CFLAGS) -MMD -MP -c -o $@ $<
 
-# gt.h travels inside the binary so that the FFI declarations are gt.h itself.
-$(BUILD)/obj/gt_header.c: src/gt.h | $(BUILD)/obj
-	{ echo 'const char *gt_header_text(void);'; echo 'const char *gt_header_text(void) { return'; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; echo ';}'; } > $@
-$(BUILD)/obj/gt_header.o: $(BUILD)/obj/gt_header.c
+# gt.h travels inside the binary so that the FFI declarations are gt.h itself;
+# the cpu backend's prelude travels the same way.
+$(BUILD)/obj/gt_header.c: src/gt.h scripts/embed.sh | $(BUILD)/obj
+	sh scripts/embed.sh gt_header_text $< > $@
+$(BUILD)/obj/cpu_prelude.c: src/cpu_prelude.h scripts/embed.sh | $(BUILD)/obj
+	sh scripts/embed.sh gt_cpu_prelude_text $< > $@
+$(BUILD)/obj/%.o: $(BUILD)/obj/%.c
 	$(CC) $(WARN) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/obj:
@@ -66,8 +69,8 @@ test: deps
 	$(BUILD)/gtlua $(BUSTED) $(BUSTED_ARGS) spec/
 
 # C-level unit tests (pool, planner, key hash), compiled with -DGT_TEST.
-$(BUILD)/gtlua-test: $(SRCS) src/*.h $(BUILD)/obj/gt_header.c | $(BUILD)/obj
-	$(CC) $(WARN) $(CFLAGS) -DGT_TEST $(LUAJIT_CFLAGS) $(EDIT_CFLAGS) $(CUDA_CFLAGS) -o $@ $(SRCS) $(BUILD)/obj/gt_header.c $(LDFLAGS) $(LIBS)
+$(BUILD)/gtlua-test: $(SRCS) src/*.h $(EMBED) | $(BUILD)/obj
+	$(CC) $(WARN) $(CFLAGS) -DGT_TEST $(LUAJIT_CFLAGS) $(EDIT_CFLAGS) $(CUDA_CFLAGS) -o $@ $(SRCS) $(EMBED) $(LDFLAGS) $(LIBS)
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all

@@ -25,7 +25,7 @@ enum {
 };
 
 /* Buffer flags. */
-enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_LUA_DEAD = 4, GT_BUF_STAGING = 8 };
+enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_LUA_DEAD = 4, GT_BUF_STAGING = 8, GT_BUF_QUEUED = 16 };
 
 typedef struct gt_device_info {
   char backend[16];        /* "cpu" or "cuda" */
@@ -52,7 +52,8 @@ typedef struct gt_buf {
   gt_tree *tree;           /* owning tree, NULL for ordinary memory */
   int32_t seg;             /* tree buffers: segment of the call that created it */
   int32_t idx;             /* tree buffers: creation index within that segment */
-  uint64_t block;          /* pool block (offset + 1 in its pool), 0 = none */
+  uint64_t block;          /* ordinary buffers: pool block (offset + 1), 0 = none */
+  uint32_t qpos;           /* tree buffers: launches queued in its segment before it was made */
 } gt_buf;
 
 /* One kernel argument: a tensor view (buf != NULL) or a scalar in v. */
@@ -86,14 +87,14 @@ typedef struct gt_tree_opts {
   int copy_inputs;             /* 1: copy every tensor input to staging */
 } gt_tree_opts;
 
-typedef struct gt_tree_stats {
+typedef struct gt_tree_info {
   int calls, nodes, recorded, warmups, replays, eager, updates, skips;
   int limit_hit;               /* visits refused a recording by max_recordings */
   uint64_t reserved, in_use, high_water;   /* pool bytes */
   int depth;                   /* depth of the deepest node */
-} gt_tree_stats;
+} gt_tree_info;
 
-typedef struct gt_node_stats {
+typedef struct gt_node_info {
   int id, parent, depth, children, kernels;   /* parent: -1 for a first segment */
   int visits, warmups, recorded, replays, updates, eager;
   const char *skip;            /* reason the node runs eagerly, or NULL */
@@ -101,7 +102,7 @@ typedef struct gt_node_stats {
   double record_us, instantiate_us, replay_cpu_us, gpu_us;  /* replay_cpu_us: mean */
   uint64_t planned_bytes, checkpoint_bytes, key;
   uint64_t last_call;          /* call number of the last visit */
-} gt_node_stats;
+} gt_node_info;
 
 /* -- Runtime ------------------------------------------------------------ */
 gt_runtime *gt_runtime_open(const char *backend); /* "cpu"|"cuda"|"auto"|NULL ($GTLUA_BACKEND); singleton; NULL on error (gt_errmsg(NULL)) */
@@ -140,10 +141,11 @@ void gt_tree_abort(gt_runtime *rt);               /* a Lua error: drop the queue
 int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t bytes, int zero_to, gt_buf **out); /* copy an input to the tree's staging slot */
 void gt_tree_note_skip(gt_tree *t, const char *reason);
 int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond the keep most recently used; returns dropped */
-int gt_tree_stats(gt_tree *t, gt_tree_stats *out);
-int gt_tree_node(gt_tree *t, int id, gt_node_stats *out); /* id 0..nodes-1 */
+int gt_tree_stats(gt_tree *t, gt_tree_info *out);
+int gt_tree_node(gt_tree *t, int id, gt_node_info *out); /* id 0..nodes-1 */
 int gt_tree_child(gt_tree *t, int id, int k);             /* k-th child of node id (-1: roots); -1 if none */
 int gt_tree_skip_reason(gt_tree *t, int i, const char **reason, int *count); /* i-th skip reason; GT_ERR past the end */
+int gt_tree_warnings(gt_tree *t, const char **last);     /* warnings so far, the last one's text */
 int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, double *cpu_us, double *step_us); /* replay the last call's graphs back to back, no tree logic */
 
 /* -- Host --------------------------------------------------------------- */

@@ -1,0 +1,141 @@
+/* core.h - private declarations shared by the core's files (never included by Lua). */
+#ifndef GT_CORE_H
+#define GT_CORE_H
+#include <stdarg.h>
+#include <stdbool.h>
+#include "gt.h"
+#include "backend.h"
+
+#define GT_ALIGN 256u
+
+/* -- Pool (pool.c): a virtual address range, grown by committing ----------- */
+typedef struct gt_block { uint64_t off, size; gt_buf *buf; } gt_block;
+
+typedef struct gt_pool {
+  gt_backend *be;
+  uint64_t base, reserve;    /* reserved range */
+  uint64_t committed;        /* bytes committed from base */
+  uint64_t high_water;       /* largest end offset ever used */
+  gt_block *blk;             /* live blocks, sorted by offset */
+  int n, cap;
+} gt_pool;
+
+int gt_pool_init(gt_pool *p, gt_backend *be, uint64_t reserve, char *err);
+void gt_pool_destroy(gt_pool *p);
+uint64_t gt_pool_in_use(const gt_pool *p);
+/* Best-fit allocation of size bytes for buf; *off on success. */
+int gt_pool_alloc(gt_pool *p, uint64_t size, gt_buf *buf, uint64_t *off, char *err);
+void gt_pool_free(gt_pool *p, uint64_t off);
+void gt_pool_clear(gt_pool *p);
+/* Make sure [0, end) is committed. */
+int gt_pool_ensure(gt_pool *p, uint64_t end, char *err);
+/* Give back committed memory above keep_end (rounded up to granularity). */
+void gt_pool_shrink(gt_pool *p, uint64_t keep_end);
+/* Plan: given the current live blocks (occupied all along) and n intervals
+   (size, first, last; last = UINT32_MAX: alive at the end), assign offsets by
+   best fit, freeing a planned block once its last use has passed.  On return
+   the pool holds the old blocks plus the planned blocks still alive at the end. */
+typedef struct gt_interval { uint64_t size; uint32_t first, last; gt_buf *buf; uint64_t off; } gt_interval;
+int gt_pool_plan(gt_pool *p, gt_interval *iv, int n, char *err);
+
+/* -- Queue (queue.c): the launches of the segment being built ------------- */
+typedef struct gt_qlaunch {
+  int kind;                  /* GT_GN_KERNEL / GT_GN_MEMCPY / GT_GN_MEMSET */
+  gt_kernel *k;
+  unsigned grid[3], block[3], smem;
+  int arg0, nargs;           /* slice of queue.args */
+  uint64_t bytes;            /* memcpy/memset */
+  int value;                 /* memset */
+} gt_qlaunch;
+
+typedef struct gt_queue {
+  gt_qlaunch *l; int n, cap;
+  gt_arg *args; int nargs, argcap;
+  uint64_t *vals; int valcap;     /* resolved argument values (scratch) */
+  void **ptrs; int ptrcap;
+} gt_queue;
+
+int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args);
+void gt_queue_clear(gt_queue *q);   /* drops the references the queue holds */
+void gt_queue_free(gt_queue *q);
+/* Launch i's arguments as values (addresses, scalar bits) into vals. */
+void gt_queue_resolve(const gt_queue *q, int i, uint64_t *vals);
+/* A backend node for launch i whose argument values are vals (ptrs: scratch
+   of nargs, kept alive by the caller while the node is used). */
+void gt_queue_gnode(const gt_queue *q, int i, uint64_t *vals, void **ptrs, gt_gnode *out);
+/* Run launch i now; backend status. */
+int gt_queue_run(gt_backend *be, gt_queue *q, int i);
+
+/* Segment keys: a hash over everything a graph bakes in; scalars excluded. */
+typedef struct gt_segkey { uint64_t full, nostatic; } gt_segkey;
+
+/* -- Runtime (runtime.c) ------------------------------------------------- */
+struct gt_runtime {
+  gt_backend be;
+  char err[GT_ERRLEN];
+  gt_pool mem;               /* ordinary memory: a caching allocator */
+  struct gt_tree *active;    /* the tree whose call runs */
+  int profile;
+  int next_kernel_id;
+  uint32_t zero_gen;         /* generation of ordinary buffers: never changes */
+};
+int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
+void gt_buf_retain(gt_buf *b);
+void gt_buf_unref(gt_buf *b);                      /* the core's reference */
+
+/* -- Trees (tree.c) ------------------------------------------------------ */
+enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UPDATE };
+int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args);
+void gt_tree_buf_created(gt_runtime *rt, gt_buf *b);
+void gt_tree_buf_dropped(gt_buf *b);
+void gt_tree_unref(struct gt_tree *t);
+
+
+typedef struct gt_ckpt { int32_t seg, idx; uint64_t off, size; } gt_ckpt;
+typedef struct gt_skip { char *reason; int count; } gt_skip;
+
+typedef struct gt_node {
+  int id, depth;
+  struct gt_node *parent;            /* the tree's root sentinel for a first segment */
+  struct gt_node **kids; int nkids, kidcap;
+  uint64_t key, key_nostatic;
+  int nlaunch, nnew;                 /* launches, buffers made in the segment */
+  char *label, *skip;                /* skip: why it runs eagerly (NULL: it graphs) */
+  int visits, warmups, replays, updates, eager;
+  gt_bgraph *graph;
+  uint64_t *argvals; int nargvals;   /* argument values the graph holds now */
+  uint64_t *plan;                    /* offsets of the segment's new buffers */
+  gt_ckpt *ckpt; int nckpt;          /* pool state after the segment */
+  double record_us, instantiate_us, replay_us_sum, gpu_us_sum;
+  int replay_n, gpu_n;
+  uint64_t planned_bytes, checkpoint_bytes, plan_end, last_call;
+} gt_node;
+
+struct gt_tree {
+  gt_runtime *rt;
+  char *name, *where;
+  gt_tree_opts opts;
+  int refs;                          /* Lua's, and one per buffer that points here */
+  int closed;
+  uint32_t gen;
+  gt_pool pool;
+  gt_node root;                      /* sentinel: its kids are the first segments */
+  gt_node **nodes; int nnodes, nodecap;
+  int calls, warmups, replays, eager, updates, skips, recorded, limit_hit;
+  gt_skip *skip; int nskip;
+  int nwarn; char *warn;
+  /* the call in progress */
+  gt_node *cur; int cur_mode;
+  int depth;
+  gt_buf **bufs; int nbufs, bufcap;
+  int *segstart; int segcap;
+  gt_queue q;
+  gt_node *state_node;               /* pool holds this node's checkpoint (lazily) */
+  gt_node **path; int npath, pathcap;
+  gt_node **lastpath; int nlastpath;
+  gt_buf **stage; int nstage;        /* staging slots (ordinary memory) */
+  gt_buf **seen; int seencap;        /* key scratch */
+  uint64_t *scratch; void **pscratch; int scratchcap;
+};
+#endif

@@ -1,0 +1,307 @@
+/* kernel.c - kernel sources: signature parsing, compilation through the backend, launches. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core.h"
+#include "gt_test.h"
+
+struct gt_module {
+  int n;
+  gt_kernel *k;
+  gt_bmodule *bm;
+  char *arena;                 /* names, texts and type arrays of all kernels */
+};
+
+/* -- Signature parsing --------------------------------------------------- */
+
+/* The source without comments and string contents (same length, so offsets agree). */
+static char *strip_comments(const char *src) {
+  size_t n = strlen(src);
+  char *s = malloc(n + 1);
+  if (!s) return NULL;
+  memcpy(s, src, n + 1);
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '/' && s[i + 1] == '/') { while (i < n && s[i] != '\n') s[i++] = ' '; }
+    else if (s[i] == '/' && s[i + 1] == '*') {
+      s[i++] = ' '; s[i++] = ' ';
+      while (i < n && !(s[i] == '*' && s[i + 1] == '/')) { if (s[i] != '\n') s[i] = ' '; i++; }
+      if (i < n) { s[i++] = ' '; s[i] = ' '; }
+    } else if (s[i] == '"') {
+      for (i++; i < n && s[i] != '"'; i++) { if (s[i] == '\\') s[i++] = ' '; if (i < n) s[i] = ' '; }
+    }
+  }
+  return s;
+}
+
+static int is_id(int c) { return isalnum(c) || c == '_'; }
+
+typedef struct { char name[128]; char text[128]; uint8_t ptype, pdtype; } param_t;
+typedef struct { char name[128]; int np; param_t p[64]; } ksig_t;
+
+/* Words of a type, without qualifiers, joined by single spaces. */
+static void base_type(const char *t, char *out, size_t cap) {
+  char w[64];
+  out[0] = 0;
+  while (*t) {
+    if (!is_id(*t)) { t++; continue; }
+    size_t k = 0;
+    while (is_id(*t) && k < sizeof w - 1) w[k++] = *t++;
+    w[k] = 0;
+    if (!strcmp(w, "const") || !strcmp(w, "volatile") || !strcmp(w, "__restrict__") || !strcmp(w, "restrict") ||
+        !strcmp(w, "__restrict") || !strcmp(w, "signed")) continue;
+    if (out[0]) strncat(out, " ", cap - strlen(out) - 1);
+    strncat(out, w, cap - strlen(out) - 1);
+  }
+  if (!strcmp(out, "long long int") || !strcmp(out, "long int") || !strcmp(out, "long")) strcpy(out, "long long");
+  if (!strcmp(out, "unsigned long long int") || !strcmp(out, "unsigned long") || !strcmp(out, "unsigned long int"))
+    strcpy(out, "unsigned long long");
+  if (!strcmp(out, "unsigned int")) strcpy(out, "unsigned");
+}
+
+static int dtype_of(const char *b) {
+  if (!strcmp(b, "float")) return GT_F32;
+  if (!strcmp(b, "double")) return GT_F64;
+  if (!strcmp(b, "int") || !strcmp(b, "int32_t")) return GT_I32;
+  if (!strcmp(b, "long long") || !strcmp(b, "int64_t")) return GT_I64;
+  if (!strcmp(b, "unsigned char") || !strcmp(b, "uint8_t") || !strcmp(b, "char")) return GT_U8;
+  if (!strcmp(b, "unsigned") || !strcmp(b, "uint32_t")) return GT_U32;
+  if (!strcmp(b, "unsigned long long") || !strcmp(b, "uint64_t") || !strcmp(b, "size_t")) return GT_U64;
+  return 0;
+}
+
+static int scalar_of(const char *b) {
+  static const struct { const char *n; int t; } map[] = {
+    { "int", GT_P_I32 }, { "int32_t", GT_P_I32 }, { "unsigned", GT_P_U32 }, { "uint32_t", GT_P_U32 },
+    { "long long", GT_P_I64 }, { "int64_t", GT_P_I64 }, { "unsigned long long", GT_P_U64 }, { "uint64_t", GT_P_U64 },
+    { "size_t", GT_P_U64 }, { "float", GT_P_F32 }, { "double", GT_P_F64 }, { "bool", GT_P_BOOL } };
+  for (size_t i = 0; i < sizeof map / sizeof *map; i++) if (!strcmp(b, map[i].n)) return map[i].t;
+  return 0;
+}
+
+static void trim_copy(char *dst, size_t cap, const char *a, const char *b) {
+  while (a < b && isspace((unsigned char)*a)) a++;
+  while (b > a && isspace((unsigned char)b[-1])) b--;
+  size_t n = (size_t)(b - a) < cap - 1 ? (size_t)(b - a) : cap - 1;
+  memcpy(dst, a, n);
+  dst[n] = 0;
+  for (char *p = dst; *p; p++) if (isspace((unsigned char)*p)) *p = ' ';
+}
+
+/* Parses one parameter declaration "const float *__restrict__ x". */
+static int parse_param(const char *a, const char *b, param_t *p, const char *kname, char *err) {
+  char decl[256];
+  trim_copy(decl, sizeof decl, a, b);
+  char *eq = strchr(decl, '=');
+  if (eq) { *eq = 0; trim_copy(decl, sizeof decl, decl, decl + strlen(decl)); }
+  size_t n = strlen(decl);
+  if (!n) { snprintf(err, GT_ERRLEN, "kernel '%s': empty parameter", kname); return GT_ERR; }
+  const char *end = decl + n, *s = end;
+  while (s > decl && is_id(s[-1])) s--;
+  if (s == end || s == decl) { snprintf(err, GT_ERRLEN, "kernel '%s': cannot read parameter '%s' (name it)", kname, decl); return GT_ERR; }
+  snprintf(p->name, sizeof p->name, "%s", s);
+  trim_copy(p->text, sizeof p->text, decl, s);
+  char *star = strrchr(p->text, '*');
+  char base[128];
+  if (star) {
+    char before[128];
+    snprintf(before, sizeof before, "%.*s", (int)(star - p->text), p->text);
+    if (strchr(before, '*')) { snprintf(err, GT_ERRLEN, "kernel '%s': parameter '%s' is a pointer to a pointer; pass buffers as T*", kname, p->name); return GT_ERR; }
+    base_type(before, base, sizeof base);
+    p->ptype = strstr(before, "const") ? GT_P_IN : GT_P_OUT;
+    p->pdtype = (uint8_t)dtype_of(base);
+    return GT_OK;
+  }
+  base_type(p->text, base, sizeof base);
+  p->ptype = (uint8_t)scalar_of(base);
+  if (!p->ptype) {
+    snprintf(err, GT_ERRLEN, "kernel '%s': parameter '%s' has type '%s', which gtlua cannot pass; use T* for tensors or "
+             "int, unsigned, long long, int64_t, size_t, float, double, bool", kname, p->name, p->text);
+    return GT_ERR;
+  }
+  return GT_OK;
+}
+
+/* Finds every __global__ function; *nk kernels into ks (cap of them). */
+static int parse_kernels(const char *src, ksig_t *ks, int cap, int *nk, char *err) {
+  char *s = strip_comments(src);
+  if (!s) { snprintf(err, GT_ERRLEN, "out of host memory"); return GT_ERR; }
+  int n = 0, st = GT_OK;
+  for (char *g = strstr(s, "__global__"); g && st == GT_OK; g = strstr(g + 10, "__global__")) {
+    if ((g > s && is_id(g[-1])) || is_id(g[10])) continue;
+    /* the name is the last identifier before the parameter list's '(' */
+    char *q = g + 10, *name = NULL, *open = NULL;
+    size_t nlen = 0;
+    while (*q && *q != ';' && *q != '{') {
+      if (is_id(*q)) {
+        char *w = q;
+        while (is_id(*q)) q++;
+        if ((size_t)(q - w) == 17 && !strncmp(w, "__launch_bounds__", 17)) {
+          while (*q && *q != '(') q++;
+          for (int d = 0; *q; q++) { if (*q == '(') d++; else if (*q == ')' && --d == 0) { q++; break; } }
+          continue;
+        }
+        name = w; nlen = q - w;
+      } else if (*q == '(') { open = q; break; }
+      else q++;
+    }
+    if (!open || !name) continue;
+    if (n == cap) { snprintf(err, GT_ERRLEN, "more than %d kernels in one source", cap); st = GT_ERR; break; }
+    ksig_t *k = &ks[n];
+    memset(k, 0, sizeof *k);
+    snprintf(k->name, sizeof k->name, "%.*s", (int)nlen, name);
+    /* split the parameter list at top-level commas */
+    char *a = open + 1, *p = a;
+    int depth = 0;
+    for (; *p; p++) {
+      if (*p == '(' || *p == '<' || *p == '[') depth++;
+      else if ((*p == ')' || *p == '>' || *p == ']') && depth > 0) depth--;
+      else if (*p == ')' || (*p == ',' && depth == 0)) {
+        char tmp[256];
+        trim_copy(tmp, sizeof tmp, a, p);
+        if (tmp[0] && strcmp(tmp, "void")) {
+          if (k->np == 64) { snprintf(err, GT_ERRLEN, "kernel '%s': more than 64 parameters", k->name); st = GT_ERR; break; }
+          if (parse_param(a, p, &k->p[k->np], k->name, err) != GT_OK) { st = GT_ERR; break; }
+          k->np++;
+        }
+        if (*p == ')') break;
+        a = p + 1;
+      }
+    }
+    if (st == GT_OK) n++;
+  }
+  free(s);
+  *nk = n;
+  return st;
+}
+
+/* -- Modules ------------------------------------------------------------- */
+
+/* Compiles src (chunkname names it in messages) and returns its kernels.
+   NULL on failure with the parser's or the compiler's message. */
+gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const char *chunkname, int graphable) {
+  static ksig_t ks[256];
+  int nk = 0;
+  if (!chunkname || !*chunkname) chunkname = "kernel.cu";
+  if (parse_kernels(src, ks, 256, &nk, rt->err) != GT_OK) {
+    char why[GT_ERRLEN];
+    snprintf(why, sizeof why, "%s", rt->err);
+    gt_fail(rt, "%s: %s", chunkname, why);
+    return NULL;
+  }
+  if (nk == 0) { gt_fail(rt, "%s: no __global__ function found", chunkname); return NULL; }
+  size_t arena = 0;
+  for (int i = 0; i < nk; i++) arena += 256 + ks[i].np * (2 + 2 * sizeof(char *) + 256);
+  gt_module *m = calloc(1, sizeof *m);
+  char *mem = calloc(1, arena);
+  gt_kernel *kk = calloc(nk, sizeof *kk);
+  gt_ksig *sig = calloc(nk, sizeof *sig);
+  gt_bfunc **fns = calloc(nk, sizeof *fns);
+  char *full = malloc(strlen(src) + strlen(chunkname) + 32);
+  if (!m || !mem || !kk || !sig || !fns || !full) {
+    free(m); free(mem); free(kk); free(sig); free(fns); free(full);
+    gt_fail(rt, "out of host memory");
+    return NULL;
+  }
+  char *a = mem;
+#define TAKE(n) (a += (n), a - (n))
+  for (int i = 0; i < nk; i++) {
+    ksig_t *s = &ks[i];
+    gt_kernel *k = &kk[i];
+    int np = s->np;
+    k->name = strcpy(TAKE(strlen(s->name) + 1), s->name);
+    k->nparams = np;
+    uint8_t *pt = (uint8_t *)TAKE(np), *pd = (uint8_t *)TAKE(np);
+    a += (8 - (uintptr_t)a % 8) % 8;
+    const char **pn = (const char **)TAKE(np * sizeof(char *));
+    const char **tx = (const char **)TAKE(np * sizeof(char *));
+    for (int j = 0; j < np; j++) {
+      pt[j] = s->p[j].ptype;
+      pd[j] = s->p[j].pdtype;
+      pn[j] = strcpy(TAKE(strlen(s->p[j].name) + 1), s->p[j].name);
+      tx[j] = strcpy(TAKE(strlen(s->p[j].text) + 1), s->p[j].text);
+    }
+    k->ptype = pt; k->pdtype = pd; k->pname = pn; k->ptext = tx;
+    k->graphable = graphable;
+    k->id = ++rt->next_kernel_id;
+    k->module = m;
+    sig[i] = (gt_ksig){ k->name, np, pt, tx };
+    a += (8 - (uintptr_t)a % 8) % 8;
+  }
+#undef TAKE
+  sprintf(full, "#line 1 \"%s\"\n%s", chunkname, src);
+  int st = rt->be.compile(&rt->be, full, opts, sig, nk, &m->bm, fns);
+  free(full);
+  free(sig);
+  if (st != GT_BOK) {
+    gt_fail_be(rt, NULL);
+    free(m); free(mem); free(kk); free(fns);
+    return NULL;
+  }
+  for (int i = 0; i < nk; i++) kk[i].fn = fns[i];
+  free(fns);
+  m->n = nk; m->k = kk; m->arena = mem;
+  return m;   /* modules live as long as the process: graphs keep their functions */
+}
+
+int gt_module_count(gt_module *m) { return m->n; }
+gt_kernel *gt_module_kernel(gt_module *m, int i) { return i >= 0 && i < m->n ? &m->k[i] : NULL; }
+
+/* -- Launches ------------------------------------------------------------ */
+
+/* Queues (in a tree call) or runs the kernel.  Arguments were checked by the
+   Lua layer; scalars are normalised here so equal values compare equal. */
+int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
+              unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_arg *args) {
+  if (!gx || !gy || !gz || !bx || !by || !bz)
+    return gt_fail(rt, "kernel '%s': grid and block sizes must be at least 1", k->name);
+  for (int i = 0; i < k->nparams; i++) {
+    switch (k->ptype[i]) {
+    case GT_P_IN: case GT_P_OUT:
+      if (!args[i].buf) return gt_fail(rt, "kernel '%s': parameter '%s' needs a tensor", k->name, k->pname[i]);
+      if (args[i].buf->gen != *args[i].buf->gen_now)
+        return gt_fail(rt, "kernel '%s': parameter '%s' is a stale tensor (overwritten by a later tree call)", k->name, k->pname[i]);
+      break;
+    case GT_P_I32: case GT_P_U32: case GT_P_F32: args[i].v.bits &= 0xffffffffu; args[i].buf = NULL; break;
+    case GT_P_BOOL: args[i].v.bits = (args[i].v.bits & 0xff) != 0; args[i].buf = NULL; break;
+    default: args[i].buf = NULL; break;
+    }
+  }
+  gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = k, .grid = { gx, gy, gz }, .block = { bx, by, bz }, .smem = smem, .nargs = k->nparams };
+  if (rt->active) return gt_tree_queue(rt, &l, args);
+  for (int i = 0; i < k->nparams; i++)
+    if (args[i].buf && !args[i].buf->addr) return gt_fail(rt, "kernel '%s': parameter '%s' has no memory", k->name, k->pname[i]);
+  gt_queue q = { .l = &l, .n = 1, .args = args, .nargs = k->nparams };
+  uint64_t vals[64];
+  void *ptrs[64];
+  q.vals = vals; q.ptrs = ptrs; q.valcap = q.ptrcap = 64;
+  if (gt_queue_run(&rt->be, &q, 0) != GT_BOK) return gt_fail_be(rt, k->name);
+  return GT_OK;
+}
+
+/* -- Tests --------------------------------------------------------------- */
+#ifdef GT_TEST
+void gt_test_kernel(void) {
+  static ksig_t ks[8];
+  char err[GT_ERRLEN];
+  int n = 0;
+  const char *src =
+    "// __global__ void commented(int x)\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) axpb(float *__restrict__ x, int n, float a, const float *b) {}\n"
+    "__device__ float helper(float x) { return x; }\n"
+    "__global__ void mixed(const long long* ids, unsigned char *m, size_t n, double d, bool f, unsigned u) { }\n"
+    "__global__ void noargs(void) {}\n";
+  GT_CHECK(parse_kernels(src, ks, 8, &n, err) == GT_OK);
+  GT_CHECK(n == 3);
+  GT_CHECK(!strcmp(ks[0].name, "axpb") && ks[0].np == 4);
+  GT_CHECK(ks[0].p[0].ptype == GT_P_OUT && ks[0].p[0].pdtype == GT_F32 && !strcmp(ks[0].p[0].name, "x"));
+  GT_CHECK(ks[0].p[1].ptype == GT_P_I32 && ks[0].p[2].ptype == GT_P_F32);
+  GT_CHECK(ks[0].p[3].ptype == GT_P_IN && !strcmp(ks[0].p[3].text, "const float *"));
+  GT_CHECK(ks[1].p[0].ptype == GT_P_IN && ks[1].p[0].pdtype == GT_I64);
+  GT_CHECK(ks[1].p[1].ptype == GT_P_OUT && ks[1].p[1].pdtype == GT_U8);
+  GT_CHECK(ks[1].p[2].ptype == GT_P_U64 && ks[1].p[3].ptype == GT_P_F64 && ks[1].p[4].ptype == GT_P_BOOL && ks[1].p[5].ptype == GT_P_U32);
+  GT_CHECK(ks[2].np == 0);
+  GT_CHECK(parse_kernels("__global__ void bad(float **p) {}", ks, 8, &n, err) == GT_ERR && strstr(err, "pointer to a pointer"));
+  GT_CHECK(parse_kernels("__global__ void bad(half h) {}", ks, 8, &n, err) == GT_ERR && strstr(err, "'h'"));
+}
+#endif

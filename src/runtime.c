@@ -1,0 +1,220 @@
+/* runtime.c - the process's runtime: backend choice, errors, ordinary buffers, helpers. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "core.h"
+
+static gt_runtime *g_rt;          /* the one runtime of this process */
+static char g_open_err[GT_ERRLEN];
+
+/* -- Helpers the backends share ------------------------------------------ */
+
+uint64_t gt_hash64(const void *data, size_t len, uint64_t seed) {
+  const unsigned char *p = data;
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (size_t i = 0; i < len; i++) { h ^= p[i]; h *= 1099511628211ull; }
+  h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33;
+  return h;
+}
+
+double gt_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static void mkdirs(char *path) {
+  for (char *p = path + 1; *p; p++)
+    if (*p == '/') { *p = 0; mkdir(path, 0755); *p = '/'; }
+  mkdir(path, 0755);
+}
+
+const char *gt_cache_dir(void) {
+  static char dir[1024];
+  if (dir[0]) return dir;
+  const char *c = getenv("GTLUA_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+  if (c && *c) snprintf(dir, sizeof dir, "%s", c);
+  else if (x && *x) snprintf(dir, sizeof dir, "%s/gtlua", x);
+  else snprintf(dir, sizeof dir, "%s/.cache/gtlua", h && *h ? h : "/tmp");
+  mkdirs(dir);
+  return dir;
+}
+
+/* -- Errors -------------------------------------------------------------- */
+
+int gt_fail(gt_runtime *rt, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(rt ? rt->err : g_open_err, GT_ERRLEN, fmt, ap);
+  va_end(ap);
+  return GT_ERR;
+}
+
+int gt_fail_be(gt_runtime *rt, const char *what) {
+  if (what) return gt_fail(rt, "%s: %s", what, rt->be.err);
+  return gt_fail(rt, "%s", rt->be.err);
+}
+
+const char *gt_errmsg(gt_runtime *rt) { return rt ? rt->err : g_open_err; }
+
+/* -- Opening ------------------------------------------------------------- */
+
+static uint64_t env_bytes(const char *name, uint64_t dflt) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  double x = strtod(v, &end);
+  if (*end == 'G' || *end == 'g') x *= 1ull << 30;
+  else if (*end == 'M' || *end == 'm') x *= 1ull << 20;
+  return x > 0 ? (uint64_t)x : dflt;
+}
+
+/* Returns the runtime, opening it on first use with backend "cpu", "cuda" or
+   "auto" (NULL: $GTLUA_BACKEND, default auto).  NULL on failure, the reason
+   in gt_errmsg(NULL).  A later call with another backend name than the open
+   one fails. */
+gt_runtime *gt_runtime_open(const char *backend) {
+  if (!backend || !*backend) backend = getenv("GTLUA_BACKEND");
+  if (!backend || !*backend) backend = "auto";
+  if (g_rt) {
+    if (strcmp(backend, "auto") && strcmp(backend, g_rt->be.name)) {
+      gt_fail(NULL, "the %s backend is already open in this process; one backend per process", g_rt->be.name);
+      return NULL;
+    }
+    return g_rt;
+  }
+  gt_runtime *rt = calloc(1, sizeof *rt);
+  if (!rt) { gt_fail(NULL, "out of host memory"); return NULL; }
+  int st;
+  if (!strcmp(backend, "cuda")) st = gt_backend_cuda_open(&rt->be);
+  else if (!strcmp(backend, "cpu")) st = gt_backend_cpu_open(&rt->be);
+  else if (!strcmp(backend, "auto")) {
+    st = gt_backend_cuda_open(&rt->be);
+    if (st != GT_BOK) { memset(&rt->be, 0, sizeof rt->be); st = gt_backend_cpu_open(&rt->be); }
+  } else {
+    gt_fail(NULL, "unknown backend '%s': use cpu, cuda or auto", backend);
+    free(rt);
+    return NULL;
+  }
+  if (st != GT_BOK) {
+    gt_fail(NULL, "could not open the %s backend: %s", backend, rt->be.err);
+    free(rt);
+    return NULL;
+  }
+  gt_device_info di;
+  memset(&di, 0, sizeof di);
+  rt->be.device_info(&rt->be, &di);
+  uint64_t dflt = !strcmp(rt->be.name, "cuda") ? di.total_mem : 64ull << 30;
+  if (gt_pool_init(&rt->mem, &rt->be, env_bytes("GTLUA_MEM_RESERVE", dflt), rt->err) != GT_OK) {
+    gt_fail(NULL, "%s", rt->err);
+    rt->be.shutdown(&rt->be);
+    free(rt);
+    return NULL;
+  }
+  g_rt = rt;
+  return rt;
+}
+
+const char *gt_backend_name(gt_runtime *rt) { return rt->be.name; }
+
+int gt_device(gt_runtime *rt, gt_device_info *out) {
+  memset(out, 0, sizeof *out);
+  if (rt->be.device_info(&rt->be, out) != GT_BOK) return gt_fail_be(rt, "device info");
+  snprintf(out->backend, sizeof out->backend, "%s", rt->be.name);
+  return GT_OK;
+}
+
+int gt_sync(gt_runtime *rt) {
+  if (rt->be.sync(&rt->be) != GT_BOK) return gt_fail_be(rt, NULL);
+  return GT_OK;
+}
+
+int gt_profile(gt_runtime *rt, int on) {
+  int old = rt->profile;
+  rt->profile = on;
+  return old;
+}
+
+uint64_t gt_mem_in_use(gt_runtime *rt) { return gt_pool_in_use(&rt->mem); }
+
+/* -- Buffers ------------------------------------------------------------- */
+
+/* A new buffer of bytes.  In a tree call it belongs to the call and gets its
+   address when its segment ends; otherwise it comes from ordinary memory now.
+   The caller holds one reference (gt_buf_release drops it). */
+gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes) {
+  gt_buf *b = calloc(1, sizeof *b);
+  if (!b) { gt_fail(rt, "out of host memory"); return NULL; }
+  b->bytes = bytes;
+  b->refs = 1;
+  b->gen_now = &rt->zero_gen;
+  if (rt->active) { gt_tree_buf_created(rt, b); return b; }
+  uint64_t off;
+  if (gt_pool_alloc(&rt->mem, bytes ? bytes : 1, b, &off, rt->err) != GT_OK) {
+    char why[GT_ERRLEN];
+    snprintf(why, sizeof why, "%s", rt->err);
+    gt_fail(rt, "out of memory allocating %llu bytes: %s", (unsigned long long)bytes, why);
+    free(b);
+    return NULL;
+  }
+  b->addr = rt->mem.base + off;
+  b->block = off + 1;
+  return b;
+}
+
+void gt_buf_retain(gt_buf *b) { b->refs++; }
+
+void gt_buf_unref(gt_buf *b) {
+  if (--b->refs > 0) return;
+  if (b->tree) gt_tree_unref(b->tree);
+  else if (b->block && g_rt) gt_pool_free(&g_rt->mem, b->block - 1);
+  free(b);
+}
+
+/* Lua's reference is gone (the tensor was collected). */
+void gt_buf_release(gt_buf *b) {
+  b->flags |= GT_BUF_LUA_DEAD;
+  gt_buf_unref(b);
+}
+
+static int check_range(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const char *what) {
+  if (!b->addr) return gt_fail(rt, "%s: the tensor has no memory (its segment never ran)", what);
+  if (off + bytes > b->bytes) return gt_fail(rt, "%s: %llu bytes at offset %llu exceed the buffer's %llu bytes", what,
+                                             (unsigned long long)bytes, (unsigned long long)off, (unsigned long long)b->bytes);
+  return GT_OK;
+}
+
+int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint64_t bytes) {
+  if (check_range(rt, b, off, bytes, "copy to device") != GT_OK) return GT_ERR;
+  if (bytes && rt->be.htod(&rt->be, b->addr + off, src, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
+  return GT_OK;
+}
+
+int gt_buf_read(gt_runtime *rt, gt_buf *b, uint64_t off, void *dst, uint64_t bytes) {
+  if (check_range(rt, b, off, bytes, "copy to host") != GT_OK) return GT_ERR;
+  if (bytes && rt->be.dtoh(&rt->be, dst, b->addr + off, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
+  return GT_OK;
+}
+
+int gt_buf_copy(gt_runtime *rt, gt_buf *dst, uint64_t doff, gt_buf *src, uint64_t soff, uint64_t bytes) {
+  if (doff + bytes > dst->bytes || soff + bytes > src->bytes) return gt_fail(rt, "copy: %llu bytes exceed a buffer", (unsigned long long)bytes);
+  gt_qlaunch l = { .kind = GT_GN_MEMCPY, .nargs = 2, .bytes = bytes };
+  gt_arg a[2] = { { .buf = dst, .off = doff, .nbytes = bytes }, { .buf = src, .off = soff, .nbytes = bytes } };
+  if (rt->active) return gt_tree_queue(rt, &l, a);
+  if (check_range(rt, dst, doff, bytes, "copy") || check_range(rt, src, soff, bytes, "copy")) return GT_ERR;
+  if (bytes && rt->be.dtod(&rt->be, dst->addr + doff, src->addr + soff, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
+  return GT_OK;
+}
+
+int gt_buf_memset(gt_runtime *rt, gt_buf *dst, uint64_t off, int value, uint64_t bytes) {
+  if (off + bytes > dst->bytes) return gt_fail(rt, "fill: %llu bytes exceed the buffer", (unsigned long long)bytes);
+  gt_qlaunch l = { .kind = GT_GN_MEMSET, .nargs = 1, .bytes = bytes, .value = value };
+  gt_arg a[1] = { { .buf = dst, .off = off, .nbytes = bytes } };
+  if (rt->active) return gt_tree_queue(rt, &l, a);
+  if (check_range(rt, dst, off, bytes, "fill")) return GT_ERR;
+  if (bytes && rt->be.memset8(&rt->be, dst->addr + off, (uint8_t)value, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
+  return GT_OK;
+}

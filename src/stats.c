@@ -1,0 +1,62 @@
+/* stats.c - counters of trees and nodes, read as plain structs (Lua builds tables and pictures). */
+#include <string.h>
+#include "core.h"
+
+int gt_tree_stats(gt_tree *t, gt_tree_info *o) {
+  memset(o, 0, sizeof *o);
+  o->calls = t->calls;
+  o->nodes = t->nnodes;
+  o->recorded = t->recorded;
+  o->warmups = t->warmups;
+  o->replays = t->replays;
+  o->eager = t->eager;
+  o->updates = t->updates;
+  o->skips = t->skips;
+  o->limit_hit = t->limit_hit;
+  o->reserved = t->pool.committed;
+  o->in_use = t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(&t->pool);
+  o->high_water = t->pool.high_water;
+  for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->depth + 1 > o->depth) o->depth = t->nodes[i]->depth + 1;
+  return GT_OK;
+}
+
+int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
+  if (id < 0 || id >= t->nnodes) return GT_ERR;
+  const gt_node *n = t->nodes[id];
+  memset(o, 0, sizeof *o);
+  o->id = n->id;
+  o->parent = n->parent->id;
+  o->depth = n->depth;
+  o->children = n->nkids;
+  o->kernels = n->nlaunch;
+  o->visits = n->visits;
+  o->warmups = n->warmups;
+  o->recorded = n->graph != NULL;
+  o->replays = n->replays;
+  o->updates = n->updates;
+  o->eager = n->eager;
+  o->skip = n->skip;
+  o->label = n->label;
+  o->record_us = n->record_us;
+  o->instantiate_us = n->instantiate_us;
+  o->replay_cpu_us = n->replay_n ? n->replay_us_sum / n->replay_n : 0;
+  o->gpu_us = n->gpu_n ? n->gpu_us_sum / n->gpu_n : 0;
+  o->planned_bytes = n->planned_bytes;
+  o->checkpoint_bytes = n->checkpoint_bytes;
+  o->key = n->key;
+  o->last_call = n->last_call;
+  return GT_OK;
+}
+
+int gt_tree_child(gt_tree *t, int id, int k) {
+  const gt_node *n = id < 0 ? &t->root : id < t->nnodes ? t->nodes[id] : NULL;
+  if (!n || k < 0 || k >= n->nkids) return -1;
+  return n->kids[k]->id;
+}
+
+int gt_tree_skip_reason(gt_tree *t, int i, const char **reason, int *count) {
+  if (i < 0 || i >= t->nskip) return GT_ERR;
+  *reason = t->skip[i].reason;
+  *count = t->skip[i].count;
+  return GT_OK;
+}

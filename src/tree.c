@@ -1,0 +1,777 @@
+/* tree.c - graph trees: segment nodes, warmup/record/replay, the planned pool, liveness. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core.h"
+
+#define GROW(p, cap, need) grow_array((void **)&(p), &(cap), (need), sizeof *(p))
+static int grow_array(void **p, int *cap, int need, size_t elem) {
+  if (need <= *cap) return GT_OK;
+  int c = *cap ? *cap * 2 : 16;
+  while (c < need) c *= 2;
+  void *np = realloc(*p, (size_t)c * elem);
+  if (!np) return GT_ERR;
+  *p = np;
+  *cap = c;
+  return GT_OK;
+}
+
+static char *dupstr(const char *s) {
+  size_t n = strlen(s ? s : "") + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s ? s : "", n);
+  return d;
+}
+
+/* -- Creating and freeing ------------------------------------------------- */
+
+gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
+  gt_tree *t = calloc(1, sizeof *t);
+  if (!t) { gt_fail(rt, "out of host memory"); return NULL; }
+  t->rt = rt;
+  t->opts = *opts;
+  t->name = dupstr(opts->name && *opts->name ? opts->name : "tree");
+  t->where = dupstr(opts->where);
+  t->opts.name = t->name;
+  t->opts.where = t->where;
+  t->refs = 1;
+  t->gen = 1;
+  t->root.id = -1;
+  t->root.depth = -1;
+  const char *r = getenv("GTLUA_POOL_RESERVE");
+  uint64_t reserve = r && *r ? (uint64_t)(strtod(r, NULL) * (1ull << 30)) : 16ull << 30;
+  int nomem = !t->name || !t->where;
+  if (nomem || gt_pool_init(&t->pool, &rt->be, reserve, rt->err) != GT_OK) {
+    free(t->name); free(t->where); free(t);
+    if (nomem) gt_fail(rt, "out of host memory");
+    return NULL;
+  }
+  return t;
+}
+
+static void drop_graph(gt_tree *t, gt_node *n) {
+  if (n->graph) { t->rt->be.graph_destroy(&t->rt->be, n->graph); n->graph = NULL; t->recorded--; }
+  free(n->argvals); free(n->plan); free(n->ckpt);
+  n->argvals = NULL; n->plan = NULL; n->ckpt = NULL; n->nckpt = n->nargvals = 0;
+}
+
+/* Drops the graphs below n: their plans started from n's old checkpoint. */
+static void drop_below(gt_tree *t, gt_node *n) {
+  for (int i = 0; i < n->nkids; i++) { drop_graph(t, n->kids[i]); drop_below(t, n->kids[i]); }
+}
+
+static void release_call_bufs(gt_tree *t) {
+  for (int i = 0; i < t->nbufs; i++) gt_buf_unref(t->bufs[i]);
+  t->nbufs = 0;
+}
+
+static void tree_destroy(gt_tree *t) {
+  for (int i = 0; i < t->nnodes; i++) {
+    gt_node *n = t->nodes[i];
+    drop_graph(t, n);
+    free(n->kids); free(n->label); free(n->skip); free(n);
+  }
+  free(t->root.kids);
+  for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
+  free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
+  free(t->path); free(t->lastpath); free(t->seen); free(t->scratch); free(t->pscratch); free(t->stage);
+  gt_pool_destroy(&t->pool);
+  free(t->name); free(t->where);
+  free(t);
+}
+
+void gt_tree_unref(gt_tree *t) {
+  if (--t->refs == 0) tree_destroy(t);
+}
+
+/* Lua's tree object was collected: graphs and memory go now; the struct stays
+   while tensors still point at it (they are stale from now on). */
+void gt_tree_free(gt_tree *t) {
+  gt_runtime *rt = t->rt;
+  if (rt->active == t) gt_tree_abort(rt);
+  t->closed = 1;
+  t->gen++;
+  release_call_bufs(t);
+  for (int i = 0; i < t->nstage; i++) if (t->stage[i]) gt_buf_unref(t->stage[i]);
+  t->nstage = 0;
+  for (int i = 0; i < t->nnodes; i++) drop_graph(t, t->nodes[i]);
+  gt_pool_clear(&t->pool);
+  gt_pool_shrink(&t->pool, 0);
+  gt_tree_unref(t);
+}
+
+const char *gt_tree_name(gt_tree *t) { return t->name; }
+const char *gt_tree_where(gt_tree *t) { return t->where; }
+gt_tree *gt_tree_active(gt_runtime *rt) { return rt->active; }
+
+static void warn(gt_tree *t, const char *msg) {
+  free(t->warn);
+  t->warn = dupstr(msg);
+  t->nwarn++;
+}
+
+int gt_tree_warnings(gt_tree *t, const char **last) {
+  if (last) *last = t->warn;
+  return t->nwarn;
+}
+
+void gt_tree_note_skip(gt_tree *t, const char *reason) {
+  t->skips++;
+  for (int i = 0; i < t->nskip; i++)
+    if (!strcmp(t->skip[i].reason, reason)) { t->skip[i].count++; return; }
+  if (t->nskip % 8 == 0) {
+    gt_skip *ns = realloc(t->skip, (t->nskip + 8) * sizeof *ns);
+    if (!ns) return;
+    t->skip = ns;
+  }
+  t->skip[t->nskip++] = (gt_skip){ dupstr(reason), 1 };
+}
+
+/* -- Calls --------------------------------------------------------------- */
+
+int gt_tree_begin(gt_runtime *rt, gt_tree *t) {
+  if (rt->active)
+    return gt_fail(rt, "tree '%s' was called inside a call of tree '%s': tree calls cannot nest", t->name, rt->active->name);
+  if (t->closed) return gt_fail(rt, "tree '%s' was freed", t->name);
+  release_call_bufs(t);
+  t->gen++;
+  gt_pool_clear(&t->pool);
+  t->state_node = NULL;
+  t->cur = NULL;
+  t->cur_mode = GT_V_NONE;
+  t->depth = 0;
+  t->npath = 0;
+  if (GROW(t->segstart, t->segcap, 1)) return gt_fail(rt, "out of host memory");
+  t->segstart[0] = 0;
+  t->calls++;
+  rt->active = t;
+  return GT_OK;
+}
+
+void gt_tree_buf_created(gt_runtime *rt, gt_buf *b) {
+  gt_tree *t = rt->active;
+  b->tree = t;
+  t->refs++;
+  b->gen = t->gen;
+  b->gen_now = &t->gen;
+  b->flags |= GT_BUF_TREE;
+  b->seg = t->depth;
+  b->idx = t->nbufs - t->segstart[t->depth];
+  b->qpos = (uint32_t)t->q.n;
+  if (GROW(t->bufs, t->bufcap, t->nbufs + 1)) { b->gen_now = &rt->zero_gen; b->gen = 1; return; }
+  b->refs++;                         /* the call's reference */
+  t->bufs[t->nbufs++] = b;
+}
+
+int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {
+  if (gt_queue_push(&rt->active->q, l, args) != GT_OK) return gt_fail(rt, "out of host memory");
+  return GT_OK;
+}
+
+/* Copies an input into staging slot `slot` (ordinary memory the tree owns),
+   zero-filling up to zero_to bytes; *out is a new buffer over that memory,
+   valid for this call only. */
+int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t bytes, int zero_to, gt_buf **out) {
+  gt_tree *t = rt->active;
+  if (!t) return gt_fail(rt, "staging outside a tree call");
+  uint64_t need = (uint64_t)zero_to > bytes ? (uint64_t)zero_to : bytes;
+  if (slot >= t->nstage) {
+    gt_buf **ns = realloc(t->stage, (slot + 1) * sizeof *ns);
+    if (!ns) return gt_fail(rt, "out of host memory");
+    memset(ns + t->nstage, 0, (slot + 1 - t->nstage) * sizeof *ns);
+    t->stage = ns;
+    t->nstage = slot + 1;
+  }
+  gt_buf *m = t->stage[slot];
+  if (!m || m->bytes < need) {
+    if (m) gt_buf_unref(m);
+    rt->active = NULL;               /* ordinary memory, not the call's */
+    m = t->stage[slot] = gt_buf_new(rt, need);
+    rt->active = t;
+    if (!m) return GT_ERR;
+  }
+  if (bytes && rt->be.dtod(&rt->be, m->addr, src->addr + off, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
+  if (need > bytes && rt->be.memset8(&rt->be, m->addr + bytes, 0, need - bytes) != GT_BOK) return gt_fail_be(rt, NULL);
+  gt_buf *b = calloc(1, sizeof *b);
+  if (!b) return gt_fail(rt, "out of host memory");
+  b->addr = m->addr;
+  b->bytes = need;
+  b->refs = 1;
+  b->tree = t;
+  t->refs++;
+  b->gen = t->gen;
+  b->gen_now = &t->gen;
+  b->flags = GT_BUF_STAGING;
+  *out = b;
+  return GT_OK;
+}
+
+/* -- Keys ---------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+static int ordinal(gt_tree *t, int *nseen, gt_buf *b) {
+  for (int i = 0; i < *nseen; i++) if (t->seen[i] == b) return i;
+  if (GROW(t->seen, t->seencap, *nseen + 1)) return -1;
+  t->seen[*nseen] = b;
+  return (*nseen)++;
+}
+
+enum { ROLE_INTERNAL = 1, ROLE_PATH, ROLE_STATIC, ROLE_EXTERNAL };
+
+static int role_of(gt_tree *t, const gt_buf *b) {
+  if (b->flags & GT_BUF_STAGING) return ROLE_EXTERNAL;
+  if ((b->flags & GT_BUF_TREE) && b->tree == t && b->gen == t->gen) return b->seg == t->depth ? ROLE_INTERNAL : ROLE_PATH;
+  return (b->flags & GT_BUF_STATIC) ? ROLE_STATIC : ROLE_EXTERNAL;
+}
+
+/* Everything the graph bakes in: launches (kernel, grid, block, shared
+   bytes), each tensor argument's role and identity, offset and extent, and the
+   sizes of the buffers the segment makes.  Scalars are patched, not keyed.
+   nostatic: the same but static tensors by order, not address. */
+static gt_segkey segment_key(gt_tree *t) {
+  gt_queue *q = &t->q;
+  uint64_t h = 0x51ed270b27f1a3ull, hs;
+  int first = t->segstart[t->depth], nseen = 0;
+  h = mix(h, (uint64_t)(t->nbufs - first));
+  for (int i = first; i < t->nbufs; i++) h = mix(h, t->bufs[i]->bytes);
+  hs = h;
+  for (int i = 0; i < q->n; i++) {
+    const gt_qlaunch *l = &q->l[i];
+    uint64_t lh = mix(mix((uint64_t)l->kind, l->k ? (uint64_t)l->k->id : l->bytes), l->smem);
+    lh = mix(lh, ((uint64_t)l->grid[0] << 32) ^ ((uint64_t)l->grid[1] << 16) ^ l->grid[2]);
+    lh = mix(lh, ((uint64_t)l->block[0] << 32) ^ ((uint64_t)l->block[1] << 16) ^ l->block[2]);
+    h = mix(h, lh);
+    hs = mix(hs, lh);
+    const gt_arg *a = q->args + l->arg0;
+    for (int j = 0; j < l->nargs; j++) {
+      if (!a[j].buf) continue;
+      const gt_buf *b = a[j].buf;
+      int role = role_of(t, b);
+      uint64_t id, ids;
+      switch (role) {
+      case ROLE_INTERNAL: id = ids = (uint64_t)b->idx; break;
+      case ROLE_PATH: id = ids = ((uint64_t)b->seg << 32) | (uint32_t)b->idx; break;
+      case ROLE_STATIC: ids = (uint64_t)ordinal(t, &nseen, (gt_buf *)b); id = b->addr; break;
+      default: id = ids = (uint64_t)ordinal(t, &nseen, (gt_buf *)b); break;
+      }
+      uint64_t ah = mix(mix(mix((uint64_t)role * 131 + j, a[j].off), a[j].nbytes), 0);
+      h = mix(h, mix(ah, id));
+      hs = mix(hs, mix(ah, ids));
+    }
+  }
+  return (gt_segkey){ h, hs };
+}
+
+/* -- Memory of a segment ------------------------------------------------- */
+
+/* The pool holds what is live at this point of the call: a replayed node's
+   checkpoint is only bound when someone needs it. */
+static int materialize(gt_tree *t) {
+  gt_node *n = t->state_node;
+  if (!n) return GT_OK;
+  gt_pool_clear(&t->pool);
+  for (int i = 0; i < n->nckpt; i++) {
+    gt_ckpt *c = &n->ckpt[i];
+    int k = t->segstart[c->seg] + c->idx;
+    if (GROW(t->pool.blk, t->pool.cap, t->pool.n + 1)) return gt_fail(t->rt, "out of host memory");
+    t->pool.blk[t->pool.n++] = (gt_block){ c->off, c->size, t->bufs[k] };
+  }
+  t->state_node = NULL;
+  return GT_OK;
+}
+
+/* Frees blocks whose tensors Lua has dropped, except those the queued
+   segment still uses (keep_queued). */
+static void sweep(gt_tree *t, int keep_queued) {
+  gt_queue *q = &t->q;
+  if (keep_queued) for (int j = 0; j < q->nargs; j++) if (q->args[j].buf) q->args[j].buf->flags |= GT_BUF_QUEUED;
+  int w = 0;
+  for (int i = 0; i < t->pool.n; i++) {
+    gt_buf *b = t->pool.blk[i].buf;
+    if (!b || !(b->flags & GT_BUF_LUA_DEAD) || (b->flags & GT_BUF_QUEUED)) t->pool.blk[w++] = t->pool.blk[i];
+  }
+  t->pool.n = w;
+  if (keep_queued) for (int j = 0; j < q->nargs; j++) if (q->args[j].buf) q->args[j].buf->flags &= ~GT_BUF_QUEUED;
+}
+
+/* Warmup and eager runs: every new buffer gets a block now (no reuse inside
+   the segment; the planner does that when recording). */
+static int alloc_new(gt_tree *t, int first) {
+  if (materialize(t)) return GT_ERR;
+  sweep(t, 1);
+  for (int i = first; i < t->nbufs; i++) {
+    gt_buf *b = t->bufs[i];
+    uint64_t off;
+    if (gt_pool_alloc(&t->pool, b->bytes, b, &off, t->rt->err) != GT_OK) {
+      char why[GT_ERRLEN];
+      snprintf(why, sizeof why, "%s", t->rt->err);
+      return gt_fail(t->rt, "tree '%s': out of memory: %s", t->name, why);
+    }
+    b->addr = t->pool.base + off;
+  }
+  sweep(t, 0);
+  return GT_OK;
+}
+
+/* Recording: plan the new buffers over their live intervals, from the state at
+   the parent's end; then save the plan and the checkpoint on n. */
+static int plan_new(gt_tree *t, gt_node *n, int first) {
+  int nn = t->nbufs - first;
+  gt_queue *q = &t->q;
+  if (materialize(t)) return GT_ERR;
+  sweep(t, 1);
+  gt_interval *iv = calloc(nn ? nn : 1, sizeof *iv);
+  uint64_t *plan = malloc((nn ? nn : 1) * sizeof *plan);
+  if (!iv || !plan) { free(iv); free(plan); return gt_fail(t->rt, "out of host memory"); }
+  for (int i = 0; i < nn; i++) {
+    gt_buf *b = t->bufs[first + i];
+    iv[i] = (gt_interval){ b->bytes, b->qpos, b->qpos, b, 0 };
+    if (!(b->flags & GT_BUF_LUA_DEAD)) iv[i].last = UINT32_MAX;
+  }
+  for (int i = 0; i < q->n; i++) {
+    const gt_arg *a = q->args + q->l[i].arg0;
+    for (int j = 0; j < q->l[i].nargs; j++) {
+      gt_buf *b = a[j].buf;
+      if (b && role_of(t, b) == ROLE_INTERNAL && iv[b->idx].last != UINT32_MAX && iv[b->idx].last < (uint32_t)i)
+        iv[b->idx].last = (uint32_t)i;
+    }
+  }
+  if (gt_pool_plan(&t->pool, iv, nn, t->rt->err) != GT_OK) {
+    char why[GT_ERRLEN];
+    snprintf(why, sizeof why, "%s", t->rt->err);
+    free(iv); free(plan);
+    return gt_fail(t->rt, "tree '%s': out of memory while planning: %s", t->name, why);
+  }
+  uint64_t end = 0, bytes = 0;
+  for (int i = 0; i < nn; i++) {
+    plan[i] = iv[i].off;
+    iv[i].buf->addr = t->pool.base + iv[i].off;
+    bytes += (iv[i].size + GT_ALIGN - 1) / GT_ALIGN * GT_ALIGN;
+    if (iv[i].off + iv[i].size > end) end = iv[i].off + iv[i].size;
+  }
+  free(iv);
+  sweep(t, 0);
+  gt_ckpt *ck = malloc((t->pool.n ? t->pool.n : 1) * sizeof *ck);
+  if (!ck) { free(plan); return gt_fail(t->rt, "out of host memory"); }
+  uint64_t ckb = 0;
+  for (int i = 0; i < t->pool.n; i++) {
+    gt_block *k = &t->pool.blk[i];
+    ck[i] = (gt_ckpt){ k->buf->seg, k->buf->idx, k->off, k->size };
+    ckb += k->size;
+    if (k->off + k->size > end) end = k->off + k->size;
+  }
+  free(n->plan); free(n->ckpt);
+  n->plan = plan;
+  n->nnew = nn;
+  n->ckpt = ck;
+  n->nckpt = t->pool.n;
+  n->planned_bytes = bytes;
+  n->checkpoint_bytes = ckb;
+  n->plan_end = end;
+  return GT_OK;
+}
+
+/* -- Graphs -------------------------------------------------------------- */
+
+static int scratch(gt_tree *t, int n) {
+  if (n <= t->scratchcap) return GT_OK;
+  int c = n + 64;
+  uint64_t *s = realloc(t->scratch, c * sizeof *s);
+  if (s) t->scratch = s;
+  void **p = realloc(t->pscratch, c * sizeof *p);
+  if (p) t->pscratch = p;
+  if (!s || !p) return gt_fail(t->rt, "out of host memory");
+  t->scratchcap = c;
+  return GT_OK;
+}
+
+typedef struct { uint64_t lo, hi; int write; } access_t;
+
+static int accesses(const gt_queue *q, int i, const uint64_t *vals, access_t *acc) {
+  const gt_qlaunch *l = &q->l[i];
+  const gt_arg *a = q->args + l->arg0;
+  int n = 0;
+  for (int j = 0; j < l->nargs; j++) {
+    if (!a[j].buf) continue;
+    int write = l->kind == GT_GN_KERNEL ? l->k->ptype[j] == GT_P_OUT : j == 0;
+    acc[n++] = (access_t){ vals[j], vals[j] + (a[j].nbytes ? a[j].nbytes : 1), write };
+  }
+  return n;
+}
+
+/* Backend nodes for the queue with dependencies from read/write sets over
+   byte ranges, so independent kernels of a segment may run concurrently.
+   n->argvals receives the argument values. */
+static int build_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, void ***ptrmem) {
+  gt_queue *q = &t->q;
+  free(n->argvals);
+  n->argvals = malloc((q->nargs ? q->nargs : 1) * sizeof *n->argvals);
+  n->nargvals = q->nargs;
+  void **ptrs = malloc((q->nargs ? q->nargs : 1) * sizeof *ptrs);
+  gt_gnode *g = calloc(q->n ? q->n : 1, sizeof *g);
+  int *deps = malloc(((size_t)q->n * (q->n + 1) / 2 + 1) * sizeof *deps);
+  access_t (*acc)[64] = malloc((q->n ? q->n : 1) * sizeof *acc);
+  int *nacc = malloc((q->n ? q->n : 1) * sizeof *nacc);
+  if (!n->argvals || !ptrs || !g || !deps || !acc || !nacc) {
+    free(ptrs); free(g); free(deps); free(acc); free(nacc);
+    return gt_fail(t->rt, "out of host memory");
+  }
+  int nd = 0;
+  for (int i = 0; i < q->n; i++) {
+    uint64_t *vals = n->argvals + q->l[i].arg0;
+    gt_queue_resolve(q, i, vals);
+    gt_queue_gnode(q, i, vals, ptrs + q->l[i].arg0, &g[i]);
+    nacc[i] = accesses(q, i, vals, acc[i]);
+    g[i].deps = deps + nd;
+    for (int j = 0; j < i; j++) {
+      int dep = 0;
+      for (int x = 0; x < nacc[i] && !dep; x++)
+        for (int y = 0; y < nacc[j] && !dep; y++)
+          dep = (acc[i][x].write || acc[j][y].write) && acc[i][x].lo < acc[j][y].hi && acc[j][y].lo < acc[i][x].hi;
+      if (dep) deps[nd++] = j;
+    }
+    g[i].ndeps = (int)(deps + nd - g[i].deps);
+  }
+  free(acc); free(nacc);
+  *out = g;
+  *depmem = deps;
+  *ptrmem = ptrs;
+  return GT_OK;
+}
+
+static int launch_graph(gt_tree *t, gt_node *n) {
+  gt_backend *be = &t->rt->be;
+  if (!t->rt->profile) return be->graph_launch(be, n->graph) == GT_BOK ? GT_OK : gt_fail_be(t->rt, "graph launch");
+  gt_bevent *e0 = NULL, *e1 = NULL;
+  double us = 0;
+  int st = be->event_create(be, &e0) || be->event_create(be, &e1) || be->event_record(be, e0) ||
+           be->graph_launch(be, n->graph) || be->event_record(be, e1) || be->event_elapsed_us(be, e0, e1, &us);
+  if (e0) be->event_destroy(be, e0);
+  if (e1) be->event_destroy(be, e1);
+  if (st) return gt_fail_be(t->rt, "graph launch");
+  n->gpu_us_sum += us;
+  n->gpu_n++;
+  return GT_OK;
+}
+
+static int run_eager(gt_tree *t, gt_node *n) {
+  gt_backend *be = &t->rt->be;
+  double t0 = t->rt->profile ? gt_now_us() : 0;
+  for (int i = 0; i < t->q.n; i++)
+    if (gt_queue_run(be, &t->q, i) != GT_BOK) {
+      const gt_qlaunch *l = &t->q.l[i];
+      return gt_fail_be(t->rt, l->k ? l->k->name : "copy");
+    }
+  if (t->rt->profile && n) {
+    if (be->sync(be) != GT_BOK) return gt_fail_be(t->rt, NULL);
+    n->gpu_us_sum += gt_now_us() - t0;
+    n->gpu_n++;
+  }
+  return GT_OK;
+}
+
+/* Record n: plan, build, instantiate (or update the exec in place), launch. */
+static int record(gt_tree *t, gt_node *n, int first, int update) {
+  gt_backend *be = &t->rt->be;
+  double t0 = gt_now_us();
+  uint64_t *oldplan = NULL, oldend = n->plan_end;
+  int oldnck = n->nckpt;
+  if (update && n->plan) {
+    oldplan = malloc((n->nnew ? n->nnew : 1) * sizeof *oldplan);
+    if (oldplan) memcpy(oldplan, n->plan, n->nnew * sizeof *oldplan);
+  }
+  if (plan_new(t, n, first)) { free(oldplan); return GT_ERR; }
+  if (update && (!oldplan || oldend != n->plan_end || oldnck != n->nckpt ||
+                 memcmp(oldplan, n->plan, n->nnew * sizeof *oldplan)))
+    drop_below(t, n);
+  free(oldplan);
+  gt_gnode *g = NULL;
+  int *deps = NULL;
+  void **ptrs = NULL;
+  if (build_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
+  double t1 = gt_now_us();
+  int st = GT_BOK;
+  if (update && n->graph) {
+    st = be->graph_update(be, n->graph, g, t->q.n);
+    if (st == GT_BREFUSED) { be->graph_destroy(be, n->graph); n->graph = NULL; t->recorded--; st = GT_BOK; }
+  }
+  if (st == GT_BOK && !n->graph) {
+    st = be->graph_create(be, g, t->q.n, &n->graph);
+    if (st == GT_BOK) t->recorded++;
+  }
+  double t2 = gt_now_us();
+  free(g); free(deps); free(ptrs);
+  if (st != GT_BOK) {                 /* a failed build: the node runs eagerly from now on */
+    char why[GT_ERRLEN + 32];
+    snprintf(why, sizeof why, "graph build failed: %s", be->err);
+    free(n->skip);
+    n->skip = dupstr(why);
+    n->graph = NULL;
+    return run_eager(t, n) ? GT_ERR : 1;
+  }
+  if (launch_graph(t, n)) return GT_ERR;
+  n->instantiate_us = t2 - t1;
+  n->record_us = gt_now_us() - t0;
+  return GT_OK;
+}
+
+/* Replay n: bind the new buffers to the plan, patch changed arguments, launch. */
+static int replay(gt_tree *t, gt_node *n, int first) {
+  gt_queue *q = &t->q;
+  gt_backend *be = &t->rt->be;
+  for (int i = 0; i < n->nnew; i++) t->bufs[first + i]->addr = t->pool.base + n->plan[i];
+  if (scratch(t, q->nargs)) return GT_ERR;
+  uint64_t *vals = t->scratch;
+  int refused = 0;
+  for (int i = 0; i < q->n; i++) {
+    const gt_qlaunch *l = &q->l[i];
+    uint64_t *now = vals + l->arg0, *was = n->argvals + l->arg0;
+    gt_queue_resolve(q, i, now);
+    if (!memcmp(now, was, l->nargs * sizeof *now)) continue;
+    if (l->kind != GT_GN_KERNEL) { refused = 1; continue; }
+    gt_gnode g;
+    gt_queue_gnode(q, i, now, t->pscratch, &g);
+    if (be->graph_set_kernel(be, n->graph, i, &g) != GT_BOK) return gt_fail_be(t->rt, "graph patch");
+    memcpy(was, now, l->nargs * sizeof *now);
+  }
+  if (refused) {                      /* a copy node moved: update the whole exec */
+    gt_gnode *g = NULL;
+    int *deps = NULL;
+    void **ptrs = NULL;
+    if (build_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
+    int st = be->graph_update(be, n->graph, g, q->n);
+    if (st == GT_BREFUSED) {
+      be->graph_destroy(be, n->graph);
+      st = be->graph_create(be, g, q->n, &n->graph);
+    }
+    free(g); free(deps); free(ptrs);
+    if (st != GT_BOK) { n->graph = NULL; t->recorded--; return gt_fail_be(t->rt, "graph update"); }
+    n->updates++;
+    t->updates++;
+  }
+  return launch_graph(t, n);
+}
+
+/* -- Segment end --------------------------------------------------------- */
+
+static gt_node *find_kid(gt_node *p, uint64_t key, int nostatic) {
+  for (int i = 0; i < p->nkids; i++)
+    if ((nostatic ? p->kids[i]->key_nostatic : p->kids[i]->key) == key) return p->kids[i];
+  return NULL;
+}
+
+static char *make_label(const gt_queue *q) {
+  char buf[96] = "", item[64];
+  size_t len = 0;
+  for (int i = 0; i < q->n;) {
+    const char *nm = q->l[i].k ? q->l[i].k->name : q->l[i].kind == GT_GN_MEMCPY ? "copy" : "fill";
+    int j = i + 1;
+    while (j < q->n && q->l[j].kind == q->l[i].kind && (!q->l[j].k || !strcmp(q->l[j].k->name, nm))) j++;
+    if (j - i > 1) snprintf(item, sizeof item, "%s%s x%d", i ? " " : "", nm, j - i);
+    else snprintf(item, sizeof item, "%s%s", i ? " " : "", nm);
+    if (len + strlen(item) > 56) { strcat(buf, " ..."); break; }
+    strcat(buf, item);
+    len += strlen(item);
+    i = j;
+  }
+  if (!q->n) strcpy(buf, "(memory only)");
+  return dupstr(buf);
+}
+
+static gt_node *new_node(gt_tree *t, gt_node *parent, gt_segkey key) {
+  gt_node *n = calloc(1, sizeof *n);
+  if (!n || GROW(parent->kids, parent->kidcap, parent->nkids + 1) || GROW(t->nodes, t->nodecap, t->nnodes + 1)) {
+    free(n);
+    gt_fail(t->rt, "out of host memory");
+    return NULL;
+  }
+  n->id = t->nnodes;
+  n->parent = parent;
+  n->depth = parent->depth + 1;
+  n->key = key.full;
+  n->key_nostatic = key.nostatic;
+  n->nlaunch = t->q.n;
+  n->label = make_label(&t->q);
+  for (int i = 0; i < t->q.n; i++)
+    if (t->q.l[i].k && !t->q.l[i].k->graphable) {
+      char why[160];
+      snprintf(why, sizeof why, "kernel '%s' is not graphable", t->q.l[i].k->name);
+      n->skip = dupstr(why);
+      break;
+    }
+  parent->kids[parent->nkids++] = n;
+  t->nodes[t->nnodes++] = n;
+  return n;
+}
+
+/* Ends the segment being queued: find (or make) its node by key, then warm
+   it up, record it, replay it or run it eagerly.  GT_NEED_GC when a recording
+   needs Lua's liveness first (collect fully, call again with gc_done = 1). */
+int gt_tree_flush(gt_runtime *rt, int gc_done) {
+  gt_tree *t = rt->active;
+  if (!t) return GT_OK;
+  int first = t->segstart[t->depth];
+  if (t->q.n == 0 && t->nbufs == first) return GT_OK;
+  double t0 = gt_now_us();
+  gt_segkey key = segment_key(t);
+  gt_node *parent = t->cur ? t->cur : &t->root;
+  gt_node *n = find_kid(parent, key.full, 0), *upd = NULL;
+  int parent_ok = !t->cur || t->cur_mode == GT_V_RECORD || t->cur_mode == GT_V_REPLAY || t->cur_mode == GT_V_UPDATE;
+  int mode;
+  const char *skip = NULL;
+  if (n && n->graph && parent_ok) mode = GT_V_REPLAY;
+  else if (n && n->skip) { mode = GT_V_EAGER; skip = n->skip; }
+  else if (!n && parent_ok && (upd = find_kid(parent, key.nostatic, 1)) && upd->graph) mode = GT_V_UPDATE;
+  else if (!parent_ok || (n && n->warmups < t->opts.warmup) || (!n && t->opts.warmup > 0)) mode = GT_V_WARMUP;
+  else if (t->recorded >= t->opts.max_recordings) {
+    t->limit_hit++;
+    if (t->opts.on_limit_error)
+      return gt_fail(rt, "tree '%s' (%s): a new path needs a recording but max_recordings = %d are held; raise "
+                     "max_recordings, use buckets, or set on_limit = \"eager\"", t->name, t->where, t->opts.max_recordings);
+    if (t->limit_hit == 1) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "tree '%s' (%s) reached max_recordings = %d; new paths run eagerly (see tree:stats().skips)",
+               t->name, t->where, t->opts.max_recordings);
+      warn(t, msg);
+    }
+    mode = GT_V_EAGER;
+    skip = "max_recordings";
+  } else mode = GT_V_RECORD;
+  if ((mode == GT_V_RECORD || mode == GT_V_UPDATE) && !gc_done) return GT_NEED_GC;
+  int created = !n && mode != GT_V_UPDATE;
+  if (created && !(n = new_node(t, parent, key))) return GT_ERR;
+  if (mode == GT_V_RECORD && n->skip) { mode = GT_V_EAGER; skip = n->skip; }
+  if (mode == GT_V_UPDATE) {
+    n = upd;
+    n->key = key.full;
+  }
+  int st;
+  switch (mode) {
+  case GT_V_REPLAY:
+    st = replay(t, n, first);
+    if (st == GT_OK) { n->replays++; t->replays++; n->replay_us_sum += gt_now_us() - t0; n->replay_n++; }
+    t->state_node = n;
+    break;
+  case GT_V_RECORD: case GT_V_UPDATE:
+    st = record(t, n, first, mode == GT_V_UPDATE);
+    if (st == 1) { mode = GT_V_EAGER; n->eager++; t->eager++; gt_tree_note_skip(t, "graph build failed"); st = GT_OK; }
+    else if (st == GT_OK && mode == GT_V_UPDATE) { n->updates++; t->updates++; }
+    break;
+  default:
+    st = alloc_new(t, first);
+    if (st == GT_OK) st = run_eager(t, n);
+    if (st == GT_OK && mode == GT_V_WARMUP) { n->warmups++; t->warmups++; }
+    if (st == GT_OK && mode == GT_V_EAGER) { n->eager++; t->eager++; gt_tree_note_skip(t, skip); }
+    break;
+  }
+  if (st != GT_OK) {
+    if (created) {                    /* no half node: a failed first visit leaves nothing */
+      parent->nkids--;
+      t->nnodes--;
+      drop_graph(t, n);
+      free(n->kids); free(n->label); free(n->skip); free(n);
+    }
+    return GT_ERR;
+  }
+  n->visits++;
+  n->last_call = (uint64_t)t->calls;
+  if (!GROW(t->path, t->pathcap, t->npath + 1)) t->path[t->npath++] = n;
+  t->cur = n;
+  t->cur_mode = mode;
+  t->depth++;
+  if (GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(rt, "out of host memory");
+  t->segstart[t->depth] = t->nbufs;
+  gt_queue_clear(&t->q);
+  return GT_OK;
+}
+
+int gt_tree_end(gt_runtime *rt) {
+  gt_tree *t = rt->active;
+  if (!t) return GT_OK;
+  int st = gt_tree_flush(rt, 1);
+  if (st != GT_OK) { gt_tree_abort(rt); return GT_ERR; }
+  if (!GROW(t->lastpath, t->nlastpath, t->npath)) {
+    memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
+    t->nlastpath = t->npath;
+  }
+  rt->active = NULL;
+  return GT_OK;
+}
+
+/* A Lua error (or a failed segment): the queued segment is dropped, its new
+   tensors become stale, and the call ends.  Nodes already run stay whole. */
+void gt_tree_abort(gt_runtime *rt) {
+  gt_tree *t = rt->active;
+  if (!t) return;
+  gt_queue_clear(&t->q);
+  for (int i = t->segstart[t->depth]; i < t->nbufs; i++) {
+    t->bufs[i]->gen_now = &rt->zero_gen;
+    t->bufs[i]->gen = 1;
+  }
+  t->nlastpath = 0;
+  rt->active = NULL;
+}
+
+/* -- Trimming and the floor ---------------------------------------------- */
+
+static int by_last_call(const void *a, const void *b) {
+  const gt_node *x = *(gt_node *const *)a, *y = *(gt_node *const *)b;
+  return x->last_call < y->last_call ? 1 : x->last_call > y->last_call ? -1 : 0;
+}
+
+int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
+  if (rt->active == t) return gt_fail(rt, "tree '%s': trim inside its own call", t->name);
+  gt_node **rec = malloc((t->nnodes ? t->nnodes : 1) * sizeof *rec);
+  if (!rec) return gt_fail(rt, "out of host memory");
+  int n = 0, dropped = 0;
+  for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph) rec[n++] = t->nodes[i];
+  qsort(rec, n, sizeof *rec, by_last_call);
+  for (int i = keep < 0 ? 0 : keep; i < n; i++)
+    if (rec[i]->graph) { drop_graph(t, rec[i]); drop_below(t, rec[i]); dropped++; }
+  free(rec);
+  uint64_t end = 0;
+  for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph && t->nodes[i]->plan_end > end) end = t->nodes[i]->plan_end;
+  gt_pool_clear(&t->pool);
+  t->gen++;                           /* the last call's outputs may lie in trimmed memory */
+  gt_pool_shrink(&t->pool, end);
+  return dropped;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Launches the graphs of the tree's last call back to back, no tree logic:
+   the floor that tree replay is measured against.  Medians in µs. */
+int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, double *cpu_us, double *step_us) {
+  gt_backend *be = &rt->be;
+  if (!t->nlastpath || iters < 1) return gt_fail(rt, "tree '%s': call it at least once before measuring the floor", t->name);
+  for (int i = 0; i < t->nlastpath; i++)
+    if (!t->lastpath[i]->graph) return gt_fail(rt, "tree '%s': the last call did not replay every segment", t->name);
+  double *c = malloc(iters * sizeof *c), *s = malloc(iters * sizeof *s);
+  if (!c || !s) { free(c); free(s); return gt_fail(rt, "out of host memory"); }
+  if (be->sync(be)) { free(c); free(s); return gt_fail_be(rt, NULL); }
+  double start = gt_now_us();
+  int st = GT_BOK;
+  for (int k = 0; k < iters && st == GT_BOK; k++) {
+    double t0 = gt_now_us();
+    for (int i = 0; i < t->nlastpath && st == GT_BOK; i++) st = be->graph_launch(be, t->lastpath[i]->graph);
+    double t1 = gt_now_us();
+    if (sync_each && st == GT_BOK) st = be->sync(be);
+    c[k] = t1 - t0;
+    s[k] = gt_now_us() - t0;
+  }
+  if (st == GT_BOK) st = be->sync(be);
+  double total = gt_now_us() - start;
+  qsort(c, iters, sizeof *c, cmp_double);
+  qsort(s, iters, sizeof *s, cmp_double);
+  *cpu_us = c[iters / 2];
+  *step_us = sync_each ? s[iters / 2] : total / iters;
+  free(c); free(s);
+  return st == GT_BOK ? GT_OK : gt_fail_be(rt, NULL);
+}
