@@ -1,0 +1,172 @@
+-- gt.kernel: compiling kernel sources and launching their __global__ functions.
+local ffi = require "ffi"
+
+return function(gt)
+  local C, rt, Tensor, DT = gt._C, gt._rt, gt.Tensor, gt._dtypes
+  local PTR_IN, PTR_OUT = 1, 2
+  local SCALAR = { [3] = "i32", [4] = "u32", [5] = "i64", [6] = "u64", [7] = "f32", [8] = "f64", [9] = "bool" }
+  local INTEGER = { i32 = true, u32 = true, i64 = true, u64 = true }
+  local FIELD = { i32 = "i32", u32 = "u32", i64 = "i64", u64 = "u64", f32 = "f32", f64 = "f64" }
+
+  local Kernel = {}
+  Kernel.__index = Kernel
+  gt.Kernel = Kernel
+
+  local function dims(x, what, name, level)
+    if type(x) == "number" then
+      if x >= 1 and x == math.floor(x) then return x, 1, 1 end
+    elseif type(x) == "table" then
+      local a, b, c = x[1] or x.x or 1, x[2] or x.y or 1, x[3] or x.z or 1
+      local ok = true
+      for _, v in ipairs { a, b, c } do if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then ok = false end end
+      if ok then return a, b, c end
+    end
+    error("kernel '" .. name .. "': " .. what .. " must be a positive number or {x, y, z}, got " .. tostring(x), level + 1)
+  end
+
+  -- The slow path of a failed argument check: says exactly what is wrong.
+  local function arg_error(k, i, v, level)
+    local name, pname, ptext = ffi.string(k.name), ffi.string(k.pname[i - 1]), ffi.string(k.ptext[i - 1])
+    local where = "kernel '" .. name .. "': argument #" .. i .. " ('" .. pname .. "', " .. ptext .. ")"
+    local pt = k.ptype[i - 1]
+    if pt == PTR_IN or pt == PTR_OUT then
+      if getmetatable(v) ~= Tensor then error(where .. " expects a tensor, got " .. type(v), level + 1) end
+      if v:is_stale() then gt._stale_error(v, level + 1) end
+      if v._strides then error(where .. ": the tensor is a non-contiguous view; :clone() it first", level + 1) end
+      local want = gt._dtype_of_code[k.pdtype[i - 1]]
+      error(where .. " expects " .. tostring(want) .. ", got a " .. v.dtype .. " tensor", level + 1)
+    end
+    local st = SCALAR[pt]
+    if st == "bool" then error(where .. " expects a boolean or number, got " .. type(v), level + 1) end
+    if type(v) ~= "number" then error(where .. " expects a number, got " .. type(v), level + 1) end
+    error(where .. " expects an integer, got " .. tostring(v), level + 1)
+  end
+
+  -- Generates a launcher with fixed arity for kernel k: the checks inline,
+  -- then one call into the core.  Keeping this small keeps every step cheap.
+  local function make_launcher(k)
+    local n = k.nparams
+    local params, body = {}, {}
+    for i = 1, n do
+      params[i] = "a" .. i
+      local pt = k.ptype[i - 1]
+      local s = "args[" .. (i - 1) .. "]"
+      if pt == PTR_IN or pt == PTR_OUT then
+        local want = gt._dtype_of_code[k.pdtype[i - 1]]
+        local dcheck = want and DT[want] and (" or a%d.dtype ~= %q"):format(i, want) or ""
+        body[#body + 1] = ("do local t = a%d; if getmetatable(t) ~= T then fail(%d, t) end; local b = t._b; " ..
+          "if b.gen ~= b.gen_now[0] or t._strides%s then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
+          :format(i, i, dcheck, i, s, s, s)
+      else
+        local st = SCALAR[pt]
+        if st == "bool" then
+          body[#body + 1] = ("do local v = a%d; if v == true then v = 1 elseif v == false or v == nil then v = 0 " ..
+            "elseif type(v) ~= 'number' then fail(%d, v) end; %s.v.u64 = v ~= 0 and 1 or 0 end"):format(i, i, s)
+        elseif INTEGER[st] then
+          body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' or v ~= floor(v) then fail(%d, v) end; %s.v.%s = v end")
+            :format(i, i, s, FIELD[st])
+        else
+          body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' then fail(%d, v) end; %s.v.%s = v end")
+            :format(i, i, s, FIELD[st])
+        end
+      end
+    end
+    local plist = table.concat(params, ", ")
+    local src = "local C, rt, k, args, T, fail, floor, getmetatable, type, raise = ...\n" ..
+      "return function(gx, gy, gz, bx, by, bz, sm" .. (n > 0 and ", " .. plist or "") .. ")\n" ..
+      table.concat(body, "\n") .. "\n" ..
+      "if C.gt_launch(rt, k, gx, gy, gz, bx, by, bz, sm, args) ~= 0 then raise() end\nend"
+    local args = ffi.new("gt_arg[?]", math.max(n, 1))
+    local function fail(i, v) arg_error(k, i, v, 4) end
+    local function raise() error(gt._errmsg(), 4) end
+    local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name)))
+    return f(C, rt, k, args, Tensor, fail, math.floor, getmetatable, type, raise), plist
+  end
+
+  local function new_kernel(k, module)
+    local launch, plist = make_launcher(k)
+    local name = ffi.string(k.name)
+    local params = {}
+    for i = 0, k.nparams - 1 do params[i + 1] = { name = ffi.string(k.pname[i]), type = ffi.string(k.ptext[i]) } end
+    -- config(grid, block [, smem]) -> a bound launcher with no argument parsing
+    local factory = assert(loadstring("local L = ...\nreturn function(gx, gy, gz, bx, by, bz, sm)\n" ..
+      "return function(" .. plist .. ") L(gx, gy, gz, bx, by, bz, sm" .. (plist ~= "" and ", " .. plist or "") ..
+      ") end end", "=gt.config." .. name))(launch)
+    return setmetatable({ name = name, params = params, graphable = k.graphable ~= 0,
+                          _k = k, _launch = launch, _factory = factory, _module = module }, Kernel)
+  end
+
+  --- K.name(grid, block, args...): launch (queued inside a tree call)
+  function Kernel:__call(grid, block, ...)
+    local gx, gy, gz = dims(grid, "grid", self.name, 2)
+    local bx, by, bz = dims(block, "block", self.name, 2)
+    self._launch(gx, gy, gz, bx, by, bz, 0, ...)
+  end
+
+  --- K.name:config(grid, block [, smem_bytes]) -> f(args...), a cheap bound launcher
+  function Kernel:config(grid, block, smem)
+    local gx, gy, gz = dims(grid, "grid", self.name, 2)
+    local bx, by, bz = dims(block, "block", self.name, 2)
+    smem = smem or 0
+    if type(smem) ~= "number" or smem < 0 then error("kernel '" .. self.name .. "': shared memory must be bytes >= 0", 2) end
+    return self._factory(gx, gy, gz, bx, by, bz, smem)
+  end
+
+  function Kernel:__tostring()
+    local p = {}
+    for i, q in ipairs(self.params) do p[i] = q.type .. " " .. q.name end
+    return "kernel " .. self.name .. "(" .. table.concat(p, ", ") .. ")" .. (self.graphable and "" or " [not graphable]")
+  end
+
+  --- gt.compile(src [, {name=, graph=, options=}]) -> { name = kernel, ... }
+  function gt.compile(src, opts)
+    if type(src) ~= "string" then error("gt.compile expects kernel source text", 2) end
+    opts = opts or {}
+    local chunk = opts.name
+    if not chunk then
+      local info = debug.getinfo(2, "Sl")
+      chunk = info and (info.short_src .. ":" .. info.currentline) or "kernel.cu"
+    end
+    local m = C.gt_compile(rt, src, opts.options, chunk, opts.graph == false and 0 or 1)
+    if m == nil then error(gt._errmsg(), 2) end
+    local K = {}
+    for i = 0, C.gt_module_count(m) - 1 do
+      local k = C.gt_module_kernel(m, i)
+      K[ffi.string(k.name)] = new_kernel(k, m)
+    end
+    return K
+  end
+
+  local function find_file(path)
+    local f = io.open(path, "rb")
+    if f then return f, path end
+    if path:sub(1, 1) ~= "/" then
+      local p2 = gt.home() .. "/" .. path
+      f = io.open(p2, "rb")
+      if f then return f, p2 end
+    end
+    return nil
+  end
+
+  local loaded = {}
+  --- gt.load(path [, opts]) -> kernels of a .cu file (relative to the cwd, else to GTLUA_HOME); cached
+  function gt.load(path, opts)
+    if type(path) ~= "string" then error("gt.load expects a file path", 2) end
+    local f, full = find_file(path)
+    if not f then error("gt.load: cannot open '" .. path .. "' (looked here and under " .. gt.home() .. ")", 2) end
+    local src = f:read("*a")
+    f:close()
+    opts = opts or {}
+    local key = full .. "\0" .. tostring(opts.options) .. "\0" .. tostring(opts.graph) .. "\0" .. src
+    if loaded[key] then return loaded[key] end
+    local m = C.gt_compile(rt, src, opts.options, path, opts.graph == false and 0 or 1)
+    if m == nil then error(gt._errmsg(), 2) end
+    local K = {}
+    for i = 0, C.gt_module_count(m) - 1 do
+      local k = C.gt_module_kernel(m, i)
+      K[ffi.string(k.name)] = new_kernel(k, m)
+    end
+    loaded[key] = K
+    return K
+  end
+end

@@ -1,0 +1,384 @@
+-- gt.tensor: device tensors as views (offset, shape) onto core buffers.
+local ffi = require "ffi"
+local bit = require "bit"
+
+return function(gt)
+  local C, rt = gt._C, gt._rt
+  local floor, concat, type, setmetatable, getmetatable = math.floor, table.concat, type, setmetatable, getmetatable
+
+  local DT = {
+    f32 = { code = 1, size = 4, ct = ffi.typeof("float[?]"), int = false },
+    i32 = { code = 2, size = 4, ct = ffi.typeof("int32_t[?]"), int = true },
+    i64 = { code = 3, size = 8, ct = ffi.typeof("int64_t[?]"), int = true },
+    u8  = { code = 4, size = 1, ct = ffi.typeof("uint8_t[?]"), int = true },
+  }
+  for name, d in pairs(DT) do d.name = name end
+  local BY_CODE = { [1] = "f32", [2] = "i32", [3] = "i64", [4] = "u8", [5] = "f64", [6] = "u32", [7] = "u64" }
+  gt._dtypes, gt._dtype_of_code = DT, BY_CODE
+
+  local Tensor = {}
+  Tensor.__index = Tensor
+  gt.Tensor = Tensor
+
+  local function is_tensor(x) return getmetatable(x) == Tensor end
+  gt.is_tensor = is_tensor
+
+  local function dtype_of(dtype, level)
+    local d = DT[dtype or "f32"]
+    if not d then error("unknown dtype '" .. tostring(dtype) .. "': use f32, i32, i64 or u8", level + 1) end
+    return d
+  end
+
+  local function shape_str(shape) return #shape == 0 and "scalar" or concat(shape, "x") end
+  gt._shape_str = shape_str
+
+  local function check_shape(shape, level)
+    if type(shape) == "number" then shape = { shape } end
+    if type(shape) ~= "table" then error("a shape is a table of sizes, e.g. {8, 256}", level + 1) end
+    local s, n = {}, 1
+    for i = 1, #shape do
+      local d = shape[i]
+      if type(d) ~= "number" or d < 0 or d ~= floor(d) then
+        error("bad shape: dimension " .. i .. " is " .. tostring(d) .. ", not a size", level + 1)
+      end
+      s[i], n = d, n * d
+    end
+    return s, n
+  end
+
+  local function wrap(b, off, shape, numel, d, strides)
+    return setmetatable({ _b = b, _off = off, shape = shape, numel = numel, dtype = d.name,
+                          _nb = numel * d.size, _strides = strides }, Tensor)
+  end
+
+  -- A new tensor over a new buffer (tree memory inside a tree call).
+  local function new(shape, dtype, level)
+    local d = dtype_of(dtype, level + 1)
+    local s, n = check_shape(shape, level + 1)
+    local b = C.gt_buf_new(rt, n * d.size)
+    if b == nil then error(gt._errmsg(), level + 1) end
+    return wrap(ffi.gc(b, C.gt_buf_release), 0, s, n, d, nil)
+  end
+  gt._new_tensor = new
+
+  -- Staleness: one integer compare.
+  local function stale_error(t, level)
+    local b = t._b
+    local what = "tensor " .. t.dtype .. " " .. shape_str(t.shape)
+    if b.tree ~= nil then
+      local name, where = ffi.string(C.gt_tree_name(b.tree)), ffi.string(C.gt_tree_where(b.tree))
+      if b.gen == 1 then
+        error(what .. " was made by tree '" .. name .. "' (" .. where .. ") in a call that failed; it has no valid memory", level + 1)
+      end
+      error(what .. " returned by tree '" .. name .. "' (" .. where ..
+            ") was overwritten by a later call; :clone() it to keep it", level + 1)
+    end
+    error(what .. " is no longer valid", level + 1)
+  end
+  gt._stale_error = stale_error
+
+  local function live(t, level)
+    local b = t._b
+    if b.gen ~= b.gen_now[0] then stale_error(t, level + 1) end
+    return b
+  end
+  gt._live = live
+
+  --- t:is_stale() -> true when a later tree call has reused its memory
+  function Tensor:is_stale() local b = self._b; return b.gen ~= b.gen_now[0] end
+
+  -- A sync point: in a tree call, the segment ends first.
+  local function sync_point(level)
+    if C.gt_tree_active(rt) ~= nil then gt._flush(level + 1) end
+  end
+
+  -- -- Creation -------------------------------------------------------------
+
+  --- gt.tensor(shape [, dtype]) -> uninitialised tensor
+  function gt.tensor(shape, dtype) return new(shape, dtype, 2) end
+
+  --- gt.zeros(shape [, dtype])
+  function gt.zeros(shape, dtype)
+    local t = new(shape, dtype, 2)
+    if C.gt_buf_memset(rt, t._b, 0, 0, t._nb) ~= 0 then gt._fail() end
+    return t
+  end
+
+  local fillk
+  local function fill(t, v, level)
+    if v == 0 then
+      if C.gt_buf_memset(rt, t._b, t._off, 0, t._nb) ~= 0 then gt._fail(level + 1) end
+      return t
+    end
+    if not fillk then fillk = gt.load("kernels/elementwise.cu") end
+    local n = t.numel
+    if n == 0 then return t end
+    local g = math.min(math.ceil(n / 256), 4096)
+    local k = fillk["fill_" .. t.dtype]
+    if t.dtype == "u8" then v = bit.band(v, 255) end
+    k(g, 256, t, n, v)
+    return t
+  end
+
+  --- gt.full(shape, value [, dtype]), gt.ones(shape [, dtype])
+  function gt.full(shape, v, dtype) return fill(new(shape, dtype, 2), v, 2) end
+  function gt.ones(shape, dtype) return fill(new(shape, dtype, 2), 1, 2) end
+
+  -- Shape and flat values of a nested table.
+  local function flatten(tbl, level)
+    local shape, vals = {}, {}
+    local x = tbl
+    while type(x) == "table" do shape[#shape + 1] = #x; x = x[1] end
+    local function walk(v, dim)
+      if dim > #shape then
+        if type(v) ~= "number" and type(v) ~= "boolean" then error("gt.from: " .. type(v) .. " where a number belongs", level + 3) end
+        vals[#vals + 1] = v == true and 1 or v == false and 0 or v
+        return
+      end
+      if type(v) ~= "table" or #v ~= shape[dim] then
+        error("gt.from: ragged nesting at depth " .. dim .. " (expected " .. shape[dim] .. " entries)", level + 3)
+      end
+      for i = 1, #v do walk(v[i], dim + 1) end
+    end
+    walk(tbl, 1)
+    return shape, vals
+  end
+
+  local function write_values(t, vals, level)
+    local d = DT[t.dtype]
+    local n = #vals
+    local host = d.ct(n)
+    for i = 1, n do host[i - 1] = vals[i] end
+    sync_point(level + 1)
+    if C.gt_buf_write(rt, t._b, t._off, host, n * d.size) ~= 0 then gt._fail(level + 1) end
+  end
+
+  --- gt.from(nested_table_or_number [, dtype])
+  function gt.from(tbl, dtype)
+    if type(tbl) == "number" then tbl = { tbl } end
+    if type(tbl) ~= "table" then error("gt.from expects a (nested) table of numbers", 2) end
+    local shape, vals = flatten(tbl, 1)
+    local t = new(shape, dtype, 2)
+    write_values(t, vals, 2)
+    return t
+  end
+
+  -- A small deterministic generator (xorshift64*), Box-Muller normals.
+  local state = ffi.new("uint64_t[1]", 0x9E3779B97F4A7C15ULL)
+  local function next_u01(s)
+    local x = s[0]
+    x = bit.bxor(x, bit.rshift(x, 12)); x = bit.bxor(x, bit.lshift(x, 25)); x = bit.bxor(x, bit.rshift(x, 27))
+    s[0] = x
+    local r = bit.rshift(x * 0x2545F4914F6CDD1DULL, 11)
+    return (tonumber(r) + 0.5) / 9007199254740992
+  end
+
+  --- gt.randn(shape [, {seed=, dtype=, scale=}]): normal values, deterministic per seed
+  function gt.randn(shape, opts)
+    opts = opts or {}
+    local t = new(shape, opts.dtype, 2)
+    local s = state
+    if opts.seed then s = ffi.new("uint64_t[1]", 0x9E3779B97F4A7C15ULL + opts.seed * 0x100000001B3ULL) end
+    local n, scale = t.numel, opts.scale or 1
+    local d = DT[t.dtype]
+    local host = d.ct(n)
+    for i = 0, n - 1, 2 do
+      local u1, u2 = next_u01(s), next_u01(s)
+      local r = math.sqrt(-2 * math.log(u1))
+      host[i] = r * math.cos(2 * math.pi * u2) * scale
+      if i + 1 < n then host[i + 1] = r * math.sin(2 * math.pi * u2) * scale end
+    end
+    sync_point(2)
+    if C.gt_buf_write(rt, t._b, 0, host, t._nb) ~= 0 then gt._fail() end
+    return t
+  end
+
+  -- -- Reading ------------------------------------------------------------
+
+  -- Flat host array of the view's values in row-major order, and its length.
+  local function read_flat(t, level)
+    local b = live(t, level + 1)
+    sync_point(level + 1)
+    local d = DT[t.dtype]
+    if not t._strides then
+      local host = d.ct(math.max(t.numel, 1))
+      if C.gt_buf_read(rt, b, t._off, host, t._nb) ~= 0 then gt._fail(level + 1) end
+      return host, t.numel
+    end
+    -- a strided view: read the span it covers, then gather
+    local shape, st = t.shape, t._strides
+    local span = 1
+    for i = 1, #shape do span = span + (shape[i] - 1) * st[i] end
+    local raw = d.ct(span)
+    if C.gt_buf_read(rt, b, t._off, raw, span * d.size) ~= 0 then gt._fail(level + 1) end
+    local out, k = d.ct(math.max(t.numel, 1)), 0
+    local function walk(dim, base)
+      if dim > #shape then out[k] = raw[base]; k = k + 1; return end
+      for i = 0, shape[dim] - 1 do walk(dim + 1, base + i * st[dim]) end
+    end
+    if t.numel > 0 then walk(1, 0) end
+    return out, t.numel
+  end
+
+  local function num(d, v) return d.int and tonumber(v) or v end
+
+  --- t:tolist() -> nested table like the shape
+  function Tensor:tolist()
+    local flat = read_flat(self, 2)
+    local d, shape, k = DT[self.dtype], self.shape, 0
+    if #shape == 0 then return num(d, flat[0]) end
+    local function build(dim)
+      local r = {}
+      if dim == #shape then
+        for i = 1, shape[dim] do r[i] = num(d, flat[k]); k = k + 1 end
+      else
+        for i = 1, shape[dim] do r[i] = build(dim + 1) end
+      end
+      return r
+    end
+    return build(1)
+  end
+
+  --- t:item() -> the one value of a one-element tensor
+  function Tensor:item()
+    live(self, 2)
+    if self.numel ~= 1 then error("item() needs a tensor with one element, this one is " .. shape_str(self.shape), 2) end
+    local flat = read_flat(self, 2)
+    return num(DT[self.dtype], flat[0])
+  end
+
+  -- -- Copies and views ---------------------------------------------------
+
+  --- t:clone() -> a copy (out of any tree pool when called outside a tree call)
+  function Tensor:clone()
+    local b = live(self, 2)
+    local d = DT[self.dtype]
+    local c = new(self.shape, self.dtype, 2)
+    if self._strides then
+      local flat, n = read_flat(self, 2)
+      sync_point(2)
+      if C.gt_buf_write(rt, c._b, 0, flat, n * d.size) ~= 0 then gt._fail() end
+    elseif C.gt_buf_copy(rt, c._b, 0, b, self._off, self._nb) ~= 0 then gt._fail() end
+    return c
+  end
+
+  --- t:copy(src): src a tensor of the same size and dtype, or a (nested) table
+  function Tensor:copy(src)
+    local b = live(self, 2)
+    if self._strides then error("copy into a non-contiguous view is not supported; copy into the base tensor", 2) end
+    if is_tensor(src) then
+      local sb = live(src, 2)
+      if src.numel ~= self.numel or src.dtype ~= self.dtype then
+        error("copy: source is " .. src.dtype .. " " .. shape_str(src.shape) .. ", destination " ..
+              self.dtype .. " " .. shape_str(self.shape), 2)
+      end
+      if src._strides then src = src:clone(); sb = src._b end
+      if C.gt_buf_copy(rt, b, self._off, sb, src._off, self._nb) ~= 0 then gt._fail() end
+      return self
+    end
+    if type(src) ~= "table" then error("copy expects a tensor or a table of numbers", 2) end
+    local _, vals = flatten(src, 1)
+    if #vals ~= self.numel then error("copy: " .. #vals .. " values for a tensor of " .. self.numel, 2) end
+    write_values(self, vals, 2)
+    return self
+  end
+
+  --- t:fill(v)
+  function Tensor:fill(v)
+    live(self, 2)
+    if self._strides then error("fill of a non-contiguous view is not supported", 2) end
+    return fill(self, v, 2)
+  end
+
+  --- t:view(shape): same memory, another shape (one size may be -1)
+  function Tensor:view(shape)
+    live(self, 2)
+    if self._strides then error("view of a non-contiguous tensor: :clone() it first", 2) end
+    if type(shape) ~= "table" then error("view expects a shape table", 2) end
+    local s, known, hole = {}, 1, nil
+    for i = 1, #shape do
+      if shape[i] == -1 then
+        if hole then error("view: only one size may be -1", 2) end
+        hole = i
+      else known = known * shape[i] end
+      s[i] = shape[i]
+    end
+    if hole then s[hole] = known > 0 and self.numel / known or 0 end
+    local s2, n = check_shape(s, 2)
+    if n ~= self.numel then
+      error("view: " .. shape_str(s2) .. " has " .. n .. " elements, the tensor " .. self.numel, 2)
+    end
+    return wrap(self._b, self._off, s2, n, DT[self.dtype], nil)
+  end
+
+  --- t:narrow(dim, start, len): a view of len entries of dim from start (1-based)
+  function Tensor:narrow(dim, start, len)
+    live(self, 2)
+    local shape = self.shape
+    if type(dim) ~= "number" or dim < 1 or dim > #shape then error("narrow: dim " .. tostring(dim) .. " out of 1.." .. #shape, 2) end
+    if type(start) ~= "number" or type(len) ~= "number" or start < 1 or len < 0 or start + len - 1 > shape[dim] then
+      error("narrow: " .. tostring(start) .. "+" .. tostring(len) .. " outside dim " .. dim .. " of size " .. shape[dim], 2)
+    end
+    local d = DT[self.dtype]
+    local st = self._strides
+    if not st then
+      st = {}
+      local s = 1
+      for i = #shape, 1, -1 do st[i] = s; s = s * shape[i] end
+    end
+    local ns, n = {}, 1
+    for i = 1, #shape do ns[i] = i == dim and len or shape[i]; n = n * ns[i] end
+    local contiguous = not self._strides
+    if contiguous then for i = 1, dim - 1 do if shape[i] ~= 1 then contiguous = false end end end
+    local off = self._off + (start - 1) * st[dim] * d.size
+    return wrap(self._b, off, ns, n, d, (not contiguous) and st or nil)
+  end
+
+  --- t:contiguous() -> t itself when contiguous, else a contiguous copy
+  function Tensor:contiguous() if self._strides then return self:clone() end return self end
+  function Tensor:is_contiguous() return self._strides == nil end
+
+  --- t:static() marks a weight: keyed by address in trees; returns t
+  function Tensor:static()
+    local b = live(self, 2)
+    b.flags = bit.bor(b.flags, C.GT_BUF_STATIC)
+    return self
+  end
+
+  function Tensor:dim() return #self.shape end
+  function Tensor:size(d) if d then return self.shape[d] end local s = {} for i, v in ipairs(self.shape) do s[i] = v end return s end
+
+  -- -- Printing -------------------------------------------------------------
+
+  local function fmt(d, v)
+    if d.int then return tostring(tonumber(v)) end
+    if v ~= v then return "nan" end
+    if v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end
+    return string.format("%.4g", v)
+  end
+
+  -- values shown like a tensor library: at most 6 per dim, "..." between
+  function Tensor:__tostring()
+    local tail = "[gt." .. self.dtype .. " " .. shape_str(self.shape) .. " " .. gt.backend()
+    if self:is_stale() then return tail .. ", stale]" end
+    if C.gt_tree_active(rt) ~= nil and self._b.addr == 0 then return tail .. ", pending]" end
+    local ok, flat = pcall(read_flat, self, 1)
+    if not ok then return tail .. "]" end
+    local d, shape = DT[self.dtype], self.shape
+    if #shape == 0 then return fmt(d, flat[0]) .. "\n" .. tail .. "]" end
+    local strides, s = {}, 1
+    for i = #shape, 1, -1 do strides[i] = s; s = s * shape[i] end
+    local function idx(n) if n <= 6 then local r = {} for i = 1, n do r[i] = i end return r end return { 1, 2, 3, false, n - 2, n - 1, n } end
+    local function render(dim, base, indent)
+      local parts = {}
+      for _, i in ipairs(idx(shape[dim])) do
+        if not i then parts[#parts + 1] = "..."
+        elseif dim == #shape then parts[#parts + 1] = fmt(d, flat[base + (i - 1) * strides[dim]])
+        else parts[#parts + 1] = render(dim + 1, base + (i - 1) * strides[dim], indent .. " ") end
+      end
+      if dim == #shape then return "[" .. concat(parts, ", ") .. "]" end
+      return "[" .. concat(parts, ",\n" .. indent .. " ") .. "]"
+    end
+    return render(1, 0, "") .. "\n" .. tail .. "]"
+  end
+end

@@ -1,0 +1,250 @@
+-- gt.tree: graph trees from Lua functions; calls, staging, statistics and the terminal drawing.
+local ffi = require "ffi"
+
+return function(gt)
+  local C, rt, Tensor = gt._C, gt._rt, gt.Tensor
+  local GT_NEED_GC = 1
+  local select, getmetatable, type, pairs, next = select, getmetatable, type, pairs, next
+
+  local Tree = {}
+  Tree.__index = Tree
+  gt.Tree = Tree
+
+  -- Ends the segment; a recording first learns which tensors Lua still holds.
+  local function flush(level)
+    local r = C.gt_tree_flush(rt, 0)
+    if r == GT_NEED_GC then
+      collectgarbage("collect")
+      collectgarbage("collect")
+      r = C.gt_tree_flush(rt, 1)
+    end
+    if r ~= 0 then
+      local msg = gt._errmsg()
+      C.gt_tree_abort(rt)
+      error(msg, level + 1)
+    end
+  end
+  gt._flush = flush
+
+  gt.on_warning = function(msg) io.stderr:write("gtlua: warning: ", msg, "\n") end
+
+  -- The variable a tree is assigned to, read from its source line.
+  local function guess_name(info)
+    local f = info.source:sub(1, 1) == "@" and io.open(info.source:sub(2))
+    if not f then return nil end
+    local line
+    for _ = 1, info.currentline do line = f:read("*l") end
+    f:close()
+    return line and (line:match("([%w_]+)%s*=%s*gt%.tree") or line:match("function%s+([%w_.:]+)"))
+  end
+
+  local ntrees = 0
+  --- gt.tree(fn [, opts]) -> a callable tree.  opts: name, warmup (1),
+  --- max_recordings (64), on_limit ("eager"|"error"), copy_inputs (false),
+  --- buckets ({dim=, sizes=} or a list of them), warn_shapes (8)
+  function gt.tree(fn, opts)
+    if type(fn) ~= "function" then error("gt.tree expects a function", 2) end
+    opts = opts or {}
+    local info = debug.getinfo(2, "Sl")
+    local where = info.short_src .. ":" .. (info.currentline or 0)
+    ntrees = ntrees + 1
+    local name = opts.name or guess_name(info) or ("tree" .. ntrees)
+    local on_limit = opts.on_limit or "eager"
+    if on_limit ~= "eager" and on_limit ~= "error" then error("gt.tree: on_limit must be \"eager\" or \"error\"", 2) end
+    local o = ffi.new("gt_tree_opts")
+    o.name, o.where = name, where
+    o.warmup = opts.warmup or 1
+    o.max_recordings = opts.max_recordings or 64
+    o.on_limit_error = on_limit == "error" and 1 or 0
+    o.copy_inputs = opts.copy_inputs and 1 or 0
+    if o.warmup < 0 or o.max_recordings < 0 then error("gt.tree: warmup and max_recordings must be >= 0", 2) end
+    local t = C.gt_tree_new(rt, o)
+    if t == nil then error(gt._errmsg(), 2) end
+    local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
+                                _copy = opts.copy_inputs and true or false, _nwarn = 0,
+                                _out = ffi.new("gt_buf*[1]"), opts = opts }, Tree)
+    if opts.buckets then gt.buckets._attach(self, opts.buckets, opts) end
+    return self
+  end
+
+  -- -- Calls ---------------------------------------------------------------
+
+  -- A tensor input that lives in this tree's pool (an output of its previous
+  -- call) or any tensor input with copy_inputs is copied to staging first.
+  local function stage(self, x, slot)
+    local b = x._b
+    if b.tree == self._t then
+      -- an output of the previous call (one generation back) is copied
+      -- before this call reuses its memory; older ones are gone already
+      if b.gen + 1 ~= b.gen_now[0] then gt._stale_error(x, 4) end
+    else
+      if b.gen ~= b.gen_now[0] then gt._stale_error(x, 4) end
+      if not self._copy then return x, slot end
+    end
+    if x._strides then error("a non-contiguous view as a tree input: :clone() it first", 4) end
+    if C.gt_tree_stage(rt, slot, b, x._off, x._nb, 0, self._out) ~= 0 then error(gt._errmsg(), 4) end
+    local s = setmetatable({ _b = ffi.gc(self._out[0], C.gt_buf_release), _off = 0, shape = x.shape,
+                             numel = x.numel, dtype = x.dtype, _nb = x._nb }, Tensor)
+    return s, slot + 1
+  end
+
+  local function needs_stage(self, x)
+    if getmetatable(x) ~= Tensor then return false end
+    return self._copy or x._b.tree == self._t
+  end
+
+  local function stage_args(self, n, ...)
+    local args, slot = { ... }, 0
+    for i = 1, n do
+      local x = args[i]
+      if getmetatable(x) == Tensor then
+        args[i], slot = stage(self, x, slot)
+      elseif type(x) == "table" and getmetatable(x) == nil then
+        local copy
+        for k, v in pairs(x) do
+          if needs_stage(self, v) then
+            copy = copy or {}
+            copy[k], slot = stage(self, v, slot)
+          end
+        end
+        if copy then
+          for k, v in pairs(x) do if copy[k] == nil then copy[k] = v end end
+          args[i] = copy
+        end
+      end
+    end
+    return args
+  end
+
+  local function finish(self, ok, ...)
+    if not ok then
+      C.gt_tree_abort(rt)
+      error((...), 0)
+    end
+    flush(2)
+    if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 2) end
+    local nw = C.gt_tree_warnings(self._t, nil)
+    if nw ~= self._nwarn then
+      local last = ffi.new("const char*[1]")
+      C.gt_tree_warnings(self._t, last)
+      self._nwarn = nw
+      gt.on_warning(ffi.string(last[0]))
+    end
+    return ...
+  end
+
+  local function run(self, ...)
+    if C.gt_tree_begin(rt, self._t) ~= 0 then error(gt._errmsg(), 3) end
+    local n, staged = select("#", ...), false
+    for i = 1, n do
+      local x = select(i, ...)
+      if needs_stage(self, x) then staged = true break end
+      if type(x) == "table" and getmetatable(x) == nil then
+        for _, v in pairs(x) do if needs_stage(self, v) then staged = true break end end
+      end
+    end
+    if not staged then return finish(self, pcall(self.fn, ...)) end
+    local ok, args = pcall(stage_args, self, n, ...)
+    if not ok then C.gt_tree_abort(rt); error(args, 0) end
+    return finish(self, pcall(self.fn, unpack(args, 1, n)))
+  end
+  Tree._run = run
+
+  function Tree:__call(...)
+    if self._buckets then return self:_bucket_call(...) end
+    return run(self, ...)
+  end
+
+  -- -- Statistics ------------------------------------------------------------
+
+  local function skip_table(t)
+    local r, reason, count = {}, ffi.new("const char*[1]"), ffi.new("int[1]")
+    local i = 0
+    while C.gt_tree_skip_reason(t, i, reason, count) == 0 do
+      r[ffi.string(reason[0])] = count[0]
+      i = i + 1
+    end
+    return r
+  end
+
+  --- tree:stats() -> the plain table of DESIGN.md section 9
+  function Tree:stats()
+    local s = ffi.new("gt_tree_info")
+    C.gt_tree_stats(self._t, s)
+    local r = {
+      name = self.name, where = self.where, calls = s.calls, nodes = s.nodes, recorded = s.recorded,
+      warmups = s.warmups, replays = s.replays, eager = s.eager, updates = s.updates,
+      skips = skip_table(self._t), skipped = s.skips, depth = s.depth,
+      pool = { reserved = tonumber(s.reserved), in_use = tonumber(s.in_use), high_water = tonumber(s.high_water) },
+      node = {},
+    }
+    local ni = ffi.new("gt_node_info")
+    for id = 0, s.nodes - 1 do
+      C.gt_tree_node(self._t, id, ni)
+      local kids, k = {}, 0
+      while true do
+        local c = C.gt_tree_child(self._t, id, k)
+        if c < 0 then break end
+        kids[#kids + 1] = c
+        k = k + 1
+      end
+      r.node[id] = {
+        id = id, parent = ni.parent >= 0 and ni.parent or nil, depth = ni.depth, children = kids,
+        label = ffi.string(ni.label), kernels = ni.kernels, visits = ni.visits, warmups = ni.warmups,
+        recorded = ni.recorded ~= 0, replays = ni.replays, updates = ni.updates, eager = ni.eager,
+        skip = ni.skip ~= nil and ffi.string(ni.skip) or nil,
+        record_us = ni.record_us, instantiate_us = ni.instantiate_us, replay_cpu_us = ni.replay_cpu_us,
+        gpu_us = ni.gpu_us, planned_bytes = tonumber(ni.planned_bytes), checkpoint_bytes = tonumber(ni.checkpoint_bytes),
+        last_call = tonumber(ni.last_call),
+      }
+    end
+    r.roots = {}
+    local k = 0
+    while true do
+      local c = C.gt_tree_child(self._t, -1, k)
+      if c < 0 then break end
+      r.roots[#r.roots + 1] = c
+      k = k + 1
+    end
+    return r
+  end
+
+  --- tree:trim([keep = 0]) -> graphs dropped: frees the graphs and memory of
+  --- all but the keep most recently used recordings (they record again when visited)
+  function Tree:trim(keep)
+    local n = C.gt_tree_trim(rt, self._t, keep or 0)
+    if n < 0 then error(gt._errmsg(), 2) end
+    return n
+  end
+
+  --- tree:floor(iters [, sync_each]) -> cpu_us, step_us: the last call's graphs
+  --- launched back to back from C with no tree logic (the benchmark floor)
+  function Tree:floor(iters, sync_each)
+    local c, s = ffi.new("double[1]"), ffi.new("double[1]")
+    if C.gt_tree_bench_floor(rt, self._t, iters or 100, sync_each == false and 0 or 1, c, s) ~= 0 then error(gt._errmsg(), 2) end
+    return c[0], s[0]
+  end
+
+  local function bytes(n)
+    if n >= 2 ^ 20 then return string.format("%.1f MiB", n / 2 ^ 20) end
+    if n >= 1024 then return string.format("%.1f KiB", n / 1024) end
+    return n .. " B"
+  end
+  gt._bytes = bytes
+
+  --- tostring(tree): the tree drawn for a terminal
+  function Tree:__tostring()
+    if rawget(gt, "_draw") then return gt._draw(self) end
+    local s = self:stats()
+    local out = { string.format("tree '%s' (%s): %d calls, %d nodes, %d recorded, pool %s", s.name, s.where,
+                                s.calls, s.nodes, s.recorded, bytes(s.pool.reserved)) }
+    local function draw(id, prefix, last)
+      local n = s.node[id]
+      out[#out + 1] = string.format("%s%s [%d] %s  visits %d  replays %d  warmups %d%s", prefix, last and "└─" or "├─",
+        id, n.label, n.visits, n.replays, n.warmups, n.skip and ("  eager: " .. n.skip) or (n.recorded and "" or "  (no graph)"))
+      for i, c in ipairs(n.children) do draw(c, prefix .. (last and "  " or "│ "), i == #n.children) end
+    end
+    for i, r in ipairs(s.roots) do draw(r, "", i == #s.roots) end
+    return table.concat(out, "\n")
+  end
+end

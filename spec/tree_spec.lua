@@ -1,0 +1,297 @@
+-- Graph trees: segments, keys, warmup/record/replay, pool checkpoints, liveness.
+local gt = require "gt"
+require "gt.busted"
+
+local K = gt.compile([[
+__global__ void axpb(float *y, const float *x, int n, float a, float b) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = a * x[i] + b;
+}
+__global__ void axpb_b(float *y, const float *x, int n, float a, float b) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = a * x[i] - b;
+}
+__global__ void add(float *y, const float *a, const float *b, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = a[i] + b[i];
+}
+__global__ void scale_by(float *y, const float *x, const float *w, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = x[i] * w[i];
+}
+__global__ void total(float *out, const float *x, int n) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) { float s = 0; for (int i = 0; i < n; i++) s += x[i]; out[0] = s; }
+}
+]], { name = "tree_spec.cu" })
+
+local N = 64
+local function axpb(x, a, b, k)
+  local y = gt.tensor(x.shape)
+  ;(k or K.axpb)(2, 32, y, x, x.numel, a, b)
+  return y
+end
+local function add(a, b) local y = gt.tensor(a.shape); K.add(2, 32, y, a, b, a.numel); return y end
+local function total(x) local y = gt.tensor{ 1 }; K.total(1, 1, y, x, x.numel); return y end
+local function seq(n, f) local t = {} for i = 1, n do t[i] = f(i) end return t end
+local function ref_axpb(v, a, b) return seq(#v, function(i) return a * v[i] + b end) end
+
+describe("a tree", function()
+  it("warms up, records once, then replays (one path)", function()
+    local step = gt.tree(function(x) return axpb(axpb(x, 2, 1), 3, 0) end)
+    local x = gt.from(seq(N, function(i) return i end))
+    for call = 1, 5 do
+      local y = step(x)
+      assert.tensor_near(seq(N, function(i) return 3 * (2 * i + 1) end), y)
+      local s = step:stats()
+      assert.are.same({ call, math.min(call, 1), call >= 2 and 1 or 0, math.max(call - 2, 0) },
+                      { s.calls, s.warmups, s.recorded, s.replays })
+    end
+    assert.nodes(step, 1)
+    local n = step:stats().node[0]
+    assert.are.same({ 5, 1, 3, true, 2 }, { n.visits, n.warmups, n.replays, n.recorded, n.kernels })
+    assert.is_nil(n.parent)
+  end)
+
+  it("records with warmup = 0 on the first visit; the record launch is not a replay", function()
+    local step = gt.tree(function(x) return axpb(x, 1, 1) end, { warmup = 0 })
+    local y = step(gt.from{ 1, 2 })
+    assert.tensor_near({ 2, 3 }, y)
+    local s = step:stats()
+    assert.are.same({ 0, 1, 0 }, { s.warmups, s.recorded, s.replays })
+  end)
+
+  it("keys branches by their launches, not by scalars: a changed scalar is patched", function()
+    local step = gt.tree(function(x, b) return axpb(x, 2, b) end)
+    local x = gt.from{ 1, 2, 3 }
+    for i = 1, 6 do assert.tensor_near({ 2 + i, 4 + i, 6 + i }, step(x, i)) end
+    assert.nodes(step, 1)
+    assert.replayed(step, 4)
+  end)
+
+  it("records a host branch after replays from the parent's checkpoint; A/B alternate as replays", function()
+    local step = gt.tree(function(x, route)
+      local h = axpb(x, 2, 0)
+      gt.cut()
+      if route == "a" then return axpb(h, 1, 1) end
+      return axpb(h, 1, 1, K.axpb_b)
+    end)
+    local x = gt.from(seq(N, function(i) return i end))
+    for _ = 1, 3 do step(x, "a") end                     -- warmup, record, replay
+    local routes = { "b", "b", "a", "b", "a", "b", "a", "b" }
+    for _, r in ipairs(routes) do
+      local y = step(x, r)
+      assert.tensor_near(seq(N, function(i) return 2 * i + (r == "a" and 1 or -1) end), y)
+    end
+    local s = step:stats()
+    assert.nodes(step, 3)
+    assert.are.same(1, #s.roots)
+    local root = s.node[s.roots[1]]
+    assert.are.same(2, #root.children)
+    assert.are.same(11, root.visits)
+    assert.are.same(3, s.recorded)
+    local b = s.node[root.children[2]]
+    assert.are.same({ 5, 1, 3 }, { b.visits, b.warmups, b.replays })
+  end)
+
+  it("follows a data-dependent branch through :item()", function()
+    local step = gt.tree(function(x)
+      local s = total(x):item()
+      if s > 0 then return axpb(x, 1, 100) end
+      return axpb(x, -1, 0, K.axpb_b)
+    end)
+    for i = 1, 8 do
+      local sign = (i % 3 == 0) and -1 or 1
+      local v = seq(N, function(j) return sign * j end)
+      local y = step(gt.from(v))
+      assert.tensor_near(sign > 0 and ref_axpb(v, 1, 100) or ref_axpb(v, -1, -0), y)
+    end
+    local s = step:stats()
+    assert.are.same(3, s.nodes)                        -- total, then one child per branch
+    assert.are.same(2, #s.node[s.roots[1]].children)
+  end)
+
+  it("makes two distinct nodes when one segment function is reached twice in a call", function()
+    local function seg(x) local y = axpb(x, 2, 0); gt.cut(); return y end
+    local step = gt.tree(function(x) return seg(seg(x)) end)
+    local x = gt.from{ 1, 2 }
+    for _ = 1, 4 do assert.tensor_near({ 4, 8 }, step(x)) end
+    local s = step:stats()
+    assert.are.same(2, s.nodes)
+    assert.are.same({ 0, 1 }, { s.node[0].depth, s.node[1].depth })
+    assert.are.same(0, s.node[1].parent)
+    assert.are.same(2, s.recorded)
+  end)
+
+  it("makes outputs stale at the next call in warmup, record and replay alike; clone() survives", function()
+    local step = gt.tree(function(x) return axpb(x, 1, 1) end)
+    local x = gt.from{ 1, 2 }
+    local y1 = step(x)                                  -- warmup
+    local kept = y1:clone()
+    local y2 = step(x)                                  -- record
+    assert.stale(y1)
+    local y3 = step(x)                                  -- replay
+    assert.stale(y2)
+    assert.has_error(function() y2:tolist() end, "tensor f32 2 returned by tree 'step' (" .. step.where ..
+      ") was overwritten by a later call; :clone() it to keep it")
+    assert.has_error(function() axpb(y2, 1, 1) end)
+    local y4 = step(x)
+    assert.stale(y3)
+    assert.tensor_near({ 2, 3 }, y4)
+    assert.tensor_near({ 2, 3 }, kept)
+  end)
+
+  it("keeps h = step(h) one node deep for 100 steps, with correct values", function()
+    local step = gt.tree(function(h) return axpb(h, 1, 1) end)
+    local h = gt.zeros{ N }
+    for _ = 1, 100 do h = step(h) end
+    assert.tensor_near(seq(N, function() return 100 end), h)
+    assert.nodes(step, 1)
+    assert.replayed(step, 98)
+  end)
+
+  it("feeds the outputs of one tree to another", function()
+    local t1 = gt.tree(function(x) return axpb(x, 2, 0) end)
+    local t2 = gt.tree(function(x) return axpb(x, 1, 3) end)
+    for i = 1, 5 do
+      local x = gt.from{ i, -i }
+      assert.tensor_near({ 2 * i + 3, -2 * i + 3 }, t2(t1(x)))
+    end
+    assert.replayed(t1, 3)
+    assert.replayed(t2, 3)
+  end)
+
+  it("patches external inputs at new addresses without re-recording", function()
+    local step = gt.tree(function(x) return axpb(x, 3, 0) end)
+    local keep = {}
+    for i = 1, 8 do
+      local x = gt.from(seq(N, function(j) return i * j end))
+      keep[i] = x                                       -- distinct live tensors, distinct addresses
+      assert.tensor_near(seq(N, function(j) return 3 * i * j end), step(x))
+    end
+    assert.recorded(step, 1)
+    assert.nodes(step, 1)
+    assert.replayed(step, 6)
+  end)
+
+  it("uses a swapped static weight: the node is updated in place, not recorded again", function()
+    local W = gt.from(seq(N, function() return 2 end)):static()
+    local step = gt.tree(function(x) local y = gt.tensor(x.shape); K.scale_by(2, 32, y, x, W, x.numel); return y end)
+    local x = gt.from(seq(N, function(j) return j end))
+    for _ = 1, 3 do assert.tensor_near(seq(N, function(j) return 2 * j end), step(x)) end
+    W = gt.from(seq(N, function() return 5 end)):static()
+    for _ = 1, 3 do assert.tensor_near(seq(N, function(j) return 5 * j end), step(x)) end
+    local s = step:stats()
+    assert.are.same({ 1, 1, 1 }, { s.nodes, s.recorded, s.updates })
+  end)
+
+  it("frees a tensor that died at the checkpoint; keeps a live one safe from a sibling branch", function()
+    local kept = {}
+    local step = gt.tree(function(x, route)
+      local a = axpb(x, 2, 0)
+      local tmp = axpb(x, 3, 0)
+      local b = add(a, tmp)
+      kept.a = a
+      tmp = nil
+      gt.cut()
+      local k = route == "a" and K.axpb or K.axpb_b
+      local t1 = axpb(b, 7, 7, k)
+      local t2 = axpb(t1, 7, 7, k)
+      local t3 = axpb(t2, 7, 7, k)
+      return axpb(b, 1, 1, k), t3
+    end)
+    local x = gt.from(seq(N, function(j) return j end))
+    for _, r in ipairs { "a", "a", "a", "b", "b", "a", "b", "a" } do
+      local y = step(x, r)
+      assert.tensor_near(seq(N, function(j) return 2 * j end), kept.a)
+      assert.tensor_near(seq(N, function(j) return 5 * j + (r == "a" and 1 or -1) end), y)
+    end
+    local root = step:stats().node[0]
+    assert.are.same(2 * N * 4, root.checkpoint_bytes)   -- a and b live on; tmp was freed
+  end)
+
+  it("shares memory between sibling branches: high water is the largest path, not the sum", function()
+    local big = 64 * 1024
+    local step = gt.tree(function(x, route)
+      local h = axpb(x, 1, 0)
+      gt.cut()
+      local k = route == "a" and K.axpb or K.axpb_b
+      local keep = {}
+      for i = 1, 4 do keep[i] = gt.zeros{ big } end      -- a branch's working set, all alive at its end
+      return axpb(h, 1, 1, k), keep
+    end)
+    local x = gt.zeros{ N }
+    for _, r in ipairs { "a", "a", "a", "b", "b", "b", "a", "b" } do step(x, r) end
+    local s = step:stats()
+    local branch = 4 * big * 4
+    assert.are.same(3, s.recorded)
+    assert.is_true(s.pool.high_water <= branch + 64 * 1024, "high water " .. s.pool.high_water)
+    assert.is_true(s.pool.high_water < 2 * branch)
+  end)
+
+  it("leaves no half node after a Lua error mid-call, and keeps working", function()
+    local step = gt.tree(function(x, fail)
+      local h = axpb(x, 2, 0)
+      gt.cut()
+      local y = axpb(h, 1, 1)
+      if fail then error("boom in the model") end
+      return y
+    end)
+    local x = gt.from{ 1, 2 }
+    for _ = 1, 3 do step(x, false) end
+    local before = step:stats()
+    assert.has_error(function() step(x, true) end)
+    local after = step:stats()
+    assert.are.same(before.nodes, after.nodes)
+    for id = 0, after.nodes - 1 do assert.is_true(after.node[id].visits > 0) end
+    assert.tensor_near({ 3, 5 }, step(x, false))
+    assert.tensor_near({ 3, 5 }, step(x, false))
+    -- an error before any segment ended
+    local t2 = gt.tree(function(x2) axpb(x2, 1, 1); error("early") end)
+    assert.has_error(function() t2(x) end)
+    assert.nodes(t2, 0)
+  end)
+
+  it("agrees with a Lua reference over 200 random branch sequences of a 3-level tree", function()
+    local step = gt.tree(function(x, r1, r2, r3)
+      local h = axpb(x, 1, r1 == 1 and 1 or 2, r1 == 1 and K.axpb or K.axpb_b)
+      gt.cut()
+      h = axpb(h, r2 == 1 and 2 or 3, 0)
+      if r2 == 2 then h = add(h, h) end
+      gt.cut()
+      if r3 == 1 then h = axpb(h, 1, 5) else h = axpb(axpb(h, -1, 0), 1, 5) end
+      return h
+    end)
+    local rnd = 12345
+    local function rand2() rnd = (rnd * 1103515245 + 12345) % 2147483648; return (math.floor(rnd / 65536) % 2) + 1 end
+    local v = seq(16, function(i) return i / 4 end)
+    local x = gt.from(v)
+    for _ = 1, 200 do
+      local r1, r2, r3 = rand2(), rand2(), rand2()
+      local e = {}
+      for i, xi in ipairs(v) do
+        local h = r1 == 1 and xi + 1 or xi - 2
+        h = h * (r2 == 1 and 2 or 3)
+        if r2 == 2 then h = h + h end
+        if r3 == 2 then h = -h end
+        e[i] = h + 5
+      end
+      assert.tensor_near(e, step(x, r1, r2, r3))
+    end
+    local s = step:stats()
+    assert.is_true(s.replays > 400)
+    assert.are.same(s.calls * 3, s.warmups + s.replays + s.eager + (function()
+      local r = 0 for _, n in pairs(s.node) do if n.recorded then r = r + 1 end end return r end)())
+  end)
+
+  it("rejects nested tree calls with a clear error", function()
+    local inner = gt.tree(function(x) return axpb(x, 1, 1) end)
+    local outer = gt.tree(function(x) return inner(x) end)
+    assert.has_error(function() outer(gt.from{ 1 }) end)
+    assert.tensor_near({ 2 }, inner(gt.from{ 1 }))
+  end)
+
+  it("draws itself with per-node counts", function()
+    local step = gt.tree(function(x) return axpb(x, 1, 1) end)
+    for _ = 1, 3 do step(gt.from{ 1 }) end
+    local s = tostring(step)
+    assert.matches("tree 'step'", s)
+    assert.matches("axpb", s)
+    assert.matches("replays 1", s)
+  end)
+end)
