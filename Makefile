@@ -12,7 +12,7 @@ EDIT_CFLAGS   := $(shell pkg-config --cflags libedit 2>/dev/null || echo -I/usr/
 # API (for C modules such as lfs) and the gt_ API (for the FFI).
 LIBDIR  := $(shell pkg-config --variable=libdir luajit 2>/dev/null || echo /usr/lib/x86_64-linux-gnu)
 LIBS    = $(LIBDIR)/libluajit-5.1.a $(LIBDIR)/libedit.a -ltinfo -lbsd -ldl -lpthread -lm
-LDFLAGS += -Wl,-E -Wl,-rpath,'$$ORIGIN/lib'
+EXPORT  = -Wl,-E -Wl,-rpath,'$$ORIGIN/lib'
 
 HAVE_CUDA := $(shell test -f $(CUDA_HOME)/include/cuda.h && test -f $(CUDA_HOME)/include/nvrtc.h && echo 1)
 ifeq ($(HAVE_CUDA),1)
@@ -30,7 +30,7 @@ DEPS = $(OBJS:.o=.d)
 all: $(BUILD)/gtlua
 
 $(BUILD)/gtlua: $(OBJS) | cuda-note
-	$(CC) $(CFLAGS) -o $@ $(OBJS) $(LDFLAGS) $(LIBS)
+	$(CC) $(CFLAGS) -o $@ $(OBJS) $(EXPORT) $(LDFLAGS) $(LIBS)
 
 cuda-note:
 ifneq ($(HAVE_CUDA),1)
@@ -61,16 +61,15 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/gtlua examples/quickstart.lua
 
-# The specs run inside gtlua; GTLUA_BACKEND picks the backend (auto by default).
+# The specs run inside gtlua (scripts/test.sh); GTLUA_BACKEND picks the backend.
 BUSTED ?= $(shell command -v busted || echo /usr/bin/busted)
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/gtlua-test
-	$(BUILD)/gtlua-test
-	$(BUILD)/gtlua $(BUSTED) $(BUSTED_ARGS) spec/
+	@sh scripts/test.sh
 
 # C-level unit tests (pool, planner, key hash), compiled with -DGT_TEST.
 $(BUILD)/gtlua-test: $(SRCS) src/*.h $(EMBED) | $(BUILD)/obj
-	$(CC) $(WARN) $(CFLAGS) -DGT_TEST $(LUAJIT_CFLAGS) $(EDIT_CFLAGS) $(CUDA_CFLAGS) -o $@ $(SRCS) $(EMBED) $(LDFLAGS) $(LIBS)
+	$(CC) $(WARN) $(CFLAGS) -DGT_TEST $(LUAJIT_CFLAGS) $(EDIT_CFLAGS) $(CUDA_CFLAGS) -o $@ $(SRCS) $(EMBED) $(EXPORT) $(LDFLAGS) $(LIBS)
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all

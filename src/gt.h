@@ -138,7 +138,10 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t);    /* start a call: a new generat
 int gt_tree_flush(gt_runtime *rt, int gc_done);   /* end the segment; GT_NEED_GC: collect garbage fully, call again with 1 */
 int gt_tree_end(gt_runtime *rt);                  /* end the call (flushes) */
 void gt_tree_abort(gt_runtime *rt);               /* a Lua error: drop the queued segment, end the call */
-int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t bytes, int zero_to, gt_buf **out); /* copy an input to the tree's staging slot */
+/* Copy an input into the tree's staging slot: `outer` chunks of chunk bytes
+   (src stride chunk) into chunks of padded bytes, zero-filling the rest; *out
+   is a new buffer over the slot, valid for this call. */
+int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out);
 void gt_tree_note_skip(gt_tree *t, const char *reason);
 int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond the keep most recently used; returns dropped */
 int gt_tree_stats(gt_tree *t, gt_tree_info *out);

@@ -168,13 +168,13 @@ int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {
   return GT_OK;
 }
 
-/* Copies an input into staging slot `slot` (ordinary memory the tree owns),
-   zero-filling up to zero_to bytes; *out is a new buffer over that memory,
-   valid for this call only. */
-int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t bytes, int zero_to, gt_buf **out) {
+/* Copies an input into staging slot `slot` (ordinary memory the tree owns):
+   outer chunks of chunk bytes, each padded with zeros to padded bytes. */
+int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {
   gt_tree *t = rt->active;
   if (!t) return gt_fail(rt, "staging outside a tree call");
-  uint64_t need = (uint64_t)zero_to > bytes ? (uint64_t)zero_to : bytes;
+  if (padded < chunk) padded = chunk;
+  uint64_t need = outer * padded;
   if (slot >= t->nstage) {
     gt_buf **ns = realloc(t->stage, (slot + 1) * sizeof *ns);
     if (!ns) return gt_fail(rt, "out of host memory");
@@ -190,8 +190,10 @@ int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t 
     rt->active = t;
     if (!m) return GT_ERR;
   }
-  if (bytes && rt->be.dtod(&rt->be, m->addr, src->addr + off, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
-  if (need > bytes && rt->be.memset8(&rt->be, m->addr + bytes, 0, need - bytes) != GT_BOK) return gt_fail_be(rt, NULL);
+  gt_backend *be = &rt->be;
+  if (padded > chunk && be->memset8(be, m->addr, 0, need) != GT_BOK) return gt_fail_be(rt, NULL);
+  for (uint64_t i = 0; i < outer; i++)
+    if (chunk && be->dtod(be, m->addr + i * padded, src->addr + off + i * chunk, chunk) != GT_BOK) return gt_fail_be(rt, NULL);
   gt_buf *b = calloc(1, sizeof *b);
   if (!b) return gt_fail(rt, "out of host memory");
   b->addr = m->addr;
@@ -623,8 +625,9 @@ int gt_tree_flush(gt_runtime *rt, int gc_done) {
   int parent_ok = !t->cur || t->cur_mode == GT_V_RECORD || t->cur_mode == GT_V_REPLAY || t->cur_mode == GT_V_UPDATE;
   int mode;
   const char *skip = NULL;
+  int plan_eager = 0;                 /* a skipped node with planned memory: children may still record */
   if (n && n->graph && parent_ok) mode = GT_V_REPLAY;
-  else if (n && n->skip) { mode = GT_V_EAGER; skip = n->skip; }
+  else if (n && n->skip) { mode = GT_V_EAGER; skip = n->skip; plan_eager = parent_ok; }
   else if (!n && parent_ok && (upd = find_kid(parent, key.nostatic, 1)) && upd->graph) mode = GT_V_UPDATE;
   else if (!parent_ok || (n && n->warmups < t->opts.warmup) || (!n && t->opts.warmup > 0)) mode = GT_V_WARMUP;
   else if (t->recorded >= t->opts.max_recordings) {
@@ -641,10 +644,10 @@ int gt_tree_flush(gt_runtime *rt, int gc_done) {
     mode = GT_V_EAGER;
     skip = "max_recordings";
   } else mode = GT_V_RECORD;
-  if ((mode == GT_V_RECORD || mode == GT_V_UPDATE) && !gc_done) return GT_NEED_GC;
+  if ((mode == GT_V_RECORD || mode == GT_V_UPDATE || (plan_eager && !n->plan)) && !gc_done) return GT_NEED_GC;
   int created = !n && mode != GT_V_UPDATE;
   if (created && !(n = new_node(t, parent, key))) return GT_ERR;
-  if (mode == GT_V_RECORD && n->skip) { mode = GT_V_EAGER; skip = n->skip; }
+  if (mode == GT_V_RECORD && n->skip) { mode = GT_V_EAGER; skip = n->skip; plan_eager = 1; }
   if (mode == GT_V_UPDATE) {
     n = upd;
     n->key = key.full;
@@ -662,8 +665,17 @@ int gt_tree_flush(gt_runtime *rt, int gc_done) {
     else if (st == GT_OK && mode == GT_V_UPDATE) { n->updates++; t->updates++; }
     break;
   default:
-    st = alloc_new(t, first);
-    if (st == GT_OK) st = run_eager(t, n);
+    if (plan_eager && n->plan) {       /* bind to the plan, as a replay would, but launch one by one */
+      for (int i = 0; i < n->nnew; i++) t->bufs[first + i]->addr = t->pool.base + n->plan[i];
+      st = run_eager(t, n);
+      t->state_node = n;
+    } else if (plan_eager) {
+      st = plan_new(t, n, first);
+      if (st == GT_OK) st = run_eager(t, n);
+    } else {
+      st = alloc_new(t, first);
+      if (st == GT_OK) st = run_eager(t, n);
+    }
     if (st == GT_OK && mode == GT_V_WARMUP) { n->warmups++; t->warmups++; }
     if (st == GT_OK && mode == GT_V_EAGER) { n->eager++; t->eager++; gt_tree_note_skip(t, skip); }
     break;
@@ -681,7 +693,7 @@ int gt_tree_flush(gt_runtime *rt, int gc_done) {
   n->last_call = (uint64_t)t->calls;
   if (!GROW(t->path, t->pathcap, t->npath + 1)) t->path[t->npath++] = n;
   t->cur = n;
-  t->cur_mode = mode;
+  t->cur_mode = plan_eager ? GT_V_REPLAY : mode;   /* planned memory: children may record */
   t->depth++;
   if (GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(rt, "out of host memory");
   t->segstart[t->depth] = t->nbufs;

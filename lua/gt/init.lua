@@ -64,6 +64,12 @@ function gt.profile(on) return C.gt_profile(rt, on and 1 or 0) ~= 0 end
 --- gt.memory() -> bytes of ordinary (non-tree) device memory in use
 function gt.memory() return tonumber(C.gt_mem_in_use(rt)) end
 
+--- gt.help(obj_or_name): prints the documentation of an API function (gt.docs)
+function gt.help(x) return require("gt.docs").help(x) end
+
+-- Called by the host at exit for --stats / --report=FILE.
+function gt._at_exit(o) return require("gt.report").at_exit(o) end
+
 -- Modules loaded on first use.
 local lazy = { ops = "gt.ops", buckets = "gt.buckets", report = "gt.report" }
 setmetatable(gt, { __index = function(t, k)

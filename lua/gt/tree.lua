@@ -39,6 +39,7 @@ return function(gt)
   end
 
   local ntrees = 0
+  gt._trees = setmetatable({}, { __mode = "v" })   -- every tree made, weakly (for --stats)
   --- gt.tree(fn [, opts]) -> a callable tree.  opts: name, warmup (1),
   --- max_recordings (64), on_limit ("eager"|"error"), copy_inputs (false),
   --- buckets ({dim=, sizes=} or a list of them), warn_shapes (8)
@@ -62,8 +63,10 @@ return function(gt)
     if t == nil then error(gt._errmsg(), 2) end
     local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
                                 _copy = opts.copy_inputs and true or false, _nwarn = 0,
-                                _out = ffi.new("gt_buf*[1]"), opts = opts }, Tree)
+                                _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
+                                _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
     if opts.buckets then gt.buckets._attach(self, opts.buckets, opts) end
+    gt._trees[#gt._trees + 1] = self
     return self
   end
 
@@ -82,7 +85,7 @@ return function(gt)
       if not self._copy then return x, slot end
     end
     if x._strides then error("a non-contiguous view as a tree input: :clone() it first", 4) end
-    if C.gt_tree_stage(rt, slot, b, x._off, x._nb, 0, self._out) ~= 0 then error(gt._errmsg(), 4) end
+    if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then error(gt._errmsg(), 4) end
     local s = setmetatable({ _b = ffi.gc(self._out[0], C.gt_buf_release), _off = 0, shape = x.shape,
                              numel = x.numel, dtype = x.dtype, _nb = x._nb }, Tensor)
     return s, slot + 1
@@ -133,26 +136,61 @@ return function(gt)
     return ...
   end
 
+  local function shapes_of(...)
+    local parts = {}
+    for i = 1, select("#", ...) do
+      local x = select(i, ...)
+      if getmetatable(x) == Tensor then parts[#parts + 1] = x.dtype .. " " .. gt._shape_str(x.shape) end
+    end
+    return table.concat(parts, ", ")
+  end
+
+  -- After warn_shapes distinct input shapes (new first segments), one warning.
+  local function watch_shapes(self, ...)
+    if C.gt_tree_child(self._t, -1, self._nroots) < 0 then return end
+    while C.gt_tree_child(self._t, -1, self._nroots) >= 0 do self._nroots = self._nroots + 1 end
+    local sig = shapes_of(...)
+    local seen = self._shapes
+    if not seen[sig] then seen[sig] = true; seen[#seen + 1] = sig end
+    if #seen >= self._warn_shapes then
+      self._warn_shapes = math.huge
+      gt.on_warning(("tree '%s' (%s) has seen %d input shapes (%s); each is its own recording: consider " ..
+        "buckets = { dim = 1, sizes = gt.buckets.pow2(N) }"):format(self.name, self.where, #seen, table.concat(seen, "; ")))
+    end
+  end
+
   local function run(self, ...)
     if C.gt_tree_begin(rt, self._t) ~= 0 then error(gt._errmsg(), 3) end
-    local n, staged = select("#", ...), false
-    for i = 1, n do
-      local x = select(i, ...)
-      if needs_stage(self, x) then staged = true break end
-      if type(x) == "table" and getmetatable(x) == nil then
-        for _, v in pairs(x) do if needs_stage(self, v) then staged = true break end end
+    local n, staged = select("#", ...), self._prep ~= nil
+    if not staged then
+      for i = 1, n do
+        local x = select(i, ...)
+        if needs_stage(self, x) then staged = true break end
+        if type(x) == "table" and getmetatable(x) == nil then
+          for _, v in pairs(x) do if needs_stage(self, v) then staged = true break end end
+        end
       end
     end
     if not staged then return finish(self, pcall(self.fn, ...)) end
-    local ok, args = pcall(stage_args, self, n, ...)
+    local ok, args = pcall(self._prep or stage_args, self, n, ...)
     if not ok then C.gt_tree_abort(rt); error(args, 0) end
     return finish(self, pcall(self.fn, unpack(args, 1, n)))
   end
   Tree._run = run
+  gt._stage, gt._stage_args = stage, stage_args
 
   function Tree:__call(...)
     if self._buckets then return self:_bucket_call(...) end
-    return run(self, ...)
+    if self._warn_shapes == math.huge then return run(self, ...) end
+    self._a1, self._a2, self._a3, self._a4 = ...
+    return self:_watched(run(self, ...))
+  end
+
+  function Tree:_watched(...)
+    local a1, a2, a3, a4 = self._a1, self._a2, self._a3, self._a4
+    self._a1, self._a2, self._a3, self._a4 = nil, nil, nil, nil
+    watch_shapes(self, a1, a2, a3, a4)
+    return ...
   end
 
   -- -- Statistics ------------------------------------------------------------
@@ -232,9 +270,15 @@ return function(gt)
   end
   gt._bytes = bytes
 
+  --- tree:dot([path]), tree:json([path]), tree:report(path): pictures (gt.report)
+  function Tree:dot(path) return gt.report.dot(self, path) end
+  function Tree:json(path) return gt.report.json(self, path) end
+  function Tree:report(path) return gt.report.html(self, path) end
+
   --- tostring(tree): the tree drawn for a terminal
   function Tree:__tostring()
-    if rawget(gt, "_draw") then return gt._draw(self) end
+    local ok, rep = pcall(require, "gt.report")
+    if ok and rep.draw then return rep.draw(self) end
     local s = self:stats()
     local out = { string.format("tree '%s' (%s): %d calls, %d nodes, %d recorded, pool %s", s.name, s.where,
                                 s.calls, s.nodes, s.recorded, bytes(s.pool.reserved)) }

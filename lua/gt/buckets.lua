@@ -1,0 +1,146 @@
+-- gt.buckets: pad inputs of a tree to a few fixed sizes so that few recordings serve many shapes.
+local ffi = require "ffi"
+local gt = require "gt"
+local C, rt, Tensor = gt._C, gt._rt, gt.Tensor
+
+local M = {}
+
+--- gt.buckets.pow2(max) -> {1, 2, 4, ..., max}
+function M.pow2(max)
+  assert(type(max) == "number" and max >= 1, "gt.buckets.pow2(max): max must be >= 1")
+  local r, s = {}, 1
+  while s < max do r[#r + 1] = s; s = s * 2 end
+  r[#r + 1] = max
+  return r
+end
+
+--- gt.buckets.linear(step, max) -> {step, 2*step, ..., max}
+function M.linear(step, max)
+  assert(type(step) == "number" and step >= 1 and type(max) == "number" and max >= step,
+         "gt.buckets.linear(step, max): need 1 <= step <= max")
+  local r, s = {}, step
+  while s < max do r[#r + 1] = s; s = s + step end
+  r[#r + 1] = max
+  return r
+end
+
+local function check_spec(b, i)
+  local where = "gt.tree: buckets" .. (i and ("[" .. i .. "]") or "")
+  if type(b) ~= "table" or type(b.sizes) ~= "table" or #b.sizes == 0 then
+    error(where .. " needs sizes = {...} (e.g. gt.buckets.pow2(64))", 4)
+  end
+  local dim = b.dim or 1
+  if type(dim) ~= "number" or dim < 1 or dim ~= math.floor(dim) then error(where .. ".dim must be a dimension (1-based)", 4) end
+  local sizes = {}
+  for k, v in ipairs(b.sizes) do
+    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) or (k > 1 and v <= sizes[k - 1]) then
+      error(where .. ".sizes must be increasing positive integers", 4)
+    end
+    sizes[k] = v
+  end
+  return { dim = dim, sizes = sizes, arg = b.arg or i }
+end
+
+local function bucket_of(sizes, n)
+  for _, s in ipairs(sizes) do if s >= n then return s end end
+end
+
+-- Pads tensor x along dim to p entries into staging slot `slot` (zero-filled).
+local function pad(self, x, dim, p, slot)
+  local b = x._b
+  if x._strides then error("a non-contiguous view as a bucketed input: :clone() it first", 5) end
+  local shape, esz = x.shape, gt._dtypes[x.dtype].size
+  local outer, inner = 1, esz
+  for i = 1, dim - 1 do outer = outer * shape[i] end
+  for i = dim + 1, #shape do inner = inner * shape[i] end
+  if C.gt_tree_stage(rt, slot, b, x._off, outer, shape[dim] * inner, p * inner, self._out) ~= 0 then error(gt._errmsg(), 5) end
+  local s = {}
+  for i = 1, #shape do s[i] = shape[i] end
+  s[dim] = p
+  return setmetatable({ _b = ffi.gc(self._out[0], C.gt_buf_release), _off = 0, shape = s, numel = x.numel / shape[dim] * p,
+                        dtype = x.dtype, _nb = outer * p * inner }, Tensor)
+end
+
+-- The run's argument preparation: bucketed inputs padded, others staged as usual.
+local function prep(self, n, ...)
+  local args, slot = { ... }, 0
+  local specs, real = self._buckets, self._breal
+  for i = 1, n do
+    local x = args[i]
+    local spec
+    if getmetatable(x) == Tensor then
+      for _, sp in ipairs(specs) do
+        if sp.arg == i or (sp.arg == nil and #x.shape >= sp.dim and x.shape[sp.dim] == real[1]) then spec = sp break end
+      end
+    end
+    if spec then
+      local b = x._b
+      if b.tree == self._t then
+        if b.gen + 1 ~= b.gen_now[0] then gt._stale_error(x, 4) end
+      elseif b.gen ~= b.gen_now[0] then gt._stale_error(x, 4) end
+      args[i] = pad(self, x, spec.dim, bucket_of(spec.sizes, x.shape[spec.dim]), slot)
+      slot = slot + 1
+    elseif getmetatable(x) == Tensor then
+      args[i], slot = gt._stage(self, x, slot)
+    end
+  end
+  return args
+end
+
+local function narrow_one(x, dim, p, n)
+  if getmetatable(x) == Tensor and #x.shape >= dim and x.shape[dim] == p and not x:is_stale() then
+    return x:narrow(dim, 1, n)
+  end
+  return x
+end
+
+local function narrow_all(self, ...)
+  local nres = select("#", ...)
+  if nres == 0 then return end
+  local dim, p, n = self._buckets[1].dim, self._bpad, self._breal[1]
+  local r = { ... }
+  for i = 1, nres do
+    local x = r[i]
+    if type(x) == "table" and getmetatable(x) == nil then
+      local c = {}
+      for k, v in pairs(x) do c[k] = narrow_one(v, dim, p, n) end
+      r[i] = c
+    else
+      r[i] = narrow_one(x, dim, p, n)
+    end
+  end
+  return unpack(r, 1, nres)
+end
+
+local function bucket_call(self, ...)
+  -- the real size: the first bucketed input's size along its dim
+  local first = self._buckets[1]
+  local n
+  for i = 1, select("#", ...) do
+    local x = select(i, ...)
+    if getmetatable(x) == Tensor and (first.arg == nil or first.arg == i) and #x.shape >= first.dim then
+      n = x.shape[first.dim]
+      break
+    end
+  end
+  if not n then error("tree '" .. self.name .. "': no tensor input to bucket along dim " .. first.dim, 2) end
+  local p = bucket_of(first.sizes, n)
+  if not p then
+    C.gt_tree_note_skip(self._t, "beyond buckets")
+    return self.fn(...)                          -- eagerly, outside the tree
+  end
+  self._breal[1], self._bpad = n, p
+  return narrow_all(self, self._run(self, ...))
+end
+
+-- Called by gt.tree when opts.buckets is given.
+function M._attach(tree, spec, _)
+  local specs = {}
+  if spec.sizes then specs[1] = check_spec(spec, nil)
+  else for i, b in ipairs(spec) do specs[i] = check_spec(b, i) end end
+  if #specs == 0 then error("gt.tree: buckets is empty", 3) end
+  tree._buckets, tree._prep, tree._breal = specs, prep, {}
+  tree._bucket_call = bucket_call
+end
+
+return M
