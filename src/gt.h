@@ -112,6 +112,7 @@ int gt_device(gt_runtime *rt, gt_device_info *out);
 int gt_sync(gt_runtime *rt);                     /* ends the segment in a tree call, then waits for the device */
 int gt_profile(gt_runtime *rt, int on);          /* GPU time per node; returns the previous setting */
 uint64_t gt_mem_in_use(gt_runtime *rt);          /* ordinary (non-tree) memory in use, bytes */
+double gt_clock_us(void);                        /* a monotonic wall clock, microseconds */
 
 /* -- Buffers ------------------------------------------------------------ */
 gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* refs = 1 (the caller's); NULL on error (out of memory) */

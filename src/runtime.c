@@ -139,6 +139,7 @@ int gt_profile(gt_runtime *rt, int on) {
 }
 
 uint64_t gt_mem_in_use(gt_runtime *rt) { return gt_pool_in_use(&rt->mem); }
+double gt_clock_us(void) { return gt_now_us(); }
 
 /* -- Buffers ------------------------------------------------------------- */
 

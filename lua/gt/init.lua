@@ -61,6 +61,9 @@ end
 --- gt.profile(on) -> previous: GPU time per node (events on cuda, wall time on cpu).
 function gt.profile(on) return C.gt_profile(rt, on and 1 or 0) ~= 0 end
 
+--- gt.clock() -> seconds of a monotonic wall clock (for timing steps)
+function gt.clock() return C.gt_clock_us() * 1e-6 end
+
 --- gt.memory() -> bytes of ordinary (non-tree) device memory in use
 function gt.memory() return tonumber(C.gt_mem_in_use(rt)) end
 

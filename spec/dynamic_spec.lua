@@ -1,0 +1,171 @@
+-- Dynamic shapes: buckets with padding, recording limits, skips with reasons, in-place updates, trim.
+local gt = require "gt"
+require "gt.busted"
+
+local K = gt.compile([[
+__global__ void affine(float *y, const float *x, long long n, float a, float b) {
+  for (long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) y[i] = a * x[i] + b;
+}
+__global__ void rowsum(float *y, const float *x, int rows, int cols) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) { float s = 0; for (int c = 0; c < cols; c++) s += x[r * cols + c]; y[r] = s; }
+}
+__global__ void mulw(float *y, const float *x, const float *w, long long n) {
+  for (long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) y[i] = x[i] * w[i];
+}
+]], { name = "dynamic_spec.cu" })
+local E = gt.compile([[
+__global__ void host_only(float *y, const float *x, long long n) {
+  for (long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) y[i] = x[i] + 10;
+}
+]], { name = "eager_only.cu", graph = false })
+
+local function affine(x, a, b, k)
+  local y = gt.tensor(x.shape)
+  ;(k or K.affine)(4, 64, y, x, x.numel, a, b)
+  return y
+end
+local function rows(n, cols, f)
+  local t = {}
+  for i = 1, n do t[i] = {} for j = 1, cols do t[i][j] = f(i, j) end end
+  return t
+end
+
+local function capture_warnings()
+  local seen, old = {}, gt.on_warning
+  gt.on_warning = function(m) seen[#seen + 1] = m end
+  return seen, function() gt.on_warning = old end
+end
+
+describe("dynamic shapes", function()
+  it("pads sizes 1..9 into buckets {2, 5, 7}: 3 recordings, real-size outputs, 8 and 9 eager", function()
+    local step = gt.tree(function(x)
+      local s = gt.tensor{ x.shape[1] }
+      K.rowsum(1, 64, s, affine(x, 2, 1), x.shape[1], x.shape[2])
+      return s
+    end, { buckets = { dim = 1, sizes = { 2, 5, 7 } } })
+    for _ = 1, 3 do
+      for n = 1, 9 do
+        local x = gt.from(rows(n, 4, function(i, j) return i + j end))
+        local y = step(x)
+        assert.are.same({ n }, y.shape)
+        assert.tensor_near(rows(n, 1, function(i) return 2 * (4 * i + 10) + 4 end), y:view{ n, 1 })
+      end
+    end
+    local s = step:stats()
+    assert.are.same(3, s.recorded)
+    assert.are.same(3, s.nodes)
+    assert.are.same(6, s.skips["beyond buckets"])
+  end)
+
+  it("offers bucket size helpers", function()
+    assert.are.same({ 1, 2, 4, 8, 16, 32, 64 }, gt.buckets.pow2(64))
+    assert.are.same({ 1, 2, 4, 6 }, gt.buckets.pow2(6))
+    assert.are.same({ 8, 16, 24, 30 }, gt.buckets.linear(8, 30))
+    assert.has_error(function() gt.tree(function() end, { buckets = { dim = 1, sizes = { 4, 2 } } }) end)
+  end)
+
+  it("pads along a later dimension and narrows the outputs back (views, no copy)", function()
+    local step = gt.tree(function(x) return affine(x, 1, 1) end, { buckets = { dim = 2, sizes = { 4, 8 } } })
+    for _ = 1, 3 do
+      for n = 3, 6 do
+        local y = step(gt.from(rows(2, n, function(i, j) return 10 * i + j end)))
+        assert.are.same({ 2, n }, y.shape)
+        assert.are.same(rows(2, n, function(i, j) return 10 * i + j + 1 end), y:tolist())
+      end
+    end
+    assert.recorded(step, 2)
+  end)
+
+  it("holds at most max_recordings graphs: the rest run eagerly, with one warning", function()
+    local seen, restore = capture_warnings()
+    local step = gt.tree(function(x) return affine(x, 3, 0) end, { warmup = 0, max_recordings = 2, warn_shapes = false })
+    for n = 1, 5 do
+      local y = step(gt.from(rows(n, 2, function(i, j) return i * j end)))
+      assert.tensor_near(rows(n, 2, function(i, j) return 3 * i * j end), y)
+    end
+    restore()
+    local s = step:stats()
+    assert.are.same({ 2, 3, 3 }, { s.recorded, s.eager, s.skips.max_recordings })
+    assert.are.same(1, #seen)
+    assert.matches("max_recordings", seen[1])
+    local strict = gt.tree(function(x) return affine(x, 3, 0) end, { warmup = 0, max_recordings = 1, on_limit = "error" })
+    strict(gt.zeros{ 1 })
+    assert.has_error(function() strict(gt.zeros{ 2 }) end)
+    local ok, msg = pcall(strict, gt.zeros{ 3 })
+    assert.is_false(ok)
+    assert.matches("max_recordings", msg)
+    assert.matches("strict", msg)
+    assert.tensor_near({ 0 }, strict(gt.zeros{ 1 }))      -- still usable
+  end)
+
+  it("updates a node in place when a static weight moves, and uses the new weight", function()
+    local W = gt.full({ 16 }, 2):static()
+    local step = gt.tree(function(x)
+      local h = affine(x, 1, 0)
+      gt.cut()
+      local y = gt.tensor(x.shape)
+      K.mulw(1, 32, y, h, W, x.numel)
+      return y
+    end)
+    local x = gt.from(rows(1, 16, function(_, j) return j end)[1])
+    for _ = 1, 3 do assert.tensor_near(rows(1, 16, function(_, j) return 2 * j end)[1], step(x)) end
+    for k = 3, 6 do
+      W = gt.full({ 16 }, k):static()
+      for _ = 1, 2 do assert.tensor_near(rows(1, 16, function(_, j) return k * j end)[1], step(x)) end
+    end
+    local s = step:stats()
+    assert.are.same({ 2, 2, 4 }, { s.nodes, s.recorded, s.updates })
+  end)
+
+  it("runs a segment with a non-graphable kernel eagerly, with its reason; the others replay", function()
+    local step = gt.tree(function(x)
+      local h = affine(x, 2, 0)
+      gt.cut()
+      local e = gt.tensor(x.shape)
+      E.host_only(1, 32, e, h, x.numel)
+      gt.cut()
+      return affine(e, 1, 1)
+    end)
+    local x = gt.from{ 1, 2, 3 }
+    for _ = 1, 5 do assert.tensor_near({ 13, 15, 17 }, step(x)) end
+    local s = step:stats()
+    local reason = "kernel 'host_only' is not graphable"
+    assert.are.same(4, s.skips[reason])
+    assert.are.same(3, s.nodes)
+    assert.are.same(reason, s.node[1].skip)
+    assert.are.same({ 3, 3 }, { s.node[0].replays, s.node[2].replays })
+    assert.is_false(s.node[1].recorded)
+  end)
+
+  it("trims graphs and memory; trimmed paths record again when visited", function()
+    local step = gt.tree(function(x) return affine(affine(x, 1, 1), 1, 1) end, { warn_shapes = false })
+    local big = {}
+    for n = 1, 3 do big[n] = gt.zeros{ n * 65536 } end
+    for _ = 1, 2 do for n = 1, 3 do step(big[n]) end end
+    local before = step:stats()
+    assert.are.same(3, before.recorded)
+    assert.are.same(3, step:trim(0))
+    local after = step:stats()
+    assert.are.same(0, after.recorded)
+    assert.is_true(after.pool.reserved < before.pool.reserved)
+    for _ = 1, 2 do assert.tensor_near({ 2, 2, 2 }, step(big[1]):narrow(1, 1, 3)) end
+    assert.recorded(step, 1)
+    step(big[2]); step(big[3])
+    assert.are.same(2, step:trim(1))
+    local s = step:stats()
+    assert.are.same(1, s.recorded)
+    assert.is_true(s.node[2].recorded, "the most recently used one stays")
+  end)
+
+  it("warns once after warn_shapes distinct input shapes, suggesting buckets", function()
+    local seen, restore = capture_warnings()
+    local step = gt.tree(function(x) return affine(x, 1, 0) end, { warn_shapes = 3 })
+    for n = 1, 5 do step(gt.zeros{ n }) step(gt.zeros{ n }) end
+    restore()
+    assert.are.same(1, #seen)
+    assert.matches("3 input shapes", seen[1])
+    assert.matches("buckets", seen[1])
+    assert.matches("f32 2", seen[1])
+  end)
+end)
