@@ -177,6 +177,18 @@ static int parse_kernels(const char *src, ksig_t *ks, int cap, int *nk, char *er
 
 /* -- Modules ------------------------------------------------------------- */
 
+/* What every kernel source may use on both backends without includes: NVRTC
+   has no <stdint.h> or <math.h> constants.  (C++ allows repeating a typedef.) */
+static const char common_prelude[] =
+  "#ifdef __CUDACC_RTC__\n"
+  "typedef signed char int8_t; typedef unsigned char uint8_t; typedef short int16_t;\n"
+  "typedef unsigned short uint16_t; typedef int int32_t; typedef unsigned int uint32_t;\n"
+  "typedef long long int64_t; typedef unsigned long long uint64_t;\n"
+  "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
+  "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
+  "#ifndef FLT_MAX\n#define FLT_MAX 3.402823466e+38f\n#endif\n"
+  "#endif\n";
+
 /* Compiles src (chunkname names it in messages) and returns its kernels.
    NULL on failure with the parser's or the compiler's message. */
 gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const char *chunkname, int graphable) {
@@ -197,7 +209,7 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
   gt_kernel *kk = calloc(nk, sizeof *kk);
   gt_ksig *sig = calloc(nk, sizeof *sig);
   gt_bfunc **fns = calloc(nk, sizeof *fns);
-  char *full = malloc(strlen(src) + strlen(chunkname) + 32);
+  char *full = malloc(strlen(common_prelude) + strlen(src) + strlen(chunkname) + 32);
   if (!m || !mem || !kk || !sig || !fns || !full) {
     free(m); free(mem); free(kk); free(sig); free(fns); free(full);
     gt_fail(rt, "out of host memory");
@@ -229,7 +241,7 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
     a += (8 - (uintptr_t)a % 8) % 8;
   }
 #undef TAKE
-  sprintf(full, "#line 1 \"%s\"\n%s", chunkname, src);
+  sprintf(full, "%s#line 1 \"%s\"\n%s", common_prelude, chunkname, src);
   int st = rt->be.compile(&rt->be, full, opts, sig, nk, &m->bm, fns);
   free(full);
   free(sig);

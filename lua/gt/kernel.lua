@@ -72,15 +72,29 @@ return function(gt)
       end
     end
     local plist = table.concat(params, ", ")
-    local src = "local C, rt, k, args, T, fail, floor, getmetatable, type, raise = ...\n" ..
-      "return function(gx, gy, gz, bx, by, bz, sm" .. (n > 0 and ", " .. plist or "") .. ")\n" ..
+    -- too few arguments leave the last one nil; too many arrive in ...
+    local count = "if select('#', ...) > 0 " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
+      "then count_error(select('#', ...)" .. (n > 0 and ", " .. plist or "") .. ") end\n"
+    local src = "local C, rt, k, args, T, fail, floor, getmetatable, type, raise, select, count_error = ...\n" ..
+      "return function(gx, gy, gz, bx, by, bz, sm" .. (n > 0 and ", " .. plist or "") .. ", ...)\n" .. count ..
       table.concat(body, "\n") .. "\n" ..
       "if C.gt_launch(rt, k, gx, gy, gz, bx, by, bz, sm, args) ~= 0 then raise() end\nend"
     local args = ffi.new("gt_arg[?]", math.max(n, 1))
     local function fail(i, v) arg_error(k, i, v, 4) end
     local function raise() error(gt._errmsg(), 4) end
+    local function count_error(extra, ...)
+      local p = {}
+      for i = 0, n - 1 do p[#p + 1] = ffi.string(k.ptext[i]) .. " " .. ffi.string(k.pname[i]) end
+      local sig = ffi.string(k.name) .. "(" .. table.concat(p, ", ") .. ")"
+      if extra > 0 then error(("kernel %s takes %d arguments, got %d"):format(sig, n, n + extra), 4) end
+      local given = { ... }
+      local miss = 1
+      while given[miss] ~= nil do miss = miss + 1 end
+      error(("kernel %s takes %d arguments: argument #%d ('%s', %s) is missing"):format(
+        sig, n, miss, ffi.string(k.pname[miss - 1]), ffi.string(k.ptext[miss - 1])), 4)
+    end
     local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name)))
-    return f(C, rt, k, args, Tensor, fail, math.floor, getmetatable, type, raise), plist
+    return f(C, rt, k, args, Tensor, fail, math.floor, getmetatable, type, raise, select, count_error), plist
   end
 
   local function new_kernel(k, module)
@@ -90,8 +104,8 @@ return function(gt)
     for i = 0, k.nparams - 1 do params[i + 1] = { name = ffi.string(k.pname[i]), type = ffi.string(k.ptext[i]) } end
     -- config(grid, block [, smem]) -> a bound launcher with no argument parsing
     local factory = assert(loadstring("local L = ...\nreturn function(gx, gy, gz, bx, by, bz, sm)\n" ..
-      "return function(" .. plist .. ") L(gx, gy, gz, bx, by, bz, sm" .. (plist ~= "" and ", " .. plist or "") ..
-      ") end end", "=gt.config." .. name))(launch)
+      "return function(" .. plist .. (plist ~= "" and ", ..." or "...") .. ") L(gx, gy, gz, bx, by, bz, sm" ..
+      (plist ~= "" and ", " .. plist or "") .. ", ...) end end", "=gt.config." .. name))(launch)
     return setmetatable({ name = name, params = params, graphable = k.graphable ~= 0,
                           _k = k, _launch = launch, _factory = factory, _module = module }, Kernel)
   end

@@ -1,0 +1,152 @@
+// reduce.cu - row reductions and normalisations: softmax, layernorm, rmsnorm, sum, max, argmax.
+//
+// x is [M, N] row-major (any leading shape flattened to M rows).  One block
+// per row, rows visited with a grid stride; the block's threads stride over
+// the row and combine through warp shuffles and one shared slot per warp.
+// blockDim.x must be a multiple of 32, at most 1024 (gt.ops uses 32..256).
+
+// NVRTC compiles without math.h, so INFINITY may be missing there.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+__device__ __forceinline__ float gt_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float gt_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+  return v;
+}
+
+// Every thread gets the block's total.  red: 32 shared floats; the trailing
+// barrier makes red reusable by the next reduction.  Threads add the per-warp
+// partials in the same order, so all see the same value.
+__device__ float gt_block_sum(float v, float *red) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = gt_warp_sum(v);
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float t = 0.0f;
+  for (int w = 0; w < nw; w++) t += red[w];
+  __syncthreads();
+  return t;
+}
+
+__device__ float gt_block_max(float v, float *red) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = gt_warp_max(v);
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float t = -INFINITY;
+  for (int w = 0; w < nw; w++) t = fmaxf(t, red[w]);
+  __syncthreads();
+  return t;
+}
+
+// -- Softmax and normalisations ---------------------------------------------
+
+// y = exp(x - max) / sum(exp(x - max)) along each row.
+__global__ void softmax_f32(float *y, const float *x, int M, int N) {
+  __shared__ float red[32];
+  for (int r = blockIdx.x; r < M; r += gridDim.x) {
+    const float *xr = x + (long long)r * N;
+    float *yr = y + (long long)r * N;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) m = fmaxf(m, xr[j]);
+    m = gt_block_max(m, red);
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) s += expf(xr[j] - m);
+    s = gt_block_sum(s, red);
+    float inv = 1.0f / s;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) yr[j] = expf(xr[j] - m) * inv;
+  }
+}
+
+// y = (x - mean) / sqrt(var + eps) * gamma + beta; two passes (mean, then
+// the centred variance) for accuracy on rows with a large mean.
+__global__ void layernorm_f32(float *y, const float *x, const float *gamma, const float *beta,
+                              int M, int N, float eps) {
+  __shared__ float red[32];
+  for (int r = blockIdx.x; r < M; r += gridDim.x) {
+    const float *xr = x + (long long)r * N;
+    float *yr = y + (long long)r * N;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) s += xr[j];
+    float mean = gt_block_sum(s, red) / N;
+    float v = 0.0f;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) { float d = xr[j] - mean; v += d * d; }
+    float rstd = rsqrtf(gt_block_sum(v, red) / N + eps);
+    for (int j = threadIdx.x; j < N; j += blockDim.x) yr[j] = (xr[j] - mean) * rstd * gamma[j] + beta[j];
+  }
+}
+
+// y = x / sqrt(mean(x^2) + eps) * w.
+__global__ void rmsnorm_f32(float *y, const float *x, const float *w, int M, int N, float eps) {
+  __shared__ float red[32];
+  for (int r = blockIdx.x; r < M; r += gridDim.x) {
+    const float *xr = x + (long long)r * N;
+    float *yr = y + (long long)r * N;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) s += xr[j] * xr[j];
+    float rs = rsqrtf(gt_block_sum(s, red) / N + eps);
+    for (int j = threadIdx.x; j < N; j += blockDim.x) yr[j] = xr[j] * rs * w[j];
+  }
+}
+
+// -- Row sum, max, argmax ----------------------------------------------------
+
+// y[r] = sum of row r.
+__global__ void rowsum_f32(float *y, const float *x, int M, int N) {
+  __shared__ float red[32];
+  for (int r = blockIdx.x; r < M; r += gridDim.x) {
+    const float *xr = x + (long long)r * N;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) s += xr[j];
+    s = gt_block_sum(s, red);
+    if (threadIdx.x == 0) y[r] = s;
+  }
+}
+
+// y[r] = max of row r.
+__global__ void rowmax_f32(float *y, const float *x, int M, int N) {
+  __shared__ float red[32];
+  for (int r = blockIdx.x; r < M; r += gridDim.x) {
+    const float *xr = x + (long long)r * N;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) m = fmaxf(m, xr[j]);
+    m = gt_block_max(m, red);
+    if (threadIdx.x == 0) y[r] = m;
+  }
+}
+
+// (value, index) pairs: the larger value wins, ties go to the smaller index.
+__device__ __forceinline__ void gt_argmax_pick(float *v, int *i, float ov, int oi) {
+  if (ov > *v || (ov == *v && oi < *i)) { *v = ov; *i = oi; }
+}
+
+// y[r] = index (0-based) of the first maximum of row r.
+__global__ void argmax_f32(int *y, const float *x, int M, int N) {
+  __shared__ float redv[32];
+  __shared__ int redi[32];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  for (int r = blockIdx.x; r < M; r += gridDim.x) {
+    const float *xr = x + (long long)r * N;
+    float v = -INFINITY;
+    int i = 0x7fffffff;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) gt_argmax_pick(&v, &i, xr[j], j);
+    for (int o = 16; o > 0; o >>= 1) {
+      float ov = __shfl_xor_sync(0xffffffff, v, o);
+      int oi = __shfl_xor_sync(0xffffffff, i, o);
+      gt_argmax_pick(&v, &i, ov, oi);
+    }
+    if (lane == 0) { redv[warp] = v; redi[warp] = i; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < nw; w++) gt_argmax_pick(&v, &i, redv[w], redi[w]);
+      y[r] = (i == 0x7fffffff) ? 0 : i;
+    }
+    __syncthreads();
+  }
+}

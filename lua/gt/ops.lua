@@ -1,0 +1,379 @@
+-- gt.ops: tensor operations over the kernel library (kernels/*.cu), each allocating its output.
+--
+-- Every op checks shapes and dtypes (errors name the op and the argument and
+-- point at the caller's line), allocates its result with gt.tensor and
+-- launches one kernel through a bound launcher (K.name:config) cached per
+-- grid, so a call in a model's step costs a few table lookups and one launch.
+-- Tensors are f32 unless said otherwise; "rows" means the last dimension, any
+-- leading dimensions flattened (x {B, T, D} has B*T rows of D).
+local gt = require "gt"
+
+local ceil, max = math.ceil, math.max
+local type, error, format, concat = type, error, string.format, table.concat
+
+local ops = {}
+
+-- -- Kernels and launchers ---------------------------------------------------
+
+local modules = {}   -- file name -> kernel table, loaded on first use
+
+local function kernel(file, name)
+  local K = modules[file]
+  if not K then
+    K = gt.load("kernels/" .. file .. ".cu")
+    modules[file] = K
+  end
+  return K[name]
+end
+
+local ELEM_BLOCK = 256
+local ELEM_MAX_GRID = 4096     -- grid-stride loops cover the rest
+local ROW_MAX_GRID = 65535
+-- Threads per row: 256 on a GPU; 32 on the cpu backend, whose threads are
+-- fibers switched at every barrier and shuffle (10x faster there at N = 1024).
+local ROW_MAX_BLOCK = gt.backend() == "cpu" and 32 or 256
+local TILE = 16                -- linear.cu's GT_TILE
+
+-- Launcher over n elements: a 1-D grid of 256-thread blocks.
+local function elementwise(file, name)
+  local cache = {}
+  return function(n)
+    local g = ceil(n / ELEM_BLOCK)
+    if g > ELEM_MAX_GRID then g = ELEM_MAX_GRID elseif g < 1 then g = 1 end
+    local f = cache[g]
+    if not f then
+      f = kernel(file, name):config(g, ELEM_BLOCK)
+      cache[g] = f
+    end
+    return f
+  end
+end
+
+-- Launcher over m rows of n: one block per row, the block's width (a multiple
+-- of 32, at most ROW_MAX_BLOCK) fitted to short rows.
+local function rowwise(file, name)
+  local cache = {}
+  return function(m, n)
+    local b = n >= ROW_MAX_BLOCK and ROW_MAX_BLOCK or max(32, ceil(n / 32) * 32)
+    local g = m > ROW_MAX_GRID and ROW_MAX_GRID or (m < 1 and 1 or m)
+    local key = g * 512 + b
+    local f = cache[key]
+    if not f then
+      f = kernel(file, name):config(g, b)
+      cache[key] = f
+    end
+    return f
+  end
+end
+
+-- Launcher for an m x n output of 16x16 tiles.
+local function tiled(file, name)
+  local cache = {}
+  return function(m, n)
+    local gx, gy = ceil(n / TILE), ceil(m / TILE)
+    if gx > 65535 then gx = 65535 elseif gx < 1 then gx = 1 end
+    if gy > 65535 then gy = 65535 elseif gy < 1 then gy = 1 end
+    local key = gx * 65536 + gy
+    local f = cache[key]
+    if not f then
+      f = kernel(file, name):config({ gx, gy, 1 }, { TILE, TILE, 1 })
+      cache[key] = f
+    end
+    return f
+  end
+end
+
+-- -- Argument checks -----------------------------------------------------------
+
+local function shape_str(s)
+  return #s == 0 and "a scalar" or concat(s, "x")
+end
+
+local is_tensor = gt.is_tensor
+
+local function describe(v)
+  if is_tensor(v) then return format("a %s %s tensor", v.dtype, shape_str(v.shape)) end
+  if v == nil then return "nil" end
+  return "a " .. type(v)
+end
+
+-- Raises "gt.ops.<op>: <msg>" at the user's line: level 1 = the function
+-- that calls fail, so an op body passes 2 and a helper an op calls passes 3.
+local function fail(level, op, fmt, ...)
+  error("gt.ops." .. op .. ": " .. format(fmt, ...), level + 1)
+end
+
+-- A tensor of the given dtype (default f32); returns its shape.  level: as
+-- fail's, counted from check's caller (default 2: called from an op body).
+local function check(op, name, t, dtype, level)
+  dtype = dtype or "f32"
+  if not is_tensor(t) then
+    fail((level or 2) + 1, op, "%s must be a %s tensor, got %s", name, dtype, describe(t))
+  end
+  if t.dtype ~= dtype then
+    fail((level or 2) + 1, op, "%s must be %s, got %s %s", name, dtype, t.dtype, shape_str(t.shape))
+  end
+  if t._strides then   -- a strided view (gt.tensor's narrow of an inner dimension)
+    fail((level or 2) + 1, op, "%s is a non-contiguous view; :clone() it first", name)
+  end
+  return t.shape
+end
+
+local function same_shape(a, b)
+  if #a ~= #b then return false end
+  for i = 1, #a do if a[i] ~= b[i] then return false end end
+  return true
+end
+
+-- gt.tensor copies the shape it is given, so an input's shape table can be passed as is.
+local function copy_shape(s)
+  local r = {}
+  for i = 1, #s do r[i] = s[i] end
+  return r
+end
+
+-- Rows m and row length n of a tensor with shape s (rows = last dimension).
+local function rows(s, numel)
+  local n = s[#s] or 1
+  if n ~= 0 then return numel / n, n end
+  local m = 1                             -- empty rows: count them from the shape
+  for i = 1, #s - 1 do m = m * s[i] end
+  return m, n
+end
+
+-- Shape with the last dimension dropped ({M} for {M, N}, {1} for {N}).
+local function row_shape(s)
+  if #s <= 1 then return { 1 } end
+  local r = {}
+  for i = 1, #s - 1 do r[i] = s[i] end
+  return r
+end
+
+-- -- Elementwise ---------------------------------------------------------------
+
+local launch_add = elementwise("elementwise", "add_f32")
+local launch_mul = elementwise("elementwise", "mul_f32")
+local launch_add_rows = elementwise("elementwise", "add_rows_f32")
+local launch_mul_rows = elementwise("elementwise", "mul_rows_f32")
+local launch_affine = elementwise("elementwise", "affine_f32")
+local launch_axpby = elementwise("elementwise", "axpby_f32")
+local launch_copy = elementwise("elementwise", "copy_f32")
+
+-- a + b or a * b: b a tensor of a's shape, a tensor of a's last dimension
+-- (repeated over the rows, as a bias), or a number.
+local function binary(op, a, b, launch_same, launch_rows)
+  if type(a) == "number" then a, b = b, a end
+  local as = check(op, "a", a, "f32", 3)
+  local n = a.numel
+  local y = gt.tensor(as)
+  if type(b) == "number" then
+    local s, t = 1, b                     -- add: x + b
+    if op == "mul" then s, t = b, 0 end
+    launch_affine(n)(y, a, n, s, t)
+    return y
+  end
+  local bs = check(op, "b", b, "f32", 3)
+  if same_shape(as, bs) then
+    launch_same(n)(y, a, b, n)
+  elseif #bs == 1 and bs[1] == as[#as] and bs[1] > 0 then
+    launch_rows(n)(y, a, b, n, bs[1])
+  else
+    fail(3, op, "a is %s but b is %s: shapes differ (b may be a's shape, a vector of %d, or a number)",
+      shape_str(as), shape_str(bs), as[#as] or 1)
+  end
+  return y
+end
+
+--- ops.add(a, b) -> a + b.  b: same shape, a vector of a's last dimension, or a number.
+function ops.add(a, b)
+  local y = binary("add", a, b, launch_add, launch_add_rows)
+  return y
+end
+
+--- ops.mul(a, b) -> a * b (elementwise).  b as for add.
+function ops.mul(a, b)
+  local y = binary("mul", a, b, launch_mul, launch_mul_rows)
+  return y
+end
+
+--- ops.axpby(a, x, b, y) -> y, after y = a*x + b*y in place.
+function ops.axpby(a, x, b, y)
+  if type(a) ~= "number" then fail(2, "axpby", "a must be a number, got %s", describe(a)) end
+  if type(b) ~= "number" then fail(2, "axpby", "b must be a number, got %s", describe(b)) end
+  local xs, ys = check("axpby", "x", x), check("axpby", "y", y)
+  if not same_shape(xs, ys) then
+    fail(2, "axpby", "x is %s but y is %s: shapes differ", shape_str(xs), shape_str(ys))
+  end
+  local n = y.numel
+  launch_axpby(n)(y, x, n, a, b)
+  return y
+end
+
+--- ops.copy(dst, src) -> dst, after copying src (same shape) into it.
+function ops.copy(dst, src)
+  local ds, ss = check("copy", "dst", dst), check("copy", "src", src)
+  if not same_shape(ds, ss) then
+    fail(2, "copy", "dst is %s but src is %s: shapes differ", shape_str(ds), shape_str(ss))
+  end
+  local n = dst.numel
+  launch_copy(n)(dst, src, n)
+  return dst
+end
+
+-- relu, gelu (tanh approximation), tanh, sigmoid: y = f(x), x's shape.
+for _, name in ipairs { "relu", "gelu", "tanh", "sigmoid" } do
+  local launch = elementwise("elementwise", name .. "_f32")
+  ops[name] = function(x)
+    local xs = check(name, "x", x)
+    local n = x.numel
+    local y = gt.tensor(xs)
+    launch(n)(y, x, n)
+    return y
+  end
+end
+
+-- -- Matrix products -------------------------------------------------------------
+
+local launch_linear = tiled("linear", "linear_f32")
+local ACT = { relu = 1, gelu = 2, tanh = 3, none = 0 }
+
+--- ops.linear(x, W [, b] [, act]) -> act(x @ W + b).
+-- x {..., K} (leading dims are rows), W {K, N}, b {N} or nil,
+-- act "relu" | "gelu" | "tanh" | nil.  The result is {..., N}.
+function ops.linear(x, W, b, act)
+  if type(b) == "string" and act == nil then b, act = nil, b end
+  local xs, ws = check("linear", "x", x), check("linear", "W", W)
+  if #ws ~= 2 then fail(2, "linear", "W must be 2-D {K, N}, got %s", shape_str(ws)) end
+  local K, N = ws[1], ws[2]
+  if xs[#xs] ~= K then
+    fail(2, "linear", "x is %s but W is %s: inner dimensions differ", shape_str(xs), shape_str(ws))
+  end
+  local has_bias = 0
+  if b ~= nil then
+    local bs = check("linear", "b", b)
+    if #bs ~= 1 or bs[1] ~= N then
+      fail(2, "linear", "b is %s but W is %s: b must be a vector of %d", shape_str(bs), shape_str(ws), N)
+    end
+    has_bias = 1
+  end
+  local a = 0
+  if act ~= nil then
+    a = ACT[act]
+    if not a then
+      fail(2, "linear", "act must be \"relu\", \"gelu\", \"tanh\" or nil, got %s",
+        type(act) == "string" and format("%q", act) or describe(act))
+    end
+  end
+  local M = rows(xs, x.numel)
+  local ys = copy_shape(xs)
+  ys[#ys] = N
+  local y = gt.tensor(ys)
+  launch_linear(M, N)(y, x, W, b or W, M, N, K, has_bias, a)
+  return y
+end
+
+local launch_matmul = tiled("linear", "matmul_f32")
+
+--- ops.matmul(a, b) -> a @ b for a {M, K}, b {K, N}.
+function ops.matmul(a, b)
+  local as, bs = check("matmul", "a", a), check("matmul", "b", b)
+  if #as ~= 2 then fail(2, "matmul", "a must be 2-D {M, K}, got %s", shape_str(as)) end
+  if #bs ~= 2 then fail(2, "matmul", "b must be 2-D {K, N}, got %s", shape_str(bs)) end
+  local M, K, N = as[1], as[2], bs[2]
+  if bs[1] ~= K then
+    fail(2, "matmul", "a is %s but b is %s: inner dimensions differ", shape_str(as), shape_str(bs))
+  end
+  local y = gt.tensor { M, N }
+  launch_matmul(M, N)(y, a, b, M, N, K)
+  return y
+end
+
+-- -- Row reductions and normalisations -------------------------------------------
+
+local launch_softmax = rowwise("reduce", "softmax_f32")
+
+--- ops.softmax(x) -> softmax over the last dimension.
+function ops.softmax(x)
+  local xs = check("softmax", "x", x)
+  local m, n = rows(xs, x.numel)
+  local y = gt.tensor(xs)
+  launch_softmax(m, n)(y, x, m, n)
+  return y
+end
+
+-- A per-column parameter: a vector of the rows' length n.
+local function check_vec(op, name, v, n, xs)
+  local vs = check(op, name, v, "f32", 3)
+  if #vs ~= 1 or vs[1] ~= n then
+    fail(3, op, "x is %s but %s is %s: %s must be a vector of %d",
+      shape_str(xs), name, shape_str(vs), name, n)
+  end
+end
+
+local function check_eps(op, eps, default)
+  if eps == nil then return default end
+  if type(eps) ~= "number" then fail(3, op, "eps must be a number, got %s", describe(eps)) end
+  return eps
+end
+
+local launch_layernorm = rowwise("reduce", "layernorm_f32")
+
+--- ops.layernorm(x, gamma, beta [, eps = 1e-5]) over the last dimension.
+function ops.layernorm(x, gamma, beta, eps)
+  local xs = check("layernorm", "x", x)
+  local m, n = rows(xs, x.numel)
+  check_vec("layernorm", "gamma", gamma, n, xs)
+  check_vec("layernorm", "beta", beta, n, xs)
+  eps = check_eps("layernorm", eps, 1e-5)
+  local y = gt.tensor(xs)
+  launch_layernorm(m, n)(y, x, gamma, beta, m, n, eps)
+  return y
+end
+
+local launch_rmsnorm = rowwise("reduce", "rmsnorm_f32")
+
+--- ops.rmsnorm(x, w [, eps = 1e-6]) = x / sqrt(mean(x^2) + eps) * w over the last dimension.
+function ops.rmsnorm(x, w, eps)
+  local xs = check("rmsnorm", "x", x)
+  local m, n = rows(xs, x.numel)
+  check_vec("rmsnorm", "w", w, n, xs)
+  eps = check_eps("rmsnorm", eps, 1e-6)
+  local y = gt.tensor(xs)
+  launch_rmsnorm(m, n)(y, x, w, m, n, eps)
+  return y
+end
+
+-- sum, max: f32 per row; argmax: i32 per row (0-based index of the first maximum).
+for name, spec in pairs { sum = { "rowsum_f32", "f32" }, max = { "rowmax_f32", "f32" },
+                          argmax = { "argmax_f32", "i32" } } do
+  local launch, dtype = rowwise("reduce", spec[1]), spec[2]
+  ops[name] = function(x)
+    local xs = check(name, "x", x)
+    local m, n = rows(xs, x.numel)
+    if n == 0 and name ~= "sum" then fail(2, name, "x is %s: rows are empty", shape_str(xs)) end
+    local y = gt.tensor(row_shape(xs), dtype)
+    launch(m, n)(y, x, m, n)
+    return y
+  end
+end
+
+-- -- Embedding ---------------------------------------------------------------------
+
+local launch_embedding = elementwise("embedding", "embedding_f32")
+
+--- ops.embedding(ids, table) -> rows of table: ids i32 (any shape), table {V, D}; result {ids..., D}.
+-- An id outside [0, V) gives a row of zeros.
+function ops.embedding(ids, tbl)
+  local is = check("embedding", "ids", ids, "i32")
+  local ts = check("embedding", "table", tbl)
+  if #ts ~= 2 then fail(2, "embedding", "table must be 2-D {V, D}, got %s", shape_str(ts)) end
+  local V, D = ts[1], ts[2]
+  local n = ids.numel
+  local ys = copy_shape(is)
+  ys[#ys + 1] = D
+  local y = gt.tensor(ys)
+  launch_embedding(n * D)(y, ids, tbl, n, D, V)
+  return y
+end
+
+return ops

@@ -1,0 +1,964 @@
+/* backend_cpu.c - cpu backend: kernels built by the host C++ compiler, run by a thread pool + fibers. */
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "backend.h"
+#include "cpu_prelude.h"
+#ifdef GT_TEST
+#include "gt_test.h"
+#endif
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>   /* fiber stacks are announced to valgrind */
+#endif
+#endif
+#ifndef VALGRIND_STACK_REGISTER
+#define VALGRIND_STACK_REGISTER(lo, hi) 0u
+#define VALGRIND_STACK_DEREGISTER(id) (void)(id)
+#endif
+
+const char *gt_cpu_prelude_text(void); /* cpu_prelude.h's text (scripts/embed.sh) */
+
+#define CPU_GRAN ((size_t)64 << 10)    /* commit granularity */
+#define CPU_STACK ((size_t)128 << 10)  /* per fiber, guard page included */
+#define CPU_MAX_THREADS 1024           /* per block */
+#define CPU_MAX_WORKERS 64
+#define CPU_PATH 4096
+#define CPU_DIR (CPU_PATH - 128)       /* room for a cache file name after it */
+
+/* -- Types -------------------------------------------------------------- */
+
+struct gt_bmodule { void *so; int fibers, n; struct gt_bfunc *fns; }; /* fibers: source names a barrier */
+struct gt_bfunc {
+  gt_cpu_entry entry;
+  gt_bmodule *mod;
+  char name[64];
+  int nparams;
+  uint8_t *argsz;     /* bytes of each parameter's value */
+};
+struct gt_bgraph { int n; gt_gnode *nodes; };   /* copied nodes: args point at their own values */
+struct gt_bevent { double t; };
+
+typedef struct cpu_job {
+  const struct gt_bfunc *fn;
+  unsigned grid[3], block[3], smem;
+  void **args;
+  uint64_t nblocks;
+  atomic_uint_fast64_t next;   /* next block index to take */
+  atomic_int misuse;           /* a barrier was called in loop mode */
+} cpu_job;
+
+typedef struct cpu_worker cpu_worker;
+static void fiber_main(cpu_worker *w);
+
+/* -- Fiber context switch ----------------------------------------------- */
+
+#if defined(__x86_64__) && !defined(GT_CPU_UCONTEXT)
+typedef struct { void *sp; } cpu_fctx;
+void gt_cpu_switch(void **save, void *to) __attribute__((visibility("hidden")));
+void gt_cpu_fiber_start(void) __attribute__((visibility("hidden")));
+__asm__(".text\n.globl gt_cpu_switch\n.hidden gt_cpu_switch\n.type gt_cpu_switch,@function\n"
+        "gt_cpu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n  ret\n"
+        ".size gt_cpu_switch, .-gt_cpu_switch\n"
+        ".globl gt_cpu_fiber_start\n.hidden gt_cpu_fiber_start\n.type gt_cpu_fiber_start,@function\n"
+        "gt_cpu_fiber_start:\n  movq %r13, %rdi\n  callq *%r12\n  ud2\n"
+        ".size gt_cpu_fiber_start, .-gt_cpu_fiber_start\n");
+
+static void fctx_switch(cpu_fctx *from, cpu_fctx *to) { gt_cpu_switch(&from->sp, to->sp); }
+/* The first switch pops zeroed callee-saved registers (r12 = fiber_main,
+   r13 = w) and returns into gt_cpu_fiber_start with a 16-aligned stack. */
+static void fctx_make(cpu_fctx *c, char *stack, size_t size, cpu_worker *w) {
+  uint64_t *sp = (uint64_t *)((uintptr_t)(stack + size) & ~(uintptr_t)15) - 9;
+  memset(sp, 0, 9 * sizeof *sp);
+  sp[2] = (uint64_t)(uintptr_t)w;
+  sp[3] = (uint64_t)(uintptr_t)fiber_main;
+  sp[6] = (uint64_t)(uintptr_t)gt_cpu_fiber_start;
+  c->sp = sp;
+}
+#else
+#include <ucontext.h>
+typedef struct { ucontext_t uc; } cpu_fctx;
+static _Thread_local cpu_worker *fctx_worker;
+static void fctx_entry(void) { fiber_main(fctx_worker); }
+static void fctx_switch(cpu_fctx *from, cpu_fctx *to) { swapcontext(&from->uc, &to->uc); }
+static void fctx_make(cpu_fctx *c, char *stack, size_t size, cpu_worker *w) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack, c->uc.uc_stack.ss_size = size, c->uc.uc_link = NULL;
+  fctx_worker = w;
+  makecontext(&c->uc, fctx_entry, 0);
+}
+#endif
+
+enum { FIB_NEW, FIB_LIVE, FIB_DONE };
+typedef struct cpu_fiber { cpu_fctx ctx; int state, next, prev; unsigned vg; gt_cpu_dim tid; } cpu_fiber;
+
+struct cpu_worker {
+  gt_cpu_ctx ctx;               /* first member: the callbacks cast it back */
+  struct cpu_backend *cb;
+  pthread_t thread;
+  cpu_job *job;
+  int nthreads, cur, live;      /* threads of the block, running fiber, unfinished fibers */
+  cpu_fctx main;                /* the worker's own stack */
+  cpu_fiber *fib;               /* fib_cap fibers; the unfinished ones form a ring in block order */
+  char *stacks, *smem;
+  int fib_cap;
+  size_t smem_cap;
+  unsigned long long xchg[CPU_MAX_THREADS];   /* one warp-exchange slot per thread */
+};
+
+typedef struct cpu_backend {
+  int nworkers, started;        /* workers (w[0] is the launching thread), helpers running */
+  cpu_worker *w;
+  pthread_mutex_t launch_mu;    /* one launch or graph at a time */
+  pthread_mutex_t mu;           /* guards the fields below */
+  pthread_cond_t wake, done;
+  cpu_job *job;
+  int tickets, busy, quit;      /* helpers still to join / still running / exit */
+  char cxx[128];
+  uint64_t prelude_hash;
+} cpu_backend;
+
+__attribute__((format(printf, 3, 4)))
+static int cpu_fail(gt_backend *b, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b->err, GT_ERRLEN, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+/* -- Memory ------------------------------------------------------------- */
+
+static size_t round_gran(size_t n) { return (n + CPU_GRAN - 1) & ~(CPU_GRAN - 1); }
+
+static int cpu_reserve(gt_backend *b, size_t bytes, uint64_t *base) {
+  size_t want = round_gran(bytes), len = want + CPU_GRAN;
+  char *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    return cpu_fail(b, GT_BOOM, "cpu: reserving %zu bytes of address space failed (%s); ask for less memory.",
+                    bytes, strerror(errno));
+  uintptr_t a = ((uintptr_t)p + CPU_GRAN - 1) & ~(uintptr_t)(CPU_GRAN - 1);   /* trim to alignment */
+  if (a > (uintptr_t)p) munmap(p, a - (uintptr_t)p);
+  if ((uintptr_t)p + len > a + want) munmap((char *)(a + want), (uintptr_t)p + len - (a + want));
+  *base = a;
+  return GT_BOK;
+}
+
+static int cpu_commit(gt_backend *b, uint64_t addr, size_t bytes) {
+  if (mprotect((void *)(uintptr_t)addr, bytes, PROT_READ | PROT_WRITE) == 0) return GT_BOK;
+  return cpu_fail(b, GT_BOOM, "cpu: committing %zu bytes at 0x%llx failed (%s); free memory or use a smaller pool.",
+                  bytes, (unsigned long long)addr, strerror(errno));
+}
+
+static int cpu_decommit(gt_backend *b, uint64_t addr, size_t bytes) {
+  void *p = (void *)(uintptr_t)addr;
+  if (madvise(p, bytes, MADV_DONTNEED) == 0 && mprotect(p, bytes, PROT_NONE) == 0) return GT_BOK;
+  return cpu_fail(b, GT_BERR, "cpu: decommitting %zu bytes at 0x%llx failed (%s); pass a granularity-aligned range.",
+                  bytes, (unsigned long long)addr, strerror(errno));
+}
+
+static int cpu_release(gt_backend *b, uint64_t base, size_t bytes) {
+  if (munmap((void *)(uintptr_t)base, round_gran(bytes)) == 0) return GT_BOK;
+  return cpu_fail(b, GT_BERR, "cpu: releasing %zu bytes at 0x%llx failed (%s); pass the range reserve returned.",
+                  bytes, (unsigned long long)base, strerror(errno));
+}
+
+/* Addresses are host pointers; n == 0 may come with a null pointer. */
+#define ADDR(a) ((void *)(uintptr_t)(a))
+static int cpu_htod(gt_backend *b, uint64_t d, const void *s, size_t n) {
+  (void)b; if (n) memcpy(ADDR(d), s, n); return GT_BOK; }
+static int cpu_dtoh(gt_backend *b, void *d, uint64_t s, size_t n) {
+  (void)b; if (n) memcpy(d, ADDR(s), n); return GT_BOK; }
+static int cpu_dtod(gt_backend *b, uint64_t d, uint64_t s, size_t n) {
+  (void)b; if (n) memmove(ADDR(d), ADDR(s), n); return GT_BOK; }
+static int cpu_memset8(gt_backend *b, uint64_t d, uint8_t v, size_t n) {
+  (void)b; if (n) memset(ADDR(d), v, n); return GT_BOK; }
+
+/* -- Compile: source rewriting ------------------------------------------ */
+
+static int is_ident(char c) { return c == '_' || isalnum((unsigned char)c); }
+static int word_at(const char *src, const char *p, const char *w) {
+  size_t n = strlen(w);
+  return strncmp(p, w, n) == 0 && !is_ident(p[n]) && (p == src || !is_ident(p[-1]));
+}
+static const char *skip_space(const char *p) { while (isspace((unsigned char)*p)) p++; return p; }
+static void put_quoted(FILE *f, const char *t) {   /* " 't'" for sh */
+  fputs(" '", f);
+  for (; *t; t++) *t == '\'' ? fputs("'\\''", f) : fputc(*t, f);
+  fputc('\'', f);
+}
+
+/* `extern __shared__ T name[];` -> `T *name = (T *)gt_dyn_smem();` in a
+   function, else `static gt_dyn_shared_<T> name;` (converts to T *), keeping
+   the line count; __align__(..) / alignas(..) are dropped from T.  Returns
+   the end of the declaration, or NULL when p does not start one. */
+static const char *rewrite_dyn_shared(FILE *out, const char *src, const char *p, int in_function) {
+  const char *q = skip_space(p + 6), *end, *br, *name, *ne;
+  char type[256];
+  size_t n = 0;
+  if (!word_at(src, q, "__shared__") || !(end = strchr(q += 10, ';')) || !(br = memchr(q, '[', (size_t)(end - q))))
+    return NULL;
+  for (ne = br; ne > q && isspace((unsigned char)ne[-1]); ne--) {}
+  for (name = ne; name > q && is_ident(name[-1]); name--) {}
+  for (const char *t = q; t < name && n < sizeof type - 1; t++) {
+    if (word_at(src, t, "__align__") || word_at(src, t, "alignas"))
+      for (int depth = 0; t < name && (*t != ')' || --depth > 0); t++) depth += *t == '(';
+    else type[n++] = isspace((unsigned char)*t) ? ' ' : *t;
+  }
+  type[n] = 0;
+  if (name == ne || n == sizeof type - 1) return NULL;
+  if (in_function) fprintf(out, "%s *%.*s = (%s *)gt_dyn_smem();", type, (int)(ne - name), name, type);
+  else fprintf(out, "static gt_dyn_shared_<%s> %.*s;", type, (int)(ne - name), name);
+  for (; p < end; p++) if (*p == '\n') fputc('\n', out);
+  return end + 1;
+}
+
+/* The source with dynamic shared declarations rewritten (comments and
+   literals are copied untouched), then one entry point per kernel. */
+static void build_source(FILE *out, const char *src, const gt_ksig *sigs, int nsigs) {
+  int depth = 0;
+  uint64_t code = 0;   /* bit d: the brace at depth d opened code (after ')', or inside code) */
+  for (const char *p = src, *r; *p;) {
+    const char *start = p, *q = p;
+    int in_code = depth > 0 && depth <= 64 && (code >> (depth - 1) & 1);
+    if (p[0] == '/' && p[1] == '/') p += strcspn(p, "\n");
+    else if (p[0] == '/' && p[1] == '*') p = strstr(p + 2, "*/") ? strstr(p + 2, "*/") + 2 : p + strlen(p);
+    else if (*p == '"' || *p == '\'') {
+      char qc = *p++;
+      while (*p && *p != qc && *p != '\n') p += (p[0] == '\\' && p[1]) ? 2 : 1;
+      p += *p == qc;
+    } else if (*p == '{') {
+      while (q > src && isspace((unsigned char)q[-1])) q--;
+      if (depth < 64) code = (in_code || (q > src && q[-1] == ')')) ? code | 1ull << depth : code & ~(1ull << depth);
+      depth++, p++;
+    } else if (*p == '}') depth -= depth > 0, p++;
+    else if (word_at(src, p, "extern") && (r = rewrite_dyn_shared(out, src, p, in_code))) { p = r; continue; }
+    else p += 1 + strcspn(p + 1, "/\"'e{}");
+    fwrite(start, 1, (size_t)(p - start), out);
+  }
+  fputs("\n#line 1 \"<gtlua cpu entry points>\"\n", out);
+  for (int i = 0; i < nsigs; i++) fprintf(out, "GT_CPU_ENTRY(gt_entry_%d, %s)\n", i, sigs[i].name);
+}
+
+static int uses_fibers(const char *src) {
+  static const char *const words[] = {"__syncthreads", "__syncwarp", "__shfl_", "__ballot_sync",
+                                      "__any_sync", "__all_sync"};
+  for (size_t i = 0; i < sizeof words / sizeof *words; i++) if (strstr(src, words[i])) return 1;
+  return 0;
+}
+
+/* Extra options: host-compiler ones pass, NVRTC-only ones are dropped. */
+static void put_opts(FILE *f, const char *opts) {
+  char tok[512];
+  for (const char *p = opts ? opts : ""; *(p = skip_space(p));) {
+    size_t n = strcspn(p, " \t\r\n");
+    snprintf(tok, sizeof tok, "%.*s", (int)n, p);
+    p += n;
+    if (!strcmp(tok, "--use_fast_math") || !strcmp(tok, "-use_fast_math")) fputs(" -ffast-math", f);
+    else if (tok[0] == '-' && tok[1] && strchr("DUIOfgWw", tok[1]) && strncmp(tok, "-fmad", 5) &&
+             strncmp(tok, "-ftz", 4))
+      put_quoted(f, tok);
+  }
+}
+
+/* -- Compile: cache and compiler ---------------------------------------- */
+
+static int write_file(const char *path, const char *text, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  int ok = fwrite(text, 1, n, f) == n;
+  return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+static atomic_uint cpu_tmp_seq;
+static void tmp_name(char *out, const char *dir, uint64_t h, const char *ext) {
+  snprintf(out, CPU_PATH, "%s/%016llx.%ld.%u.tmp%s", dir, (unsigned long long)h, (long)getpid(),
+           atomic_fetch_add(&cpu_tmp_seq, 1), ext);
+}
+
+/* Compiles text into so, atomically (temp file + rename); on failure
+   GT_BERR with the compiler's log and no file left behind. */
+static int run_compiler(gt_backend *b, const char *dir, const char *text, size_t n, const char *flags,
+                        const char *so, uint64_t h) {
+  cpu_backend *cb = b->impl;
+  char src[CPU_PATH], tmp[CPU_PATH], pre[CPU_PATH], ptmp[CPU_PATH], log[GT_ERRLEN], *cmd = NULL;
+  size_t cmdlen, loglen = 0;
+  snprintf(pre, sizeof pre, "%s/prelude-%016llx.h", dir, (unsigned long long)cb->prelude_hash);
+  tmp_name(src, dir, h, ".cpp"), tmp_name(tmp, dir, h, ".so"), tmp_name(ptmp, dir, h, ".h");
+  const char *prelude = gt_cpu_prelude_text();
+  if ((access(pre, R_OK) != 0 && (write_file(ptmp, prelude, strlen(prelude)) != 0 || rename(ptmp, pre) != 0)) ||
+      write_file(src, text, n) != 0) {
+    int e = errno;
+    unlink(ptmp), unlink(src);
+    return cpu_fail(b, GT_BERR, "cpu: cannot write to the kernel cache %s (%s); check its permissions or "
+                    "set GTLUA_CACHE.", dir, strerror(e));
+  }
+  FILE *f = open_memstream(&cmd, &cmdlen), *pp = NULL;
+  if (f) {
+    fprintf(f, "%s -std=c++17 -O2 -fPIC -shared -w -fvisibility=hidden -fno-strict-aliasing -fno-math-errno -include",
+            cb->cxx);
+    put_quoted(f, pre), fputs(flags, f), fputs(" -x c++", f), put_quoted(f, src);
+    fputs(" -o", f), put_quoted(f, tmp), fputs(" 2>&1", f);
+    pp = fclose(f) == 0 ? popen(cmd, "r") : NULL;
+  }
+  int st = -1, e = errno;
+  if (pp) {
+    loglen = fread(log, 1, sizeof log - 1, pp);   /* keep the start of the log, drain the rest */
+    while (fgetc(pp) != EOF) {}
+    st = pclose(pp);
+  }
+  log[loglen] = 0;
+  free(cmd);
+  unlink(src);
+  int rc = GT_BOK;
+  if (st == -1)
+    rc = cpu_fail(b, GT_BERR, "cpu: cannot start the C++ compiler '%s' (%s); install g++ or set GTLUA_CXX.",
+                  cb->cxx, strerror(e));
+  else if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
+    rc = cpu_fail(b, GT_BERR, "cpu: cannot run the C++ compiler '%s'; install g++ or set GTLUA_CXX:\n%s", cb->cxx, log);
+  else if (st != 0)
+    rc = cpu_fail(b, GT_BERR, "cpu: kernel compile failed:\n%s", loglen ? log : "(no compiler output)");
+  else if (rename(tmp, so) != 0)
+    rc = cpu_fail(b, GT_BERR, "cpu: cannot store %s in the kernel cache (%s); check its permissions.",
+                  so, strerror(errno));
+  if (rc != GT_BOK) unlink(tmp);
+  return rc;
+}
+
+static void cpu_module_free(gt_backend *b, gt_bmodule *m) {
+  (void)b;
+  if (!m) return;
+  for (int i = 0; i < m->n; i++) free(m->fns[i].argsz);
+  free(m->fns);
+  if (m->so) dlclose(m->so);
+  free(m);
+}
+
+/* Loads so and binds fns[i] to sigs[i]'s entry point. */
+static int load_module(gt_backend *b, const char *so, const char *src, const gt_ksig *sigs, int nsigs,
+                       gt_bmodule **mod, gt_bfunc **fns) {
+  gt_bmodule *m = calloc(1, sizeof *m);
+  int rc = GT_BOK;
+  if (!m || !(m->fns = calloc(nsigs > 0 ? (size_t)nsigs : 1, sizeof *m->fns))) {
+    free(m);
+    return cpu_fail(b, GT_BOOM, "cpu: out of host memory while loading kernels.");
+  }
+  m->fibers = uses_fibers(src);
+  if (!(m->so = dlopen(so, RTLD_NOW | RTLD_LOCAL)))
+    rc = cpu_fail(b, GT_BERR, "cpu: loading compiled kernels failed (%s); delete %s and retry.", dlerror(), so);
+  for (int i = 0; i < nsigs && rc == GT_BOK; i++) {
+    struct gt_bfunc *f = &m->fns[m->n++];
+    char sym[32];
+    snprintf(sym, sizeof sym, "gt_entry_%d", i);
+    snprintf(f->name, sizeof f->name, "%s", sigs[i].name);
+    f->entry = (gt_cpu_entry)dlsym(m->so, sym), f->mod = m, f->nparams = sigs[i].nparams;
+    if (!f->entry || !(f->argsz = malloc(f->nparams > 0 ? (size_t)f->nparams : 1)))
+      rc = cpu_fail(b, GT_BERR, "cpu: kernel '%s' is missing from %s; delete that file and retry.", f->name, so);
+    for (int k = 0; rc == GT_BOK && k < f->nparams; k++) {
+      uint8_t t = sigs[i].ptype[k];   /* pointers and 64-bit scalars: 8 bytes */
+      f->argsz[k] = t == GT_P_BOOL ? 1 : (t == GT_P_I32 || t == GT_P_U32 || t == GT_P_F32) ? 4 : 8;
+    }
+    fns[i] = f;
+  }
+  if (rc != GT_BOK) cpu_module_free(b, m);
+  else *mod = m;
+  return rc;
+}
+
+static int cpu_compile(gt_backend *b, const char *src, const char *opts, const gt_ksig *sigs, int nsigs,
+                       gt_bmodule **mod, gt_bfunc **fns) {
+  cpu_backend *cb = b->impl;
+  char dir[CPU_DIR], so[CPU_PATH], *text = NULL, *flags = NULL;
+  size_t ntext = 0, nflags = 0;
+  FILE *ft = open_memstream(&text, &ntext), *ff = open_memstream(&flags, &nflags);
+  if (ft) build_source(ft, src, sigs, nsigs);
+  if (ff) put_opts(ff, opts);
+  int oom = !ft || fclose(ft) != 0, rc = GT_BOK;
+  oom |= !ff || fclose(ff) != 0;
+  if (oom) rc = cpu_fail(b, GT_BOOM, "cpu: out of host memory while preparing a kernel source.");
+  else if (snprintf(dir, sizeof dir, "%s/cpu", gt_cache_dir()) >= (int)sizeof dir)
+    rc = cpu_fail(b, GT_BERR, "cpu: the kernel cache path %s is too long; set GTLUA_CACHE to a shorter one.",
+                  gt_cache_dir());
+  else if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    rc = cpu_fail(b, GT_BERR, "cpu: cannot create the kernel cache %s (%s); set GTLUA_CACHE to a writable directory.",
+                  dir, strerror(errno));
+  if (rc == GT_BOK) {
+    uint64_t h = gt_hash64(text, ntext, 0x67746370753031ull);   /* "gtcpu01" */
+    h = gt_hash64(flags, nflags, h ^ cb->prelude_hash);
+    h = gt_hash64(cb->cxx, strlen(cb->cxx), h);
+    snprintf(so, sizeof so, "%s/%016llx.so", dir, (unsigned long long)h);
+    if (access(so, R_OK) != 0) rc = run_compiler(b, dir, text, ntext, flags, so, h);   /* else: cached */
+  }
+  free(text), free(flags);
+  return rc == GT_BOK ? load_module(b, so, src, sigs, nsigs, mod, fns) : rc;
+}
+
+/* -- Executor: fibers and warps ----------------------------------------- */
+
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+/* Suspends fiber `from` (-1: the worker's own stack) and runs `to` (-1: back
+   to the worker); returns when some fiber switches back to `from`. */
+static void fib_switch(cpu_worker *w, int from, int to) {
+  cpu_fctx *dst = &w->main;
+  if (to >= 0) {
+    cpu_fiber *f = &w->fib[to];
+    if (f->state == FIB_NEW)
+      fctx_make(&f->ctx, w->stacks + (size_t)to * CPU_STACK + page_size(), CPU_STACK - page_size(), w);
+    f->state = FIB_LIVE;
+    dst = &f->ctx;
+  }
+  w->cur = to;
+  fctx_switch(from >= 0 ? &w->fib[from].ctx : &w->main, dst);
+  if (from >= 0) w->ctx.tid = w->fib[from].tid;
+}
+
+static void fiber_main(cpu_worker *w) {
+  int me = w->cur;
+  cpu_fiber *f = &w->fib[me];
+  w->ctx.tid = f->tid;
+  w->job->fn->entry(&w->ctx, w->job->args);
+  f->state = FIB_DONE;
+  w->fib[f->prev].next = f->next, w->fib[f->next].prev = f->prev;
+  fib_switch(w, me, --w->live ? f->next : -1);
+  abort();   /* a finished fiber is never resumed */
+}
+
+/* Barriers in loop mode are only right for one-thread blocks. */
+static int loop_mode(cpu_worker *w) {
+  if (w->ctx.fiber) return 0;
+  if (w->nthreads > 1) atomic_store(&w->job->misuse, 1);
+  return 1;
+}
+
+/* Fibers run round robin: a barrier hands over to the next unfinished fiber
+   of its group (the block, or the warp's lanes in mask), so a fiber resumes
+   from a barrier once every other member has reached it. */
+static void cpu_sync(gt_cpu_ctx *c) {
+  cpu_worker *w = (cpu_worker *)c;
+  if (!loop_mode(w) && w->fib[w->cur].next != w->cur) fib_switch(w, w->cur, w->fib[w->cur].next);
+}
+
+static void warp_barrier(cpu_worker *w, unsigned mask) {
+  int me = w->cur, base = me & ~31;
+  for (int k = 1; k < 32; k++) {
+    int lane = (me + k) & 31, j = base + lane;
+    if (j < w->nthreads && (mask >> lane & 1) && w->fib[j].state != FIB_DONE) { fib_switch(w, me, j); return; }
+  }
+}
+
+static void cpu_syncwarp(gt_cpu_ctx *c, unsigned mask) {
+  if (!loop_mode((cpu_worker *)c)) warp_barrier((cpu_worker *)c, mask);
+}
+
+static unsigned long long cpu_shfl(gt_cpu_ctx *c, unsigned mask, unsigned long long v, int src) {
+  cpu_worker *w = (cpu_worker *)c;
+  if (loop_mode(w)) return v;
+  int me = w->cur, j = (me & ~31) + (src & 31);
+  w->xchg[me] = v;
+  warp_barrier(w, mask);
+  unsigned long long r = (j < w->nthreads && w->fib[j].state != FIB_DONE) ? w->xchg[j] : v;
+  warp_barrier(w, mask);   /* nobody overwrites a slot before all have read it */
+  return r;
+}
+
+/* mode 0: ballot, 1: any, 2: all, 3: active mask (no barrier). */
+static unsigned cpu_vote(gt_cpu_ctx *c, unsigned mask, int pred, int mode) {
+  cpu_worker *w = (cpu_worker *)c;
+  gt_cpu_dim t = w->ctx.tid, d = w->ctx.bdim;
+  int me = (int)(t.x + d.x * (t.y + d.y * t.z)), base = me & ~31;
+  unsigned live = 0, yes = 0;
+  if (mode != 3 && loop_mode(w)) {
+    live = mask & 1u << (me & 31), yes = pred ? live : 0;
+  } else {
+    if (mode != 3) w->xchg[me] = pred != 0, warp_barrier(w, mask);
+    for (int l = 0; l < 32 && base + l < w->nthreads; l++)
+      if ((mask >> l & 1) && !(w->ctx.fiber && w->fib[base + l].state == FIB_DONE))
+        live |= 1u << l, yes |= (mode != 3 && w->xchg[base + l]) ? 1u << l : 0;
+    if (mode == 3) return live;
+    warp_barrier(w, mask);
+  }
+  return mode == 0 ? yes : mode == 1 ? yes != 0 : yes == live;
+}
+
+/* -- Executor: blocks and the pool -------------------------------------- */
+
+static void run_blocks(cpu_worker *w, cpu_job *j) {
+  int n = w->nthreads = (int)(j->block[0] * j->block[1] * j->block[2]);
+  w->job = j;
+  w->ctx.bdim = (gt_cpu_dim){j->block[0], j->block[1], j->block[2]};
+  w->ctx.gdim = (gt_cpu_dim){j->grid[0], j->grid[1], j->grid[2]};
+  w->ctx.tid = (gt_cpu_dim){0, 0, 0};
+  w->ctx.fiber = j->fn->mod->fibers && n > 1;
+  w->ctx.smem = w->smem;
+  for (int k = 0; w->ctx.fiber && k < n; k++)
+    w->fib[k].tid = (gt_cpu_dim){k % j->block[0], k / j->block[0] % j->block[1], k / (j->block[0] * j->block[1])};
+  for (uint64_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nblocks;) {
+    w->ctx.bid = (gt_cpu_dim){(unsigned)(i % j->grid[0]), (unsigned)(i / j->grid[0] % j->grid[1]),
+                              (unsigned)(i / ((uint64_t)j->grid[0] * j->grid[1]))};
+    if (!w->ctx.fiber) { j->fn->entry(&w->ctx, j->args); continue; }   /* the entry loops over threads */
+    for (int k = 0; k < n; k++)
+      w->fib[k].state = FIB_NEW, w->fib[k].next = (k + 1) % n, w->fib[k].prev = (k + n - 1) % n;
+    w->live = n;
+    fib_switch(w, -1, 0);
+  }
+}
+
+static void free_stacks(cpu_worker *w) {
+  for (int i = 0; i < w->fib_cap; i++) VALGRIND_STACK_DEREGISTER(w->fib[i].vg);
+  if (w->stacks) munmap(w->stacks, (size_t)w->fib_cap * CPU_STACK);
+  free(w->fib);
+  w->stacks = NULL, w->fib = NULL, w->fib_cap = 0;
+}
+
+/* Grows the worker's dynamic shared memory and fiber stacks (while idle). */
+static int prepare(cpu_worker *w, size_t smem, int nfib) {
+  if (!w->smem || smem > w->smem_cap) {
+    size_t cap = smem ? (smem + 4095) & ~(size_t)4095 : 4096;
+    char *p = aligned_alloc(64, cap);
+    if (!p) return -1;
+    free(w->smem);
+    w->smem = p, w->smem_cap = cap;
+  }
+  if (nfib <= w->fib_cap) return 0;
+  int cap = 64;
+  while (cap < nfib) cap *= 2;
+  char *s = mmap(NULL, (size_t)cap * CPU_STACK, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  cpu_fiber *f = calloc((size_t)cap, sizeof *f);
+  if (s == MAP_FAILED || !f) {
+    if (s != MAP_FAILED) munmap(s, (size_t)cap * CPU_STACK);
+    free(f);
+    return -1;
+  }
+  for (int i = 0; i < cap; i++) {
+    char *lo = s + (size_t)i * CPU_STACK;
+    mprotect(lo, page_size(), PROT_NONE);   /* guard page */
+    f[i].vg = VALGRIND_STACK_REGISTER(lo + page_size(), lo + CPU_STACK);
+  }
+  free_stacks(w);
+  w->stacks = s, w->fib = f, w->fib_cap = cap;
+  return 0;
+}
+
+static void *helper_main(void *arg) {
+  cpu_worker *w = arg;
+  cpu_backend *cb = w->cb;
+  pthread_mutex_lock(&cb->mu);
+  for (;;) {
+    while (!cb->quit && cb->tickets == 0) pthread_cond_wait(&cb->wake, &cb->mu);
+    if (cb->quit) break;
+    cb->tickets--;
+    cpu_job *j = cb->job;
+    pthread_mutex_unlock(&cb->mu);
+    run_blocks(w, j);
+    pthread_mutex_lock(&cb->mu);
+    if (--cb->busy == 0) pthread_cond_signal(&cb->done);
+  }
+  pthread_mutex_unlock(&cb->mu);
+  return NULL;
+}
+
+static void pool_start(cpu_backend *cb) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);   /* signals stay with the host's threads */
+  for (int i = 1; i < cb->nworkers && pthread_create(&cb->w[i].thread, NULL, helper_main, &cb->w[i]) == 0; i++)
+    cb->started = i;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* Runs a whole grid: the calling thread takes blocks too, helpers join when
+   there is more than one block.  The caller holds launch_mu. */
+static int exec_grid(gt_backend *b, const struct gt_bfunc *fn, const unsigned g[3], const unsigned bl[3],
+                     unsigned smem, void **args) {
+  cpu_backend *cb = b->impl;
+  uint64_t nt = (uint64_t)bl[0] * bl[1] * bl[2], nb = (uint64_t)g[0] * g[1] * g[2];
+  if (!fn) return cpu_fail(b, GT_BERR, "cpu: launch of a NULL kernel function; compile the module first.");
+  if (nt == 0 || nt > CPU_MAX_THREADS)
+    return cpu_fail(b, GT_BERR, "cpu: launch of kernel '%s' failed: a block of %ux%ux%u threads is outside 1..%d; "
+                    "use a smaller block.", fn->name, bl[0], bl[1], bl[2], CPU_MAX_THREADS);
+  if (nb == 0)
+    return cpu_fail(b, GT_BERR, "cpu: launch of kernel '%s' failed: grid %ux%ux%u has a zero dimension.",
+                    fn->name, g[0], g[1], g[2]);
+  cpu_job j = {.fn = fn, .grid = {g[0], g[1], g[2]}, .block = {bl[0], bl[1], bl[2]}, .smem = smem,
+               .args = args, .nblocks = nb};
+  atomic_init(&j.next, 0);
+  atomic_init(&j.misuse, 0);
+  if (nb > 1 && cb->nworkers > 1 && !cb->started) pool_start(cb);
+  int helpers = nb - 1 < (uint64_t)cb->started ? (int)(nb - 1) : cb->started;
+  int nfib = fn->mod->fibers && nt > 1 ? (int)nt : 0;
+  for (int i = 0; i <= (helpers ? cb->started : 0); i++)
+    if (prepare(&cb->w[i], smem, nfib) != 0)
+      return cpu_fail(b, GT_BOOM, "cpu: launch of kernel '%s' failed: no memory for %u bytes of shared memory "
+                      "and %d fiber stacks; use smaller blocks.", fn->name, smem, nfib);
+  if (helpers) {
+    pthread_mutex_lock(&cb->mu);
+    cb->job = &j, cb->tickets = cb->busy = helpers;
+    pthread_cond_broadcast(&cb->wake);
+    pthread_mutex_unlock(&cb->mu);
+  }
+  run_blocks(&cb->w[0], &j);
+  if (helpers) {
+    pthread_mutex_lock(&cb->mu);
+    cb->busy -= cb->tickets, cb->tickets = 0;   /* helpers that did not wake in time are not waited for */
+    while (cb->busy) pthread_cond_wait(&cb->done, &cb->mu);
+    pthread_mutex_unlock(&cb->mu);
+  }
+  if (atomic_load(&j.misuse))
+    return cpu_fail(b, GT_BERR, "cpu: kernel '%s' called __syncthreads or a warp function that its source does not "
+                    "name (a macro from a header?), so it ran without fibers and its results are wrong; name the "
+                    "function in the kernel source.", fn->name);
+  return GT_BOK;
+}
+
+static int cpu_launch(gt_backend *b, gt_bfunc *fn, const unsigned grid[3], const unsigned block[3],
+                      unsigned smem, void **args) {
+  cpu_backend *cb = b->impl;
+  pthread_mutex_lock(&cb->launch_mu);
+  int rc = exec_grid(b, fn, grid, block, smem, args);
+  pthread_mutex_unlock(&cb->launch_mu);
+  return rc;
+}
+
+/* -- Graphs ------------------------------------------------------------- */
+
+static void free_nodes(gt_gnode *nodes, int n) {
+  for (int i = 0; i < n && nodes; i++) free(nodes[i].args);
+  free(nodes);
+}
+
+/* Copies n nodes with their own argument values (deps are dropped: nodes
+   run in order, which respects them).  first: index of src[0] in messages. */
+static int copy_nodes(gt_backend *b, const gt_gnode *src, int n, int first, gt_gnode **out) {
+  gt_gnode *nodes = calloc(n > 0 ? (size_t)n : 1, sizeof *nodes);
+  if (!nodes) return cpu_fail(b, GT_BOOM, "cpu: out of host memory while building a graph.");
+  for (int i = 0; i < n; i++) {
+    const gt_gnode *s = &src[i];
+    const struct gt_bfunc *fn = s->fn;
+    nodes[i] = *s;
+    nodes[i].args = NULL, nodes[i].deps = NULL, nodes[i].ndeps = 0;
+    if (s->kind != GT_GN_KERNEL) continue;
+    size_t na = s->nargs > 0 ? (size_t)s->nargs : 0;
+    if (!fn || s->nargs != fn->nparams || !(nodes[i].args = calloc(na ? na : 1, sizeof(void *) + 8))) {
+      free_nodes(nodes, i);
+      if (fn && s->nargs == fn->nparams) return cpu_fail(b, GT_BOOM, "cpu: out of host memory while building a graph.");
+      return cpu_fail(b, GT_BERR, "cpu: graph node %d passes %d arguments to kernel '%s', which takes %d.",
+                      first + i, s->nargs, fn ? fn->name : "(null)", fn ? fn->nparams : 0);
+    }
+    uint64_t *vals = (uint64_t *)(nodes[i].args + na);
+    for (size_t k = 0; k < na; k++) memcpy(&vals[k], s->args[k], fn->argsz[k]), nodes[i].args[k] = &vals[k];
+  }
+  *out = nodes;
+  return GT_BOK;
+}
+
+static int cpu_graph_create(gt_backend *b, const gt_gnode *nodes, int n, gt_bgraph **out) {
+  gt_bgraph *g = calloc(1, sizeof *g);
+  int rc = g ? copy_nodes(b, nodes, n, 0, &g->nodes) : cpu_fail(b, GT_BOOM, "cpu: out of host memory for a graph.");
+  if (rc != GT_BOK) { free(g); return rc; }
+  g->n = n;
+  *out = g;
+  return GT_BOK;
+}
+
+static int cpu_graph_launch(gt_backend *b, gt_bgraph *g) {
+  cpu_backend *cb = b->impl;
+  int rc = GT_BOK;
+  pthread_mutex_lock(&cb->launch_mu);
+  for (int i = 0; i < g->n && rc == GT_BOK; i++) {
+    gt_gnode *n = &g->nodes[i];
+    if (n->kind == GT_GN_KERNEL) rc = exec_grid(b, n->fn, n->grid, n->block, n->smem, n->args);
+    else if (n->kind == GT_GN_MEMCPY) cpu_dtod(b, n->dst, n->src, n->bytes);
+    else cpu_memset8(b, n->dst, n->value, n->bytes);
+  }
+  pthread_mutex_unlock(&cb->launch_mu);
+  return rc;
+}
+
+static int cpu_graph_set_kernel(gt_backend *b, gt_bgraph *g, int i, const gt_gnode *node) {
+  gt_gnode *copy;
+  if (i < 0 || i >= g->n || g->nodes[i].kind != GT_GN_KERNEL || node->kind != GT_GN_KERNEL)
+    return cpu_fail(b, GT_BERR, "cpu: graph node %d is not a kernel node of this graph (it has %d nodes).", i, g->n);
+  int rc = copy_nodes(b, node, 1, i, &copy);
+  if (rc != GT_BOK) return rc;
+  free(g->nodes[i].args);
+  g->nodes[i] = *copy;
+  free(copy);
+  return GT_BOK;
+}
+
+static int cpu_graph_update(gt_backend *b, gt_bgraph *g, const gt_gnode *nodes, int n) {
+  gt_gnode *fresh;
+  if (n != g->n) return cpu_fail(b, GT_BREFUSED, "cpu: graph update refused: %d nodes instead of %d.", n, g->n);
+  for (int i = 0; i < n; i++)
+    if (nodes[i].kind != g->nodes[i].kind || (nodes[i].kind == GT_GN_KERNEL && nodes[i].fn != g->nodes[i].fn))
+      return cpu_fail(b, GT_BREFUSED, "cpu: graph update refused: node %d changed its kind or kernel.", i);
+  int rc = copy_nodes(b, nodes, n, 0, &fresh);
+  if (rc != GT_BOK) return rc;
+  free_nodes(g->nodes, g->n);
+  g->nodes = fresh;
+  return GT_BOK;
+}
+
+static void cpu_graph_destroy(gt_backend *b, gt_bgraph *g) {
+  (void)b;
+  if (g) free_nodes(g->nodes, g->n), free(g);
+}
+
+/* -- Events, info, lifetime --------------------------------------------- */
+
+static int cpu_event_create(gt_backend *b, gt_bevent **ev) {
+  return (*ev = calloc(1, sizeof **ev)) ? GT_BOK : cpu_fail(b, GT_BOOM, "cpu: out of host memory for an event.");
+}
+static int cpu_event_record(gt_backend *b, gt_bevent *ev) { (void)b; ev->t = gt_now_us(); return GT_BOK; }
+static int cpu_event_elapsed_us(gt_backend *b, gt_bevent *s, gt_bevent *e, double *us) {
+  (void)b;
+  *us = e->t - s->t;
+  return GT_BOK;
+}
+static void cpu_event_destroy(gt_backend *b, gt_bevent *ev) { (void)b; free(ev); }
+static int cpu_sync_all(gt_backend *b) { (void)b; return GT_BOK; }   /* everything is synchronous */
+
+static int cpu_device_info(gt_backend *b, gt_device_info *o) {
+  cpu_backend *cb = b->impl;
+  char line[512];
+  memset(o, 0, sizeof *o);
+  snprintf(o->backend, sizeof o->backend, "cpu");
+  snprintf(o->name, sizeof o->name, "CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+      snprintf(o->name, sizeof o->name, "%s", skip_space(strchr(line, ':') + 1));
+      o->name[strcspn(o->name, "\n")] = 0;
+      break;
+    }
+  if (f) fclose(f);
+  o->sms = cb->nworkers;
+  o->total_mem = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+  snprintf(o->compiler, sizeof o->compiler, "%s", cb->cxx);
+  return GT_BOK;
+}
+
+static void cpu_shutdown(gt_backend *b) {
+  cpu_backend *cb = b->impl;
+  if (!cb) return;
+  pthread_mutex_lock(&cb->mu);
+  cb->quit = 1;
+  pthread_cond_broadcast(&cb->wake);
+  pthread_mutex_unlock(&cb->mu);
+  for (int i = 1; i <= cb->started; i++) pthread_join(cb->w[i].thread, NULL);
+  for (int i = 0; i < cb->nworkers; i++) free_stacks(&cb->w[i]), free(cb->w[i].smem);
+  free(cb->w);
+  pthread_mutex_destroy(&cb->launch_mu), pthread_mutex_destroy(&cb->mu);
+  pthread_cond_destroy(&cb->wake), pthread_cond_destroy(&cb->done);
+  free(cb);
+  b->impl = NULL;
+}
+
+/* Fills *b with the cpu backend: workers from GTLUA_CPU_THREADS, else
+   min(nproc, 8); the compiler from GTLUA_CXX, else c++.  Helper threads
+   start at the first multi-block launch.  GT_BOOM when out of memory. */
+int gt_backend_cpu_open(gt_backend *b) {
+  const char *env = getenv("GTLUA_CPU_THREADS"), *cxx = getenv("GTLUA_CXX");
+  long nproc = sysconf(_SC_NPROCESSORS_ONLN), n = env ? strtol(env, NULL, 10) : 0;
+  if (n <= 0) n = nproc < 1 ? 1 : nproc > 8 ? 8 : nproc;
+  n = n > CPU_MAX_WORKERS ? CPU_MAX_WORKERS : n;
+  memset(b, 0, sizeof *b);
+  b->name = "cpu";
+  cpu_backend *cb = calloc(1, sizeof *cb);
+  cpu_worker *w = cb ? calloc((size_t)n, sizeof *w) : NULL;
+  if (!w) {
+    free(cb);
+    return cpu_fail(b, GT_BOOM, "cpu: out of host memory while starting the cpu backend.");
+  }
+  for (int i = 0; i < n; i++) {
+    w[i].cb = cb;
+    w[i].ctx.sync = cpu_sync, w[i].ctx.syncwarp = cpu_syncwarp, w[i].ctx.shfl = cpu_shfl, w[i].ctx.vote = cpu_vote;
+  }
+  cb->w = w, cb->nworkers = (int)n;
+  pthread_mutex_init(&cb->launch_mu, NULL), pthread_mutex_init(&cb->mu, NULL);
+  pthread_cond_init(&cb->wake, NULL), pthread_cond_init(&cb->done, NULL);
+  snprintf(cb->cxx, sizeof cb->cxx, "%s", cxx && *cxx ? cxx : "c++");
+  cb->prelude_hash = gt_hash64(gt_cpu_prelude_text(), strlen(gt_cpu_prelude_text()), 0x70726c64ull);
+  b->impl = cb;
+  b->granularity = CPU_GRAN;
+  b->device_info = cpu_device_info, b->shutdown = cpu_shutdown;
+  b->reserve = cpu_reserve, b->commit = cpu_commit, b->decommit = cpu_decommit, b->release = cpu_release;
+  b->htod = cpu_htod, b->dtoh = cpu_dtoh, b->dtod = cpu_dtod, b->memset8 = cpu_memset8;
+  b->compile = cpu_compile, b->module_free = cpu_module_free, b->launch = cpu_launch;
+  b->graph_create = cpu_graph_create, b->graph_launch = cpu_graph_launch;
+  b->graph_set_kernel = cpu_graph_set_kernel, b->graph_update = cpu_graph_update;
+  b->graph_destroy = cpu_graph_destroy;
+  b->event_create = cpu_event_create, b->event_record = cpu_event_record;
+  b->event_elapsed_us = cpu_event_elapsed_us, b->event_destroy = cpu_event_destroy;
+  b->sync = cpu_sync_all;
+  return GT_BOK;
+}
+#ifdef GT_TEST
+/* -- Tests -------------------------------------------------------------- */
+
+static const char *test_fiber_src =   /* fiber mode: the source names barriers */
+  "#line 1 \"fiber_test.cu\"\n"
+  "__global__ void block_sum(const float *x, float *out) {\n"
+  "  __shared__ float s[256];\n"
+  "  unsigned t = threadIdx.x;\n"
+  "  s[t] = x[blockIdx.x * 256 + t];\n"
+  "  __syncthreads();\n"
+  "  for (unsigned k = 128; k > 0; k >>= 1) { if (t < k) s[t] += s[t + k]; __syncthreads(); }\n"
+  "  if (t == 0) out[blockIdx.x] = s[0];\n"
+  "}\n"
+  "__global__ void warp_sum(const float *x, float *out, unsigned *votes, int n) {\n"
+  "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+  "  float v = i < n ? x[i] : 0.0f;\n"
+  "  for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(0xffffffffu, v, d);\n"
+  "  if ((threadIdx.x & 31) == 0) atomicAdd(out, v);\n"
+  "  unsigned b = __ballot_sync(0xffffffffu, threadIdx.x & 1);\n"
+  "  int all = __all_sync(0xffffffffu, i >= 0), any = __any_sync(0xffffffffu, i == 3);\n"
+  "  double dv = __shfl_xor_sync(0xffffffffu, (double)threadIdx.x, 1);\n"
+  "  if (i == 0) { votes[0] = b; votes[1] = all; votes[2] = any; votes[3] = (unsigned)dv; }\n"
+  "}\n"
+  "__global__ void dyn_reverse(const int *x, int *y) {\n"
+  "  extern __shared__ __align__(16) int buf[];\n"
+  "  int t = threadIdx.x, n = blockDim.x;\n"
+  "  buf[t] = x[blockIdx.x * n + t];\n"
+  "  __syncthreads();\n"
+  "  y[blockIdx.x * n + t] = buf[n - 1 - t];\n"
+  "}\n";
+static const char *test_loop_src =    /* loop mode */
+  "#line 1 \"loop_test.cu\"\n"
+  "__global__ void count(float *acc, long long *hits) { atomicAdd(acc, 1.0f); atomicAdd(hits, 1LL); }\n"
+  "__global__ void index2d(int *out, int w) {\n"
+  "  int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;\n"
+  "  out[y * w + x] = x * 1000 + y;\n"
+  "}\n"
+  "__global__ void axpb(float *x, int n, float a, float b) {\n"
+  "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+  "  if (i < n) x[i] = a * x[i] + b;\n"
+  "}\n";
+#define U3(x, y) ((const unsigned[]){x, y, 1})
+#define PT(...) ((const uint8_t[]){__VA_ARGS__})
+
+static void test_fiber_kernels(gt_backend *b, char *mem) {
+  const gt_ksig sigs[] = {{"block_sum", 2, PT(GT_P_IN, GT_P_OUT), NULL},
+                          {"warp_sum", 4, PT(GT_P_IN, GT_P_OUT, GT_P_OUT, GT_P_I32), NULL},
+                          {"dyn_reverse", 2, PT(GT_P_IN, GT_P_OUT), NULL}};
+  gt_bmodule *m = NULL;
+  gt_bfunc *f[3];
+  GT_CHECK(b->compile(b, test_fiber_src, "-DUNUSED=1 -arch=sm_90", sigs, 3, &m, f) == GT_BOK);
+  if (!m) { fprintf(stderr, "%s\n", b->err); return; }
+  float *x = (float *)mem, *out = x + 2048;
+  unsigned *votes = (unsigned *)(out + 16);
+  uint64_t px = (uintptr_t)x, pout = (uintptr_t)out, pvotes = (uintptr_t)votes;
+  int ok = 1, n = 1000;
+  for (int i = 0; i < 2048; i++) x[i] = (float)(i % 7);
+  GT_CHECK(b->launch(b, f[0], U3(8, 1), U3(256, 1), 0, (void *[]){&px, &pout}) == GT_BOK);
+  for (int k = 0; k < 8; k++) {
+    float want = 0;
+    for (int i = 0; i < 256; i++) want += (float)((k * 256 + i) % 7);
+    ok &= out[k] == want;
+  }
+  GT_CHECK(ok);
+  for (int i = 0; i < 1024; i++) x[i] = 1.0f;
+  out[0] = 0;
+  GT_CHECK(b->launch(b, f[1], U3(4, 1), U3(256, 1), 0, (void *[]){&px, &pout, &pvotes, &n}) == GT_BOK);
+  GT_CHECK(out[0] == 1000.0f);
+  GT_CHECK(votes[0] == 0xaaaaaaaau && votes[1] == 1 && votes[2] == 1 && votes[3] == 1);
+  int *xi = (int *)mem, *yi = xi + 1024;
+  uint64_t pxi = (uintptr_t)xi, pyi = (uintptr_t)yi;
+  for (int i = 0; i < 384; i++) xi[i] = i;
+  GT_CHECK(b->launch(b, f[2], U3(3, 1), U3(128, 1), 128 * 4, (void *[]){&pxi, &pyi}) == GT_BOK);
+  GT_CHECK(yi[0] == 127 && yi[127] == 0 && yi[128] == 255 && yi[383] == 256);
+  b->module_free(b, m);
+}
+
+static void test_loop_kernels(gt_backend *b, char *mem) {
+  const gt_ksig sigs[] = {{"count", 2, PT(GT_P_OUT, GT_P_OUT), NULL}, {"index2d", 2, PT(GT_P_OUT, GT_P_I32), NULL},
+                          {"axpb", 4, PT(GT_P_OUT, GT_P_I32, GT_P_F32, GT_P_F32), NULL}};
+  gt_bmodule *m = NULL;
+  gt_bfunc *f[3];
+  GT_CHECK(b->compile(b, test_loop_src, NULL, sigs, 3, &m, f) == GT_BOK);
+  if (!m) { fprintf(stderr, "%s\n", b->err); return; }
+  float *acc = (float *)mem;
+  long long *hits = (long long *)(mem + 64);
+  int *o = (int *)(mem + 128), w = 32, ok = 1;
+  uint64_t pacc = (uintptr_t)acc, phits = (uintptr_t)hits, po = (uintptr_t)o;
+  *acc = 0, *hits = 0;
+  GT_CHECK(b->launch(b, f[0], U3(64, 1), U3(128, 1), 0, (void *[]){&pacc, &phits}) == GT_BOK);
+  GT_CHECK(*acc == 8192.0f && *hits == 8192);
+  GT_CHECK(b->launch(b, f[1], U3(4, 3), U3(8, 4), 0, (void *[]){&po, &w}) == GT_BOK);
+  for (int y = 0; y < 12; y++)
+    for (int x = 0; x < 32; x++) ok &= o[y * 32 + x] == x * 1000 + y;
+  GT_CHECK(ok);
+
+  /* graph: axpb(x), copy x -> y, fill z; then patch, update, refuse */
+  float *x = (float *)(mem + 8192), *y = x + 256, a = 2, c = 1;
+  uint8_t *z = (uint8_t *)(y + 256);
+  uint64_t px = (uintptr_t)x;
+  int n = 256;
+  gt_gnode nodes[3] = {
+    {.kind = GT_GN_KERNEL, .fn = f[2], .grid = {4, 1, 1}, .block = {64, 1, 1}, .nargs = 4,
+     .args = (void *[]){&px, &n, &a, &c}},
+    {.kind = GT_GN_MEMCPY, .dst = (uintptr_t)y, .src = px, .bytes = 256 * 4, .ndeps = 1, .deps = (const int[]){0}},
+    {.kind = GT_GN_MEMSET, .dst = (uintptr_t)z, .bytes = 16, .value = 7}};
+  gt_bgraph *g = NULL;
+  for (int i = 0; i < 256; i++) x[i] = 1;
+  GT_CHECK(b->graph_create(b, nodes, 3, &g) == GT_BOK);
+  if (!g) { b->module_free(b, m); return; }
+  a = 100;   /* the graph holds copies of the values */
+  GT_CHECK(b->graph_launch(b, g) == GT_BOK && x[0] == 3 && x[255] == 3 && y[17] == 3 && z[15] == 7);
+  a = 3, c = 0;
+  GT_CHECK(b->graph_set_kernel(b, g, 0, &nodes[0]) == GT_BOK);
+  GT_CHECK(b->graph_launch(b, g) == GT_BOK && x[0] == 9 && y[255] == 9);
+  a = 1, c = 1;
+  GT_CHECK(b->graph_update(b, g, nodes, 3) == GT_BOK);
+  GT_CHECK(b->graph_launch(b, g) == GT_BOK && x[3] == 10 && y[3] == 10);
+  GT_CHECK(b->graph_update(b, g, nodes, 2) == GT_BREFUSED);
+  GT_CHECK(b->graph_update(b, g, (gt_gnode[]){nodes[0], nodes[2], nodes[1]}, 3) == GT_BREFUSED);
+  GT_CHECK(b->graph_launch(b, g) == GT_BOK && x[3] == 11 && y[3] == 11);
+  b->graph_destroy(b, g);
+  b->module_free(b, m);
+}
+
+void gt_test_backend_cpu(void) {
+  gt_backend b;
+  gt_device_info info;
+  gt_bmodule *m = NULL;
+  gt_bfunc *f = NULL;
+  gt_bevent *e0 = NULL, *e1 = NULL;
+  uint64_t base = 0;
+  size_t len = 4 << 20;
+  double us = -1;
+  GT_CHECK(gt_backend_cpu_open(&b) == GT_BOK);
+  GT_CHECK(b.device_info(&b, &info) == GT_BOK && !strcmp(info.backend, "cpu") && info.sms >= 1);
+  GT_CHECK(b.reserve(&b, len, &base) == GT_BOK && base % b.granularity == 0);
+  GT_CHECK(b.commit(&b, base, len) == GT_BOK);
+  test_fiber_kernels(&b, (char *)(uintptr_t)base);
+  test_loop_kernels(&b, (char *)(uintptr_t)base + (1 << 20));
+  const gt_ksig sig = {"k", 1, PT(GT_P_OUT), NULL};
+  GT_CHECK(b.compile(&b, "#line 1 \"bad.cu\"\n__global__ void k(float *x) { x[0] = undefined_thing; }\n",
+                     NULL, &sig, 1, &m, &f) == GT_BERR);
+  GT_CHECK(strncmp(b.err, "cpu: kernel compile failed:\n", 28) == 0);
+  GT_CHECK(strstr(b.err, "bad.cu:1") && strstr(b.err, "undefined_thing"));
+  GT_CHECK(b.event_create(&b, &e0) == GT_BOK && b.event_create(&b, &e1) == GT_BOK);
+  GT_CHECK(b.event_record(&b, e0) == GT_BOK && b.event_record(&b, e1) == GT_BOK);
+  GT_CHECK(b.event_elapsed_us(&b, e0, e1, &us) == GT_BOK && us >= 0);
+  b.event_destroy(&b, e0), b.event_destroy(&b, e1);
+  GT_CHECK(b.decommit(&b, base, len) == GT_BOK && b.release(&b, base, len) == GT_BOK);
+  b.shutdown(&b);
+}
+#endif
