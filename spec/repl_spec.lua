@@ -129,11 +129,10 @@ describe("gtlua -i through a pipe", function()
     assert.falsy(has(out, "\27["), out)
   end)
 
-  it("answers ?name from gt._docs, else 'no help for name'", function()
-    local env = [[GTLUA_NO_GT=1 GTLUA_INIT='gt = { _docs = { [print] = "print(...): writes values" } }']]
-    local _, out = session("?print\n?nothing\n", env)
-    assert.truthy(has(out, "\n> print(...): writes values\n"), out)
-    assert.truthy(has(out, "\n> no help for nothing\n"), out)
+  it("answers ?name from gt.docs, else 'no help for name' #gt", function()
+    local _, out = session("?gt.tensor\n?nothing_here\n")
+    assert.truthy(has(out, "gt.tensor(shape"), out)
+    assert.truthy(has(out, "no help for 'nothing_here'"), out)
   end)
 
   it("runs a script first with -i, then reads commands", function()

@@ -103,6 +103,8 @@ struct gt_backend {
    b->err set when the backend cannot start (no libcuda, no device, ...). */
 int gt_backend_cpu_open(gt_backend *b);
 int gt_backend_cuda_open(gt_backend *b);
+/* NVRTC compiles and CUBIN cache hits so far (0/0 unless b is an open cuda backend). */
+void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits);
 
 /* Shared helpers the backends use (runtime.c). */
 uint64_t gt_hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 + mix */

@@ -31,7 +31,8 @@
 const char *gt_cpu_prelude_text(void); /* cpu_prelude.h's text (scripts/embed.sh) */
 
 #define CPU_GRAN ((size_t)64 << 10)    /* commit granularity */
-#define CPU_STACK ((size_t)128 << 10)  /* per fiber, guard page included */
+#define CPU_STACK ((size_t)192 << 10)  /* per fiber: 128 KiB of stack above the guard */
+#define CPU_GUARD ((size_t)64 << 10)   /* lowest part of each fiber stack: no access (any page size) */
 #define CPU_MAX_THREADS 1024           /* per block */
 #define CPU_MAX_WORKERS 64
 #define CPU_PATH 4096
@@ -409,16 +410,15 @@ static int cpu_compile(gt_backend *b, const char *src, const char *opts, const g
 
 /* -- Executor: fibers and warps ----------------------------------------- */
 
-static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
-
 /* Suspends fiber `from` (-1: the worker's own stack) and runs `to` (-1: back
    to the worker); returns when some fiber switches back to `from`. */
 static void fib_switch(cpu_worker *w, int from, int to) {
   cpu_fctx *dst = &w->main;
   if (to >= 0) {
     cpu_fiber *f = &w->fib[to];
-    if (f->state == FIB_NEW)
-      fctx_make(&f->ctx, w->stacks + (size_t)to * CPU_STACK + page_size(), CPU_STACK - page_size(), w);
+    if (f->state == FIB_NEW)   /* stack tops staggered so that they do not share cache sets */
+      fctx_make(&f->ctx, w->stacks + (size_t)to * CPU_STACK + CPU_GUARD,
+                CPU_STACK - CPU_GUARD - (size_t)(to % 61) * 320, w);
     f->state = FIB_LIVE;
     dst = &f->ctx;
   }
@@ -547,8 +547,8 @@ static int prepare(cpu_worker *w, size_t smem, int nfib) {
   }
   for (int i = 0; i < cap; i++) {
     char *lo = s + (size_t)i * CPU_STACK;
-    mprotect(lo, page_size(), PROT_NONE);   /* guard page */
-    f[i].vg = VALGRIND_STACK_REGISTER(lo + page_size(), lo + CPU_STACK);
+    mprotect(lo, CPU_GUARD, PROT_NONE);
+    f[i].vg = VALGRIND_STACK_REGISTER(lo + CPU_GUARD, lo + CPU_STACK);
   }
   free_stacks(w);
   w->stacks = s, w->fib = f, w->fib_cap = cap;

@@ -46,8 +46,9 @@ typedef void (*gt_cpu_entry)(gt_cpu_ctx *c, void **args);
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
-/* A worker runs one block at a time, so per-thread storage is per-block. */
-#define __shared__ static thread_local
+/* A worker runs one block at a time, so per-thread storage is per-block
+   (thread_local at block scope is static). */
+#define __shared__ thread_local
 
 static thread_local gt_cpu_ctx *gt_ctx_;
 typedef gt_cpu_dim uint3;

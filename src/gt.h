@@ -91,7 +91,7 @@ typedef struct gt_tree_info {
   int calls, nodes, recorded, warmups, replays, eager, updates, skips;
   int limit_hit;               /* visits refused a recording by max_recordings */
   uint64_t reserved, in_use, high_water;   /* pool bytes */
-  int depth;                   /* depth of the deepest node */
+  int depth;                   /* levels of the tree (deepest node's depth + 1) */
 } gt_tree_info;
 
 typedef struct gt_node_info {
@@ -112,7 +112,8 @@ int gt_device(gt_runtime *rt, gt_device_info *out);
 int gt_sync(gt_runtime *rt);                     /* ends the segment in a tree call, then waits for the device */
 int gt_profile(gt_runtime *rt, int on);          /* GPU time per node; returns the previous setting */
 uint64_t gt_mem_in_use(gt_runtime *rt);          /* ordinary (non-tree) memory in use, bytes */
-double gt_clock_us(void);                        /* a monotonic wall clock, microseconds */
+double gt_clock_us(void);
+int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits); /* cuda: NVRTC runs and CUBIN cache hits; GT_ERR elsewhere */                        /* a monotonic wall clock, microseconds */
 
 /* -- Buffers ------------------------------------------------------------ */
 gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* refs = 1 (the caller's); NULL on error (out of memory) */

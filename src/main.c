@@ -196,7 +196,7 @@ static void print_usage(FILE *f, const char *badoption) {
         "  -v               show version information\n"
         "  --backend=NAME   cpu, cuda or auto (sets GTLUA_BACKEND)\n"
         "  --stats          print the statistics report at exit\n"
-        "  --report=FILE    write the HTML report to FILE at exit\n"
+        "  --report=FILE    write the HTML report to FILE at exit (also --report FILE)\n"
         "  --help           show this help\n"
         "  --               stop handling options\n"
         "  -                stop handling options and execute stdin\n"
@@ -220,6 +220,9 @@ static int collectargs(char **argv, int *first) {
         return ARGS_ERROR;
     } else if (strncmp(a, "--report=", 9) == 0 && a[9] != '\0') {
       opt_report = a + 9;
+    } else if (strcmp(a, "--report") == 0) {
+      if (argv[i + 1] == NULL) return ARGS_ERROR;
+      opt_report = argv[++i];
     } else if (strcmp(a, "--stats") == 0) {
       args |= HAS_STATS;
     } else if (strcmp(a, "--help") == 0) {
@@ -643,6 +646,7 @@ int main(int argc, char **argv) {
     return EXIT_SUCCESS;
   }
   if (opt_backend) setenv("GTLUA_BACKEND", opt_backend, 1);  /* before gt loads */
+  if ((s.args & HAS_STATS) || opt_report) setenv("GTLUA_KEEP_TREES", "1", 1);  /* trees stay for the exit report */
   if ((L = luaL_newstate()) == NULL) {
     l_message(PROGNAME, "cannot create state: not enough memory");
     return EXIT_FAILURE;

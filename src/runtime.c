@@ -100,7 +100,7 @@ gt_runtime *gt_runtime_open(const char *backend) {
     return NULL;
   }
   if (st != GT_BOK) {
-    gt_fail(NULL, "could not open the %s backend: %s", backend, rt->be.err);
+    gt_fail(NULL, "could not open the %s backend: %s", backend, strncmp(rt->be.err, "cuda: ", 6) ? rt->be.err : rt->be.err + 6);
     free(rt);
     return NULL;
   }
@@ -140,6 +140,13 @@ int gt_profile(gt_runtime *rt, int on) {
 
 uint64_t gt_mem_in_use(gt_runtime *rt) { return gt_pool_in_use(&rt->mem); }
 double gt_clock_us(void) { return gt_now_us(); }
+
+int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits) {
+  *compiles = *cache_hits = 0;
+  if (strcmp(rt->be.name, "cuda")) return gt_fail(rt, "compile counts are kept by the cuda backend only");
+  gt_backend_cuda_counts(&rt->be, compiles, cache_hits);
+  return GT_OK;
+}
 
 /* -- Buffers ------------------------------------------------------------- */
 

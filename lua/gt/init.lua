@@ -61,6 +61,13 @@ end
 --- gt.profile(on) -> previous: GPU time per node (events on cuda, wall time on cpu).
 function gt.profile(on) return C.gt_profile(rt, on and 1 or 0) ~= 0 end
 
+--- gt.compile_counts() -> compiles, cache_hits (cuda: NVRTC runs and CUBIN cache hits; nil elsewhere)
+function gt.compile_counts()
+  local c, h = ffi.new("int[1]"), ffi.new("int[1]")
+  if C.gt_compile_counts(rt, c, h) ~= 0 then return nil end
+  return c[0], h[0]
+end
+
 --- gt.clock() -> seconds of a monotonic wall clock (for timing steps)
 function gt.clock() return C.gt_clock_us() * 1e-6 end
 

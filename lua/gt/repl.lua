@@ -168,26 +168,15 @@ end
 
 -- -- Help -------------------------------------------------------------------
 
---- "?name" in the REPL: prints gt._docs[value] or gt._docs["name"] when gt has
---- a _docs table, else "no help for name".
+--- "?name" in the REPL: the documentation of an API function or object (gt.docs).
 function repl.help(rest)
   rest = rest:match("^%s*(.-)%s*$")
   if rest == "" then
-    io.stdout:write("usage: ?name   (e.g. ?gt.tensor)\n")
+    io.stdout:write("usage: ?name   (e.g. ?gt.tensor, ?t:narrow, ?step)\n")
     return
   end
-  local gt = rawget(_G, "gt") or package.loaded.gt
-  local docs = type(gt) == "table" and gt._docs
-  if type(docs) == "table" then
-    local f = loadstring("return " .. rest)
-    local ok, v = false, nil
-    if f then ok, v = pcall(f) end
-    local entry = (ok and v ~= nil and docs[v]) or docs[rest]
-    if entry ~= nil then
-      io.stdout:write(tostring(entry), "\n")
-      return
-    end
-  end
+  local ok, docs = pcall(require, "gt.docs")
+  if ok then return docs.ask(rest) end
   io.stdout:write("no help for ", rest, "\n")
 end
 

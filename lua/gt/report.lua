@@ -81,6 +81,8 @@ local function truncate(s, w)
   return concat(out) .. "…"
 end
 
+local function plural(k, word) return k .. " " .. word .. (k == 1 and "" or "s") end
+
 local function pad_right(s, w) return s .. rep(" ", w - width(s)) end
 local function pad_left(s, w) return rep(" ", w - width(s)) .. s end
 
@@ -105,7 +107,8 @@ local function node_ids(s)
   return ids
 end
 
--- Nodes in drawing order (depth first from the roots) with their depth.
+-- Calls visit(node, prefix, last) in drawing order (depth first from the
+-- roots); prefix: the tree lines left of the node's branch.
 local function walk(s, visit)
   local function go(id, prefix, last)
     local n = s.node[id]
@@ -115,9 +118,10 @@ local function walk(s, visit)
   for i, r in ipairs(s.roots) do go(r, "", i == #s.roots) end
 end
 
-local function write_file(path, text, what)
+-- Raises at the caller's caller (the user's tree:dot(path) line) on failure.
+local function write_file(path, text)
   local f, err = io.open(path, "wb")
-  if not f then error("gt.report: cannot write " .. what .. ": " .. tostring(err), 3) end
+  if not f then error("gt.report: cannot write " .. tostring(err), 3) end
   f:write(text)
   f:close()
 end
@@ -135,7 +139,8 @@ local WIDTH = 80
 local COLS = { { "visits", "visits", 8 }, { "replays", "replays", 8 }, { "warmups", "warmups", 8 },
                { "planned", "planned_bytes", 10 } }
 local STATE_W = 9                                    -- "  " .. "trimmed"
-local LEFT = WIDTH - 34 - STATE_W                    -- tree lines and labels
+local LEFT = WIDTH - STATE_W                         -- tree lines and labels: what the columns leave
+for _, c in ipairs(COLS) do LEFT = LEFT - c[3] end
 
 local ANSI = { bold = "1", dim = "2", red = "31", green = "32", yellow = "33", magenta = "35", cyan = "36" }
 local STATE_COLOUR = { graph = "green", warmup = "yellow", eager = "red", trimmed = "magenta" }
@@ -166,9 +171,10 @@ local function header_lines(s)
   local skips = {}
   for reason, count in pairs(s.skips) do skips[#skips + 1] = format("%s (%d)", reason, count) end
   sort(skips)
-  local head = format("tree '%s' (%s): %d calls, %d nodes, %d recorded", s.name, s.where, s.calls, s.nodes, s.recorded)
+  local counts = format("%s, %s, %d recorded", plural(s.calls, "call"), plural(s.nodes, "node"), s.recorded)
+  local head = format("tree '%s' (%s): %s", s.name, s.where, counts)
   if width(head) > WIDTH then
-    local rest = format("): %d calls, %d nodes, %d recorded", s.calls, s.nodes, s.recorded)
+    local rest = "): " .. counts
     local room = WIDTH - width("tree '" .. s.name .. "' (" .. rest)
     head = format("tree '%s' (%s%s", s.name, "…" .. s.where:sub(-max(room - 1, 8)), rest)
   end
@@ -209,7 +215,7 @@ function M.draw(tree, opts)
   local out = header_lines(s)
   out[1] = paint(out[1], "bold")
   if s.nodes == 0 then
-    out[#out + 1] = "(no calls yet)"
+    out[#out + 1] = s.calls == 0 and "(no calls yet)" or "(no nodes: the calls launched no kernels)"
     return concat(out, "\n")
   end
   out[#out + 1] = paint(column_header(), "dim")
@@ -280,7 +286,7 @@ function M.dot(tree, path)
   for _, e in ipairs(edges) do out[#out + 1] = e end
   out[#out + 1] = "}"
   local text = concat(out, "\n") .. "\n"
-  if path then write_file(path, text, path) end
+  if path then write_file(path, text) end
   return text
 end
 
@@ -317,6 +323,16 @@ end
 
 local encode
 
+-- A non-empty table with exactly the keys 1..#t (an empty one is an object
+-- unless marked with ARRAY).
+local function is_sequence(t)
+  local n = #t
+  if n == 0 then return false end
+  local k = 0
+  for _ in pairs(t) do k = k + 1 end
+  return k == n
+end
+
 local function encode_array(t, indent)
   local scalar, parts = true, {}
   for i = 1, #t do
@@ -345,7 +361,7 @@ function encode(v, indent)
   if tv == "number" then return json_number(v) end
   if tv == "string" then return json_string(v) end
   if tv == "table" then
-    if getmetatable(v) == ARRAY then return encode_array(v, indent) end
+    if getmetatable(v) == ARRAY or is_sequence(v) then return encode_array(v, indent) end
     return encode_object(v, indent)
   end
   return json_string(tostring(v))
@@ -376,7 +392,7 @@ end
 --- of this file); written to path if given.
 function M.json(tree, path)
   local text = encode(json_shape(stats_of(tree, "json")), "") .. "\n"
-  if path then write_file(path, text, path) end
+  if path then write_file(path, text) end
   return text
 end
 
@@ -385,8 +401,6 @@ end
 local function esc(s)
   return (tostring(s):gsub("[&<>\"']", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["'"] = "&#39;" }))
 end
-
-local function plural(k, word) return k .. " " .. word .. (k == 1 and "" or "s") end
 
 local function num(x)
   if x == floor(x) then return format("%d", x) end
@@ -732,7 +746,8 @@ local function tree_section(tree, i)
     cards(s),
   }
   if s.nodes == 0 then
-    out[#out + 1] = '<p class="meta">No calls yet: the tree has no nodes.</p></section>'
+    out[#out + 1] = '<p class="meta">No nodes: ' .. (s.calls == 0 and "the tree has no calls yet." or
+      "the calls launched no kernels.") .. '</p></section>'
     return concat(out, "\n")
   end
   out[#out + 1] = "<h3>Tree</h3>" .. legend {
@@ -785,7 +800,7 @@ function M.html(x, path)
   elseif type(x) ~= "table" then error("gt.report.html: expected a tree or a list of trees", 2) end
   for _, t in ipairs(trees) do if not is_tree(t) then error("gt.report.html: expected a tree or a list of trees", 2) end end
   local text = page(trees)
-  if path then write_file(path, text, path) end
+  if path then write_file(path, text) end
   return text
 end
 
@@ -843,7 +858,8 @@ function M.at_exit(o)
   if not ok then error(err, 0) end
 end
 
-M._encode = function(v) return encode(v, "") end   -- the JSON encoder, for specs
+M._encode = function(v) return encode(v, "") end   -- the JSON encoder and its array mark, for specs
+M._ARRAY = ARRAY
 M._bytes = bytes
 
 return M

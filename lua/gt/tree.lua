@@ -39,7 +39,8 @@ return function(gt)
   end
 
   local ntrees = 0
-  gt._trees = setmetatable({}, { __mode = "v" })   -- every tree made, weakly (for --stats)
+  -- every tree made, for --stats/--report (weakly, unless the host asks to keep them)
+  gt._trees = os.getenv("GTLUA_KEEP_TREES") == "1" and {} or setmetatable({}, { __mode = "v" })
   --- gt.tree(fn [, opts]) -> a callable tree.  opts: name, warmup (1),
   --- max_recordings (64), on_limit ("eager"|"error"), copy_inputs (false),
   --- buckets ({dim=, sizes=} or a list of them), warn_shapes (8)

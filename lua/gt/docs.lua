@@ -1,0 +1,414 @@
+-- gt.docs: the documentation of gtlua's public API, for gt.help(x) and the REPL's ?name.
+--
+--   gt.help(gt.tree)          by value: a function, a tensor, a tree, a kernel, gt.ops ...
+--   gt.help("tensor:narrow")  by name: "gt.zeros", "ops.linear", "t:item", "narrow", "tree:stats"
+--   gt.help()                 the list of names
+--   docs.ask("step")          the REPL's ?step: a global's value if it has a doc, else the name
+-- help prints the text and returns it; an unknown name prints (and returns
+-- nil and) a message with close names.
+local gt = require "gt"
+
+local concat, sort, loadstring, pcall = table.concat, table.sort, loadstring, pcall
+local type, pairs, ipairs, getmetatable = type, pairs, ipairs, getmetatable
+
+local M = {}
+
+-- -- The text --------------------------------------------------------------------
+
+-- name -> text; the first line is the signature.
+local DOC = {
+  ["gt"] = [[
+gt: CUDA graph trees scripted from Lua (require "gt"; preloaded by gtlua).
+  tensors   gt.tensor zeros ones full randn from; t:item tolist clone copy fill view narrow static
+  kernels   gt.compile gt.load; K.name(grid, block, ...); K.name:config(grid, block [, smem])
+  ops       gt.ops.linear matmul add mul axpby relu gelu tanh sigmoid softmax layernorm rmsnorm sum max argmax embedding
+  trees     gt.tree; tree(...); tree:stats trim floor dot json report; gt.cut gt.sync
+  looking   print(tree), gt.profile, gt.help
+  misc      gt.backend gt.device gt.clock gt.memory; gt.buckets.pow2 linear
+gt.help("name") for one of them; gt.help() lists every name.]],
+
+  -- tensors
+  ["tensor"] = [[
+tensor: a device tensor (a view: buffer, offset, shape).
+  fields   t.shape (a table, dims from 1), t.dtype ("f32"|"i32"|"i64"|"u8"), t.numel
+  methods  t:item() tolist() clone() copy(src) fill(v) view(shape) narrow(dim, start, len)
+           static() contiguous() is_stale() dim() size([d])
+Outside a tree, memory comes from the caching allocator; inside a tree call,
+from the tree's pool: outputs of a call are overwritten by the next call of
+that tree (using one then raises; :clone() keeps it).]],
+  ["gt.tensor"] = [[
+gt.tensor(shape [, dtype = "f32"]) -> an uninitialised tensor
+  shape: a table of sizes, e.g. {8, 256}; dtype: "f32", "i32", "i64" or "u8".
+  gt.tensor{8, 256}]],
+  ["gt.zeros"] = [[
+gt.zeros(shape [, dtype = "f32"]) -> a tensor of zeros]],
+  ["gt.ones"] = [[
+gt.ones(shape [, dtype = "f32"]) -> a tensor of ones]],
+  ["gt.full"] = [[
+gt.full(shape, value [, dtype = "f32"]) -> a tensor filled with value]],
+  ["gt.randn"] = [[
+gt.randn(shape [, {seed =, dtype =, scale =}]) -> normal values (mean 0, sd scale or 1)
+  Deterministic per seed (same values on cpu and cuda).
+  gt.randn({256, 256}, {seed = 1, scale = 0.06})]],
+  ["gt.from"] = [[
+gt.from(table_or_nested_table_or_number [, dtype = "f32"]) -> a tensor with those values
+  The nesting gives the shape: gt.from{{1, 2}, {3, 4}} is 2x2.]],
+  ["tensor:item"] = [[
+t:item() -> the one value of a one-element tensor, as a Lua number
+  A sync point: inside a tree call it ends the segment, so Lua code after it
+  may branch on the value (a data-dependent branch: a child node per path).]],
+  ["tensor:tolist"] = [[
+t:tolist() -> the values as a (nested) Lua table shaped like t.shape
+  A sync point, like t:item().]],
+  ["tensor:clone"] = [[
+t:clone() -> a contiguous copy
+  Outside a tree call the copy lives outside any tree pool, so it survives the
+  tree's next call (which overwrites the outputs of this one).]],
+  ["tensor:copy"] = [[
+t:copy(src) -> t, after copying src into it
+  src: a tensor of the same size and dtype, or a (nested) Lua table of values.
+  A host copy is a sync point inside a tree call.]],
+  ["tensor:fill"] = [[
+t:fill(v) -> t, every element set to v]],
+  ["tensor:view"] = [[
+t:view(shape) -> a tensor over the same memory with another shape
+  One size may be -1 (inferred). t must be contiguous.]],
+  ["tensor:narrow"] = [[
+t:narrow(dim, start, len) -> a view of len entries of dimension dim from start
+  dim and start count from 1, as everywhere in Lua:
+  gt.from{1, 2, 3, 4}:narrow(1, 2, 2) is {2, 3}.]],
+  ["tensor:static"] = [[
+t:static() -> t, marked as a weight
+  In a tree a static tensor is keyed by its address: the graph reads it in
+  place; a changed address updates the recorded graph (or records again).]],
+  ["tensor:contiguous"] = [[
+t:contiguous() -> t when contiguous, else a contiguous copy]],
+  ["tensor:is_stale"] = [[
+t:is_stale() -> true when a later call of the tree that returned t reused its memory]],
+  ["tensor:dim"] = [[
+t:dim() -> the number of dimensions]],
+  ["tensor:size"] = [[
+t:size([d]) -> the size of dimension d, or a copy of the shape table]],
+
+  -- kernels
+  ["kernel"] = [[
+kernel: one __global__ function of a compiled source (from gt.compile or gt.load).
+  K.name(grid, block, args...)              launch it (queued inside a tree call)
+  f = K.name:config(grid, block [, smem])   a bound launcher: f(args...)
+  grid, block: a number or {x, y, z}. Arguments are checked against the parsed
+  signature: const T* is read, T* written, scalars int unsigned long long
+  int64_t size_t float double bool. tostring(K.name) shows the signature.]],
+  ["kernel:call"] = [[
+K.name(grid, block, args...): launch a kernel
+  grid, block: a number or {x, y, z}; args: tensors for pointer parameters,
+  numbers (or booleans) for scalars. Wrong counts or types raise before
+  anything is queued. Inside a tree call the launch is queued into the segment.]],
+  ["kernel:config"] = [[
+K.name:config(grid, block [, smem_bytes = 0]) -> f(args...), a bound launcher
+  Cheaper than K.name(grid, block, ...) in a hot loop: grid, block and
+  dynamic shared memory are checked once.]],
+  ["gt.compile"] = [=[
+gt.compile(src [, {name =, graph = true, options =}]) -> { kernel_name = kernel, ... }
+  src: CUDA C++ source; one kernel object per __global__ function.
+  name: the file name in messages; graph = false: the kernels never go into a
+  graph (segments that launch them run eagerly, counted as skips);
+  options: extra compiler options (NVRTC on cuda, the host compiler on cpu).
+  A compile error raises with the compiler's log.
+  local K = gt.compile[[ __global__ void k(float *y, int n) { ... } ]]]=],
+  ["gt.load"] = [[
+gt.load(path [, opts]) -> the kernels of a .cu file, as gt.compile returns them
+  path: relative to the current directory, else to GTLUA_HOME (kernels/ ships
+  with gtlua). Cached per path, options and source.
+  local K = gt.load("kernels/elementwise.cu")]],
+
+  -- trees
+  ["gt.tree"] = [[
+gt.tree(fn [, opts]) -> tree, a callable graph tree over fn
+  Calling tree(...) runs fn(...) with kernel launches queued; a segment ends at
+  a sync point (t:item(), t:tolist(), a host copy, gt.sync(), gt.cut()) or at
+  the return. Each segment is a node keyed by its launches (kernels, grids,
+  shapes; not scalar values, which are patched). A node warms up (eager),
+  records a graph, then replays it; different continuations are children.
+  opts:
+    name            for messages and pictures (default: the variable assigned)
+    warmup = 1      eager visits before recording (0: record on the first)
+    max_recordings = 64   graphs the tree may hold
+    on_limit = "eager"    past the limit: run new paths eagerly, or "error"
+    copy_inputs = false   copy every tensor input into the pool first
+    buckets = {dim =, sizes =}   pad inputs to a few sizes (gt.buckets.pow2)
+    warn_shapes = 8       warn when a tree sees that many input shapes (false: never)
+  Outputs stay valid until the tree's next call; :clone() keeps one.
+  local step = gt.tree(function(x) return gt.ops.relu(x) end, {warmup = 0})]],
+  ["tree"] = [[
+tree: a graph tree (from gt.tree).
+  tree(...)            a call: warmup, record or replay per segment
+  tree:stats()         counts, times, pool bytes, per node
+  print(tree)          the tree drawn (tostring(tree))
+  tree:dot([path]) tree:json([path]) tree:report(path)   pictures
+  tree:trim([keep]) tree:floor([iters])
+  tree.name, tree.where (file:line of gt.tree)]],
+  ["tree:call"] = [[
+tree(...) -> fn(...)'s results
+  Runs the tree's function with launches queued and graphed per segment; see
+  gt.help("gt.tree"). Returned tensors live in the tree's pool until its next call.]],
+  ["tree:stats"] = [[
+tree:stats() -> a plain table
+  { name, where, calls, nodes, recorded, warmups, replays, eager, updates,
+    skipped, skips = {[reason] = visits}, depth (levels), roots = {ids},
+    pool = {reserved, in_use, high_water},                       -- bytes
+    node = {[id] = {id, parent, depth, children, label, kernels, visits,
+      warmups, recorded (bool), replays, updates, eager, skip (reason|nil),
+      record_us, instantiate_us, replay_cpu_us (mean), gpu_us (mean),
+      planned_bytes, checkpoint_bytes, last_call}} }            -- ids from 0
+  gpu_us stays 0 unless gt.profile(true).]],
+  ["tree:trim"] = [[
+tree:trim([keep = 0]) -> graphs dropped
+  Frees the graphs (and their pool memory) of all but the keep most recently
+  used recordings; a dropped node records again when it is visited.]],
+  ["tree:floor"] = [[
+tree:floor([iters = 100] [, sync_each = true]) -> cpu_us, step_us
+  The last call's graphs launched back to back from C with no tree logic: the
+  lowest cost a call could have (a benchmark floor).]],
+  ["tree:dot"] = [[
+tree:dot([path]) -> Graphviz text (written to path when given)
+  One box per node (label, visits, replays, warmups, state, planned bytes),
+  filled by replays; edges parent -> child.  dot -Tsvg tree.dot > tree.svg]],
+  ["tree:json"] = [[
+tree:json([path]) -> JSON text of tree:stats() (written to path when given)
+  Same field names as stats(); "node" is an array ordered by id (0-based ids,
+  as JSON indices are); nil values are null. Fields: lua/gt/report.lua.]],
+  ["tree:report"] = [[
+tree:report(path) -> HTML text, written to path
+  One self-contained page (no network, no scripts): the tree as SVG (colour
+  by replays, border by state, hover for numbers), charts of visits, host and
+  device µs and pool memory per node, and a table of nodes.
+  gtlua --report=out.html model.lua writes one for every tree at exit.]],
+  ["tree:tostring"] = [[
+print(tree), tostring(tree) -> the tree drawn for a terminal
+  A header (calls, nodes, recorded, pool), then one line per node: id, label,
+  visits, replays, warmups, planned bytes and its state (graph, warmup,
+  eager, trimmed); colour only when stdout is a terminal (NO_COLOR turns it off).]],
+
+  -- control and information
+  ["gt.cut"] = [[
+gt.cut(): ends the current segment of a tree call (no-op outside one)
+  The next launches form a child node: an explicit place for a host branch.]],
+  ["gt.sync"] = [[
+gt.sync(): ends the segment in a tree call, then waits for the device]],
+  ["gt.profile"] = [[
+gt.profile(on) -> the previous setting
+  On: every graph launch of a tree is timed (CUDA events on cuda, wall time on
+  cpu), filling stats().node[id].gpu_us (mean µs). Off by default so replays
+  stay cheap.]],
+  ["gt.backend"] = [[
+gt.backend() -> "cpu" | "cuda"
+  Chosen by --backend=cpu|cuda|auto or GTLUA_BACKEND; auto takes cuda when a
+  device is there.]],
+  ["gt.device"] = [[
+gt.device() -> { backend, name, cc, sms, memory, driver, nvrtc, compiler }]],
+  ["gt.memory"] = [[
+gt.memory() -> bytes of ordinary (non-tree) device memory in use]],
+  ["gt.clock"] = [[
+gt.clock() -> seconds of a monotonic wall clock (for timing steps)]],
+  ["gt.help"] = [[
+gt.help(x) -> the documentation text (also printed)
+  x: an API value (gt.help(gt.tree), gt.help(t) for a tensor) or a name
+  ("gt.zeros", "tensor:narrow", "ops.linear", "tree:stats"); no x: every name.
+  In the REPL: ?name.]],
+
+  -- ops
+  ["gt.ops"] = [[
+gt.ops: tensor operations over the kernel library (kernels/*.cu); each
+allocates its output. f32 unless said; "rows" are the last dimension.
+  linear matmul add mul axpby copy relu gelu tanh sigmoid softmax layernorm
+  rmsnorm sum max argmax embedding]],
+  ["gt.ops.linear"] = [[
+gt.ops.linear(x, W [, b] [, act]) -> act(x @ W + b)
+  x {..., K} (leading dims are rows), W {K, N}, b {N} or nil,
+  act "relu" | "gelu" | "tanh" | nil. The result is {..., N}.]],
+  ["gt.ops.matmul"] = [[
+gt.ops.matmul(a, b) -> a @ b for a {M, K}, b {K, N}]],
+  ["gt.ops.add"] = [[
+gt.ops.add(a, b) -> a + b
+  b: a tensor of a's shape, a vector of a's last dimension (a bias), or a number.]],
+  ["gt.ops.mul"] = [[
+gt.ops.mul(a, b) -> a * b elementwise; b as for gt.ops.add]],
+  ["gt.ops.axpby"] = [[
+gt.ops.axpby(a, x, b, y) -> y, after y = a*x + b*y in place]],
+  ["gt.ops.copy"] = [[
+gt.ops.copy(dst, src) -> dst, after copying src (same shape) into it]],
+  ["gt.ops.relu"] = [[
+gt.ops.relu(x) -> max(x, 0)]],
+  ["gt.ops.gelu"] = [[
+gt.ops.gelu(x) -> gelu(x) (tanh approximation)]],
+  ["gt.ops.tanh"] = [[
+gt.ops.tanh(x) -> tanh(x)]],
+  ["gt.ops.sigmoid"] = [[
+gt.ops.sigmoid(x) -> 1 / (1 + exp(-x))]],
+  ["gt.ops.softmax"] = [[
+gt.ops.softmax(x) -> softmax over the last dimension]],
+  ["gt.ops.layernorm"] = [[
+gt.ops.layernorm(x, gamma, beta [, eps = 1e-5]) over the last dimension
+  gamma, beta: vectors of the last dimension.]],
+  ["gt.ops.rmsnorm"] = [[
+gt.ops.rmsnorm(x, w [, eps = 1e-6]) -> x / sqrt(mean(x^2) + eps) * w over the last dimension]],
+  ["gt.ops.sum"] = [[
+gt.ops.sum(x) -> f32 sums per row (the last dimension dropped; {1} for a vector)]],
+  ["gt.ops.max"] = [[
+gt.ops.max(x) -> f32 maxima per row]],
+  ["gt.ops.argmax"] = [[
+gt.ops.argmax(x) -> i32 per row: the 0-based index of the first maximum]],
+  ["gt.ops.embedding"] = [[
+gt.ops.embedding(ids, table) -> rows of table
+  ids: i32 of any shape, table {V, D}; the result is {ids..., D}; an id
+  outside [0, V) gives a row of zeros.]],
+
+  -- buckets
+  ["gt.buckets"] = [[
+gt.buckets: sizes for gt.tree's buckets option, so few recordings serve many shapes.
+  gt.tree(fn, {buckets = {dim = 1, sizes = gt.buckets.pow2(64)}})
+  External inputs are padded along dim to the next size (zero-filled), the
+  bucket's path runs, outputs are narrowed back; larger than the last: eager.
+  gt.buckets.pow2(max), gt.buckets.linear(step, max)]],
+  ["gt.buckets.pow2"] = [[
+gt.buckets.pow2(max) -> {1, 2, 4, ..., max}]],
+  ["gt.buckets.linear"] = [[
+gt.buckets.linear(step, max) -> {step, 2*step, ..., max}]],
+}
+
+-- -- Names ------------------------------------------------------------------------------
+
+-- Prefixes people type for methods, mapped to the doc's.
+local OBJECT = { t = "tensor", x = "tensor", tensor = "tensor", Tensor = "tensor", tree = "tree", Tree = "tree",
+                 kernel = "kernel", Kernel = "kernel" }
+
+local function known(name) return DOC[name] and name or nil end
+
+-- A typed name in the doc's spelling: "Tensor.narrow" -> "tensor:narrow",
+-- "ops.linear" -> "gt.ops.linear", "zeros" -> "gt.zeros", "narrow" and
+-- "step:narrow" -> "tensor:narrow" (a method name that only one object has).
+local function canonical(name)
+  name = name:match("^%s*%??%s*(.-)%s*$"):gsub("%(.*%)$", "")
+  if name == "" then return nil end
+  if known(name) then return name end
+  local obj, meth = name:match("^gt%.(%u%l+)[.:]([%w_]+)$")
+  if not obj then obj, meth = name:match("^([%w_]+)[.:]([%w_]+)$") end
+  if obj then
+    if meth == "__call" then meth = "call" elseif meth == "__tostring" then meth = "tostring" end
+    if OBJECT[obj] then
+      local r = known(OBJECT[obj] .. ":" .. meth)
+      if r then return r end
+    end
+    name = meth                      -- "step:stats": a method of whatever step is
+  end
+  local bare = name:match("^gt%.(%u%l+)$") or name
+  if OBJECT[bare] then return OBJECT[bare] end
+  local r = known("gt." .. name) or known("gt.ops." .. name) or known("gt.buckets." .. name:gsub("^buckets%.", ""))
+  if r then return r end
+  -- a bare method name: the one entry ending in it
+  local hit
+  for k in pairs(DOC) do
+    if k:match("[.:]" .. name:gsub("%p", "%%%0") .. "$") then
+      if hit then return nil end
+      hit = k
+    end
+  end
+  return hit
+end
+
+-- The name of an API value: a function of gt, gt.ops, gt.buckets or a method
+-- of tensors, trees and kernels; an object by its kind.
+local function name_of(v)
+  if v == gt then return "gt" end
+  local mt = getmetatable(v)
+  if type(v) == "table" or type(v) == "cdata" then
+    if mt == gt.Tensor then return "tensor" end
+    if mt == gt.Tree then return "tree" end
+    if mt == gt.Kernel then return "kernel" end
+  end
+  local ops, buckets = package.loaded["gt.ops"], package.loaded["gt.buckets"]
+  if v == ops then return "gt.ops" end
+  if v == buckets then return "gt.buckets" end
+  if type(v) ~= "function" then return nil end
+  local places = { { gt, "gt." }, { ops, "gt.ops." }, { buckets, "gt.buckets." }, { gt.Tensor, "tensor:" },
+                   { gt.Tree, "tree:" }, { gt.Kernel, "kernel:" } }
+  for _, p in ipairs(places) do
+    if type(p[1]) == "table" then
+      for k, f in pairs(p[1]) do
+        if f == v and type(k) == "string" then
+          local n = p[2] .. k
+          if n == "tree:__call" then n = "tree:call" elseif n == "kernel:__call" then n = "kernel:call"
+          elseif n:match(":__tostring$") then n = n:gsub("__tostring$", "tostring") end
+          if DOC[n] then return n end
+        end
+      end
+    end
+  end
+  return nil
+end
+
+local function names()
+  local out = {}
+  for k in pairs(DOC) do out[#out + 1] = k end
+  sort(out)
+  return out
+end
+
+local function index()
+  return "documented names (gt.help(\"name\") or ?name in the REPL):\n  " .. concat(names(), "  ")
+end
+
+local function suggestions(s)
+  s = s:lower():gsub("^gt%.", ""):gsub("%(.*$", "")
+  local out = {}
+  if s == "" then return out end
+  for _, k in ipairs(names()) do
+    if k:lower():find(s, 1, true) then out[#out + 1] = k end
+  end
+  return out
+end
+
+-- -- help -----------------------------------------------------------------------------------
+
+--- docs.text(x) -> the doc text of x (a value or a name), or nil and a message
+function M.text(x)
+  if x == nil then return index() end
+  local name
+  if type(x) == "string" then name = canonical(x) else name = name_of(x) end
+  if name then return DOC[name] end
+  local what = type(x) == "string" and ("'" .. x .. "'") or tostring(x)
+  local msg = "no help for " .. what
+  local near = type(x) == "string" and suggestions(x) or {}
+  if #near > 0 then
+    while #near > 8 do near[#near] = nil end
+    msg = msg .. "; try: " .. concat(near, ", ")
+  end
+  return nil, msg
+end
+
+--- docs.help(x) -> the text, after printing it (gt.help, the REPL's ?name)
+function M.help(x)
+  local text, msg = M.text(x)
+  io.stdout:write(text or msg, "\n")
+  return text, msg
+end
+
+--- docs.ask(text): the REPL's ?text: the doc of the value a plain name path
+--- evaluates to in the globals (?step for a tree, ?gt.ops.linear), else of
+--- the name as typed (?tensor:narrow, ?zeros). Nothing is called.
+function M.ask(text)
+  text = text:match("^%s*%??%s*(.-)%s*$")
+  if text == "" then return M.help() end
+  if text:match("^[%a_][%w_]*[%w_.]*$") then
+    local f = loadstring("return " .. text)
+    local ok, v = false, nil
+    if f then ok, v = pcall(f) end
+    if ok and v ~= nil and name_of(v) then return M.help(v) end
+  end
+  return M.help(text)
+end
+
+--- docs.names() -> every documented name, sorted
+M.names = names
+
+return M

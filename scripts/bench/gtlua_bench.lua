@@ -1,0 +1,390 @@
+-- gtlua_bench: the gtlua benchmark scenarios (chain, branch, shapes, grow) in eager, tree and floor modes.
+--
+--   gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only chain,grow]
+--
+-- Every figure is a median in microseconds after warmup steps:
+--   cpu_us   wall time around one step call, no sync (the host's cost to issue)
+--   step_us  the same step followed by gt.sync() (issue + device time)
+--   pipe_us  N steps back to back, one sync, divided by N
+-- eager = the model function called outside any tree (launches one by one);
+-- tree = the same function in gt.tree, replaying; floor = tree:floor(), the
+-- last call's recorded graphs launched back to back from C with no tree logic.
+-- Loaded with dofile() the file returns its functions (spec/bench_spec.lua).
+local gt = require "gt"
+
+local M = {}
+local clock, floor, sqrt, max, min = gt.clock, math.floor, math.sqrt, math.max, math.min
+local format, concat, sort = string.format, table.concat, table.sort
+
+-- -- Configuration -------------------------------------------------------------
+
+-- Same sizes as shared/anchors/torch_trees.py; reps shrink as kernels grow
+-- (reps * 32 / kernels, at least min_reps) so the 512-kernel case stays short.
+M.FULL = {
+  hidden = 256, batch = 8, layers = 32, prefix = 8, suffix = 8,
+  batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
+  warm = 20, reps = 300, pipe = 1000, min_reps = 20, min_pipe = 50,
+}
+
+-- CI-sized: the cpu backend's linear kernel is slow, so few, small steps.
+M.QUICK = {
+  hidden = 16, batch = 4, layers = 6, prefix = 2, suffix = 2,
+  batches = { 1, 2, 4 }, grow = { 2, 4, 8 },
+  warm = 2, reps = 3, pipe = 3, min_reps = 2, min_pipe = 2, quick = true,
+}
+
+-- -- Small helpers -----------------------------------------------------------------
+
+local function median(v)
+  local s = {}
+  for i = 1, #v do s[i] = v[i] end
+  sort(s)
+  local n = #s
+  if n == 0 then return 0 / 0 end
+  if n % 2 == 1 then return s[(n + 1) / 2] end
+  return (s[n / 2] + s[n / 2 + 1]) / 2
+end
+M.median = median
+
+local function mean(v)
+  local s = 0
+  for i = 1, #v do s = s + v[i] end
+  return s / #v
+end
+
+-- Values of a tensor (any shape) as a flat Lua array.
+local function flat(t)
+  local out = {}
+  local function walk(v)
+    if type(v) == "table" then for i = 1, #v do walk(v[i]) end else out[#out + 1] = v end
+  end
+  walk(t:tolist())
+  return out
+end
+
+-- Reps for a step of k kernels: fewer for long chains.
+local function reps_for(n, least, kernels)
+  return max(least, min(n, floor(n * 32 / max(kernels, 1))))
+end
+
+-- -- The model: weights and layer stacks ---------------------------------------------
+
+-- Weights as torch_trees.py: W = randn(H, H) / sqrt(H), b = randn(H) * 0.01,
+-- all :static(); nb = -b, so that suffix b's tanh(x @ W - b) is one linear kernel.
+function M.model(cfg)
+  local H, L = cfg.hidden, max(cfg.layers, cfg.prefix + 2 * cfg.suffix)
+  local W, B, NB = {}, {}, {}
+  for i = 1, L do
+    W[i] = gt.randn({ H, H }, { seed = i, scale = 1 / sqrt(H) }):static()
+    B[i] = gt.randn({ H }, { seed = 1000 + i, scale = 0.01 }):static()
+    NB[i] = gt.ops.mul(B[i], -1):static()
+  end
+  local linear = gt.ops.linear
+  local m = { W = W, B = B, NB = NB, L = L }
+
+  -- n layers of relu(x @ W + b), weights cycling through the first cfg.layers
+  function m.chain(x, n)
+    n = n or cfg.layers
+    for i = 1, n do
+      local k = (i - 1) % cfg.layers + 1
+      x = linear(x, W[k], B[k], "relu")
+    end
+    return x
+  end
+
+  -- layers first..first+count-1 of relu(x @ W + b) or tanh(x @ W - b)
+  local function stack(x, first, count, act, bias)
+    for k = first, first + count - 1 do x = linear(x, W[k], bias[k], act) end
+    return x
+  end
+
+  -- prefix, a segment boundary (the host branch), then suffix a or b
+  function m.branchy(x, route)
+    local h = stack(x, 1, cfg.prefix, "relu", B)
+    gt.cut()
+    if route % 2 == 0 then return stack(h, cfg.prefix + 1, cfg.suffix, "relu", B) end
+    return stack(h, cfg.prefix + cfg.suffix + 1, cfg.suffix, "tanh", NB)
+  end
+  return m
+end
+
+-- -- Scenarios -----------------------------------------------------------------------
+
+-- A scenario: fn (the model step), args(i) (its arguments at step i),
+-- variants (the distinct steps a cycle visits: floor is their mean),
+-- kernels per step, and the tree options.
+function M.scenarios(cfg, m)
+  local H = cfg.hidden
+  local x = gt.randn({ cfg.batch, H }, { seed = 7 })
+  local xs = {}
+  for i, b in ipairs(cfg.batches) do xs[i] = gt.randn({ b, H }, { seed = 100 + b }) end
+  local nb = #cfg.batches
+  local function chain(v) return m.chain(v) end
+  local function at_size(i) return xs[(i - 1) % nb + 1] end
+  local list = {
+    { name = "chain", label = format("%d x linear+relu, batch %d, hidden %d", cfg.layers, cfg.batch, H),
+      fn = chain, args = function() return x end, variants = 1, kernels = cfg.layers },
+    { name = "branch", label = format("%d-layer prefix, cut, one of two %d-layer suffixes, alternating", cfg.prefix, cfg.suffix),
+      fn = m.branchy, args = function(i) return x, i end, variants = 2, kernels = cfg.prefix + cfg.suffix },
+    { name = "shapes", label = format("the chain over batch sizes %s, cycling", concat(cfg.batches, ",")),
+      fn = chain, args = at_size, variants = nb, kernels = cfg.layers },
+    { name = "shapes+buckets", label = format("shapes with buckets = pow2(%d)", cfg.batches[nb]),
+      fn = chain, args = at_size, variants = nb, kernels = cfg.layers,
+      opts = { buckets = { dim = 1, sizes = gt.buckets.pow2(cfg.batches[nb]) } } },
+  }
+  for _, n in ipairs(cfg.grow) do
+    list[#list + 1] = { name = "grow-" .. n, grow = n, label = format("chain of %d linear+relu kernels", n),
+      fn = function(v) return m.chain(v, n) end, args = function() return x end, variants = 1, kernels = n }
+  end
+  return list
+end
+
+-- -- Measuring -----------------------------------------------------------------------
+
+-- cpu / step medians over reps steps after warm steps, then pipelined over pipe steps.
+function M.measure(step, warm, reps, pipe)
+  for i = 1, warm do step(i) end
+  gt.sync()
+  collectgarbage()
+  local cpu, full = {}, {}
+  for i = 1, reps do
+    local t0 = clock()
+    step(warm + i)
+    local t1 = clock()
+    gt.sync()
+    local t2 = clock()
+    cpu[i], full[i] = (t1 - t0) * 1e6, (t2 - t0) * 1e6
+  end
+  collectgarbage()
+  local t0 = clock()
+  for i = 1, pipe do step(warm + reps + i) end
+  gt.sync()
+  local p = (clock() - t0) * 1e6 / pipe
+  return { cpu_us = median(cpu), step_us = median(full), pipe_us = p }
+end
+
+-- Ids of the nodes that hold a graph.
+local function recorded_ids(s)
+  local r = {}
+  for id, n in pairs(s.node) do if n.recorded then r[id] = true end end
+  return r
+end
+
+-- Calls the tree n times; each call that recorded a node is an event
+-- { call, call_us, nodes, kernels, record_us, instantiate_us }.
+function M.startup(tree, args, n)
+  local events, before = M.array {}, recorded_ids(tree:stats())
+  for i = 1, n do
+    local t0 = clock()
+    tree(args(i))
+    local us = (clock() - t0) * 1e6
+    local s = tree:stats()
+    local now = recorded_ids(s)
+    local e = { call = i, call_us = us, nodes = 0, kernels = 0, record_us = 0, instantiate_us = 0 }
+    for id in pairs(now) do
+      if not before[id] then
+        local nd = s.node[id]
+        e.nodes, e.kernels = e.nodes + 1, e.kernels + nd.kernels
+        e.record_us, e.instantiate_us = e.record_us + nd.record_us, e.instantiate_us + nd.instantiate_us
+      end
+    end
+    if e.nodes > 0 then events[#events + 1] = e end
+    before = now
+  end
+  return events
+end
+
+-- The record event that recorded the most kernels (the last of equals: for
+-- branch, a sibling recorded after the prefix replayed).
+local function main_record(events)
+  local best
+  for _, e in ipairs(events) do if not best or e.kernels >= best.kernels then best = e end end
+  return best
+end
+
+-- The floor: each variant stepped once through the tree (a replay), then its
+-- graphs launched from C; the mean over the variants, as a cycle visits each once.
+function M.floor(tree, sc, reps, pipe)
+  local c, s, p = {}, {}, {}
+  for v = 1, sc.variants do
+    tree(sc.args(v))
+    c[v], s[v] = tree:floor(reps, true)
+    local _, pp = tree:floor(pipe, false)
+    p[v] = pp
+  end
+  return { cpu_us = mean(c), step_us = mean(s), pipe_us = mean(p) }
+end
+
+-- Largest |eager - tree| over every variant's output, and the largest |value|.
+function M.agree(tree, sc)
+  local diff, mag, n = 0, 0, 0
+  for v = 1, sc.variants do
+    local e = flat(sc.fn(sc.args(v)))
+    local t = flat(tree(sc.args(v)))
+    if #e ~= #t then return { max_abs_diff = 1 / 0, max_abs = 0, values = 0 } end
+    for i = 1, #e do
+      diff, mag = max(diff, math.abs(e[i] - t[i])), max(mag, math.abs(e[i]))
+    end
+    n = n + #e
+  end
+  return { max_abs_diff = diff, max_abs = mag, values = n }
+end
+
+local function stats_summary(s)
+  return { calls = s.calls, nodes = s.nodes, recorded = s.recorded, warmups = s.warmups, replays = s.replays,
+           eager = s.eager, updates = s.updates, skipped = s.skipped, pool_reserved = s.pool.reserved,
+           pool_high_water = s.pool.high_water }
+end
+
+-- One scenario in all three modes.
+function M.run_scenario(cfg, sc)
+  local reps = reps_for(cfg.reps, cfg.min_reps, sc.kernels)
+  local pipe = reps_for(cfg.pipe, cfg.min_pipe, sc.kernels)
+  local warm = max(cfg.warm, 2 * sc.variants)
+  local fn, args = sc.fn, sc.args
+  local r = { name = sc.name, label = sc.label, kernels = sc.kernels, grow = sc.grow, reps = reps, pipe_reps = pipe }
+  r.modes = { eager = M.measure(function(i) return fn(args(i)) end, warm, reps, pipe) }
+  local opts = { name = sc.name, warn_shapes = false }
+  for k, v in pairs(sc.opts or {}) do opts[k] = v end
+  local tree = gt.tree(fn, opts)
+  r.records = M.startup(tree, args, max(warm, 3 * sc.variants))
+  r.record = main_record(r.records)
+  r.modes.tree = M.measure(function(i) return tree(args(i)) end, warm, reps, pipe)
+  r.modes.floor = M.floor(tree, sc, reps, pipe)
+  r.stats = stats_summary(tree:stats())
+  r.agree = M.agree(tree, sc)
+  return r, tree
+end
+
+-- -- Output --------------------------------------------------------------------------
+
+local ARRAY = {}
+function M.array(t) return setmetatable(t, ARRAY) end
+
+local function json_string(s)
+  return '"' .. s:gsub('[%c"\\]', function(c)
+    return ({ ['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n', ['\t'] = '\\t' })[c] or format("\\u%04x", c:byte())
+  end) .. '"'
+end
+
+local function json_number(x)
+  if x ~= x or x == 1 / 0 or x == -1 / 0 then return "null" end
+  if x == floor(x) and math.abs(x) < 2 ^ 53 then return format("%d", x) end
+  return format("%.7g", x)
+end
+
+--- encode(v) -> JSON text: a table is an array when t[1] ~= nil or it was
+--- made with M.array, else an object with sorted keys.
+function M.encode(v, indent)
+  indent = indent or ""
+  local tv = type(v)
+  if tv == "nil" then return "null" end
+  if tv == "boolean" then return tostring(v) end
+  if tv == "number" then return json_number(v) end
+  if tv ~= "table" then return json_string(tostring(v)) end
+  local inner, parts = indent .. "  ", {}
+  if v[1] ~= nil or getmetatable(v) == ARRAY then
+    for i = 1, #v do parts[i] = M.encode(v[i], inner) end
+    if #parts == 0 then return "[]" end
+    return "[\n" .. inner .. concat(parts, ",\n" .. inner) .. "\n" .. indent .. "]"
+  end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+  sort(keys)
+  for i, k in ipairs(keys) do parts[i] = json_string(k) .. ": " .. M.encode(v[k], inner) end
+  if #parts == 0 then return "{}" end
+  return "{\n" .. inner .. concat(parts, ",\n" .. inner) .. "\n" .. indent .. "}"
+end
+
+local function fmt(x) return x and format("%10.1f", x) or format("%10s", "-") end
+
+--- table_text(results) -> the readable table
+function M.table_text(res)
+  local out = { format("gtlua %s on %s (%s)%s", res.version, res.device.name, res.backend, res.quick and ", quick" or ""),
+                format("%-16s %7s %-6s %10s %10s %10s", "scenario", "kernels", "mode", "cpu_us", "step_us", "pipe_us") }
+  for _, r in ipairs(res.scenarios) do
+    for j, mode in ipairs { "eager", "tree", "floor" } do
+      local m = r.modes[mode]
+      out[#out + 1] = format("%-16s %7s %-6s %s %s %s", j == 1 and r.name or "", j == 1 and r.kernels or "", mode,
+        fmt(m.cpu_us), fmt(m.step_us), fmt(m.pipe_us))
+    end
+  end
+  out[#out + 1] = ""
+  out[#out + 1] = format("%-16s %7s %12s %12s %12s %10s %10s", "new path", "kernels", "call_us", "record_us",
+                         "inst_us", "tree/floor", "eager~tree")
+  for _, r in ipairs(res.scenarios) do
+    local e, t, f = r.record or {}, r.modes.tree, r.modes.floor
+    out[#out + 1] = format("%-16s %7s %12.1f %12.1f %12.1f %9.2fx %10.2g", r.name, e.kernels or "-", e.call_us or 0,
+      e.record_us or 0, e.instantiate_us or 0, t.cpu_us / f.cpu_us, r.agree.max_abs_diff)
+  end
+  return concat(out, "\n")
+end
+
+local function write_file(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+-- -- Running -------------------------------------------------------------------------
+
+local function selected(only, name)
+  if not only then return true end
+  for w in only:gmatch("[^,]+") do
+    if name == w or name:sub(1, #w + 1) == w .. "-" or name:sub(1, #w + 1) == w .. "+" then return true end
+  end
+  return false
+end
+
+--- run(cfg [, only [, log]]) -> results: every selected scenario, with device info
+function M.run(cfg, only, log)
+  local m = M.model(cfg)
+  local res = { tool = "gtlua", version = gt.version, backend = gt.backend(), device = gt.device(),
+                date = os.date("!%Y-%m-%dT%H:%M:%SZ"), luajit = jit and jit.version, quick = cfg.quick or false,
+                config = { hidden = cfg.hidden, batch = cfg.batch, layers = cfg.layers, prefix = cfg.prefix,
+                           suffix = cfg.suffix, batches = cfg.batches, grow = cfg.grow, warm = cfg.warm,
+                           reps = cfg.reps, pipe = cfg.pipe },
+                scenarios = M.array {} }
+  for _, sc in ipairs(M.scenarios(cfg, m)) do
+    if selected(only, sc.name) then
+      local t0 = clock()
+      res.scenarios[#res.scenarios + 1] = M.run_scenario(cfg, sc)
+      if log then log(format("gtlua bench: %s done in %.1f s", sc.name, clock() - t0)) end
+    end
+  end
+  return res
+end
+
+local USAGE = "usage: gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only NAME,...]"
+
+function M.parse_args(argv)
+  local o, i = {}, 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--quick" then o.quick = true
+    elseif a == "--json" then i = i + 1; o.json = argv[i]
+    elseif a == "--only" then i = i + 1; o.only = argv[i]
+    elseif a == "-h" or a == "--help" then o.help = true
+    else error(USAGE .. "\nunknown argument: " .. tostring(a), 0) end
+    if (a == "--json" or a == "--only") and not argv[i] then error(USAGE .. "\n" .. a .. " needs a value", 0) end
+    i = i + 1
+  end
+  return o
+end
+
+function M.main(argv)
+  local o = M.parse_args(argv)
+  if o.help then print(USAGE) return end
+  local res = M.run(o.quick and M.QUICK or M.FULL, o.only, function(s) io.stderr:write(s, "\n") end)
+  print(M.table_text(res))
+  if o.json then
+    write_file(o.json, M.encode(res) .. "\n")
+    print("wrote " .. o.json)
+  end
+end
+
+if arg and arg[0] and arg[0]:match("gtlua_bench%.lua$") then
+  M.main({ ... })
+end
+
+return M

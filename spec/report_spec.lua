@@ -1,0 +1,380 @@
+-- report_spec.lua: seeing a tree: the terminal drawing, DOT, JSON, the HTML report, gt.profile, gt.help, --stats/--report.
+local gt = require "gt"
+require "gt.busted"
+local report = require "gt.report"
+local json = require "dkjson"
+
+local BIN = os.getenv("GTLUA_BIN")
+
+local K = gt.compile([[
+__global__ void axpb(float *y, const float *x, int n, float a, float b) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = a * x[i] + b;
+}
+__global__ void axpb_b(float *y, const float *x, int n, float a, float b) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = a * x[i] - b;
+}
+]], { name = "report_spec.cu" })
+local E = gt.compile([[
+__global__ void host_only(float *y, const float *x, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = x[i] + 10;
+}
+]], { name = "report_eager.cu", graph = false })
+
+local N = 64
+local function axpb(x, a, b, k)
+  local y = gt.tensor(x.shape)
+  ;(k or K.axpb)(2, 32, y, x, x.numel, a, b)
+  return y
+end
+local function seq(n, f) local t = {} for i = 1, n do t[i] = f(i) end return t end
+
+-- The known tree: a prefix (node 0) with two host-branch children (1: "a", 2: "b").
+local function known_tree()
+  local branchy = gt.tree(function(x, route)
+    local h = axpb(x, 2, 0)
+    gt.cut()
+    if route == "a" then return axpb(h, 1, 1) end
+    return axpb(h, 1, 1, K.axpb_b)
+  end)
+  local x = gt.from(seq(N, function(i) return i end))
+  for _, r in ipairs { "a", "a", "a", "b", "b", "a", "b", "b" } do branchy(x, r) end
+  return branchy
+end
+
+-- A tree whose middle segment cannot be graphed (a skip with its reason).
+local function eager_tree()
+  local mixed = gt.tree(function(x)
+    local h = axpb(x, 2, 0)
+    gt.cut()
+    local e = gt.tensor(x.shape)
+    E.host_only(1, 32, e, h, x.numel)
+    gt.cut()
+    return axpb(e, 1, 1)
+  end)
+  local x = gt.from{ 1, 2, 3 }
+  for _ = 1, 4 do mixed(x) end          -- node 1: a warmup, then 3 eager visits
+  return mixed
+end
+
+local function count(s, pat) return select(2, s:gsub(pat, "")) end
+local function width(s) return count(s, "[^\128-\191]") end
+
+local function lines(s)
+  local t = {}
+  for l in (s .. "\n"):gmatch("(.-)\n") do t[#t + 1] = l end
+  return t
+end
+
+local function slurp(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function shq(s) return "'" .. tostring(s):gsub("'", [['\'']]) .. "'" end
+
+-- Runs gtlua with args (a shell fragment); returns status, stdout, stderr.
+local function gtlua(args)
+  local out, err, st = os.tmpname(), os.tmpname(), os.tmpname()
+  os.execute(string.format("timeout 60 %s %s < /dev/null > %s 2> %s; echo $? > %s", shq(BIN), args, shq(out),
+    shq(err), shq(st)))
+  local status, o, e = tonumber(slurp(st)), slurp(out), slurp(err)
+  for _, p in ipairs { out, err, st } do os.remove(p) end
+  return status, o, e
+end
+
+-- What print writes (io.stdout swapped for the duration of fn).
+local function captured(fn)
+  local real, buf = io.stdout, {}
+  io.stdout = { write = function(self, ...) for _, v in ipairs { ... } do buf[#buf + 1] = tostring(v) end return self end,
+                flush = function() end }
+  local ok, a, b = pcall(fn)
+  io.stdout = real
+  assert(ok, a)
+  return table.concat(buf), a, b
+end
+
+describe("print(tree)", function()
+  local saved
+  before_each(function() saved = report.color; report.color = false end)
+  after_each(function() report.color = saved end)
+
+  it("draws a known tree exactly: header, columns, one line per node", function()
+    local t = known_tree()
+    local s = t:stats()
+    local expected = table.concat({
+      "tree 'branchy' (" .. t.where .. "): 8 calls, 3 nodes, 3 recorded",
+      "pool " .. report._bytes(s.pool.reserved) .. " reserved, " .. report._bytes(s.pool.high_water) ..
+        " high water; 10 replays, 3 warmups, 0 eager",
+      "                                       visits replays warmups   planned",
+      "└─ [0] axpb                                 8       6       1     256 B  graph",
+      "   ├─ [1] axpb                              4       2       1     256 B  graph",
+      "   └─ [2] axpb_b                            4       2       1     256 B  graph",
+    }, "\n")
+    assert.are.equal(expected, tostring(t))
+    assert.are.equal(expected, report.draw(t))
+  end)
+
+  it("marks an eager node with its reason; its child still has a graph", function()
+    local t = eager_tree()
+    local text = tostring(t)
+    local l = lines(text)
+    assert.are.equal("eager visits: kernel 'host_only' is not graphable (3)", l[3])
+    assert.truthy(l[5]:match("^└─ %[0%] axpb .*  graph$"), l[5])
+    assert.truthy(l[6]:match("^   └─ %[1%] host_only .*  eager$"), l[6])
+    assert.are.equal("      │  eager: kernel 'host_only' is not graphable", l[7])   -- under node 1, over its child
+    assert.truthy(l[8]:match("^      └─ %[2%] axpb .*  graph$"), l[8])
+  end)
+
+  it("marks a node that has only warmed up, and one whose graph was trimmed", function()
+    local t = gt.tree(function(x) return axpb(x, 1, 1) end)
+    t(gt.zeros{ N })
+    assert.truthy(tostring(t):match("\n└─ %[0%] axpb +1 +0 +1 +0 B  warmup$"))
+    t(gt.zeros{ N })
+    assert.truthy(tostring(t):match("  graph$"))
+    t:trim()
+    assert.truthy(tostring(t):match("  trimmed$"))
+  end)
+
+  it("stays within 80 columns: long labels are cut with …", function()
+    local long = gt.tree(function(x)
+      local h = x
+      for i = 1, 12 do h = axpb(h, 1, 0, i % 2 == 0 and K.axpb or K.axpb_b) end
+      gt.cut()
+      return axpb(h, 1, 0)
+    end, { name = "a_tree_with_a_rather_long_name" })
+    long(gt.zeros{ N })
+    local text = tostring(long)
+    for _, l in ipairs(lines(text)) do assert.is_true(width(l) <= 80, l) end
+    assert.truthy(text:find("…", 1, true))
+  end)
+
+  it("says so when a tree has no calls yet, or calls without launches", function()
+    local idle = gt.tree(function(x) return x end)
+    assert.truthy(tostring(idle):match("\n%(no calls yet%)$"))
+    idle(gt.zeros{ 2 })
+    assert.truthy(tostring(idle):match("\n%(no nodes: the calls launched no kernels%)$"))
+  end)
+
+  it("colours only when asked or on a terminal; the text under the colour is the same", function()
+    local t = known_tree()
+    local plain = report.draw(t, { color = false })
+    local coloured = report.draw(t, { color = true })
+    assert.is_nil(plain:find("\27", 1, true))
+    assert.truthy(coloured:find("\27[32mgraph\27[0m", 1, true))
+    assert.are.equal(plain, (coloured:gsub("\27%[[%d;]*m", "")))
+  end)
+
+  it("prints no colour when stdout is not a terminal (gtlua as a subprocess)", function()
+    if not BIN then return pending("GTLUA_BIN is not set (run inside gtlua)") end
+    local code = [[local t = gt.tree(function(x) return gt.ops.relu(x) end); t(gt.zeros{2}); print(t)]]
+    local status, out = gtlua("-e " .. shq(code))
+    assert.are.equal(0, status)
+    assert.truthy(out:find("└─ [0]", 1, true), out)
+    assert.is_nil(out:find("\27", 1, true))
+  end)
+end)
+
+describe("tree:dot", function()
+  it("has one node line per node and one edge per parent -> child", function()
+    local t = known_tree()
+    local path = os.tmpname()
+    local dot = t:dot(path)
+    assert.are.equal(dot, slurp(path))
+    os.remove(path)
+    assert.truthy(dot:match("^digraph gtlua_tree {\n"))
+    assert.truthy(dot:match("\n}\n$"))
+    assert.are.equal(3, count(dot, "\n  n%d+ %[label="))
+    assert.are.equal(2, count(dot, "%->"))
+    assert.truthy(dot:find("n0 -> n1;", 1, true))
+    assert.truthy(dot:find("n0 -> n2;", 1, true))
+    assert.truthy(dot:find('label="[2] axpb_b\\nvisits 4  replays 2  warmups 1', 1, true))
+    assert.are.equal(count(dot, "{"), count(dot, "}"))
+  end)
+end)
+
+describe("tree:json", function()
+  local function same_number(a, b)
+    return a == b or math.abs(a - b) <= 1e-12 * math.max(math.abs(a), math.abs(b))
+  end
+
+  local function check_against_stats(t)
+    local s = t:stats()
+    local text = t:json()
+    local j, _, err = json.decode(text)
+    assert.is_nil(err)
+    assert.are.equal("gtlua.tree/1", j.format)
+    assert.truthy(text:match('^{\n  "format": "gtlua.tree/1",\n  "name": '))
+    for _, k in ipairs { "name", "where", "calls", "nodes", "recorded", "warmups", "replays", "eager", "updates",
+                         "skipped", "depth" } do
+      assert.are.equal(s[k], j[k], k)
+    end
+    assert.are.same(s.pool, j.pool)
+    assert.are.same(s.skips, j.skips)
+    assert.are.same(s.roots, j.roots)
+    assert.are.equal(s.nodes, #j.node)
+    for id = 0, s.nodes - 1 do
+      local a, b = s.node[id], j.node[id + 1]
+      for k, v in pairs(a) do
+        if type(v) == "number" then assert.is_true(same_number(v, b[k]), k .. ": " .. v .. " vs " .. tostring(b[k]))
+        else assert.are.same(v, b[k], k) end
+      end
+      for k in pairs(b) do assert.is_true(a[k] ~= nil, k) end          -- null (parent, skip) reads back as nil
+    end
+    return j, text
+  end
+
+  it("parses back (dkjson) to everything in stats(), node as an array by id", function()
+    local t = known_tree()
+    local j, text = check_against_stats(t)
+    assert.is_nil(j.node[1].parent)
+    assert.truthy(text:find('"parent": null', 1, true))
+    assert.are.same({ 1, 2 }, j.node[1].children)
+    assert.are.same({}, j.node[2].children)
+    assert.truthy(text:find('"children": []', 1, true))
+    assert.truthy(text:find('"skips": {}', 1, true))
+  end)
+
+  it("keeps skip reasons and writes the file when given a path", function()
+    local t = eager_tree()
+    local path = os.tmpname()
+    local j, text = check_against_stats(t)
+    assert.are.equal(text, t:json(path))
+    assert.are.equal(text, slurp(path))
+    os.remove(path)
+    assert.are.equal(3, j.skips["kernel 'host_only' is not graphable"])
+    assert.are.equal("kernel 'host_only' is not graphable", j.node[2].skip)
+  end)
+
+  it("escapes strings and writes numbers that read back exactly", function()
+    local enc = report._encode
+    assert.are.equal('"a\\"b\\\\c\\n\\u0001é"', enc('a"b\\c\n\1é'))
+    assert.are.equal("[1, 2.5, -3, null, true]", enc({ 1, 2.5, -3, 0 / 0, true }))
+    assert.are.equal('{\n  "a": [],\n  "b": {}\n}', enc({ a = setmetatable({}, report._ARRAY), b = {} }))
+    for _, x in ipairs { 0.1, 1 / 3, 123456.789, 2 ^ 60, -1e-300 } do assert.are.equal(x, json.decode(enc(x))) end
+  end)
+end)
+
+describe("tree:report", function()
+  local function balanced(html, tag)
+    local open = count(html, "<" .. tag .. "[%s>]")
+    local close = count(html, "</" .. tag .. ">")
+    return open == close, open .. " <" .. tag .. "> vs " .. close .. " </" .. tag .. ">"
+  end
+
+  local function check_page(html, nodes_per_tree)
+    assert.truthy(html:match("^<!DOCTYPE html>\n<html"))
+    assert.truthy(html:match("</html>\n$"))
+    for _, tag in ipairs { "html", "head", "body", "style", "section", "svg", "g", "table", "thead", "tbody", "tr",
+                           "title", "text", "h2", "h3" } do
+      assert.is_true(balanced(html, tag))
+    end
+    assert.is_nil(html:find("http://", 1, true))
+    assert.is_nil(html:find("https://", 1, true))
+    assert.is_nil(html:lower():find("<script", 1, true))
+    assert.is_nil(html:lower():find("<link", 1, true))
+    assert.is_nil(html:lower():find("@import", 1, true))
+    local total = 0
+    for _, n in ipairs(nodes_per_tree) do total = total + n end
+    assert.truthy(html:find("<body>", 1, true) and html:find("<head>", 1, true))
+    assert.are.equal(total, count(html, '<g class="node"'))
+    assert.are.equal(#nodes_per_tree, count(html, '<section class="tree"'))
+  end
+
+  it("is one self-contained page: an SVG with one element per node, charts and a table", function()
+    local t = known_tree()
+    local path = os.tmpname()
+    local html = t:report(path)
+    assert.are.equal(html, slurp(path))
+    os.remove(path)
+    check_page(html, { 3 })
+    assert.are.equal(1, count(html, '<svg class="tree"'))
+    assert.are.equal(3, count(html, '<svg class="chart"'))
+    assert.are.equal(3, count(html, '<tr><td>%d+</td>'))          -- node table rows
+    for id = 0, 2 do assert.truthy(html:find('<g class="node" data-id="' .. id .. '"', 1, true)) end
+    assert.truthy(html:find("<title>[1] axpb\nstate: graph\nvisits 4: 2 replays, 1 records, 1 warmups", 1, true))
+  end)
+
+  it("puts several trees on one page, one section each, and escapes names", function()
+    local a, b = known_tree(), eager_tree()
+    local html = report.html({ a, b })
+    check_page(html, { 3, 3 })
+    assert.truthy(html:find("kernel &#39;host_only&#39; is not graphable", 1, true))
+    assert.truthy(html:find('<a href="#tree-2">mixed</a>', 1, true))
+  end)
+
+  it("draws a tree without calls as a section without nodes", function()
+    local html = report.html(gt.tree(function(x) return x end))
+    check_page(html, { 0 })
+  end)
+end)
+
+describe("gt.profile", function()
+  it("fills gpu_us for replayed nodes when on, and leaves it 0 when off", function()
+    local off = known_tree():stats()
+    for id = 0, off.nodes - 1 do assert.are.equal(0, off.node[id].gpu_us) end
+    local before = gt.profile(true)
+    local ok, s = pcall(function() return known_tree():stats() end)
+    gt.profile(before)
+    assert(ok, s)
+    for id = 0, s.nodes - 1 do
+      local n = s.node[id]
+      assert.is_true(n.replays > 0)
+      assert.is_true(n.gpu_us > 0, "node " .. id)
+    end
+  end)
+end)
+
+describe("gt.help", function()
+  it("prints and returns the doc of a value or a name", function()
+    local out, text = captured(function() return gt.help(gt.tree) end)
+    assert.truthy(text:match("^gt%.tree%(fn %[, opts%]%)"))
+    assert.are.equal(text .. "\n", out)
+    for name, first in pairs { ["gt.tensor"] = "gt.tensor(", ["tensor:narrow"] = "t:narrow(", ["t:item"] = "t:item(",
+                               ["ops.linear"] = "gt.ops.linear(", ["tree:stats"] = "tree:stats(",
+                               ["gt.buckets.pow2"] = "gt.buckets.pow2(", ["profile"] = "gt.profile(" } do
+      local _, got = captured(function() return gt.help(name) end)
+      assert.are.equal(first, got and got:sub(1, #first), name)
+    end
+    local _, tensor_doc = captured(function() return gt.help(gt.zeros{ 1 }) end)
+    assert.truthy(tensor_doc:match("^tensor:"))
+    local _, narrow_doc = captured(function() return gt.help(gt.Tensor.narrow) end)
+    assert.truthy(narrow_doc:match("^t:narrow"))
+  end)
+
+  it("says when there is no help, with close names", function()
+    local out, text, msg = captured(function() return gt.help("lin") end)
+    assert.is_nil(text)
+    assert.are.equal("no help for 'lin'; try: gt.buckets.linear, gt.ops.linear", msg)
+    assert.are.equal(msg .. "\n", out)
+  end)
+end)
+
+describe("gtlua --stats / --report=FILE", function()
+  it("prints every tree at exit and writes the HTML report of examples/branchy.lua", function()
+    if not BIN then return pending("GTLUA_BIN is not set (run inside gtlua)") end
+    local path = os.tmpname()
+    local status, out, err = gtlua("--stats --report=" .. shq(path) .. " examples/branchy.lua")
+    assert.are.equal(0, status, err)
+    local at = out:find("gtlua --stats: 1 graph tree\n", 1, true)
+    assert.truthy(at, out)
+    local summary = out:sub(at)
+    assert.truthy(summary:find("tree 'step' (examples/branchy.lua:", 1, true))
+    assert.truthy(summary:find("\ntime: record ", 1, true))
+    assert.is_nil(out:find("\27", 1, true))
+    local nodes = count(summary, "\n[ │├└─]*%[%d+%] ")
+    assert.is_true(nodes >= 5, summary)
+    local html = slurp(path)
+    os.remove(path)
+    assert.are.equal(nodes, count(html, '<g class="node"'))
+    assert.truthy(err:find("gtlua: wrote ", 1, true))
+  end)
+
+  it("reports that there are no trees", function()
+    if not BIN then return pending("GTLUA_BIN is not set (run inside gtlua)") end
+    local status, out = gtlua("--stats -e 'local x = 1'")
+    assert.are.equal(0, status)
+    assert.are.equal("gtlua --stats: 0 graph trees\n", out)
+  end)
+end)
