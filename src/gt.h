@@ -25,7 +25,7 @@ enum {
 };
 
 /* Buffer flags. */
-enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_LUA_DEAD = 4, GT_BUF_STAGING = 8, GT_BUF_QUEUED = 16 };
+enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_LUA_DEAD = 4, GT_BUF_STAGING = 8, GT_BUF_QUEUED = 16, GT_BUF_BORROWED = 32 };
 
 typedef struct gt_device_info {
   char backend[16];        /* "cpu" or "cuda" */
@@ -116,7 +116,12 @@ double gt_clock_us(void);
 int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits); /* cuda: NVRTC runs and CUBIN cache hits; GT_ERR elsewhere */                        /* a monotonic wall clock, microseconds */
 
 /* -- Buffers ------------------------------------------------------------ */
-gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* refs = 1 (the caller's); NULL on error (out of memory) */
+gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* ordinary memory; refs = 1 (the caller's); NULL on error (out of memory) */
+/* In a tree call: makes the caller's zeroed struct b a buffer of the call (its
+   address comes at the end of its segment).  The caller keeps b alive for the
+   whole call and marks GT_BUF_LUA_DEAD on it when its tensors are gone; the
+   core never frees it.  GT_ERR outside a tree call. */
+int gt_buf_init(gt_runtime *rt, gt_buf *b, uint64_t bytes);
 void gt_buf_release(gt_buf *b);                      /* drop the caller's reference */
 int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint64_t bytes); /* host -> device; a sync point */
 int gt_buf_read(gt_runtime *rt, gt_buf *b, uint64_t off, void *dst, uint64_t bytes);        /* device -> host; a sync point */

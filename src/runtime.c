@@ -150,16 +150,15 @@ int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits) {
 
 /* -- Buffers ------------------------------------------------------------- */
 
-/* A new buffer of bytes.  In a tree call it belongs to the call and gets its
-   address when its segment ends; otherwise it comes from ordinary memory now.
-   The caller holds one reference (gt_buf_release drops it). */
+/* A new buffer of bytes from ordinary memory (also inside a tree call: tree
+   buffers come from gt_buf_init).  The caller holds one reference
+   (gt_buf_release drops it). */
 gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes) {
   gt_buf *b = calloc(1, sizeof *b);
   if (!b) { gt_fail(rt, "out of host memory"); return NULL; }
   b->bytes = bytes;
   b->refs = 1;
   b->gen_now = &rt->zero_gen;
-  if (rt->active) { gt_tree_buf_created(rt, b); return b; }
   uint64_t off;
   if (gt_pool_alloc(&rt->mem, bytes ? bytes : 1, b, &off, rt->err) != GT_OK) {
     char why[GT_ERRLEN];
@@ -175,8 +174,16 @@ gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes) {
 
 void gt_buf_retain(gt_buf *b) { b->refs++; }
 
+int gt_buf_init(gt_runtime *rt, gt_buf *b, uint64_t bytes) {
+  if (!rt->active) return gt_fail(rt, "gt_buf_init outside a tree call");
+  b->bytes = bytes;
+  b->flags = GT_BUF_BORROWED;
+  gt_tree_buf_created(rt, b);
+  return GT_OK;
+}
+
 void gt_buf_unref(gt_buf *b) {
-  if (--b->refs > 0) return;
+  if (--b->refs > 0 || (b->flags & GT_BUF_BORROWED)) return;
   if (b->tree) gt_tree_unref(b->tree);
   else if (b->block && g_rt) gt_pool_free(&g_rt->mem, b->block - 1);
   free(b);

@@ -60,10 +60,9 @@ static void drop_below(gt_tree *t, gt_node *n) {
   for (int i = 0; i < n->nkids; i++) { drop_graph(t, n->kids[i]); drop_below(t, n->kids[i]); }
 }
 
-static void release_call_bufs(gt_tree *t) {
-  for (int i = 0; i < t->nbufs; i++) gt_buf_unref(t->bufs[i]);
-  t->nbufs = 0;
-}
+/* The call's buffers are borrowed from Lua (which may have freed them once
+   the tree itself is gone): forget them without touching them. */
+static void release_call_bufs(gt_tree *t) { t->nbufs = 0; }
 
 static void tree_destroy(gt_tree *t) {
   for (int i = 0; i < t->nnodes; i++) {
@@ -151,7 +150,6 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t) {
 void gt_tree_buf_created(gt_runtime *rt, gt_buf *b) {
   gt_tree *t = rt->active;
   b->tree = t;
-  t->refs++;
   b->gen = t->gen;
   b->gen_now = &t->gen;
   b->flags |= GT_BUF_TREE;
@@ -159,8 +157,7 @@ void gt_tree_buf_created(gt_runtime *rt, gt_buf *b) {
   b->idx = t->nbufs - t->segstart[t->depth];
   b->qpos = (uint32_t)t->q.n;
   if (GROW(t->bufs, t->bufcap, t->nbufs + 1)) { b->gen_now = &rt->zero_gen; b->gen = 1; return; }
-  b->refs++;                         /* the call's reference */
-  t->bufs[t->nbufs++] = b;
+  t->bufs[t->nbufs++] = b;           /* borrowed: the Lua side keeps it alive for the call */
 }
 
 int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {

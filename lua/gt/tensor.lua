@@ -46,19 +46,39 @@ return function(gt)
     return s, n
   end
 
-  local function wrap(b, off, shape, numel, d, strides)
-    return setmetatable({ _b = b, _off = off, shape = shape, numel = numel, dtype = d.name,
-                          _nb = numel * d.size, _strides = strides }, Tensor)
+  -- A view of buffer b.  Views of a tree's buffers keep the tree alive (_tree)
+  -- and, during its call, are seen by it: a recording learns which buffers
+  -- Lua still holds from the views still alive after a full collection.
+  local function wrap(b, off, shape, numel, d, strides, tree, mem)
+    local t = setmetatable({ _b = b, _off = off, shape = shape, numel = numel, dtype = d.name,
+                             _nb = numel * d.size, _strides = strides, _tree = tree, _mem = mem }, Tensor)
+    if tree and gt._active == tree then tree._seen[t] = true end
+    return t
   end
 
-  -- A new tensor over a new buffer (tree memory inside a tree call).
+  local buf_t, bufp_t = ffi.typeof("gt_buf"), ffi.typeof("gt_buf *")
+
+  -- A new tensor over a new buffer: in a tree call the buffer belongs to the
+  -- call (no finalizer: the tree holds it for the call), else ordinary memory.
   local function new(shape, dtype, level)
     local d = dtype_of(dtype, level + 1)
     local s, n = check_shape(shape, level + 1)
+    local tree = gt._active
+    if tree then
+      -- _b is always a gt_buf pointer (one ctype keeps traces stable); _mem
+      -- keeps the struct it points to alive as long as the tensor
+      local m = buf_t()
+      local b = ffi.cast(bufp_t, m)
+      if C.gt_buf_init(rt, b, n * d.size) ~= 0 then error(gt._errmsg(), level + 1) end
+      local bufs = tree._bufs
+      bufs[#bufs + 1] = m
+      return wrap(b, 0, s, n, d, nil, tree, m)
+    end
     local b = C.gt_buf_new(rt, n * d.size)
     if b == nil then error(gt._errmsg(), level + 1) end
-    return wrap(ffi.gc(b, C.gt_buf_release), 0, s, n, d, nil)
+    return wrap(ffi.gc(b, C.gt_buf_release), 0, s, n, d, nil, nil)
   end
+  gt._wrap = wrap
   gt._new_tensor = new
 
   -- Staleness: one integer compare.
@@ -308,7 +328,7 @@ return function(gt)
     if n ~= self.numel then
       error("view: " .. shape_str(s2) .. " has " .. n .. " elements, the tensor " .. self.numel, 2)
     end
-    return wrap(self._b, self._off, s2, n, DT[self.dtype], nil)
+    return wrap(self._b, self._off, s2, n, DT[self.dtype], nil, self._tree, self._mem)
   end
 
   --- t:narrow(dim, start, len): a view of len entries of dim from start (1-based)
@@ -331,7 +351,7 @@ return function(gt)
     local contiguous = not self._strides
     if contiguous then for i = 1, dim - 1 do if shape[i] ~= 1 then contiguous = false end end end
     local off = self._off + (start - 1) * st[dim] * d.size
-    return wrap(self._b, off, ns, n, d, (not contiguous) and st or nil)
+    return wrap(self._b, off, ns, n, d, (not contiguous) and st or nil, self._tree, self._mem)
   end
 
   --- t:contiguous() -> t itself when contiguous, else a contiguous copy

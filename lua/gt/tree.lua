@@ -1,5 +1,6 @@
 -- gt.tree: graph trees from Lua functions; calls, staging, statistics and the terminal drawing.
 local ffi = require "ffi"
+local bit = require "bit"
 
 return function(gt)
   local C, rt, Tensor = gt._C, gt._rt, gt.Tensor
@@ -10,17 +11,34 @@ return function(gt)
   Tree.__index = Tree
   gt.Tree = Tree
 
+  local DEAD = C.GT_BUF_LUA_DEAD
+  local WEAK_KEYS = { __mode = "k" }
+
+  -- After a full collection: a buffer of the call whose views are all gone is dead.
+  local function mark_dead(tree)
+    collectgarbage("collect")
+    local alive = {}
+    for t in pairs(tree._seen) do if t._mem then alive[t._mem] = true end end
+    for _, m in ipairs(tree._bufs) do
+      if not alive[m] then m.flags = bit.bor(m.flags, DEAD) end
+    end
+  end
+
+  local function abort()
+    C.gt_tree_abort(rt)
+    gt._active = nil
+  end
+
   -- Ends the segment; a recording first learns which tensors Lua still holds.
   local function flush(level)
     local r = C.gt_tree_flush(rt, 0)
     if r == GT_NEED_GC then
-      collectgarbage("collect")
-      collectgarbage("collect")
+      mark_dead(gt._active)
       r = C.gt_tree_flush(rt, 1)
     end
     if r ~= 0 then
       local msg = gt._errmsg()
-      C.gt_tree_abort(rt)
+      abort()
       error(msg, level + 1)
     end
   end
@@ -122,10 +140,11 @@ return function(gt)
 
   local function finish(self, ok, ...)
     if not ok then
-      C.gt_tree_abort(rt)
+      abort()
       error((...), 0)
     end
     flush(2)
+    gt._active = nil
     if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 2) end
     local nw = C.gt_tree_warnings(self._t, nil)
     if nw ~= self._nwarn then
@@ -162,6 +181,8 @@ return function(gt)
 
   local function run(self, ...)
     if C.gt_tree_begin(rt, self._t) ~= 0 then error(gt._errmsg(), 3) end
+    self._bufs, self._seen = {}, setmetatable({}, WEAK_KEYS)   -- the call's buffers, and their views
+    gt._active = self
     local n, staged = select("#", ...), self._prep ~= nil
     if not staged then
       for i = 1, n do
@@ -174,7 +195,7 @@ return function(gt)
     end
     if not staged then return finish(self, pcall(self.fn, ...)) end
     local ok, args = pcall(self._prep or stage_args, self, n, ...)
-    if not ok then C.gt_tree_abort(rt); error(args, 0) end
+    if not ok then abort(); error(args, 0) end
     return finish(self, pcall(self.fn, unpack(args, 1, n)))
   end
   Tree._run = run
