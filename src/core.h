@@ -7,6 +7,7 @@
 #include "backend.h"
 
 #define GT_ALIGN 256u
+#define GT_SLAB 256
 
 /* -- Pool (pool.c): a virtual address range, grown by committing ----------- */
 typedef struct gt_block { uint64_t off, size; gt_buf *buf; } gt_block;
@@ -87,7 +88,6 @@ void gt_buf_unref(gt_buf *b);                      /* the core's reference */
 /* -- Trees (tree.c) ------------------------------------------------------ */
 enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UPDATE };
 int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args);
-void gt_tree_buf_created(gt_runtime *rt, gt_buf *b);
 void gt_tree_buf_dropped(gt_buf *b);
 void gt_tree_unref(struct gt_tree *t);
 
@@ -128,7 +128,9 @@ struct gt_tree {
   /* the call in progress */
   gt_node *cur; int cur_mode;
   int depth;
-  gt_buf **bufs; int nbufs, bufcap;
+  gt_buf **bufs; int nbufs, bufcap;   /* the call's buffers: slab[0..nbufs) */
+  gt_buf **slab; int nslab;          /* chunks of GT_SLAB structs, reused by every call */
+  uint32_t failed_gen;
   int *segstart; int segcap;
   gt_queue q;
   gt_node *state_node;               /* pool holds this node's checkpoint (lazily) */

@@ -25,7 +25,7 @@ enum {
 };
 
 /* Buffer flags. */
-enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_LUA_DEAD = 4, GT_BUF_STAGING = 8, GT_BUF_QUEUED = 16, GT_BUF_BORROWED = 32 };
+enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_LUA_DEAD = 4, GT_BUF_STAGING = 8, GT_BUF_QUEUED = 16, GT_BUF_SLAB = 32 };
 
 typedef struct gt_device_info {
   char backend[16];        /* "cpu" or "cuda" */
@@ -59,8 +59,8 @@ typedef struct gt_buf {
 /* One kernel argument: a tensor view (buf != NULL) or a scalar in v. */
 typedef struct gt_arg {
   gt_buf *buf;
-  uint64_t off;            /* byte offset of the view into buf */
-  uint64_t nbytes;         /* bytes the view spans */
+  int64_t off;             /* byte offset of the view into buf (signed: LuaJIT stores a number */
+  int64_t nbytes;          /* into int64_t without breaking its traces, unlike uint64_t) */
   union { int32_t i32; uint32_t u32; int64_t i64; uint64_t u64; float f32; double f64; uint64_t bits; } v;
 } gt_arg;
 
@@ -117,11 +117,13 @@ int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits); /* cuda: 
 
 /* -- Buffers ------------------------------------------------------------ */
 gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* ordinary memory; refs = 1 (the caller's); NULL on error (out of memory) */
-/* In a tree call: makes the caller's zeroed struct b a buffer of the call (its
-   address comes at the end of its segment).  The caller keeps b alive for the
-   whole call and marks GT_BUF_LUA_DEAD on it when its tensors are gone; the
-   core never frees it.  GT_ERR outside a tree call. */
-int gt_buf_init(gt_runtime *rt, gt_buf *b, uint64_t bytes);
+/* In a tree call: a buffer of the call (its address comes at the end of its
+   segment).  The struct lives in the tree (reused by later calls; compare
+   generations to tell stale views); the caller neither frees nor releases it
+   and reports with gt_tree_mark_dead when no view of it is left. */
+int gt_tree_buf_new(gt_runtime *rt, uint64_t bytes);  /* its index i in the call; GT_ERR on error */
+gt_buf *gt_tree_buf_ptr(gt_tree *t, int i);              /* the struct of index i (stable for the tree's life) */
+uint32_t gt_tree_gen(gt_tree *t);                        /* the generation of the current (or last) call */
 void gt_buf_release(gt_buf *b);                      /* drop the caller's reference */
 int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint64_t bytes); /* host -> device; a sync point */
 int gt_buf_read(gt_runtime *rt, gt_buf *b, uint64_t off, void *dst, uint64_t bytes);        /* device -> host; a sync point */
@@ -149,7 +151,9 @@ void gt_tree_abort(gt_runtime *rt);               /* a Lua error: drop the queue
    (src stride chunk) into chunks of padded bytes, zero-filling the rest; *out
    is a new buffer over the slot, valid for this call. */
 int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out);
+void gt_tree_mark_dead(gt_runtime *rt, int i);      /* buffer i of the call has no view left (before a recording) */
 void gt_tree_note_skip(gt_tree *t, const char *reason);
+uint32_t gt_tree_failed_gen(gt_tree *t);            /* generation of the last call that failed */
 int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond the keep most recently used; returns dropped */
 int gt_tree_stats(gt_tree *t, gt_tree_info *out);
 int gt_tree_node(gt_tree *t, int id, gt_node_info *out); /* id 0..nodes-1 */

@@ -151,7 +151,7 @@ int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits) {
 /* -- Buffers ------------------------------------------------------------- */
 
 /* A new buffer of bytes from ordinary memory (also inside a tree call: tree
-   buffers come from gt_buf_init).  The caller holds one reference
+   buffers come from gt_tree_buf_new).  The caller holds one reference
    (gt_buf_release drops it). */
 gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes) {
   gt_buf *b = calloc(1, sizeof *b);
@@ -172,18 +172,10 @@ gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes) {
   return b;
 }
 
-void gt_buf_retain(gt_buf *b) { b->refs++; }
-
-int gt_buf_init(gt_runtime *rt, gt_buf *b, uint64_t bytes) {
-  if (!rt->active) return gt_fail(rt, "gt_buf_init outside a tree call");
-  b->bytes = bytes;
-  b->flags = GT_BUF_BORROWED;
-  gt_tree_buf_created(rt, b);
-  return GT_OK;
-}
+void gt_buf_retain(gt_buf *b) { if (!(b->flags & GT_BUF_SLAB)) b->refs++; }
 
 void gt_buf_unref(gt_buf *b) {
-  if (--b->refs > 0 || (b->flags & GT_BUF_BORROWED)) return;
+  if ((b->flags & GT_BUF_SLAB) || --b->refs > 0) return;
   if (b->tree) gt_tree_unref(b->tree);
   else if (b->block && g_rt) gt_pool_free(&g_rt->mem, b->block - 1);
   free(b);

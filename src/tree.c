@@ -60,8 +60,7 @@ static void drop_below(gt_tree *t, gt_node *n) {
   for (int i = 0; i < n->nkids; i++) { drop_graph(t, n->kids[i]); drop_below(t, n->kids[i]); }
 }
 
-/* The call's buffers are borrowed from Lua (which may have freed them once
-   the tree itself is gone): forget them without touching them. */
+/* The call's buffers live in the slab: the next call reuses them. */
 static void release_call_bufs(gt_tree *t) { t->nbufs = 0; }
 
 static void tree_destroy(gt_tree *t) {
@@ -74,6 +73,8 @@ static void tree_destroy(gt_tree *t) {
   for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
   free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
   free(t->path); free(t->lastpath); free(t->seen); free(t->scratch); free(t->pscratch); free(t->stage);
+  for (int i = 0; i < t->nslab; i++) free(t->slab[i]);
+  free(t->slab);
   gt_pool_destroy(&t->pool);
   free(t->name); free(t->where);
   free(t);
@@ -147,18 +148,44 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t) {
   return GT_OK;
 }
 
-void gt_tree_buf_created(gt_runtime *rt, gt_buf *b) {
+int gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   gt_tree *t = rt->active;
+  if (!t) return gt_fail(rt, "gt_tree_buf_new outside a tree call");
+  int i = t->nbufs;
+  if (GROW(t->bufs, t->bufcap, i + 1)) return gt_fail(rt, "out of host memory");
+  if (i / GT_SLAB >= t->nslab) {
+    gt_buf **ns = realloc(t->slab, (t->nslab + 1) * sizeof *ns);
+    gt_buf *chunk = malloc(GT_SLAB * sizeof *chunk);
+    if (ns) t->slab = ns;
+    if (!ns || !chunk) { free(chunk); return gt_fail(rt, "out of host memory"); }
+    t->slab[t->nslab++] = chunk;
+  }
+  gt_buf *b = &t->slab[i / GT_SLAB][i % GT_SLAB];
+  memset(b, 0, sizeof *b);
+  b->bytes = bytes;
   b->tree = t;
   b->gen = t->gen;
   b->gen_now = &t->gen;
-  b->flags |= GT_BUF_TREE;
+  b->flags = GT_BUF_TREE | GT_BUF_SLAB;
   b->seg = t->depth;
-  b->idx = t->nbufs - t->segstart[t->depth];
+  b->idx = i - t->segstart[t->depth];
   b->qpos = (uint32_t)t->q.n;
-  if (GROW(t->bufs, t->bufcap, t->nbufs + 1)) { b->gen_now = &rt->zero_gen; b->gen = 1; return; }
-  t->bufs[t->nbufs++] = b;           /* borrowed: the Lua side keeps it alive for the call */
+  t->bufs[t->nbufs++] = b;
+  return i;
 }
+
+gt_buf *gt_tree_buf_ptr(gt_tree *t, int i) {
+  return i >= 0 && i / GT_SLAB < t->nslab ? &t->slab[i / GT_SLAB][i % GT_SLAB] : NULL;
+}
+
+uint32_t gt_tree_gen(gt_tree *t) { return t->gen; }
+
+void gt_tree_mark_dead(gt_runtime *rt, int i) {
+  gt_tree *t = rt->active;
+  if (t && i >= 0 && i < t->nbufs) t->bufs[i]->flags |= GT_BUF_LUA_DEAD;
+}
+
+uint32_t gt_tree_failed_gen(gt_tree *t) { return t->failed_gen; }
 
 int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {
   if (gt_queue_push(&rt->active->q, l, args) != GT_OK) return gt_fail(rt, "out of host memory");
@@ -717,10 +744,8 @@ void gt_tree_abort(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return;
   gt_queue_clear(&t->q);
-  for (int i = t->segstart[t->depth]; i < t->nbufs; i++) {
-    t->bufs[i]->gen_now = &rt->zero_gen;
-    t->bufs[i]->gen = 1;
-  }
+  t->failed_gen = t->gen;
+  t->gen++;                           /* every tensor of the failed call is stale now */
   t->nlastpath = 0;
   rt->active = NULL;
 }

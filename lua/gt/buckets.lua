@@ -57,8 +57,9 @@ local function pad(self, x, dim, p, slot)
   local s = {}
   for i = 1, #shape do s[i] = shape[i] end
   s[dim] = p
-  return setmetatable({ _b = ffi.gc(self._out[0], C.gt_buf_release), _off = 0, shape = s, numel = x.numel / shape[dim] * p,
-                        dtype = x.dtype, _nb = outer * p * inner }, Tensor)
+  local sb = self._out[0]
+  return setmetatable({ _b = ffi.gc(sb, C.gt_buf_release), _off = 0, shape = s, numel = x.numel / shape[dim] * p,
+                        dtype = x.dtype, _nb = outer * p * inner, _gen = sb.gen }, Tensor)
 end
 
 -- The run's argument preparation: bucketed inputs padded, others staged as usual.
@@ -76,8 +77,8 @@ local function prep(self, n, ...)
     if spec then
       local b = x._b
       if b.tree == self._t then
-        if b.gen + 1 ~= b.gen_now[0] then gt._stale_error(x, 4) end
-      elseif b.gen ~= b.gen_now[0] then gt._stale_error(x, 4) end
+        if x._gen + 1 ~= b.gen_now[0] then gt._stale_error(x, 4) end
+      elseif x._gen ~= b.gen_now[0] then gt._stale_error(x, 4) end
       args[i] = pad(self, x, spec.dim, bucket_of(spec.sizes, x.shape[spec.dim]), slot)
       slot = slot + 1
     elseif getmetatable(x) == Tensor then

@@ -55,7 +55,7 @@ return function(gt)
         local want = gt._dtype_of_code[k.pdtype[i - 1]]
         local dcheck = want and DT[want] and (" or a%d.dtype ~= %q"):format(i, want) or ""
         body[#body + 1] = ("do local t = a%d; if getmetatable(t) ~= T then fail(%d, t) end; local b = t._b; " ..
-          "if b.gen ~= b.gen_now[0] or t._strides%s then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
+          "if t._gen ~= b.gen_now[0] or t._strides%s then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
           :format(i, i, dcheck, i, s, s, s)
       else
         local st = SCALAR[pt]

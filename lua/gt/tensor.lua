@@ -32,51 +32,56 @@ return function(gt)
   local function shape_str(shape) return #shape == 0 and "scalar" or concat(shape, "x") end
   gt._shape_str = shape_str
 
+  -- Validates a shape and returns it with its element count.  The table is
+  -- kept, not copied (shapes are read-only: ops pass their inputs' shapes on).
   local function check_shape(shape, level)
-    if type(shape) == "number" then shape = { shape } end
-    if type(shape) ~= "table" then error("a shape is a table of sizes, e.g. {8, 256}", level + 1) end
-    local s, n = {}, 1
+    if type(shape) ~= "table" then
+      if type(shape) == "number" then shape = { shape }
+      else error("a shape is a table of sizes, e.g. {8, 256}", level + 1) end
+    end
+    local n = 1
     for i = 1, #shape do
       local d = shape[i]
       if type(d) ~= "number" or d < 0 or d ~= floor(d) then
         error("bad shape: dimension " .. i .. " is " .. tostring(d) .. ", not a size", level + 1)
       end
-      s[i], n = d, n * d
+      n = n * d
     end
-    return s, n
+    return shape, n
   end
 
-  -- A view of buffer b.  Views of a tree's buffers keep the tree alive (_tree)
-  -- and, during its call, are seen by it: a recording learns which buffers
-  -- Lua still holds from the views still alive after a full collection.
-  local function wrap(b, off, shape, numel, d, strides, tree, mem)
+  -- A view of buffer b made in generation gen.  Views of a tree's buffers keep
+  -- the tree alive (_tree): the buffer's struct lives in it.
+  local function wrap(b, off, shape, numel, d, strides, tree, gen, base)
+    -- eight keys make the smallest hash part; rare fields are added after
     local t = setmetatable({ _b = b, _off = off, shape = shape, numel = numel, dtype = d.name,
-                             _nb = numel * d.size, _strides = strides, _tree = tree, _mem = mem }, Tensor)
-    if tree and gt._active == tree then tree._seen[t] = true end
+                             _nb = numel * d.size, _gen = gen, _tree = tree }, Tensor)
+    if strides then t._strides = strides end
+    if base then t._base = base end     -- a view of a tree tensor keeps its base (the liveness witness)
     return t
   end
 
-  local buf_t, bufp_t = ffi.typeof("gt_buf"), ffi.typeof("gt_buf *")
-
   -- A new tensor over a new buffer: in a tree call the buffer belongs to the
-  -- call (no finalizer: the tree holds it for the call), else ordinary memory.
+  -- call (no finalizer; the tree learns at record time whether views are
+  -- left from a weak list of the buffer's pointer object), else ordinary memory.
   local function new(shape, dtype, level)
     local d = dtype_of(dtype, level + 1)
     local s, n = check_shape(shape, level + 1)
     local tree = gt._active
     if tree then
-      -- _b is always a gt_buf pointer (one ctype keeps traces stable); _mem
-      -- keeps the struct it points to alive as long as the tensor
-      local m = buf_t()
-      local b = ffi.cast(bufp_t, m)
-      if C.gt_buf_init(rt, b, n * d.size) ~= 0 then error(gt._errmsg(), level + 1) end
-      local bufs = tree._bufs
-      bufs[#bufs + 1] = m
-      return wrap(b, 0, s, n, d, nil, tree, m)
+      local i = C.gt_tree_buf_new(rt, n * d.size)
+      if i < 0 then error(gt._errmsg(), level + 1) end
+      local ptrs = tree._ptrs
+      local b = ptrs[i]
+      if not b then b = C.gt_tree_buf_ptr(tree._t, i); ptrs[i] = b end
+      local t = wrap(b, 0, s, n, d, nil, tree, tree._gen)
+      tree._w[i + 1] = t                -- weakly: the buffer is dead when t and its views are
+      tree._nw = i + 1
+      return t
     end
     local b = C.gt_buf_new(rt, n * d.size)
     if b == nil then error(gt._errmsg(), level + 1) end
-    return wrap(ffi.gc(b, C.gt_buf_release), 0, s, n, d, nil, nil)
+    return wrap(ffi.gc(b, C.gt_buf_release), 0, s, n, d, nil, nil, 0)
   end
   gt._wrap = wrap
   gt._new_tensor = new
@@ -87,7 +92,7 @@ return function(gt)
     local what = "tensor " .. t.dtype .. " " .. shape_str(t.shape)
     if b.tree ~= nil then
       local name, where = ffi.string(C.gt_tree_name(b.tree)), ffi.string(C.gt_tree_where(b.tree))
-      if b.gen == 1 then
+      if t._gen == C.gt_tree_failed_gen(b.tree) then
         error(what .. " was made by tree '" .. name .. "' (" .. where .. ") in a call that failed; it has no valid memory", level + 1)
       end
       error(what .. " returned by tree '" .. name .. "' (" .. where ..
@@ -99,13 +104,13 @@ return function(gt)
 
   local function live(t, level)
     local b = t._b
-    if b.gen ~= b.gen_now[0] then stale_error(t, level + 1) end
+    if t._gen ~= b.gen_now[0] then stale_error(t, level + 1) end
     return b
   end
   gt._live = live
 
   --- t:is_stale() -> true when a later tree call has reused its memory
-  function Tensor:is_stale() local b = self._b; return b.gen ~= b.gen_now[0] end
+  function Tensor:is_stale() return self._gen ~= self._b.gen_now[0] end
 
   -- A sync point: in a tree call, the segment ends first.
   local function sync_point(level)
@@ -328,7 +333,7 @@ return function(gt)
     if n ~= self.numel then
       error("view: " .. shape_str(s2) .. " has " .. n .. " elements, the tensor " .. self.numel, 2)
     end
-    return wrap(self._b, self._off, s2, n, DT[self.dtype], nil, self._tree, self._mem)
+    return wrap(self._b, self._off, s2, n, DT[self.dtype], nil, self._tree, self._gen, self._tree and (self._base or self))
   end
 
   --- t:narrow(dim, start, len): a view of len entries of dim from start (1-based)
@@ -351,7 +356,7 @@ return function(gt)
     local contiguous = not self._strides
     if contiguous then for i = 1, dim - 1 do if shape[i] ~= 1 then contiguous = false end end end
     local off = self._off + (start - 1) * st[dim] * d.size
-    return wrap(self._b, off, ns, n, d, (not contiguous) and st or nil, self._tree, self._mem)
+    return wrap(self._b, off, ns, n, d, (not contiguous) and st or nil, self._tree, self._gen, self._tree and (self._base or self))
   end
 
   --- t:contiguous() -> t itself when contiguous, else a contiguous copy

@@ -1,6 +1,5 @@
 -- gt.tree: graph trees from Lua functions; calls, staging, statistics and the terminal drawing.
 local ffi = require "ffi"
-local bit = require "bit"
 
 return function(gt)
   local C, rt, Tensor = gt._C, gt._rt, gt.Tensor
@@ -11,17 +10,14 @@ return function(gt)
   Tree.__index = Tree
   gt.Tree = Tree
 
-  local DEAD = C.GT_BUF_LUA_DEAD
-  local WEAK_KEYS = { __mode = "k" }
+  local WEAK_VALUES = { __mode = "v" }
 
-  -- After a full collection: a buffer of the call whose views are all gone is dead.
+  -- After a full collection: a buffer of the call whose views are all gone is
+  -- dead.  tree._w holds each buffer's base tensor weakly; views hold the base.
   local function mark_dead(tree)
     collectgarbage("collect")
-    local alive = {}
-    for t in pairs(tree._seen) do if t._mem then alive[t._mem] = true end end
-    for _, m in ipairs(tree._bufs) do
-      if not alive[m] then m.flags = bit.bor(m.flags, DEAD) end
-    end
+    local w = tree._w
+    for i = 1, tree._nw do if w[i] == nil then C.gt_tree_mark_dead(rt, i - 1) end end
   end
 
   local function abort()
@@ -83,6 +79,7 @@ return function(gt)
     local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
                                 _copy = opts.copy_inputs and true or false, _nwarn = 0,
                                 _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
+                                _w = setmetatable({}, WEAK_VALUES), _nw = 0, _ptrs = {}, _gen = 0,
                                 _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
     if opts.buckets then gt.buckets._attach(self, opts.buckets, opts) end
     gt._trees[#gt._trees + 1] = self
@@ -98,15 +95,16 @@ return function(gt)
     if b.tree == self._t then
       -- an output of the previous call (one generation back) is copied
       -- before this call reuses its memory; older ones are gone already
-      if b.gen + 1 ~= b.gen_now[0] then gt._stale_error(x, 4) end
+      if x._gen + 1 ~= b.gen_now[0] then gt._stale_error(x, 4) end
     else
-      if b.gen ~= b.gen_now[0] then gt._stale_error(x, 4) end
+      if x._gen ~= b.gen_now[0] then gt._stale_error(x, 4) end
       if not self._copy then return x, slot end
     end
     if x._strides then error("a non-contiguous view as a tree input: :clone() it first", 4) end
     if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then error(gt._errmsg(), 4) end
-    local s = setmetatable({ _b = ffi.gc(self._out[0], C.gt_buf_release), _off = 0, shape = x.shape,
-                             numel = x.numel, dtype = x.dtype, _nb = x._nb }, Tensor)
+    local sb = self._out[0]
+    local s = setmetatable({ _b = ffi.gc(sb, C.gt_buf_release), _off = 0, shape = x.shape,
+                             numel = x.numel, dtype = x.dtype, _nb = x._nb, _gen = sb.gen }, Tensor)
     return s, slot + 1
   end
 
@@ -181,7 +179,7 @@ return function(gt)
 
   local function run(self, ...)
     if C.gt_tree_begin(rt, self._t) ~= 0 then error(gt._errmsg(), 3) end
-    self._bufs, self._seen = {}, setmetatable({}, WEAK_KEYS)   -- the call's buffers, and their views
+    self._nw, self._gen = 0, C.gt_tree_gen(self._t)          -- the call's buffers: self._w[i] their base tensor, weakly
     gt._active = self
     local n, staged = select("#", ...), self._prep ~= nil
     if not staged then

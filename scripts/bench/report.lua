@@ -81,7 +81,8 @@ function M.decode(text)
         t[k] = value()
       end)
     elseif c == "[" then
-      return list("[", "]", function(t) t[#t + 1] = value() end)
+      local n = 0   -- an explicit count keeps the places after a null
+      return list("[", "]", function(t) n = n + 1; t[n] = value() end)
     elseif c == '"' then
       return str()
     end

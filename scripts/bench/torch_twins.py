@@ -87,7 +87,7 @@ class Results:
 
 # -- Time limits ---------------------------------------------------------------
 
-class CompileTimeout(Exception):
+class CompileTimeout(BaseException):
     pass
 
 
@@ -123,7 +123,7 @@ class Twins:
         self.deadline = time.perf_counter() + budget
         self.cap = cap
         self.cuda = dev == "cuda"
-        self.last_compile = None      # (kernels, seconds) of the last grow compile
+        self.compiles = []            # (kernels, seconds) of each grow compile so far
         self._make_model()
 
     # the model: weights as torch_trees.py (W = randn / sqrt(H), b = randn * 0.01)
@@ -237,23 +237,23 @@ class Twins:
     def first_calls(self, s: dict, calls) -> bool:
         """Runs the first calls (compile + warmup + record) under the caps; False when skipped."""
         k = s["kernels"]
-        limit = min(self.cap, self.left() - 10)
-        if s.get("grow") and self.last_compile:
-            k0, t0 = self.last_compile
-            guess = t0 * k / k0
-            if guess > limit:
-                self.skip(s, "reduce_overhead", f"compile predicted to take {guess:.0f} s "
-                          f"(from {t0:.1f} s at {k0} kernels), over the {limit:.0f} s cap")
-                return False
-        if limit < 5:
+        room = self.left() - 10
+        if room < 5:
             self.skip(s, "reduce_overhead", "time budget spent")
+            return False
+        limit = min(self.cap, room)
+        guess = self.predict(k) if s.get("grow") else None
+        if guess is not None and guess > limit:
+            done = ", ".join(f"{t:.1f} s at {n}" for n, t in self.compiles[-2:])
+            self.skip(s, "reduce_overhead", f"compile predicted to take {guess:.0f} s (from {done} kernels), "
+                      f"over the {limit:.0f} s cap")
             return False
         t0 = time.perf_counter()
         try:
             with time_limit(limit):
                 calls()
                 self.sync()
-        except Exception as e:  # dynamo may wrap the timeout in its own error
+        except (Exception, CompileTimeout) as e:  # dynamo may wrap the timeout in its own error
             took = time.perf_counter() - t0
             why = (f"compile interrupted after {took:.0f} s (cap {limit:.0f} s)" if took >= limit - 1
                    else f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
@@ -263,9 +263,21 @@ class Twins:
         took = time.perf_counter() - t0
         s["record"]["reduce_overhead_first_s"] = took
         if s.get("grow"):
-            self.last_compile = (k, took)
+            self.compiles.append((k, took))
         print(f"{s['name']:>10s} reduce-overhead first calls (compile + warmup + record): {took:.1f} s", flush=True)
         return True
+
+    def predict(self, k: int) -> float | None:
+        """Compile seconds for k kernels: a line through the last two grow compiles
+        (proportional from one), never below the last."""
+        if not self.compiles:
+            return None
+        k1, t1 = self.compiles[-1]
+        if len(self.compiles) == 1:
+            return t1 * k / k1
+        k0, t0 = self.compiles[-2]
+        slope = max((t1 - t0) / (k1 - k0), 0.0) if k1 != k0 else t1 / k1
+        return max(t1, t1 + slope * (k - k1))
 
     def compiled(self, fn):
         torch = self.torch

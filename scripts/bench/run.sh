@@ -1,0 +1,74 @@
+#!/bin/sh
+# run.sh: the one bench command (make bench): gtlua scenarios, PyTorch twins, raw launch floor, then RESULTS.md.
+#   sh scripts/bench/run.sh            # on the GPU machine: results in $OUT (else build/bench)
+#   BENCH_QUICK=1 sh scripts/bench/run.sh   # CI sizes, for trying the pipeline on the cpu backend
+# Builds nothing: build/gtlua must exist (make).  RESULTS.md and steps.svg are
+# copied into scripts/bench/ only from a full run on the cuda backend.  Each stage has a time limit
+# so that the whole run stays under ~8 minutes; a stage that fails or runs
+# out of time leaves a note and the report says what is missing.  Exits
+# non-zero only when the gtlua stage or the report failed.
+set -u
+cd "$(dirname "$0")/../.."
+dir=${OUT:-build/bench}
+BIN=${GTLUA_BIN:-build/gtlua}
+quick=
+[ -n "${BENCH_QUICK:-}" ] && quick=--quick
+T_GTLUA=${T_GTLUA:-100} T_TORCH=${T_TORCH:-270} T_NVCC=${T_NVCC:-60} T_FLOOR=${T_FLOOR:-45} T_REPORT=${T_REPORT:-15}
+mkdir -p "$dir"
+start=$(date +%s)
+say() { printf '[bench %4ss] %s\n' "$(( $(date +%s) - start ))" "$*"; }
+
+# stage LOG LIMIT CMD...: runs CMD under timeout, output to the terminal and LOG; returns its status.
+stage() {
+  log=$1 limit=$2
+  shift 2
+  rcf=$(mktemp)
+  { timeout -k 10 "$limit" "$@"; echo $? > "$rcf"; } 2>&1 | tee "$log"
+  rc=$(cat "$rcf")
+  rm -f "$rcf"
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && say "stopped at the ${limit} s limit"
+  return "$rc"
+}
+
+if [ ! -x "$BIN" ]; then echo "run.sh: $BIN is not built (run make first)"; exit 1; fi
+backend=$("$BIN" -e 'io.write(gt.backend())' 2>/dev/null || echo '?')
+say "results in $dir; backend $backend"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$dir/nvidia-smi.txt" 2>/dev/null \
+    || rm -f "$dir/nvidia-smi.txt"
+fi
+
+say "1/4 gtlua scenarios (limit ${T_GTLUA} s)"
+stage "$dir/gtlua.log" "$T_GTLUA" "$BIN" scripts/bench/gtlua_bench.lua $quick --json "$dir/gtlua.json"
+gtlua_rc=$?
+[ "$gtlua_rc" = 0 ] || say "gtlua stage failed (status $gtlua_rc)"
+
+say "2/4 PyTorch twins (limit ${T_TORCH} s)"
+if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch' >/dev/null 2>&1; then
+  stage "$dir/torch.log" "$T_TORCH" python3 scripts/bench/torch_twins.py $quick \
+    --budget "$(( T_TORCH - 30 ))" --json "$dir/torch.json" || say "torch stage failed (soft)"
+else
+  say "skipped: no python3 with torch here"
+fi
+
+say "3/4 raw launch floor"
+if [ ! -x .anchors/launch_floor ] && [ -f .anchors/launch_floor.cu ] && command -v nvcc >/dev/null 2>&1; then
+  say "compiling .anchors/launch_floor.cu"
+  stage "$dir/nvcc.log" "$T_NVCC" nvcc -O2 -arch=sm_90 -o .anchors/launch_floor .anchors/launch_floor.cu -lcuda \
+    || say "nvcc failed (soft)"
+fi
+if [ -x .anchors/launch_floor ]; then
+  stage "$dir/launch_floor.txt" "$T_FLOOR" .anchors/launch_floor || say "launch_floor failed (soft)"
+else
+  say "skipped: no .anchors/launch_floor (carry it, see scripts/bench/README.md)"
+fi
+
+say "4/4 report"
+stage "$dir/report.log" "$T_REPORT" "$BIN" scripts/bench/report.lua "$dir" --out "$dir/RESULTS.md" --svg "$dir/steps.svg"
+report_rc=$?
+# only a full run on a GPU becomes the repository's RESULTS.md
+if [ "$report_rc" = 0 ] && [ "$backend" = cuda ] && [ -z "$quick" ] && [ "$(cd "$dir" && pwd)" != "$(pwd)/scripts/bench" ]; then
+  cp "$dir/RESULTS.md" "$dir/steps.svg" scripts/bench/ && say "copied RESULTS.md and steps.svg to scripts/bench/"
+fi
+say "done"
+[ "$gtlua_rc" = 0 ] && [ "$report_rc" = 0 ]

@@ -1,0 +1,199 @@
+-- bench_spec: the benchmark suite in CI size (scripts/bench): every figure measured, trees replay, eager = tree, the report.
+local gt = require "gt"
+require "gt.busted"
+local bench = dofile("scripts/bench/gtlua_bench.lua")
+local report = dofile("scripts/bench/report.lua")
+
+local function slurp(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function spit(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -p '" .. d .. "'"))
+  return d
+end
+
+local function is_positive(v, what)
+  assert(type(v) == "number" and v == v and v > 0 and v < math.huge, what .. " is " .. tostring(v))
+end
+
+local FIGURES = { "cpu_us", "step_us", "pipe_us" }
+
+describe("the bench in --quick form", function()
+  local res
+  lazy_setup(function() res = bench.run(bench.QUICK) end)
+
+  it("measures every scenario in eager, tree and floor mode: every figure a positive number", function()
+    local names = {}
+    for _, r in ipairs(res.scenarios) do
+      names[#names + 1] = r.name
+      for _, mode in ipairs { "eager", "tree", "floor" } do
+        for _, f in ipairs(FIGURES) do is_positive(r.modes[mode][f], r.name .. " " .. mode .. " " .. f) end
+      end
+      is_positive(r.record.call_us, r.name .. " record call_us")
+      is_positive(r.record.record_us, r.name .. " record_us")
+      is_positive(r.record.instantiate_us, r.name .. " instantiate_us")
+      is_positive(r.record.kernels, r.name .. " recorded kernels")
+    end
+    assert.are.same({ "chain", "branch", "shapes", "shapes+buckets", "grow-2", "grow-4", "grow-8" }, names)
+    assert.are.equal(gt.backend(), res.device.backend)
+  end)
+
+  it("replays in tree mode: every node recorded once, no eager visits", function()
+    local cfg = bench.QUICK
+    local want_nodes = { chain = 1, branch = 3, shapes = #cfg.batches, ["shapes+buckets"] = #cfg.batches }
+    for _, r in ipairs(res.scenarios) do
+      local s = r.stats
+      assert.are.equal(want_nodes[r.name] or 1, s.nodes, r.name .. " nodes")
+      assert.are.equal(s.nodes, s.recorded, r.name .. " recorded")
+      assert.are.equal(0, s.eager, r.name .. " eager visits")
+      assert.is_true(s.replays >= s.calls - 2 * s.nodes, r.name .. ": " .. s.replays .. " replays of " .. s.calls)
+    end
+  end)
+
+  it("gives the same values in eager and tree mode (every variant of every scenario)", function()
+    for _, r in ipairs(res.scenarios) do
+      assert.is_true(r.agree.values > 0, r.name)
+      assert.is_true(r.agree.max_abs > 0, r.name .. ": outputs are all zero")
+      assert.is_true(r.agree.max_abs_diff <= 1e-5 * r.agree.max_abs, r.name .. ": max |diff| " .. r.agree.max_abs_diff)
+    end
+  end)
+
+  it("computes the chain the tree replays: eager and replayed outputs match value by value", function()
+    local cfg = bench.QUICK
+    local m = bench.model(cfg)
+    local x = gt.randn({ cfg.batch, cfg.hidden }, { seed = 3 })
+    local want = m.chain(x):tolist()
+    local step = gt.tree(function(v) return m.chain(v) end, { name = "bench_chain" })
+    for _ = 1, 3 do step(x) end
+    assert.replayed(step, 1)
+    assert.tensor_near(want, step(x), 1e-5)
+  end)
+
+  it("writes JSON that decodes back to the same figures", function()
+    local back = report.decode(bench.encode(res))
+    assert.are.equal(#res.scenarios, #back.scenarios)
+    local a, b = res.scenarios[1], back.scenarios[1]
+    assert.are.equal(a.name, b.name)
+    assert.is_true(math.abs(a.modes.tree.cpu_us - b.modes.tree.cpu_us) <= 1e-6 * a.modes.tree.cpu_us)
+    assert.are.equal(res.device.name, back.device.name)
+  end)
+end)
+
+describe("gtlua_bench.lua as a script", function()
+  it("runs --quick --only chain --json FILE and prints the table", function()
+    local bin = assert(os.getenv("GTLUA_BIN"), "run the specs inside gtlua")
+    local json, out = os.tmpname(), os.tmpname()
+    local ok = os.execute(string.format("timeout 60 '%s' scripts/bench/gtlua_bench.lua --quick --only chain --json '%s' > '%s' 2>&1",
+      bin, json, out))
+    local text = slurp(out)
+    os.remove(out)
+    assert.is_true(ok == 0 or ok == true, text)
+    assert.matches("chain%s+%d+ eager", text)
+    local res = report.decode(slurp(json))
+    os.remove(json)
+    assert.are.equal(1, #res.scenarios)
+    assert.are.equal("chain", res.scenarios[1].name)
+    is_positive(res.scenarios[1].modes.floor.step_us, "floor step_us")
+  end)
+
+  it("rejects an unknown option with its usage", function()
+    assert.has_error(function() bench.parse_args { "--fast" } end)
+    assert.are.same({ quick = true, json = "x.json" }, bench.parse_args { "--quick", "--json", "x.json" })
+  end)
+end)
+
+-- A small synthetic run: two scenarios and one grow size for each tool.
+local function synthetic(dir)
+  local function m(c, s, p) return { cpu_us = c, step_us = s, pipe_us = p } end
+  local function g(name, kernels, tree_cpu, grow)
+    return { name = name, label = name .. " label", kernels = kernels, grow = grow,
+             modes = { eager = m(100, 140, 110), tree = m(tree_cpu, 80, 60), floor = m(2, 78, 59) },
+             record = { call = 2, call_us = 1500, nodes = 1, kernels = kernels, record_us = 800, instantiate_us = 300 },
+             records = bench.array {},
+             stats = { calls = 20, nodes = 1, recorded = 1, replays = 18, warmups = 1, eager = 0, updates = 0,
+                       skipped = 0, pool_reserved = 65536, pool_high_water = 16384 },
+             agree = { max_abs_diff = 0, max_abs = 0.5, values = 64 } }
+  end
+  spit(dir .. "/gtlua.json", bench.encode {
+    tool = "gtlua", version = "0.1.0", backend = "cuda", date = "2026-11-29T12:00:00Z", luajit = "LuaJIT 2.1", quick = false,
+    device = { backend = "cuda", name = "NVIDIA H200", cc = "9.0", sms = 132, memory = 150 * 2 ^ 30, driver = 13000, nvrtc = 13000 },
+    scenarios = { g("chain", 32, 2.2), g("branch", 16, 30), g("grow-128", 128, 40, 128) } })
+  local function t(name, ro, grow)
+    return { name = name, kernels = 32, grow = grow, notes = {}, record = { reduce_overhead_first_s = 12.5 },
+             modes = { eager = m(851, 861, 889), cudagraph = m(2.9, 238, 231), reduce_overhead = ro } }
+  end
+  spit(dir .. "/torch.json", bench.encode {
+    tool = "torch", device = { torch = "2.11.0", cuda = "12.8", name = "NVIDIA H200" },
+    notes = { "grow-128 reduce_overhead skipped: compile predicted to take 150 s" },
+    scenarios = { t("chain", m(121, 295, 193)), t("branch", m(188, 226, 209)),
+                  t("grow-128", { skipped = "compile predicted to take 150 s" }, 128) } })
+  spit(dir .. "/launch_floor.txt", table.concat({
+    "device NVIDIA H200  driver 13000 runtime 13000  SMs 132",
+    " nodes   eager_cpu_us  eager_step_us   graph_cpu_us  graph_step_us      inst_us    update_us mem_KiB/node",
+    "    32          98.50         104.10           1.15          35.90        113.0          8.2         2.00",
+    "   128         387.00         393.00           1.20         126.70        485.0         28.0         2.00",
+    "pipelined 32-kernel step: graph 31.50 us/step, eager 97.80 us/step",
+    "conditional IF node: supported", "" }, "\n"))
+  spit(dir .. "/nvidia-smi.txt", "NVIDIA H200, 580.159, 143771 MiB\n")
+end
+
+describe("report.lua", function()
+  it("turns a small synthetic run into RESULTS.md with the expected tables, ratios and an SVG", function()
+    local dir = tmpdir()
+    synthetic(dir)
+    local inp = report.write(dir)
+    assert.are.same({}, inp.missing)
+    local md, svg = slurp(dir .. "/RESULTS.md"), slurp(dir .. "/steps.svg")
+    os.execute("rm -rf '" .. dir .. "'")
+    for _, want in ipairs { "# gtlua benchmark results", "| driver | 580.159 (CUDA driver API 13.0) |",
+                            "| PyTorch | 2.11.0 (CUDA 12.8) |", "### chain — chain label", "### branch — branch label",
+                            "| gtlua tree (replay) | 2.20 | 80.0 | 60.0 |", "| PyTorch reduce-overhead | 121.0 | 295.0 | 193.0 |",
+                            "| PyTorch CUDAGraph (hand-captured) | 2.90 | 238.0 | 231.0 |",
+                            "| tree replay CPU / floor CPU | chain | 1.10x | ≤ 1.25x | **met** |",
+                            "| tree replay CPU / floor CPU | branch | 15.00x | ≤ 1.25x | **missed** |",
+                            "| reduce-overhead CPU / tree CPU | chain | 55.00x | ≥ 40x | **met** |",
+                            "| reduce-overhead CPU / tree CPU | grow-128 | — | ≥ 40x | not measured |",
+                            "| tree step / floor step | chain | 1.03x | ≤ 1.05x | **met** |",
+                            "| record a new path (call wall time) | grow-128 (128 kernels) | 1.50 ms |",
+                            "| mode \\ kernels | 128 |", "| raw CUDA graph (launch_floor) | 126.7 |",
+                            "| 32 | 98.5 | 104.1 | 1.15 | 35.9 | 113.0 | 8.20 |", "![µs per step against kernel count](steps.svg)",
+                            "compile predicted to take 150 s" } do
+      assert.is_truthy(md:find(want, 1, true), "RESULTS.md lacks: " .. want .. "\n" .. md)
+    end
+    assert.matches("^<svg", svg)
+    assert.matches("</svg>\n$", svg)
+    assert.is_truthy(svg:find("gtlua tree (replay)", 1, true))
+    assert.is_truthy(svg:find("<polyline", 1, true))
+  end)
+
+  it("writes a report that names what is missing when only gtlua ran", function()
+    local dir = tmpdir()
+    synthetic(dir)
+    os.remove(dir .. "/torch.json")
+    os.remove(dir .. "/launch_floor.txt")
+    local inp = report.write(dir)
+    local md = slurp(dir .. "/RESULTS.md")
+    os.execute("rm -rf '" .. dir .. "'")
+    assert.are.same({ "launch_floor.txt", "torch.json (not found)" }, inp.missing)
+    assert.is_truthy(md:find("- missing input: torch.json (not found)", 1, true))
+    assert.is_falsy(md:find("PyTorch eager", 1, true))
+  end)
+
+  it("decodes JSON: escapes, nesting, numbers, null", function()
+    local v = report.decode('{"a": [1, -2.5e3, true, null, "x\\"\\u00e9\\n"], "b": {}}')
+    assert.are.same({ a = { 1, -2500, true, nil, 'x"é\n' }, b = {} }, v)
+    assert.has_error(function() report.decode('{"a": }') end)
+  end)
+end)
