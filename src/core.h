@@ -74,7 +74,10 @@ typedef struct gt_segkey { uint64_t full, nostatic; } gt_segkey;
 struct gt_runtime {
   gt_backend be;
   char err[GT_ERRLEN];
-  gt_pool mem;               /* ordinary memory: a caching allocator */
+  gt_pool mem;               /* ordinary memory: its address range (blocks are not tracked there) */
+  struct gt_freelist *fl;    /* ordinary memory: cached free blocks by size class */
+  int nfl;
+  uint64_t mem_top, mem_live;  /* bump pointer and bytes handed out */
   struct gt_tree *active;    /* the tree whose call runs */
   int profile;
   int next_kernel_id;

@@ -138,7 +138,7 @@ int gt_profile(gt_runtime *rt, int on) {
   return old;
 }
 
-uint64_t gt_mem_in_use(gt_runtime *rt) { return gt_pool_in_use(&rt->mem); }
+uint64_t gt_mem_in_use(gt_runtime *rt) { return rt->mem_live; }
 double gt_clock_us(void) { return gt_now_us(); }
 
 int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits) {
@@ -146,6 +146,61 @@ int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits) {
   if (strcmp(rt->be.name, "cuda")) return gt_fail(rt, "compile counts are kept by the cuda backend only");
   gt_backend_cuda_counts(&rt->be, compiles, cache_hits);
   return GT_OK;
+}
+
+/* -- Ordinary memory ------------------------------------------------------ */
+
+/* A caching allocator: blocks are rounded to a size class (powers of two up to
+   1 MiB, then 2 MiB steps), cut from the reserved range by a bump pointer, and
+   kept on their class's free list when released, so allocation is O(classes). */
+struct gt_freelist { uint64_t size; uint64_t *off; int n, cap; };
+
+static uint64_t size_class(uint64_t n) {
+  if (n <= GT_ALIGN) return GT_ALIGN;
+  if (n <= (1u << 20)) { uint64_t c = GT_ALIGN; while (c < n) c <<= 1; return c; }
+  return (n + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+}
+
+static struct gt_freelist *freelist(gt_runtime *rt, uint64_t size) {
+  for (int i = 0; i < rt->nfl; i++) if (rt->fl[i].size == size) return &rt->fl[i];
+  struct gt_freelist *nf = realloc(rt->fl, (rt->nfl + 1) * sizeof *nf);
+  if (!nf) return NULL;
+  rt->fl = nf;
+  rt->fl[rt->nfl] = (struct gt_freelist){ size, NULL, 0, 0 };
+  return &rt->fl[rt->nfl++];
+}
+
+static int mem_alloc(gt_runtime *rt, uint64_t bytes, uint64_t *off) {
+  uint64_t size = size_class(bytes);
+  struct gt_freelist *f = freelist(rt, size);
+  if (!f) return gt_fail(rt, "out of host memory");
+  if (f->n) { *off = f->off[--f->n]; rt->mem_live += size; return GT_OK; }
+  if (rt->mem_top + size > rt->mem.reserve || gt_pool_ensure(&rt->mem, rt->mem_top + size, rt->err) != GT_OK) {
+    uint64_t cached = 0;
+    for (int i = 0; i < rt->nfl; i++) cached += rt->fl[i].size * rt->fl[i].n;
+    return gt_fail(rt, "out of memory allocating %llu bytes: %llu in use, %llu cached in free blocks, %llu reserved "
+                   "(GTLUA_MEM_RESERVE raises the reservation)", (unsigned long long)bytes,
+                   (unsigned long long)rt->mem_live, (unsigned long long)cached, (unsigned long long)rt->mem.reserve);
+  }
+  *off = rt->mem_top;
+  rt->mem_top += size;
+  rt->mem_live += size;
+  return GT_OK;
+}
+
+static void mem_free(gt_runtime *rt, uint64_t off, uint64_t bytes) {
+  uint64_t size = size_class(bytes);
+  struct gt_freelist *f = freelist(rt, size);
+  if (!f) return;                     /* out of host memory: the block is lost, not reused */
+  if (f->n == f->cap) {
+    int cap = f->cap ? f->cap * 2 : 16;
+    uint64_t *no = realloc(f->off, cap * sizeof *no);
+    if (!no) return;
+    f->off = no;
+    f->cap = cap;
+  }
+  f->off[f->n++] = off;
+  rt->mem_live -= size;
 }
 
 /* -- Buffers ------------------------------------------------------------- */
@@ -159,14 +214,8 @@ gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes) {
   b->bytes = bytes;
   b->refs = 1;
   b->gen_now = &rt->zero_gen;
-  uint64_t off;
-  if (gt_pool_alloc(&rt->mem, bytes ? bytes : 1, b, &off, rt->err) != GT_OK) {
-    char why[GT_ERRLEN];
-    snprintf(why, sizeof why, "%s", rt->err);
-    gt_fail(rt, "out of memory allocating %llu bytes: %s", (unsigned long long)bytes, why);
-    free(b);
-    return NULL;
-  }
+  uint64_t off = 0;
+  if (mem_alloc(rt, bytes, &off) != GT_OK) { free(b); return NULL; }
   b->addr = rt->mem.base + off;
   b->block = off + 1;
   return b;
@@ -177,7 +226,7 @@ void gt_buf_retain(gt_buf *b) { if (!(b->flags & GT_BUF_SLAB)) b->refs++; }
 void gt_buf_unref(gt_buf *b) {
   if ((b->flags & GT_BUF_SLAB) || --b->refs > 0) return;
   if (b->tree) gt_tree_unref(b->tree);
-  else if (b->block && g_rt) gt_pool_free(&g_rt->mem, b->block - 1);
+  else if (b->block && g_rt) mem_free(g_rt, b->block - 1, b->bytes);
   free(b);
 }
 

@@ -373,6 +373,7 @@ function M.parse_args(argv)
 end
 
 function M.main(argv)
+  io.stdout:setvbuf("line")
   local o = M.parse_args(argv)
   if o.help then print(USAGE) return end
   local res = M.run(o.quick and M.QUICK or M.FULL, o.only, function(s) io.stderr:write(s, "\n") end)

@@ -208,7 +208,7 @@ local function header_lines(inp)
   local d, td = g.device or {}, t.device or {}
   local mem = d.memory and format("%.0f GiB", d.memory / 2 ^ 30)
   local lines = {
-    header({ "", "" }, { "---", "---" }),
+    header({ "run", "" }, { "---", "---" }),
     row { "date", g.date or t.date or DASH },
     row { "device", format("%s%s%s", smi.name or d.name or td.name or f.device or DASH,
       d.cc and d.backend == "cuda" and (", sm " .. d.cc) or "", d.sms and d.backend == "cuda" and
@@ -294,18 +294,21 @@ local function mode_cells(m)
   return { us(m.cpu_us), us(m.step_us), us(m.pipe_us) }
 end
 
+local function plural(n, word) return format("%d %s%s", n, word, n == 1 and "" or "s") end
+
 local function scenario_notes(gs, ts)
   local notes = {}
   local e = gs and gs.record
   if e then
-    notes[#notes + 1] = format("gtlua new path: the call that recorded %d kernels (%d node%s) took %s µs " ..
-      "(record %s µs, instantiate %s µs).", e.kernels, e.nodes, e.nodes == 1 and "" or "s", us(e.call_us),
+    notes[#notes + 1] = format("gtlua new path: the call that recorded %d kernels (%s) took %s µs " ..
+      "(record %s µs, instantiate %s µs).", e.kernels, plural(e.nodes, "node"), us(e.call_us),
       us(e.record_us), us(e.instantiate_us))
   end
   if gs and gs.stats then
     local s = gs.stats
-    notes[#notes + 1] = format("gtlua tree: %d calls, %d nodes, %d recorded, %d replays, %d warmups, %d eager; " ..
-      "pool high-water %.1f KiB.", s.calls, s.nodes, s.recorded, s.replays, s.warmups, s.eager, s.pool_high_water / 1024)
+    notes[#notes + 1] = format("gtlua tree: %s, %s, %d recorded, %s, %s, %d eager; pool high-water %.1f KiB.",
+      plural(s.calls, "call"), plural(s.nodes, "node"), s.recorded, plural(s.replays, "replay"), plural(s.warmups, "warmup"),
+      s.eager, s.pool_high_water / 1024)
   end
   if gs and gs.agree then
     notes[#notes + 1] = format("eager and tree outputs: max |diff| %.3g over %d values (max |value| %.3g).",
@@ -327,7 +330,8 @@ end
 local function scenario_section(inp, gs, name)
   local ts = by_name(inp.torch, name)
   local src = { gtlua = gs, torch = ts }
-  local out = { format("### %s%s\n", name, gs and gs.label and (" — " .. gs.label) or ""),
+  local label = gs and gs.label or ts and ts.label
+  local out = { format("### %s%s\n", name, label and label ~= "" and (" — " .. label) or ""),
                 header({ "mode", "cpu µs", "step µs", "pipe µs" }, { "---", "---:", "---:", "---:" }) }
   for _, m in ipairs(MODES) do
     if src[m[2]] or m[2] == "gtlua" then
@@ -474,7 +478,7 @@ local function log10(v) return log(v) / log(10) end
 
 --- svg(series) -> a log-log SVG plot of µs per step against kernels; series = { {label, points = {{n, us}}} }
 function M.svg(series)
-  local W, H, L, R, T, B = 760, 440, 70, 250, 40, 50
+  local W, H, L, R, T, B = 800, 440, 70, 270, 40, 50
   local xmin, xmax, ymin, ymax = math.huge, 0, math.huge, 0
   for _, s in ipairs(series) do
     for _, p in ipairs(s.points) do
