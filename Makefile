@@ -73,7 +73,7 @@ $(BUILD)/gtlua-test: $(SRCS) src/*.h $(EMBED) | $(BUILD)/obj
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all
-	ASAN_OPTIONS=detect_leaks=0 GTLUA_ASAN=1 build-asan/gtlua $(BUSTED) $(BUSTED_ARGS) spec/
+	ASAN_OPTIONS=detect_leaks=0 GTLUA_BIN_UNDER_TEST=build-asan/gtlua sh scripts/test.sh
 
 bench: all
 	sh scripts/bench/run.sh

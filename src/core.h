@@ -138,7 +138,7 @@ struct gt_tree {
   gt_queue q;
   gt_node *state_node;               /* pool holds this node's checkpoint (lazily) */
   gt_node **path; int npath, pathcap;
-  gt_node **lastpath; int nlastpath;
+  gt_node **lastpath; int nlastpath, lastcap;
   gt_buf **stage; int nstage;        /* staging slots (ordinary memory) */
   gt_buf **seen; int seencap;        /* key scratch */
   uint64_t *scratch; void **pscratch; int scratchcap;

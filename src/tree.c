@@ -730,10 +730,8 @@ int gt_tree_end(gt_runtime *rt) {
   if (!t) return GT_OK;
   int st = gt_tree_flush(rt, 1);
   if (st != GT_OK) { gt_tree_abort(rt); return GT_ERR; }
-  if (!GROW(t->lastpath, t->nlastpath, t->npath)) {
-    memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
-    t->nlastpath = t->npath;
-  }
+  if (t->npath && !GROW(t->lastpath, t->lastcap, t->npath)) memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
+  t->nlastpath = t->npath;
   rt->active = NULL;
   return GT_OK;
 }

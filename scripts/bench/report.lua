@@ -470,7 +470,10 @@ end
 
 -- -- The plot ------------------------------------------------------------------------------
 
-local COLORS = { "#1f77b4", "#2ca02c", "#17becf", "#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#7f7f7f" }
+-- One colour per mode, whichever modes a run has.
+local COLORS = { ["gtlua eager"] = "#1f77b4", ["gtlua tree (replay)"] = "#2ca02c", ["gtlua floor"] = "#17becf",
+  ["PyTorch eager"] = "#d62728", ["PyTorch reduce-overhead"] = "#ff7f0e", ["PyTorch CUDAGraph (hand-captured)"] = "#9467bd",
+  ["raw CUDA eager (launch_floor)"] = "#8c564b", ["raw CUDA graph (launch_floor)"] = "#7f7f7f" }
 
 local function esc(s) return (tostring(s):gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" })) end
 
@@ -512,7 +515,7 @@ function M.svg(series)
   o[#o + 1] = format('<text x="%d" y="%d" text-anchor="middle">kernels per step (log)</text>', (L + W - R) / 2, H - 12)
   o[#o + 1] = format('<text transform="translate(16 %d) rotate(-90)" text-anchor="middle">µs per step (log)</text>', (T + H - B) / 2)
   for i, s in ipairs(series) do
-    local c, pts = COLORS[(i - 1) % #COLORS + 1], {}
+    local c, pts = COLORS[s.label] or "#000", {}
     local dash = s.label:find("raw") and ' stroke-dasharray="5 4"' or ""
     for _, p in ipairs(s.points) do
       if p[2] > 0 then pts[#pts + 1] = format("%.1f,%.1f", px(p[1]), py(p[2])) end
