@@ -290,7 +290,7 @@ describe("tree:report", function()
     os.remove(path)
     check_page(html, { 3 })
     assert.are.equal(1, count(html, '<svg class="tree"'))
-    assert.are.equal(3, count(html, '<svg class="chart"'))
+    assert.are.equal(6, count(html, '<svg class="chart"'))             -- 3 per node, 3 over calls
     assert.are.equal(3, count(html, '<tr><td>%d+</td>'))          -- node table rows
     for id = 0, 2 do assert.truthy(html:find('<g class="node" data-id="' .. id .. '"', 1, true)) end
     assert.truthy(html:find("<title>[1] axpb\nstate: graph\nvisits 4: 2 replays, 1 records, 1 warmups", 1, true))
@@ -376,5 +376,33 @@ describe("gtlua --stats / --report=FILE", function()
     local status, out = gtlua("--stats -e 'local x = 1'")
     assert.are.equal(0, status)
     assert.are.equal("gtlua --stats: 0 graph trees\n", out)
+  end)
+end)
+
+describe("tree:history", function()
+  it("remembers each call's visits, host time and pool, and the report charts them over calls", function()
+    local step = gt.tree(function(x, r)
+      local h = axpb(x, 2, 0)
+      gt.cut()
+      if r == "fail" then error("boom") end
+      return r and axpb(h, 1, 1) or axpb(h, 1, 1, K.axpb_b)
+    end)
+    local x = gt.zeros{ N }
+    local routes = { true, true, true, false, false, true }
+    for _, r in ipairs(routes) do step(x, r) end
+    assert.has_error(function() step(x, "fail") end)
+    local h = step:history()
+    assert.are.same(7, #h)
+    local want = { { 2, 0, 0 }, { 0, 2, 0 }, { 0, 0, 2 }, { 1, 0, 1 } }
+    for i, w in ipairs(want) do
+      assert.are.same({ i, w[1], w[2], w[3] }, { h[i].call, h[i].warmups, h[i].records, h[i].replays })
+    end
+    assert.are.same({ 0, 1, 1 }, { h[5].warmups, h[5].records, h[5].replays })
+    assert.are.same(2, h[6].replays)
+    assert.are.same({ 7, 1 }, { h[7].call, h[7].replays })        -- the failed call: its first segment ran
+    for _, c in ipairs(h) do assert.is_true(c.cpu_us > 0 and c.reserved > 0) end
+    local html = step:report()
+    assert.truthy(html:find("Visits per call", 1, true))
+    assert.are.equal(8, count(html, '<polyline class="series"'))
   end)
 end)

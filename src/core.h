@@ -8,6 +8,7 @@
 
 #define GT_ALIGN 256u
 #define GT_SLAB 256
+#define GT_HISTORY 1024
 
 /* -- Pool (pool.c): a virtual address range, grown by committing ----------- */
 typedef struct gt_block { uint64_t off, size; gt_buf *buf; } gt_block;
@@ -125,7 +126,10 @@ struct gt_tree {
   gt_pool pool;
   gt_node root;                      /* sentinel: its kids are the first segments */
   gt_node **nodes; int nnodes, nodecap;
-  int calls, warmups, replays, eager, updates, skips, recorded, limit_hit;
+  int calls, warmups, replays, eager, updates, skips, recorded, limit_hit, records;
+  gt_call_info hist[GT_HISTORY];     /* ring of the last calls */
+  gt_call_info at_begin;             /* counters when the call began */
+  double begin_us;
   gt_skip *skip; int nskip;
   int nwarn; char *warn;
   /* the call in progress */

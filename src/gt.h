@@ -104,6 +104,14 @@ typedef struct gt_node_info {
   uint64_t last_call;          /* call number of the last visit */
 } gt_node_info;
 
+/* One call of a tree, for charts over calls (the last GT_HISTORY calls). */
+typedef struct gt_call_info {
+  int call;                    /* 1-based call number */
+  int warmups, records, replays, eager, updates;   /* visits of each kind in this call */
+  double cpu_us;               /* host time from the call's start to its end */
+  uint64_t in_use, reserved;   /* pool bytes at the end of the call */
+} gt_call_info;
+
 /* -- Runtime ------------------------------------------------------------ */
 gt_runtime *gt_runtime_open(const char *backend); /* "cpu"|"cuda"|"auto"|NULL ($GTLUA_BACKEND); singleton; NULL on error (gt_errmsg(NULL)) */
 const char *gt_errmsg(gt_runtime *rt);           /* the last failure's message */
@@ -159,6 +167,7 @@ int gt_tree_stats(gt_tree *t, gt_tree_info *out);
 int gt_tree_node(gt_tree *t, int id, gt_node_info *out); /* id 0..nodes-1 */
 int gt_tree_child(gt_tree *t, int id, int k);             /* k-th child of node id (-1: roots); -1 if none */
 int gt_tree_skip_reason(gt_tree *t, int i, const char **reason, int *count); /* i-th skip reason; GT_ERR past the end */
+int gt_tree_history(gt_tree *t, int i, gt_call_info *out); /* i-th of the remembered calls, oldest first; GT_ERR past the end */
 int gt_tree_warnings(gt_tree *t, const char **last);     /* warnings so far, the last one's text */
 int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, double *cpu_us, double *step_us); /* replay the last call's graphs back to back, no tree logic */
 

@@ -48,6 +48,13 @@ int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
   return GT_OK;
 }
 
+int gt_tree_history(gt_tree *t, int i, gt_call_info *out) {
+  int n = t->calls < GT_HISTORY ? t->calls : GT_HISTORY;
+  if (i < 0 || i >= n) return GT_ERR;
+  *out = t->hist[(t->calls - n + i) % GT_HISTORY];
+  return out->call ? GT_OK : GT_ERR;   /* a call still running has no entry yet */
+}
+
 int gt_tree_child(gt_tree *t, int id, int k) {
   const gt_node *n = id < 0 ? &t->root : id < t->nnodes ? t->nodes[id] : NULL;
   if (!n || k < 0 || k >= n->nkids) return -1;

@@ -144,6 +144,8 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t) {
   if (GROW(t->segstart, t->segcap, 1)) return gt_fail(rt, "out of host memory");
   t->segstart[0] = 0;
   t->calls++;
+  t->at_begin = (gt_call_info){ t->calls, t->warmups, t->records, t->replays, t->eager, t->updates, 0, 0, 0 };
+  t->begin_us = gt_now_us();
   rt->active = t;
   return GT_OK;
 }
@@ -687,6 +689,7 @@ int gt_tree_flush(gt_runtime *rt, int gc_done) {
     st = record(t, n, first, mode == GT_V_UPDATE);
     if (st == 1) { mode = GT_V_EAGER; n->eager++; t->eager++; gt_tree_note_skip(t, "graph build failed"); st = GT_OK; }
     else if (st == GT_OK && mode == GT_V_UPDATE) { n->updates++; t->updates++; }
+    else if (st == GT_OK) t->records++;
     break;
   default:
     if (plan_eager && n->plan) {       /* bind to the plan, as a replay would, but launch one by one */
@@ -725,6 +728,15 @@ int gt_tree_flush(gt_runtime *rt, int gc_done) {
   return GT_OK;
 }
 
+/* The call's line in the history ring: what its visits were, what it cost. */
+static void note_call(gt_tree *t) {
+  gt_call_info *b = &t->at_begin;
+  t->hist[(t->calls - 1) % GT_HISTORY] = (gt_call_info){
+    t->calls, t->warmups - b->warmups, t->records - b->records, t->replays - b->replays, t->eager - b->eager,
+    t->updates - b->updates, gt_now_us() - t->begin_us,
+    t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(&t->pool), t->pool.committed };
+}
+
 int gt_tree_end(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return GT_OK;
@@ -732,6 +744,7 @@ int gt_tree_end(gt_runtime *rt) {
   if (st != GT_OK) { gt_tree_abort(rt); return GT_ERR; }
   if (t->npath && !GROW(t->lastpath, t->lastcap, t->npath)) memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
   t->nlastpath = t->npath;
+  note_call(t);
   rt->active = NULL;
   return GT_OK;
 }
@@ -742,6 +755,7 @@ void gt_tree_abort(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return;
   gt_queue_clear(&t->q);
+  note_call(t);
   t->failed_gen = t->gen;
   t->gen++;                           /* every tensor of the failed call is stale now */
   t->nlastpath = 0;

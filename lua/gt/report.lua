@@ -675,6 +675,65 @@ local function charts(s)
   return concat(out, "\n")
 end
 
+-- Lines over calls: x = call number, one polyline per series ({name, colour,
+-- values}); o.fmt formats the y axis.  Every point has a <title>.
+local function line_chart(o)
+  local W, H, L, B, T = 760, 170, 70, 24, 10
+  local n, hi = #o.x, 0
+  for _, se in ipairs(o.series) do for i = 1, n do hi = max(hi, se[3][i] or 0) end end
+  hi = nice_max(hi, o.binary)
+  local x0, x1 = o.x[1] or 0, o.x[n] or 1
+  if x1 == x0 then x1 = x0 + 1 end
+  local function px(v) return L + (W - L - 10) * (v - x0) / (x1 - x0) end
+  local function py(v) return T + (H - T - B) * (1 - (hi > 0 and v / hi or 0)) end
+  local out = { format('<svg class="chart" width="%d" height="%d" viewBox="0 0 %d %d">', W, H, W, H) }
+  for i = 0, 4 do
+    local v = hi * i / 4
+    out[#out + 1] = format('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e7eb"/>' ..
+      '<text x="%d" y="%.1f" font-size="10" fill="#6b7280" text-anchor="end">%s</text>',
+      L, py(v), W - 10, py(v), L - 4, py(v) + 3, esc(o.fmt(v)))
+  end
+  out[#out + 1] = format('<text x="%d" y="%d" font-size="10" fill="#6b7280" text-anchor="end">call %d .. %d</text>',
+    W - 10, H - 6, x0, o.x[n] or x0)
+  for _, se in ipairs(o.series) do
+    local pts = {}
+    for i = 1, n do pts[i] = format("%.1f,%.1f", px(o.x[i]), py(se[3][i] or 0)) end
+    out[#out + 1] = format('<polyline class="series" fill="none" stroke="%s" stroke-width="1.5" points="%s"><title>%s</title></polyline>',
+      se[2], concat(pts, " "), esc(se[1]))
+  end
+  out[#out + 1] = "</svg>"
+  return concat(out)
+end
+
+-- Charts over the remembered calls (tree:history()): visits, host time, pool.
+local function call_charts(h)
+  if #h == 0 then return "" end
+  local x = {}
+  for i, c in ipairs(h) do x[i] = c.call end
+  local function series(spec)
+    local out, items = {}, {}
+    for i, sp in ipairs(spec) do
+      local v = {}
+      for k, c in ipairs(h) do v[k] = c[sp[1]] end
+      out[i], items[i] = { sp[1], sp[2], v }, { sp[1], sp[2] }
+    end
+    return out, items
+  end
+  local out = {}
+  local s, items = series { { "replays", "#2563eb" }, { "records", "#16a34a" }, { "warmups", "#f59e0b" }, { "eager", "#dc2626" },
+                            { "updates", "#0d9488" } }
+  out[#out + 1] = "<h3>Visits per call: replay, record, warmup, eager, update</h3>" .. legend(items)
+  out[#out + 1] = line_chart { x = x, series = s, fmt = num }
+  s, items = series { { "cpu_us", "#9333ea" } }
+  out[#out + 1] = "<h3>Host time per call</h3>" .. legend(items) ..
+    '<p class="meta">From the call\'s start to its end: the Lua body, queueing, and replay or recording.</p>'
+  out[#out + 1] = line_chart { x = x, series = s, fmt = function(v) return format("%.3g µs", v) end }
+  s, items = series { { "in_use", "#2563eb" }, { "reserved", "#374151" } }
+  out[#out + 1] = "<h3>Pool memory over calls</h3>" .. legend(items)
+  out[#out + 1] = line_chart { x = x, series = s, fmt = bytes, binary = true }
+  return concat(out, "\n")
+end
+
 -- -- HTML: tables and sections --------------------------------------------------------
 
 -- { field, heading, left aligned }
@@ -757,6 +816,7 @@ local function tree_section(tree, i)
     'Edge width: visits. Hover a node for all its numbers.</p>'
   out[#out + 1] = '<div class="scroll">' .. tree_svg(s) .. "</div>"
   out[#out + 1] = charts(s)
+  out[#out + 1] = call_charts(tree:history())
   out[#out + 1] = "<h3>Nodes</h3>" .. node_table(s)
   out[#out + 1] = skips_table(s)
   out[#out + 1] = "</section>"

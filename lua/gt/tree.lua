@@ -267,6 +267,18 @@ return function(gt)
     return r
   end
 
+  --- tree:history() -> the last calls (up to 1024), oldest first: { call, warmups,
+  --- records, replays, eager, updates, cpu_us, in_use, reserved } each
+  function Tree:history()
+    local r, ci, i = {}, ffi.new("gt_call_info"), 0
+    while C.gt_tree_history(self._t, i, ci) == 0 do
+      r[#r + 1] = { call = ci.call, warmups = ci.warmups, records = ci.records, replays = ci.replays, eager = ci.eager,
+                    updates = ci.updates, cpu_us = ci.cpu_us, in_use = tonumber(ci.in_use), reserved = tonumber(ci.reserved) }
+      i = i + 1
+    end
+    return r
+  end
+
   --- tree:trim([keep = 0]) -> graphs dropped: frees the graphs and memory of
   --- all but the keep most recently used recordings (they record again when visited)
   function Tree:trim(keep)

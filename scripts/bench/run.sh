@@ -2,13 +2,14 @@
 # run.sh: the one bench command (make bench): gtlua scenarios, PyTorch twins, raw launch floor, then RESULTS.md.
 #   sh scripts/bench/run.sh            # on the GPU machine: results in $OUT (else build/bench)
 #   BENCH_QUICK=1 sh scripts/bench/run.sh   # CI sizes, for trying the pipeline on the cpu backend
-# Builds nothing: build/gtlua must exist (make).  RESULTS.md and steps.svg are
-# copied into scripts/bench/ only from a full run on the cuda backend.  Each stage has a time limit
-# so that the whole run stays under ~8 minutes; a stage that fails or runs
-# out of time leaves a note and the report says what is missing.  Exits
-# non-zero only when the gtlua stage or the report failed.
+# Builds nothing: build/gtlua must exist (make).  Each stage has a time limit
+# (T_GTLUA, T_TORCH, ... below) so that the whole run stays under ~8 minutes;
+# a stage that fails or runs out of time leaves a note, and the report says
+# what is missing.  RESULTS.md and steps.svg are copied into scripts/bench/
+# only from a full run on the cuda backend.  Exits non-zero only when the
+# gtlua stage or the report failed.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 dir=${OUT:-build/bench}
 BIN=${GTLUA_BIN:-build/gtlua}
 quick=
