@@ -17,10 +17,16 @@ local function spit(path, text)
   f:close()
 end
 
+-- Runs a shell command; true when it exited 0 (Lua 5.1 and 5.2+ os.execute alike).
+local function sh(cmd)
+  local r = os.execute(cmd)
+  return r == 0 or r == true
+end
+
 local function tmpdir()
   local d = os.tmpname()
   os.remove(d)
-  assert(os.execute("mkdir -p '" .. d .. "'"))
+  assert(sh("mkdir -p '" .. d .. "'"))
   return d
 end
 
@@ -95,11 +101,11 @@ describe("gtlua_bench.lua as a script", function()
   it("runs --quick --only chain --json FILE and prints the table", function()
     local bin = assert(os.getenv("GTLUA_BIN"), "run the specs inside gtlua")
     local json, out = os.tmpname(), os.tmpname()
-    local ok = os.execute(string.format("timeout 60 '%s' scripts/bench/gtlua_bench.lua --quick --only chain --json '%s' > '%s' 2>&1",
+    local ok = sh(string.format("timeout 60 '%s' scripts/bench/gtlua_bench.lua --quick --only chain --json '%s' > '%s' 2>&1",
       bin, json, out))
     local text = slurp(out)
     os.remove(out)
-    assert.is_true(ok == 0 or ok == true, text)
+    assert.is_true(ok, text)
     assert.matches("chain%s+%d+ eager", text)
     local res = report.decode(slurp(json))
     os.remove(json)
@@ -111,6 +117,24 @@ describe("gtlua_bench.lua as a script", function()
   it("rejects an unknown option with its usage", function()
     assert.has_error(function() bench.parse_args { "--fast" } end)
     assert.are.same({ quick = true, json = "x.json" }, bench.parse_args { "--quick", "--json", "x.json" })
+  end)
+end)
+
+describe("torch_twins.py without a GPU", function()
+  it("fails soft: a note, status 0, and a JSON file with what it has", function()
+    if not sh("command -v python3 >/dev/null 2>&1") then return pending("no python3 here") end
+    local json, out = os.tmpname(), os.tmpname()
+    local ok = sh(string.format("CUDA_VISIBLE_DEVICES= timeout 120 python3 scripts/bench/torch_twins.py --quick --json '%s' > '%s' 2>&1",
+      json, out))
+    local text = slurp(out)
+    os.remove(out)
+    assert.is_true(ok, text)
+    assert.matches("note: ", text)
+    local res = report.decode(slurp(json))
+    os.remove(json)
+    assert.are.equal("torch", res.tool)
+    assert.is_true(#res.notes >= 1)
+    assert.are.same({}, res.scenarios)
   end)
 end)
 

@@ -236,14 +236,17 @@ local function stats_summary(s)
            pool_high_water = s.pool.high_water }
 end
 
--- One scenario in all three modes.
-function M.run_scenario(cfg, sc)
+-- One scenario in all three modes, filled into r as it goes (a failure
+-- keeps what was measured before it).
+function M.run_scenario(cfg, sc, r)
   local reps = reps_for(cfg.reps, cfg.min_reps, sc.kernels)
   local pipe = reps_for(cfg.pipe, cfg.min_pipe, sc.kernels)
   local warm = max(cfg.warm, 2 * sc.variants)
   local fn, args = sc.fn, sc.args
-  local r = { name = sc.name, label = sc.label, kernels = sc.kernels, grow = sc.grow, reps = reps, pipe_reps = pipe }
-  r.modes = { eager = M.measure(function(i) return fn(args(i)) end, warm, reps, pipe) }
+  r = r or {}
+  r.name, r.label, r.kernels, r.grow, r.reps, r.pipe_reps = sc.name, sc.label, sc.kernels, sc.grow, reps, pipe
+  r.modes = {}
+  r.modes.eager = M.measure(function(i) return fn(args(i)) end, warm, reps, pipe)
   local opts = { name = sc.name, warn_shapes = false }
   for k, v in pairs(sc.opts or {}) do opts[k] = v end
   local tree = gt.tree(fn, opts)
@@ -298,13 +301,15 @@ end
 
 local function fmt(x) return x and format("%10.1f", x) or format("%10s", "-") end
 
+local function ratio(a, b) return a and b and b > 0 and a / b or 0 / 0 end
+
 --- table_text(results) -> the readable table
 function M.table_text(res)
   local out = { format("gtlua %s on %s (%s)%s", res.version, res.device.name, res.backend, res.quick and ", quick" or ""),
                 format("%-16s %7s %-6s %10s %10s %10s", "scenario", "kernels", "mode", "cpu_us", "step_us", "pipe_us") }
   for _, r in ipairs(res.scenarios) do
     for j, mode in ipairs { "eager", "tree", "floor" } do
-      local m = r.modes[mode]
+      local m = r.modes[mode] or {}
       out[#out + 1] = format("%-16s %7s %-6s %s %s %s", j == 1 and r.name or "", j == 1 and r.kernels or "", mode,
         fmt(m.cpu_us), fmt(m.step_us), fmt(m.pipe_us))
     end
@@ -313,9 +318,12 @@ function M.table_text(res)
   out[#out + 1] = format("%-16s %7s %12s %12s %12s %10s %10s", "new path", "kernels", "call_us", "record_us",
                          "inst_us", "tree/floor", "eager~tree")
   for _, r in ipairs(res.scenarios) do
-    local e, t, f = r.record or {}, r.modes.tree, r.modes.floor
+    local e, t, f = r.record or {}, r.modes.tree or {}, r.modes.floor or {}
     out[#out + 1] = format("%-16s %7s %12.1f %12.1f %12.1f %9.2fx %10.2g", r.name, e.kernels or "-", e.call_us or 0,
-      e.record_us or 0, e.instantiate_us or 0, t.cpu_us / f.cpu_us, r.agree.max_abs_diff)
+      e.record_us or 0, e.instantiate_us or 0, ratio(t.cpu_us, f.cpu_us), r.agree and r.agree.max_abs_diff or 0 / 0)
+  end
+  for _, r in ipairs(res.scenarios) do
+    if r.error then out[#out + 1] = format("FAILED %s: %s", r.name, r.error) end
   end
   return concat(out, "\n")
 end
@@ -347,9 +355,13 @@ function M.run(cfg, only, log)
                 scenarios = M.array {} }
   for _, sc in ipairs(M.scenarios(cfg, m)) do
     if selected(only, sc.name) then
-      local t0 = clock()
-      res.scenarios[#res.scenarios + 1] = M.run_scenario(cfg, sc)
-      if log then log(format("gtlua bench: %s done in %.1f s", sc.name, clock() - t0)) end
+      local t0, r = clock(), {}
+      res.scenarios[#res.scenarios + 1] = r
+      local ok, err = xpcall(M.run_scenario, debug.traceback, cfg, sc, r)
+      if not ok then
+        r.error, res.failed = tostring(err), (res.failed or 0) + 1
+      end
+      if log then log(format("gtlua bench: %s %s in %.1f s", sc.name, ok and "done" or "FAILED", clock() - t0)) end
     end
   end
   return res
@@ -382,6 +394,7 @@ function M.main(argv)
     write_file(o.json, M.encode(res) .. "\n")
     print("wrote " .. o.json)
   end
+  if res.failed then os.exit(1) end
 end
 
 if arg and arg[0] and arg[0]:match("gtlua_bench%.lua$") then

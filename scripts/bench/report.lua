@@ -252,12 +252,12 @@ function M.targets(inp)
   for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
     local ro = mode(by_name(inp.torch, s.name), "reduce_overhead")
     if ro or not s.name:find("+", 1, true) then
-      local r = ratio(ro and ro.cpu_us, mode(s, "tree").cpu_us)
+      local r = ratio(ro and ro.cpu_us, (mode(s, "tree") or {}).cpu_us)
       target_row(rows, "reduce-overhead CPU / tree CPU", s.name, x(r), "≥ " .. T.vs_reduce .. "x", r and r >= T.vs_reduce)
     end
   end
   for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
-    local r = ratio(mode(s, "tree").step_us, mode(s, "floor").step_us)
+    local r = ratio((mode(s, "tree") or {}).step_us, (mode(s, "floor") or {}).step_us)
     target_row(rows, "tree step / floor step", s.name, x(r), "≤ " .. T.step .. "x", r and r <= T.step)
   end
   local g = near_100(inp.gtlua)
@@ -298,6 +298,7 @@ local function plural(n, word) return format("%d %s%s", n, word, n == 1 and "" o
 
 local function scenario_notes(gs, ts)
   local notes = {}
+  if gs and gs.error then notes[#notes + 1] = "**gtlua failed**: `" .. gs.error:match("[^\n]*") .. "`" end
   local e = gs and gs.record
   if e then
     notes[#notes + 1] = format("gtlua new path: the call that recorded %d kernels (%s) took %s µs " ..
