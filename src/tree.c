@@ -434,41 +434,59 @@ static int accesses(const gt_queue *q, int i, const uint64_t *vals, access_t *ac
 /* Backend nodes for the queue with dependencies from read/write sets over
    byte ranges, so independent kernels of a segment may run concurrently.
    n->argvals receives the argument values. */
+/* Backend nodes for the queue.  Dependencies come from read/write sets over
+   byte ranges, kept as live access records: a node waits for the last writers
+   of what it reads, and for the last writers and readers of what it writes;
+   a write retires the records it covers (later nodes reach them through it).
+   So a chain gets one edge per node, and independent kernels none. */
 static int build_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, void ***ptrmem) {
+  typedef struct { uint64_t lo, hi; int write, node; } rec_t;
   gt_queue *q = &t->q;
   free(n->argvals);
   n->argvals = malloc((q->nargs ? q->nargs : 1) * sizeof *n->argvals);
   n->nargvals = q->nargs;
   void **ptrs = malloc((q->nargs ? q->nargs : 1) * sizeof *ptrs);
   gt_gnode *g = calloc(q->n ? q->n : 1, sizeof *g);
-  int *deps = malloc(((size_t)q->n * (q->n + 1) / 2 + 1) * sizeof *deps);
-  access_t (*acc)[64] = malloc((q->n ? q->n : 1) * sizeof *acc);
-  int *nacc = malloc((q->n ? q->n : 1) * sizeof *nacc);
-  if (!n->argvals || !ptrs || !g || !deps || !acc || !nacc) {
-    free(ptrs); free(g); free(deps); free(acc); free(nacc);
-    return gt_fail(t->rt, "out of host memory");
-  }
-  int nd = 0;
+  int *mark = calloc(q->n ? q->n : 1, sizeof *mark);
+  int *deps = NULL, nd = 0, dcap = 0, nrec = 0, rcap = 0;
+  rec_t *rec = NULL;
+  if (!n->argvals || !ptrs || !g || !mark) goto oom;
   for (int i = 0; i < q->n; i++) {
+    access_t acc[64];
     uint64_t *vals = n->argvals + q->l[i].arg0;
     gt_queue_resolve(q, i, vals);
     gt_queue_gnode(q, i, vals, ptrs + q->l[i].arg0, &g[i]);
-    nacc[i] = accesses(q, i, vals, acc[i]);
-    g[i].deps = deps + nd;
-    for (int j = 0; j < i; j++) {
-      int dep = 0;
-      for (int x = 0; x < nacc[i] && !dep; x++)
-        for (int y = 0; y < nacc[j] && !dep; y++)
-          dep = (acc[i][x].write || acc[j][y].write) && acc[i][x].lo < acc[j][y].hi && acc[j][y].lo < acc[i][x].hi;
-      if (dep) deps[nd++] = j;
+    int na = accesses(q, i, vals, acc), d0 = nd;
+    for (int r = 0; r < nrec; r++)
+      for (int x = 0; x < na; x++)
+        if ((acc[x].write || rec[r].write) && acc[x].lo < rec[r].hi && rec[r].lo < acc[x].hi && mark[rec[r].node] != i + 1) {
+          if (GROW(deps, dcap, nd + 1)) goto oom;
+          mark[rec[r].node] = i + 1;
+          deps[nd++] = rec[r].node;
+          break;
+        }
+    g[i].ndeps = nd - d0;
+    g[i].deps = (const int *)(intptr_t)d0;      /* an index until deps stops moving */
+    for (int x = 0; x < na; x++) {
+      if (acc[x].write) {                       /* retire what this write covers */
+        int w = 0;
+        for (int r = 0; r < nrec; r++)
+          if (!(rec[r].lo >= acc[x].lo && rec[r].hi <= acc[x].hi)) rec[w++] = rec[r];
+        nrec = w;
+      }
+      if (GROW(rec, rcap, nrec + 1)) goto oom;
+      rec[nrec++] = (rec_t){ acc[x].lo, acc[x].hi, acc[x].write, i };
     }
-    g[i].ndeps = (int)(deps + nd - g[i].deps);
   }
-  free(acc); free(nacc);
+  for (int i = 0; i < q->n; i++) g[i].deps = deps ? deps + (intptr_t)g[i].deps : NULL;
+  free(mark); free(rec);
   *out = g;
   *depmem = deps;
   *ptrmem = ptrs;
   return GT_OK;
+oom:
+  free(ptrs); free(g); free(deps); free(mark); free(rec);
+  return gt_fail(t->rt, "out of host memory");
 }
 
 static int launch_graph(gt_tree *t, gt_node *n) {
