@@ -144,7 +144,6 @@ struct gt_tree {
   gt_node **path; int npath, pathcap;
   gt_node **lastpath; int nlastpath, lastcap;
   gt_buf **stage; int nstage;        /* staging slots (ordinary memory) */
-  gt_buf **seen; int seencap;        /* key scratch */
   uint64_t *scratch; void **pscratch; int scratchcap;
 };
 #endif

@@ -54,6 +54,7 @@ typedef struct gt_buf {
   int32_t idx;             /* tree buffers: creation index within that segment */
   uint64_t block;          /* ordinary buffers: pool block (offset + 1), 0 = none */
   uint32_t qpos;           /* tree buffers: launches queued in its segment before it was made */
+  uint32_t kmark, kord;    /* segment keys: the key computation that last numbered it, and its number */
 } gt_buf;
 
 /* One kernel argument: a tensor view (buf != NULL) or a scalar in v. */

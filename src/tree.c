@@ -72,7 +72,7 @@ static void tree_destroy(gt_tree *t) {
   free(t->root.kids);
   for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
   free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
-  free(t->path); free(t->lastpath); free(t->seen); free(t->scratch); free(t->pscratch); free(t->stage);
+  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage);
   for (int i = 0; i < t->nslab; i++) free(t->slab[i]);
   free(t->slab);
   gt_pool_destroy(&t->pool);
@@ -241,11 +241,11 @@ static uint64_t mix(uint64_t h, uint64_t v) {
   return h * 0xff51afd7ed558ccdull;
 }
 
-static int ordinal(gt_tree *t, int *nseen, gt_buf *b) {
-  for (int i = 0; i < *nseen; i++) if (t->seen[i] == b) return i;
-  if (GROW(t->seen, t->seencap, *nseen + 1)) return -1;
-  t->seen[*nseen] = b;
-  return (*nseen)++;
+/* Numbers buffers in order of first appearance within one key computation
+   (serial): O(1) per argument through a mark on the buffer. */
+static uint32_t ordinal(uint32_t serial, uint32_t *nseen, gt_buf *b) {
+  if (b->kmark != serial) { b->kmark = serial; b->kord = (*nseen)++; }
+  return b->kord;
 }
 
 enum { ROLE_INTERNAL = 1, ROLE_PATH, ROLE_STATIC, ROLE_EXTERNAL };
@@ -263,7 +263,9 @@ static int role_of(gt_tree *t, const gt_buf *b) {
 static gt_segkey segment_key(gt_tree *t) {
   gt_queue *q = &t->q;
   uint64_t h = 0x51ed270b27f1a3ull, hs;
-  int first = t->segstart[t->depth], nseen = 0;
+  static uint32_t serial;
+  uint32_t nseen = 0, ser = ++serial ? serial : ++serial;
+  int first = t->segstart[t->depth];
   h = mix(h, (uint64_t)(t->nbufs - first));
   for (int i = first; i < t->nbufs; i++) h = mix(h, t->bufs[i]->bytes);
   hs = h;
@@ -283,8 +285,8 @@ static gt_segkey segment_key(gt_tree *t) {
       switch (role) {
       case ROLE_INTERNAL: id = ids = (uint64_t)b->idx; break;
       case ROLE_PATH: id = ids = ((uint64_t)b->seg << 32) | (uint32_t)b->idx; break;
-      case ROLE_STATIC: ids = (uint64_t)ordinal(t, &nseen, (gt_buf *)b); id = b->addr; break;
-      default: id = ids = (uint64_t)ordinal(t, &nseen, (gt_buf *)b); break;
+      case ROLE_STATIC: ids = ordinal(ser, &nseen, (gt_buf *)b); id = b->addr; break;
+      default: id = ids = ordinal(ser, &nseen, (gt_buf *)b); break;
       }
       uint64_t ah = mix(mix(mix((uint64_t)role * 131 + j, a[j].off), a[j].nbytes), 0);
       h = mix(h, mix(ah, id));
