@@ -4,18 +4,9 @@ require "gt.busted"
 local bench = dofile("scripts/bench/gtlua_bench.lua")
 local report = dofile("scripts/bench/report.lua")
 
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function spit(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local S = require "spec.support"
+local spit = S.spit
+local function slurp(path) return S.slurp(path, true) end
 
 -- Runs a shell command; true when it exited 0 (Lua 5.1 and 5.2+ os.execute alike).
 local function sh(cmd)

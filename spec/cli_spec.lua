@@ -5,37 +5,8 @@
 local BIN = assert(os.getenv("GTLUA_BIN"), "run the specs inside gtlua: build/gtlua $(command -v busted) spec/")
 local HAS_GT = pcall(require, "gt")
 
-local function shq(s)
-  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
-end
-
-local function spit(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
-
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  os.remove(path)
-  return s
-end
-
--- Runs `gtlua <args>` (a shell fragment); opts.stdin: its input (default empty),
--- opts.env: a prefix for env(1) such as "-u GTLUA_NO_GT X=1", opts.cd: a directory.
--- Returns the exit status, stdout and stderr.
-local function gtlua(args, opts)
-  opts = opts or {}
-  local inp, out, err, st = os.tmpname(), os.tmpname(), os.tmpname(), os.tmpname()
-  spit(inp, opts.stdin or "")
-  os.execute(string.format("(%s timeout 60 env %s %s %s < %s > %s 2> %s); echo $? > %s",
-    opts.cd and ("cd " .. shq(opts.cd) .. " &&") or "", opts.env or "", shq(BIN), args,
-    shq(inp), shq(out), shq(err), shq(st)))
-  os.remove(inp)
-  return tonumber(slurp(st)), slurp(out), slurp(err)
-end
+local S = require "spec.support"
+local shq, spit, slurp, gtlua = S.shq, S.spit, S.slurp, S.gtlua
 
 local function with_gt(name, fn)
   it(name .. " #gt", function()

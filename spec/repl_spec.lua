@@ -6,34 +6,8 @@ local BIN = assert(os.getenv("GTLUA_BIN"), "run the specs inside gtlua: build/gt
 local HAS_GT = pcall(require, "gt")
 local repl = require("gt.repl")
 
-local function shq(s)
-  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
-end
-
-local function spit(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
-
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  os.remove(path)
-  return s
-end
-
--- Runs a shell command line with "$GTLUA" as the binary and input on stdin;
--- returns the exit status, stdout and stderr.
-local function sh(cmdline, input)
-  local inp, out, err, st = os.tmpname(), os.tmpname(), os.tmpname(), os.tmpname()
-  spit(inp, input or "")
-  os.execute(string.format("(GTLUA=%s; %s) < %s > %s 2> %s; echo $? > %s",
-    shq(BIN), cmdline, shq(inp), shq(out), shq(err), shq(st)))
-  os.remove(inp)
-  return tonumber(slurp(st)), slurp(out), slurp(err)
-end
+local S = require "spec.support"
+local shq, spit, slurp, sh = S.shq, S.spit, S.slurp, S.sh
 
 -- `gtlua -i` reading input from a pipe; env: a prefix for env(1).
 local function session(input, env)

@@ -65,24 +65,8 @@ local function lines(s)
   return t
 end
 
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function shq(s) return "'" .. tostring(s):gsub("'", [['\'']]) .. "'" end
-
--- Runs gtlua with args (a shell fragment); returns status, stdout, stderr.
-local function gtlua(args)
-  local out, err, st = os.tmpname(), os.tmpname(), os.tmpname()
-  os.execute(string.format("timeout 60 %s %s < /dev/null > %s 2> %s; echo $? > %s", shq(BIN), args, shq(out),
-    shq(err), shq(st)))
-  local status, o, e = tonumber(slurp(st)), slurp(out), slurp(err)
-  for _, p in ipairs { out, err, st } do os.remove(p) end
-  return status, o, e
-end
+local S = require "spec.support"
+local slurp, shq, gtlua = S.slurp, S.shq, S.gtlua
 
 -- What print writes (io.stdout swapped for the duration of fn).
 local function captured(fn)

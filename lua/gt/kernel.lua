@@ -132,6 +132,18 @@ return function(gt)
     return "kernel " .. self.name .. "(" .. table.concat(p, ", ") .. ")" .. (self.graphable and "" or " [not graphable]")
   end
 
+  -- Compiles src (named chunk in messages) into a table of kernels; errors at level 3.
+  local function compile(src, opts, chunk)
+    local m = C.gt_compile(rt, src, opts.options, chunk, opts.graph == false and 0 or 1)
+    if m == nil then error(gt._errmsg(), 3) end
+    local K = {}
+    for i = 0, C.gt_module_count(m) - 1 do
+      local k = C.gt_module_kernel(m, i)
+      K[ffi.string(k.name)] = new_kernel(k, m)
+    end
+    return K
+  end
+
   --- gt.compile(src [, {name=, graph=, options=}]) -> { name = kernel, ... }
   function gt.compile(src, opts)
     if type(src) ~= "string" then error("gt.compile expects kernel source text", 2) end
@@ -141,14 +153,7 @@ return function(gt)
       local info = debug.getinfo(2, "Sl")
       chunk = info and (info.short_src .. ":" .. info.currentline) or "kernel.cu"
     end
-    local m = C.gt_compile(rt, src, opts.options, chunk, opts.graph == false and 0 or 1)
-    if m == nil then error(gt._errmsg(), 2) end
-    local K = {}
-    for i = 0, C.gt_module_count(m) - 1 do
-      local k = C.gt_module_kernel(m, i)
-      K[ffi.string(k.name)] = new_kernel(k, m)
-    end
-    return K
+    return compile(src, opts, chunk)
   end
 
   local function find_file(path)
@@ -172,15 +177,7 @@ return function(gt)
     f:close()
     opts = opts or {}
     local key = full .. "\0" .. tostring(opts.options) .. "\0" .. tostring(opts.graph) .. "\0" .. src
-    if loaded[key] then return loaded[key] end
-    local m = C.gt_compile(rt, src, opts.options, path, opts.graph == false and 0 or 1)
-    if m == nil then error(gt._errmsg(), 2) end
-    local K = {}
-    for i = 0, C.gt_module_count(m) - 1 do
-      local k = C.gt_module_kernel(m, i)
-      K[ffi.string(k.name)] = new_kernel(k, m)
-    end
-    loaded[key] = K
-    return K
+    if not loaded[key] then loaded[key] = compile(src, opts, path) end
+    return loaded[key]
   end
 end
