@@ -132,6 +132,21 @@ local function copy_shape(s)
   return r
 end
 
+-- s with its last size replaced by n, shared: tensors keep (never change)
+-- their shape tables, so a model's step reuses the same few shapes each call.
+local with_last = setmetatable({}, { __mode = "k" })
+local function shape_with_last(s, n)
+  local by_n = with_last[s]
+  if not by_n then by_n = {}; with_last[s] = by_n end
+  local r = by_n[n]
+  if not r then
+    r = copy_shape(s)
+    r[#r] = n
+    by_n[n] = r
+  end
+  return r
+end
+
 -- Rows m and row length n of a tensor with shape s (rows = last dimension).
 local function rows(s, numel)
   local n = s[#s] or 1
@@ -265,9 +280,7 @@ function ops.linear(x, W, b, act)
     end
   end
   local M = rows(xs, x.numel)
-  local ys = copy_shape(xs)
-  ys[#ys] = N
-  local y = gt.tensor(ys)
+  local y = gt.tensor(shape_with_last(xs, N))
   launch_linear(M, N)(y, x, W, b or W, M, N, K, has_bias, a)
   return y
 end
