@@ -17,9 +17,9 @@ __device__ __forceinline__ float gt_activate(float v, int act) {
   return v;
 }
 
-// Y = act(X @ W + b); has_bias = 0 ignores b (pass any f32 tensor, e.g. W).
-__global__ void linear_f32(float *Y, const float *X, const float *W, const float *b,
-                           int M, int N, int K, int has_bias, int act) {
+// Y = act(X @ W + b) over all output tiles; has_bias = 0 ignores b.
+__device__ __forceinline__ void gt_tiled(float *Y, const float *X, const float *W, const float *b,
+                                         int M, int N, int K, int has_bias, int act) {
   __shared__ float xs[GT_TILE][GT_TILE];
   __shared__ float ws[GT_TILE][GT_TILE];
   int tx = threadIdx.x, ty = threadIdx.y;
@@ -43,24 +43,13 @@ __global__ void linear_f32(float *Y, const float *X, const float *W, const float
   }
 }
 
+// Y = act(X @ W + b); has_bias = 0 ignores b (pass any f32 tensor, e.g. W).
+__global__ void linear_f32(float *Y, const float *X, const float *W, const float *b,
+                           int M, int N, int K, int has_bias, int act) {
+  gt_tiled(Y, X, W, b, M, N, K, has_bias, act);
+}
+
 // Y = A @ B: A [M,K], B [K,N]; the same tiling without bias or activation.
 __global__ void matmul_f32(float *Y, const float *A, const float *B, int M, int N, int K) {
-  __shared__ float as[GT_TILE][GT_TILE];
-  __shared__ float bs[GT_TILE][GT_TILE];
-  int tx = threadIdx.x, ty = threadIdx.y;
-  int tiles_m = (M + GT_TILE - 1) / GT_TILE, tiles_n = (N + GT_TILE - 1) / GT_TILE;
-  for (int tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
-    for (int tn = blockIdx.x; tn < tiles_n; tn += gridDim.x) {
-      int row = tm * GT_TILE + ty, col = tn * GT_TILE + tx;
-      float acc = 0.0f;
-      for (int k0 = 0; k0 < K; k0 += GT_TILE) {
-        as[ty][tx] = (row < M && k0 + tx < K) ? A[(long long)row * K + k0 + tx] : 0.0f;
-        bs[ty][tx] = (k0 + ty < K && col < N) ? B[(long long)(k0 + ty) * N + col] : 0.0f;
-        __syncthreads();
-        for (int kk = 0; kk < GT_TILE; kk++) acc += as[ty][kk] * bs[kk][tx];
-        __syncthreads();
-      }
-      if (row < M && col < N) Y[(long long)row * N + col] = acc;
-    }
-  }
+  gt_tiled(Y, A, B, A, M, N, K, 0, 0);
 }

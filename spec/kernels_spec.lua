@@ -1,18 +1,7 @@
 -- kernels_spec.lua: user kernels through gt.compile / gt.load: barriers, shuffles, dynamic shared memory, 2-D grids, errors.
 local gt = require "gt"
 
-local function flat(t)
-  local out = {}
-  local function walk(v)
-    if type(v) == "table" then
-      for i = 1, #v do walk(v[i]) end
-    else
-      out[#out + 1] = v
-    end
-  end
-  walk(t:tolist())
-  return out
-end
+local function flat(t) return require("gt.busted").flat(t:tolist()) end
 
 local function error_of(f, ...)
   local ok, err = pcall(f, ...)

@@ -5,18 +5,7 @@ local ops = gt.ops
 -- -- Helpers ------------------------------------------------------------------
 
 -- Flat Lua array of a tensor's values (row-major).
-local function flat(t)
-  local out = {}
-  local function walk(v)
-    if type(v) == "table" then
-      for i = 1, #v do walk(v[i]) end
-    else
-      out[#out + 1] = v
-    end
-  end
-  walk(t:tolist())
-  return out
-end
+local function flat(t) return require("gt.busted").flat(t:tolist()) end
 
 -- Relative error max|a - e| / (max|e| + 1e-6) of tensor t against a flat
 -- table; fails naming the worst element.  gt.busted's assert.tensor_near
