@@ -279,6 +279,33 @@ describe("a tree", function()
       local r = 0 for _, n in pairs(s.node) do if n.recorded then r = r + 1 end end return r end)())
   end)
 
+  it("copies every tensor input to staging with copy_inputs: writes inside never reach the caller's tensor", function()
+    local step = gt.tree(function(x)
+      K.axpb(2, 32, x, x, x.numel, 10, 0)               -- in place on the input
+      return axpb(x, 1, 1)
+    end, { copy_inputs = true })
+    local x = gt.from{ 1, 2 }
+    for _ = 1, 4 do assert.tensor_near({ 11, 21 }, step(x)) end
+    assert.tensor_near({ 1, 2 }, x)
+    assert.nodes(step, 1)
+    assert.replayed(step, 2)
+  end)
+
+  it("ends segments at gt.sync() and at host copies into a device tensor", function()
+    local step = gt.tree(function(x, v)
+      local h = axpb(x, 2, 0)
+      gt.sync()
+      local c = gt.tensor(x.shape)
+      c:copy(v)                                         -- a host copy: a sync point
+      return add(h, c)
+    end)
+    local x = gt.from{ 1, 2 }
+    for i = 1, 4 do assert.tensor_near({ 2 + i, 4 + i }, step(x, { i, i })) end
+    local s = step:stats()
+    assert.are.same(3, s.nodes)                         -- axpb | (c made) | add
+    assert.are.same(3 * 2, s.replays)
+  end)
+
   it("rejects nested tree calls with a clear error", function()
     local inner = gt.tree(function(x) return axpb(x, 1, 1) end)
     local outer = gt.tree(function(x) return inner(x) end)
