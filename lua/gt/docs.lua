@@ -145,7 +145,7 @@ tree: a graph tree (from gt.tree).
   tree:stats()         counts, times, pool bytes, per node
   print(tree)          the tree drawn (tostring(tree))
   tree:dot([path]) tree:json([path]) tree:report(path)   pictures
-  tree:trim([keep]) tree:floor([iters])
+  tree:trim([keep]) tree:floor([iters]) tree:history()
   tree.name, tree.where (file:line of gt.tree)]],
   ["tree:call"] = [[
 tree(...) -> fn(...)'s results
@@ -165,6 +165,11 @@ tree:stats() -> a plain table
 tree:trim([keep = 0]) -> graphs dropped
   Frees the graphs (and their pool memory) of all but the keep most recently
   used recordings; a dropped node records again when it is visited.]],
+  ["tree:history"] = [[
+tree:history() -> the last calls (up to 1024), oldest first
+  { call, warmups, records, replays, eager, updates, cpu_us, in_use, reserved }
+  per call: its visits of each kind, host µs from start to end, pool bytes
+  after it. tree:report() charts them over calls.]],
   ["tree:floor"] = [[
 tree:floor([iters = 100] [, sync_each = true]) -> cpu_us, step_us
   The last call's graphs launched back to back from C with no tree logic: the
@@ -181,7 +186,7 @@ tree:json([path]) -> JSON text of tree:stats() (written to path when given)
 tree:report(path) -> HTML text, written to path
   One self-contained page (no network, no scripts): the tree as SVG (colour
   by replays, border by state, hover for numbers), charts of visits, host and
-  device µs and pool memory per node, and a table of nodes.
+  device µs and pool memory per node and over calls, and a table of nodes.
   gtlua --report=out.html model.lua writes one for every tree at exit.]],
   ["tree:tostring"] = [[
 print(tree), tostring(tree) -> the tree drawn for a terminal
@@ -193,6 +198,12 @@ print(tree), tostring(tree) -> the tree drawn for a terminal
   ["gt.cut"] = [[
 gt.cut(): ends the current segment of a tree call (no-op outside one)
   The next launches form a child node: an explicit place for a host branch.]],
+  ["gt.compile_counts"] = [[
+gt.compile_counts() -> compiles, cache_hits (nil on the cpu backend)
+  NVRTC compilations and CUBIN disk-cache hits of this process: a second run
+  of a script compiles nothing.]],
+  ["gt.clock"] = [[
+gt.clock() -> seconds of a monotonic wall clock (for timing steps)]],
   ["gt.sync"] = [[
 gt.sync(): ends the segment in a tree call, then waits for the device]],
   ["gt.profile"] = [[
