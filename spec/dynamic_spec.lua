@@ -118,6 +118,23 @@ describe("dynamic shapes", function()
     assert.are.same({ 2, 2, 4 }, { s.nodes, s.recorded, s.updates })
   end)
 
+  it("updates a node in place when the same kernels run with a new grid", function()
+    local grid = 1
+    local step = gt.tree(function(x)
+      local y = gt.tensor(x.shape)
+      K.affine(grid, 32, y, x, x.numel, 2, 1)             -- grid-stride: any grid gives the same result
+      return y
+    end)
+    local x = gt.from(rows(1, 64, function(_, j) return j end)[1])
+    for _, g in ipairs { 1, 1, 1, 2, 2, 4, 1 } do
+      grid = g
+      assert.tensor_near(rows(1, 64, function(_, j) return 2 * j + 1 end)[1], step(x))
+    end
+    local s = step:stats()
+    assert.are.same({ 1, 1, 3 }, { s.nodes, s.recorded, s.updates })
+    assert.are.same(2, s.replays)
+  end)
+
   it("runs a segment with a non-graphable kernel eagerly, with its reason; the others replay", function()
     local step = gt.tree(function(x)
       local h = affine(x, 2, 0)

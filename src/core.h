@@ -69,7 +69,7 @@ void gt_queue_gnode(const gt_queue *q, int i, uint64_t *vals, void **ptrs, gt_gn
 int gt_queue_run(gt_backend *be, gt_queue *q, int i);
 
 /* Segment keys: a hash over everything a graph bakes in; scalars excluded. */
-typedef struct gt_segkey { uint64_t full, nostatic; } gt_segkey;
+typedef struct gt_segkey { uint64_t full, nostatic; } gt_segkey;   /* nostatic: the topology (no static addresses, no grids) */
 
 /* -- Runtime (runtime.c) ------------------------------------------------- */
 struct gt_runtime {

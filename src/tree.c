@@ -259,7 +259,9 @@ static int role_of(gt_tree *t, const gt_buf *b) {
 /* Everything the graph bakes in: launches (kernel, grid, block, shared
    bytes), each tensor argument's role and identity, offset and extent, and the
    sizes of the buffers the segment makes.  Scalars are patched, not keyed.
-   nostatic: the same but static tensors by order, not address. */
+   nostatic (the topology): the same without launch dimensions and with static
+   tensors by order, not address: a miss that matches a sibling's topology
+   (a moved weight, a new grid) updates that sibling's graph in place. */
 static gt_segkey segment_key(gt_tree *t) {
   gt_queue *q = &t->q;
   uint64_t h = 0x51ed270b27f1a3ull, hs;
@@ -271,11 +273,11 @@ static gt_segkey segment_key(gt_tree *t) {
   hs = h;
   for (int i = 0; i < q->n; i++) {
     const gt_qlaunch *l = &q->l[i];
-    uint64_t lh = mix(mix((uint64_t)l->kind, l->k ? (uint64_t)l->k->id : l->bytes), l->smem);
-    lh = mix(lh, ((uint64_t)l->grid[0] << 32) ^ ((uint64_t)l->grid[1] << 16) ^ l->grid[2]);
+    uint64_t lt = mix(mix((uint64_t)l->kind, l->k ? (uint64_t)l->k->id : l->bytes), l->smem);
+    uint64_t lh = mix(lt, ((uint64_t)l->grid[0] << 32) ^ ((uint64_t)l->grid[1] << 16) ^ l->grid[2]);
     lh = mix(lh, ((uint64_t)l->block[0] << 32) ^ ((uint64_t)l->block[1] << 16) ^ l->block[2]);
     h = mix(h, lh);
-    hs = mix(hs, lh);
+    hs = mix(hs, lt);
     const gt_arg *a = q->args + l->arg0;
     for (int j = 0; j < l->nargs; j++) {
       if (!a[j].buf) continue;
