@@ -681,7 +681,7 @@ local function line_chart(o)
   local W, H, L, B, T = 760, 170, 70, 24, 10
   local n, hi = #o.x, 0
   for _, se in ipairs(o.series) do for i = 1, n do hi = max(hi, se[3][i] or 0) end end
-  hi = nice_max(hi, o.binary)
+  hi = o.integer and max(4, math.ceil(hi / 4) * 4) or nice_max(hi, o.binary)   -- counts: whole ticks
   local x0, x1 = o.x[1] or 0, o.x[n] or 1
   if x1 == x0 then x1 = x0 + 1 end
   local function px(v) return L + (W - L - 10) * (v - x0) / (x1 - x0) end
@@ -723,7 +723,7 @@ local function call_charts(h)
   local s, items = series { { "replays", "#2563eb" }, { "records", "#16a34a" }, { "warmups", "#f59e0b" }, { "eager", "#dc2626" },
                             { "updates", "#0d9488" } }
   out[#out + 1] = "<h3>Visits per call: replay, record, warmup, eager, update</h3>" .. legend(items)
-  out[#out + 1] = line_chart { x = x, series = s, fmt = num }
+  out[#out + 1] = line_chart { x = x, series = s, fmt = num, integer = true }
   s, items = series { { "cpu_us", "#9333ea" } }
   out[#out + 1] = "<h3>Host time per call</h3>" .. legend(items) ..
     '<p class="meta">From the call\'s start to its end: the Lua body, queueing, and replay or recording.</p>'
