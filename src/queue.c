@@ -25,13 +25,15 @@ int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args) {
   *d = *l;
   d->arg0 = q->nargs;
   memcpy(q->args + q->nargs, args, l->nargs * sizeof *args);
-  for (int j = 0; j < l->nargs; j++) if (args[j].buf) gt_buf_retain(args[j].buf);
+  for (int j = 0; j < l->nargs; j++)          /* a tree call's own buffers are not counted */
+    if (args[j].buf && !(args[j].buf->flags & GT_BUF_SLAB)) gt_buf_retain(args[j].buf);
   q->nargs += l->nargs;
   return GT_OK;
 }
 
 void gt_queue_clear(gt_queue *q) {
-  for (int j = 0; j < q->nargs; j++) if (q->args[j].buf) gt_buf_unref(q->args[j].buf);
+  for (int j = 0; j < q->nargs; j++)
+    if (q->args[j].buf && !(q->args[j].buf->flags & GT_BUF_SLAB)) gt_buf_unref(q->args[j].buf);
   q->n = q->nargs = 0;
 }
 

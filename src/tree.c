@@ -236,9 +236,9 @@ int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t 
 
 /* -- Keys ---------------------------------------------------------------- */
 
-static uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  return h * 0xff51afd7ed558ccdull;
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+  h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+  return h ^ (h >> 29);
 }
 
 /* Numbers buffers in order of first appearance within one key computation
@@ -262,40 +262,37 @@ static int role_of(gt_tree *t, const gt_buf *b) {
    nostatic (the topology): the same without launch dimensions and with static
    tensors by order, not address: a miss that matches a sibling's topology
    (a moved weight, a new grid) updates that sibling's graph in place. */
-static gt_segkey segment_key(gt_tree *t) {
+static uint64_t segment_key(gt_tree *t, int topology) {
   gt_queue *q = &t->q;
-  uint64_t h = 0x51ed270b27f1a3ull, hs;
   static uint32_t serial;
   uint32_t nseen = 0, ser = ++serial ? serial : ++serial;
   int first = t->segstart[t->depth];
-  h = mix(h, (uint64_t)(t->nbufs - first));
+  uint64_t h = mix(0x51ed270b27f1a3ull + (uint64_t)topology, (uint64_t)(t->nbufs - first));
   for (int i = first; i < t->nbufs; i++) h = mix(h, t->bufs[i]->bytes);
-  hs = h;
   for (int i = 0; i < q->n; i++) {
     const gt_qlaunch *l = &q->l[i];
-    uint64_t lt = mix(mix((uint64_t)l->kind, l->k ? (uint64_t)l->k->id : l->bytes), l->smem);
-    uint64_t lh = mix(lt, ((uint64_t)l->grid[0] << 32) ^ ((uint64_t)l->grid[1] << 16) ^ l->grid[2]);
-    lh = mix(lh, ((uint64_t)l->block[0] << 32) ^ ((uint64_t)l->block[1] << 16) ^ l->block[2]);
-    h = mix(h, lh);
-    hs = mix(hs, lt);
+    h = mix(h, ((uint64_t)l->kind << 62) ^ ((uint64_t)l->smem << 32) ^ (l->k ? (uint64_t)l->k->id : l->bytes));
+    if (!topology) {
+      h = mix(h, ((uint64_t)l->grid[0] << 40) ^ ((uint64_t)l->grid[1] << 20) ^ l->grid[2]);
+      h = mix(h, ((uint64_t)l->block[0] << 40) ^ ((uint64_t)l->block[1] << 20) ^ l->block[2]);
+    }
     const gt_arg *a = q->args + l->arg0;
     for (int j = 0; j < l->nargs; j++) {
       if (!a[j].buf) continue;
-      const gt_buf *b = a[j].buf;
+      gt_buf *b = a[j].buf;
       int role = role_of(t, b);
-      uint64_t id, ids;
+      uint64_t id;
       switch (role) {
-      case ROLE_INTERNAL: id = ids = (uint64_t)b->idx; break;
-      case ROLE_PATH: id = ids = ((uint64_t)b->seg << 32) | (uint32_t)b->idx; break;
-      case ROLE_STATIC: ids = ordinal(ser, &nseen, (gt_buf *)b); id = b->addr; break;
-      default: id = ids = ordinal(ser, &nseen, (gt_buf *)b); break;
+      case ROLE_INTERNAL: id = (uint64_t)b->idx; break;
+      case ROLE_PATH: id = ((uint64_t)b->seg << 32) | (uint32_t)b->idx; break;
+      case ROLE_STATIC: id = topology ? ordinal(ser, &nseen, b) : b->addr; break;
+      default: id = ordinal(ser, &nseen, b); break;
       }
-      uint64_t ah = mix(mix(mix((uint64_t)role * 131 + j, a[j].off), a[j].nbytes), 0);
-      h = mix(h, mix(ah, id));
-      hs = mix(hs, mix(ah, ids));
+      h = mix(h, ((uint64_t)role << 60) ^ ((uint64_t)j << 52) ^ (uint64_t)a[j].off);
+      h = mix(mix(h, (uint64_t)a[j].nbytes), id);
     }
   }
-  return (gt_segkey){ h, hs };
+  return h;
 }
 
 /* -- Memory of a segment ------------------------------------------------- */
@@ -667,9 +664,10 @@ int gt_tree_flush(gt_runtime *rt, int gc_done) {
   int first = t->segstart[t->depth];
   if (t->q.n == 0 && t->nbufs == first) return GT_OK;
   double t0 = gt_now_us();
-  gt_segkey key = segment_key(t);
+  gt_segkey key = { segment_key(t, 0), 0 };
   gt_node *parent = t->cur ? t->cur : &t->root;
   gt_node *n = find_kid(parent, key.full, 0), *upd = NULL;
+  if (!n) key.nostatic = segment_key(t, 1);    /* the topology: needed only off the replay path */
   int parent_ok = !t->cur || t->cur_mode == GT_V_RECORD || t->cur_mode == GT_V_REPLAY || t->cur_mode == GT_V_UPDATE;
   int mode;
   const char *skip = NULL;
