@@ -75,10 +75,7 @@ local function prep(self, n, ...)
       end
     end
     if spec then
-      local b = x._b
-      if b.tree == self._t then
-        if x._gen + 1 ~= b.gen_now[0] then gt._stale_error(x, 4) end
-      elseif x._gen ~= b.gen_now[0] then gt._stale_error(x, 4) end
+      gt._check_input(self, x)
       args[i] = pad(self, x, spec.dim, bucket_of(spec.sizes, x.shape[spec.dim]), slot)
       slot = slot + 1
     elseif getmetatable(x) == Tensor then

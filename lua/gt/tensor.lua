@@ -83,8 +83,6 @@ return function(gt)
     if b == nil then error(gt._errmsg(), level + 1) end
     return wrap(ffi.gc(b, C.gt_buf_release), 0, s, n, d, nil, nil, 0)
   end
-  gt._wrap = wrap
-  gt._new_tensor = new
 
   -- Staleness: one integer compare.
   local function stale_error(t, level)
@@ -107,7 +105,6 @@ return function(gt)
     if t._gen ~= b.gen_now[0] then stale_error(t, level + 1) end
     return b
   end
-  gt._live = live
 
   --- t:is_stale() -> true when a later tree call has reused its memory
   function Tensor:is_stale() return self._gen ~= self._b.gen_now[0] end

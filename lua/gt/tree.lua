@@ -90,16 +90,19 @@ return function(gt)
 
   -- A tensor input that lives in this tree's pool (an output of its previous
   -- call) or any tensor input with copy_inputs is copied to staging first.
+  -- An input must be live; an output of this tree's previous call (one
+  -- generation back) is too: it is copied before this call reuses its memory.
+  -- Returns whether x lives in this tree's pool.
+  local function check_input(self, x)
+    local own = x._b.tree == self._t
+    if x._gen + (own and 1 or 0) ~= x._b.gen_now[0] then gt._stale_error(x, 5) end
+    return own
+  end
+  gt._check_input = check_input
+
   local function stage(self, x, slot)
     local b = x._b
-    if b.tree == self._t then
-      -- an output of the previous call (one generation back) is copied
-      -- before this call reuses its memory; older ones are gone already
-      if x._gen + 1 ~= b.gen_now[0] then gt._stale_error(x, 4) end
-    else
-      if x._gen ~= b.gen_now[0] then gt._stale_error(x, 4) end
-      if not self._copy then return x, slot end
-    end
+    if not check_input(self, x) and not self._copy then return x, slot end
     if x._strides then error("a non-contiguous view as a tree input: :clone() it first", 4) end
     if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then error(gt._errmsg(), 4) end
     local sb = self._out[0]
@@ -197,7 +200,7 @@ return function(gt)
     return finish(self, pcall(self.fn, unpack(args, 1, n)))
   end
   Tree._run = run
-  gt._stage, gt._stage_args = stage, stage_args
+  gt._stage = stage   -- buckets stage their non-bucketed inputs the same way
 
   function Tree:__call(...)
     if self._buckets then return self:_bucket_call(...) end
