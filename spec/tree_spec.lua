@@ -180,14 +180,14 @@ describe("a tree", function()
     assert.are.same({ 1, 1, 1 }, { s.nodes, s.recorded, s.updates })
   end)
 
-  it("frees a tensor that died at the checkpoint; keeps a live one safe from a sibling branch", function()
+  it("frees a released tensor at the checkpoint; keeps a live one safe from a sibling branch", function()
     local kept = {}
     local step = gt.tree(function(x, route)
       local a = axpb(x, 2, 0)
       local tmp = axpb(x, 3, 0)
       local b = add(a, tmp)
       kept.a = a
-      tmp = nil
+      tmp:free()
       gt.cut()
       local k = route == "a" and K.axpb or K.axpb_b
       local t1 = axpb(b, 7, 7, k)

@@ -33,12 +33,14 @@ void gt_pool_clear(gt_pool *p);
 int gt_pool_ensure(gt_pool *p, uint64_t end, char *err);
 /* Give back committed memory above keep_end (rounded up to granularity). */
 void gt_pool_shrink(gt_pool *p, uint64_t keep_end);
-/* Plan: given the current live blocks (occupied all along) and n intervals
-   (size, first, last; last = UINT32_MAX: alive at the end), assign offsets by
-   best fit, freeing a planned block once its last use has passed.  On return
-   the pool holds the old blocks plus the planned blocks still alive at the end. */
-typedef struct gt_interval { uint64_t size; uint32_t first, last; gt_buf *buf; uint64_t off; } gt_interval;
-int gt_pool_plan(gt_pool *p, gt_interval *iv, int n, char *err);
+/* Plan: given the current live blocks and n intervals [first, end) in queue
+   positions (end = UINT32_MAX: alive at the end), assign offsets by best fit,
+   reusing a planned block for tensors made at or after its end.  old: live
+   blocks (at off) released at position end; their memory is reused likewise.
+   On return the pool holds the live blocks not in old plus the planned blocks
+   still alive at the end. */
+typedef struct gt_interval { uint64_t size; uint32_t first, end; gt_buf *buf; uint64_t off; } gt_interval;
+int gt_pool_plan(gt_pool *p, gt_interval *iv, int n, const gt_interval *old, int nold, char *err);
 
 /* -- Queue (queue.c): the launches of the segment being built ------------- */
 typedef struct gt_qlaunch {
@@ -88,11 +90,12 @@ int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
 void gt_buf_retain(gt_buf *b);
 void gt_buf_unref(gt_buf *b);                      /* the core's reference */
+extern const uint32_t gt_released_gen;             /* what a released buffer's gen_now points at */
 
 /* -- Trees (tree.c) ------------------------------------------------------ */
 enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UPDATE };
 int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args);
-void gt_tree_buf_dropped(gt_buf *b);
+int gt_tree_release(gt_tree *t, gt_buf *b);       /* a buffer of the active call released in queue order */
 void gt_tree_unref(struct gt_tree *t);
 
 
@@ -106,14 +109,14 @@ typedef struct gt_node {
   uint64_t key, key_nostatic;
   int nlaunch, nnew;                 /* launches, buffers made in the segment */
   char *label, *skip;                /* skip: why it runs eagerly (NULL: it graphs) */
-  int visits, warmups, replays, updates, eager;
+  int visits, warmups, records, replays, updates, eager;
   gt_bgraph *graph;
   uint64_t *argvals; int nargvals;   /* argument values the graph holds now */
   uint64_t *plan;                    /* offsets of the segment's new buffers */
   gt_ckpt *ckpt; int nckpt;          /* pool state after the segment */
   double record_us, instantiate_us, replay_us_sum, gpu_us_sum;
   int replay_n, gpu_n;
-  uint64_t planned_bytes, checkpoint_bytes, plan_end, last_call;
+  uint64_t planned_bytes, checkpoint_bytes, plan_end, last_call, reusable_bytes;
 } gt_node;
 
 struct gt_tree {
@@ -135,6 +138,8 @@ struct gt_tree {
   /* the call in progress */
   gt_node *cur; int cur_mode;
   int depth;
+  int eager_call;                    /* this call runs every segment eagerly, without nodes */
+  gt_buf **rels; int nrels, relcap;  /* buffers of the call released in the segment being queued */
   gt_buf **bufs; int nbufs, bufcap;   /* the call's buffers: slab[0..nbufs) */
   gt_buf **slab; int nslab;          /* chunks of GT_SLAB structs, reused by every call */
   uint32_t failed_gen;
@@ -144,6 +149,7 @@ struct gt_tree {
   gt_node **path; int npath, pathcap;
   gt_node **lastpath; int nlastpath, lastcap;
   gt_buf **stage; int nstage;        /* staging slots (ordinary memory) */
+  uint8_t *pinned;                   /* per slot: an input of this call lives there */
   uint64_t *scratch; void **pscratch; int scratchcap;
 };
 #endif

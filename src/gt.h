@@ -11,7 +11,7 @@ typedef struct gt_tree gt_tree;       /* a graph tree: nodes, pool, stats */
 typedef struct gt_module gt_module;   /* one compiled kernel source */
 
 /* Status codes of the gt_ functions that return int. */
-enum { GT_OK = 0, GT_ERR = -1, GT_NEED_GC = 1 };
+enum { GT_OK = 0, GT_ERR = -1 };
 
 /* Element types. */
 enum { GT_F32 = 1, GT_I32 = 2, GT_I64 = 3, GT_U8 = 4, GT_F64 = 5, GT_U32 = 6, GT_U64 = 7 };
@@ -25,7 +25,10 @@ enum {
 };
 
 /* Buffer flags. */
-enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_LUA_DEAD = 4, GT_BUF_STAGING = 8, GT_BUF_QUEUED = 16, GT_BUF_SLAB = 32 };
+/* RELEASED: freed by gt_buf_free (gt.scope, t:free(), an op's temporary);
+   LUA_GONE: Lua's handle was collected; KEEP: a scope's return value. */
+enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_RELEASED = 4, GT_BUF_STAGING = 8, GT_BUF_KEEP = 16, GT_BUF_SLAB = 32,
+       GT_BUF_LUA_GONE = 64 };
 
 typedef struct gt_device_info {
   char backend[16];        /* "cpu" or "cuda" */
@@ -40,8 +43,9 @@ typedef struct gt_device_info {
 
 /* A device buffer.  Tensors in Lua are views (offset, shape) onto one.
    addr is 0 until known: inside a tree call a new buffer gets its address at
-   the end of its segment.  A buffer is stale when gen != *gen_now: memory of a
-   tree's call is reused by the next call of that tree. */
+   the end of its segment.  A view made in generation g is stale when
+   g != *gen_now: memory of a tree's call is reused by the next call of that
+   tree, and a released buffer's gen_now points at a value no view holds. */
 typedef struct gt_buf {
   uint64_t addr;
   uint64_t bytes;
@@ -55,6 +59,9 @@ typedef struct gt_buf {
   uint64_t block;          /* ordinary buffers: pool block (offset + 1), 0 = none */
   uint32_t qpos;           /* tree buffers: launches queued in its segment before it was made */
   uint32_t kmark, kord;    /* segment keys: the key computation that last numbered it, and its number */
+  int32_t ci;              /* tree buffers: index within the call (gt_tree_buf_new's result) */
+  int32_t relseg;          /* tree buffers: segment in which it was released (-1: not released) */
+  uint32_t rel;            /* tree buffers: launches queued in that segment before the release */
 } gt_buf;
 
 /* One kernel argument: a tensor view (buf != NULL) or a scalar in v. */
@@ -98,10 +105,12 @@ typedef struct gt_tree_info {
 typedef struct gt_node_info {
   int id, parent, depth, children, kernels;   /* parent: -1 for a first segment */
   int visits, warmups, recorded, replays, updates, eager;
+  int records;                 /* record visits (a node records again after a trim) */
   const char *skip;            /* reason the node runs eagerly, or NULL */
   const char *label;
   double record_us, instantiate_us, replay_cpu_us, gpu_us;  /* replay_cpu_us: mean */
   uint64_t planned_bytes, checkpoint_bytes, key;
+  uint64_t reusable_bytes;     /* peak bytes an ideal plan (each tensor freed after its last use) would save */
   uint64_t last_call;          /* call number of the last visit */
 } gt_node_info;
 
@@ -128,12 +137,18 @@ int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits); /* cuda: 
 gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* ordinary memory; refs = 1 (the caller's); NULL on error (out of memory) */
 /* In a tree call: a buffer of the call (its address comes at the end of its
    segment).  The struct lives in the tree (reused by later calls; compare
-   generations to tell stale views); the caller neither frees nor releases it
-   and reports with gt_tree_mark_dead when no view of it is left. */
+   generations to tell stale views); its memory stays the call's until the
+   call ends unless gt_buf_free releases it earlier. */
 int gt_tree_buf_new(gt_runtime *rt, uint64_t bytes);  /* its index i in the call; GT_ERR on error */
 gt_buf *gt_tree_buf_ptr(gt_tree *t, int i);              /* the struct of index i (stable for the tree's life) */
 uint32_t gt_tree_gen(gt_tree *t);                        /* the generation of the current (or last) call */
-void gt_buf_release(gt_buf *b);                      /* drop the caller's reference */
+void gt_buf_release(gt_buf *b);                      /* Lua's handle was collected: drop its reference */
+/* Release b now (gt.scope, t:free()): every view of it is stale from here on.
+   In a tree call the release takes effect in queue order: launches queued
+   before it still use the memory, only later ones may reuse it.  Ordinary
+   memory goes back to the allocator once no queued launch holds it.
+   GT_ERR if b is already released. */
+int gt_buf_free(gt_runtime *rt, gt_buf *b);
 int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint64_t bytes); /* host -> device; a sync point */
 int gt_buf_read(gt_runtime *rt, gt_buf *b, uint64_t off, void *dst, uint64_t bytes);        /* device -> host; a sync point */
 int gt_buf_copy(gt_runtime *rt, gt_buf *dst, uint64_t doff, gt_buf *src, uint64_t soff, uint64_t bytes); /* queued in a tree call */
@@ -152,15 +167,20 @@ void gt_tree_free(gt_tree *t);
 const char *gt_tree_name(gt_tree *t);
 const char *gt_tree_where(gt_tree *t);
 gt_tree *gt_tree_active(gt_runtime *rt);          /* the tree whose call is running, or NULL */
-int gt_tree_begin(gt_runtime *rt, gt_tree *t);    /* start a call: a new generation */
-int gt_tree_flush(gt_runtime *rt, int gc_done);   /* end the segment; GT_NEED_GC: collect garbage fully, call again with 1 */
+/* Start a call: a new generation.  eager (a skip reason, or NULL): every
+   segment of this call runs eagerly without nodes (a call beyond the last
+   bucket), counted in eager and under that reason in the skips. */
+int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager);
+int gt_tree_flush(gt_runtime *rt);                /* end the segment: warm up, record, replay or run it */
 int gt_tree_end(gt_runtime *rt);                  /* end the call (flushes) */
 void gt_tree_abort(gt_runtime *rt);               /* a Lua error: drop the queued segment, end the call */
 /* Copy an input into the tree's staging slot: `outer` chunks of chunk bytes
    (src stride chunk) into chunks of padded bytes, zero-filling the rest; *out
    is a new buffer over the slot, valid for this call. */
 int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out);
-void gt_tree_mark_dead(gt_runtime *rt, int i);      /* buffer i of the call has no view left (before a recording) */
+/* An input of the call that lives in a staging slot (a previous call's staged
+   tensor fed back): no input of this call is staged over it. */
+void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b);
 void gt_tree_note_skip(gt_tree *t, const char *reason);
 uint32_t gt_tree_failed_gen(gt_tree *t);            /* generation of the last call that failed */
 int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond the keep most recently used; returns dropped */

@@ -128,17 +128,21 @@ void gt_pool_clear(gt_pool *p) { p->n = 0; }
 
 /* -- Planning ------------------------------------------------------------ */
 
-int gt_pool_plan(gt_pool *p, gt_interval *iv, int n, char *err) {
-  char *placed = calloc(n ? n : 1, 1);
+int gt_pool_plan(gt_pool *p, gt_interval *iv, int n, const gt_interval *old, int nold, char *err) {
+  char *placed = calloc(n + nold ? n + nold : 1, 1), *held = placed + n;
   if (!placed) { snprintf(err, GT_ERRLEN, "out of host memory"); return GT_ERR; }
+  memset(held, 1, nold);
   for (int i = 0; i < n; i++) {
+    for (int j = 0; j < nold; j++)
+      if (held[j] && old[j].end <= iv[i].first) { gt_pool_free(p, old[j].off); held[j] = 0; }
     for (int j = 0; j < i; j++)
-      if (placed[j] && iv[j].last < iv[i].first) { gt_pool_free(p, iv[j].off); placed[j] = 0; }
+      if (placed[j] && iv[j].end <= iv[i].first) { gt_pool_free(p, iv[j].off); placed[j] = 0; }
     if (gt_pool_alloc(p, iv[i].size, iv[i].buf, &iv[i].off, err) != GT_OK) { free(placed); return GT_ERR; }
     placed[i] = 1;
   }
+  for (int j = 0; j < nold; j++) if (held[j]) gt_pool_free(p, old[j].off);
   for (int j = 0; j < n; j++)
-    if (placed[j] && iv[j].last != UINT32_MAX) gt_pool_free(p, iv[j].off);
+    if (placed[j] && iv[j].end != UINT32_MAX) gt_pool_free(p, iv[j].off);
   free(placed);
   return GT_OK;
 }
@@ -165,13 +169,18 @@ void gt_test_pool(void) {
   GT_CHECK(gt_pool_alloc(&p, 2u << 20, NULL, &d, err) == GT_ERR && strstr(err, "largest free block"));
   gt_pool_clear(&p);
   /* planner: a chain x0 -> x1 -> x2 -> x3 reuses memory two apart; x3 lives on */
-  gt_interval iv[4] = { { 1024, 0, 1, NULL, 0 }, { 1024, 1, 2, NULL, 0 }, { 1024, 2, 3, NULL, 0 }, { 1024, 3, UINT32_MAX, NULL, 0 } };
-  GT_CHECK(gt_pool_plan(&p, iv, 4, err) == GT_OK);
+  gt_interval iv[4] = { { 1024, 0, 2, NULL, 0 }, { 1024, 1, 3, NULL, 0 }, { 1024, 2, 4, NULL, 0 }, { 1024, 3, UINT32_MAX, NULL, 0 } };
+  GT_CHECK(gt_pool_plan(&p, iv, 4, NULL, 0, err) == GT_OK);
   GT_CHECK(iv[0].off == 0 && iv[1].off == 1024 && iv[2].off == 0 && iv[3].off == 1024);
   GT_CHECK(p.n == 1 && p.blk[0].off == 1024);
   /* an occupied block is never planned over */
-  gt_interval iv2[2] = { { 512, 0, 0, NULL, 0 }, { 512, 1, 1, NULL, 0 } };
-  GT_CHECK(gt_pool_plan(&p, iv2, 2, err) == GT_OK && iv2[0].off == 0 && iv2[1].off == 0 && p.n == 1);
+  gt_interval iv2[2] = { { 512, 0, 1, NULL, 0 }, { 512, 1, 2, NULL, 0 } };
+  GT_CHECK(gt_pool_plan(&p, iv2, 2, NULL, 0, err) == GT_OK && iv2[0].off == 0 && iv2[1].off == 0 && p.n == 1);
+  /* an old block released at launch 2 is reused by a tensor made after it, not before */
+  gt_interval old[1] = { { 1024, 0, 2, NULL, 1024 } };
+  gt_interval iv3[2] = { { 1024, 1, UINT32_MAX, NULL, 0 }, { 1024, 2, UINT32_MAX, NULL, 0 } };
+  GT_CHECK(gt_pool_plan(&p, iv3, 2, old, 1, err) == GT_OK);
+  GT_CHECK(iv3[0].off == 0 && iv3[1].off == 1024 && p.n == 2);
   gt_pool_destroy(&p);
 }
 #endif

@@ -223,17 +223,40 @@ gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes) {
 
 void gt_buf_retain(gt_buf *b) { if (!(b->flags & GT_BUF_SLAB)) b->refs++; }
 
+const uint32_t gt_released_gen = UINT32_MAX;    /* no view is ever made in this generation */
+
+/* Ordinary memory goes back to the allocator when it is released and no
+   queued launch holds it any more; the struct lives while Lua's handle does. */
+static void return_memory(gt_buf *b) {
+  if (b->block && g_rt) mem_free(g_rt, b->block - 1, b->bytes);
+  b->block = 0;
+}
+
 void gt_buf_unref(gt_buf *b) {
-  if ((b->flags & GT_BUF_SLAB) || --b->refs > 0) return;
+  if (b->flags & GT_BUF_SLAB) return;
+  if (--b->refs > 0) {
+    if (b->refs == 1 && (b->flags & GT_BUF_RELEASED) && !(b->flags & GT_BUF_LUA_GONE)) return_memory(b);
+    return;
+  }
   if (b->tree) gt_tree_unref(b->tree);
-  else if (b->block && g_rt) mem_free(g_rt, b->block - 1, b->bytes);
+  else return_memory(b);
   free(b);
 }
 
-/* Lua's reference is gone (the tensor was collected). */
+/* Lua's handle is gone (the tensor was collected). */
 void gt_buf_release(gt_buf *b) {
-  b->flags |= GT_BUF_LUA_DEAD;
+  b->flags |= GT_BUF_LUA_GONE;
   gt_buf_unref(b);
+}
+
+int gt_buf_free(gt_runtime *rt, gt_buf *b) {
+  if (b->flags & GT_BUF_RELEASED) return gt_fail(rt, "the tensor was already released");
+  b->flags |= GT_BUF_RELEASED;
+  b->gen_now = &gt_released_gen;
+  gt_tree *t = rt->active;
+  if ((b->flags & GT_BUF_SLAB) && b->tree == t && t && b->gen == t->gen) return gt_tree_release(t, b);
+  if (!b->tree && b->refs == 1) return_memory(b);  /* else when the queue lets go of it */
+  return GT_OK;
 }
 
 static int check_range(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const char *what) {

@@ -32,6 +32,7 @@ int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
   o->visits = n->visits;
   o->warmups = n->warmups;
   o->recorded = n->graph != NULL;
+  o->records = n->records;
   o->replays = n->replays;
   o->updates = n->updates;
   o->eager = n->eager;
@@ -43,6 +44,7 @@ int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
   o->gpu_us = n->gpu_n ? n->gpu_us_sum / n->gpu_n : 0;
   o->planned_bytes = n->planned_bytes;
   o->checkpoint_bytes = n->checkpoint_bytes;
+  o->reusable_bytes = n->reusable_bytes;
   o->key = n->key;
   o->last_call = n->last_call;
   return GT_OK;

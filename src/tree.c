@@ -72,7 +72,9 @@ static void tree_destroy(gt_tree *t) {
   free(t->root.kids);
   for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
   free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
-  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage);
+  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned);
+  free(t->rels);
+  gt_queue_free(&t->q);
   for (int i = 0; i < t->nslab; i++) free(t->slab[i]);
   free(t->slab);
   gt_pool_destroy(&t->pool);
@@ -129,7 +131,7 @@ void gt_tree_note_skip(gt_tree *t, const char *reason) {
 
 /* -- Calls --------------------------------------------------------------- */
 
-int gt_tree_begin(gt_runtime *rt, gt_tree *t) {
+int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   if (rt->active)
     return gt_fail(rt, "tree '%s' was called inside a call of tree '%s': tree calls cannot nest", t->name, rt->active->name);
   if (t->closed) return gt_fail(rt, "tree '%s' was freed", t->name);
@@ -141,6 +143,10 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t) {
   t->cur_mode = GT_V_NONE;
   t->depth = 0;
   t->npath = 0;
+  t->nrels = 0;
+  t->eager_call = eager != NULL;
+  if (eager) gt_tree_note_skip(t, eager);
+  if (t->nstage) memset(t->pinned, 0, t->nstage);
   if (GROW(t->segstart, t->segcap, 1)) return gt_fail(rt, "out of host memory");
   t->segstart[0] = 0;
   t->calls++;
@@ -171,6 +177,8 @@ int gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   b->flags = GT_BUF_TREE | GT_BUF_SLAB;
   b->seg = t->depth;
   b->idx = i - t->segstart[t->depth];
+  b->ci = i;
+  b->relseg = -1;
   b->qpos = (uint32_t)t->q.n;
   t->bufs[t->nbufs++] = b;
   return i;
@@ -182,9 +190,14 @@ gt_buf *gt_tree_buf_ptr(gt_tree *t, int i) {
 
 uint32_t gt_tree_gen(gt_tree *t) { return t->gen; }
 
-void gt_tree_mark_dead(gt_runtime *rt, int i) {
-  gt_tree *t = rt->active;
-  if (t && i >= 0 && i < t->nbufs) t->bufs[i]->flags |= GT_BUF_LUA_DEAD;
+/* b (a buffer of this call) is released here: launches queued from now on
+   may reuse its memory.  Part of the segment's key. */
+int gt_tree_release(gt_tree *t, gt_buf *b) {
+  if (GROW(t->rels, t->relcap, t->nrels + 1)) return gt_fail(t->rt, "out of host memory");
+  b->relseg = t->depth;
+  b->rel = (uint32_t)t->q.n;
+  t->rels[t->nrels++] = b;
+  return GT_OK;
 }
 
 uint32_t gt_tree_failed_gen(gt_tree *t) { return t->failed_gen; }
@@ -194,22 +207,45 @@ int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {
   return GT_OK;
 }
 
-/* Copies an input into staging slot `slot` (ordinary memory the tree owns):
-   outer chunks of chunk bytes, each padded with zeros to padded bytes. */
-int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {
+void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b) {
+  gt_tree *t = rt->active;
+  if (!t || !(b->flags & GT_BUF_STAGING)) return;
+  for (int i = 0; i < t->nstage; i++)
+    if (t->stage[i] && b->addr >= t->stage[i]->addr && b->addr < t->stage[i]->addr + t->stage[i]->bytes) t->pinned[i] = 1;
+}
+
+/* The k-th staging slot of this call: the k-th one that no input of the call
+   lives in (a previous call's staged tensor fed back), so staging one input
+   never overwrites another, in any order.  Without feedback the slots, and
+   so the addresses the graphs hold, stay the same from call to call. */
+static int stage_slot(gt_tree *t, int k) {
+  for (int i = 0;; i++) {
+    if (i >= t->nstage) {
+      gt_buf **ns = realloc(t->stage, (i + 1) * sizeof *ns);
+      if (ns) t->stage = ns;
+      uint8_t *np = realloc(t->pinned, i + 1);
+      if (np) t->pinned = np;
+      if (!ns || !np) return gt_fail(t->rt, "out of host memory");
+      t->stage[i] = NULL;
+      t->pinned[i] = 0;
+      t->nstage = i + 1;
+    }
+    if (!t->pinned[i] && k-- == 0) return i;
+  }
+}
+
+/* Copies an input into the call's k-th staging slot (ordinary memory the
+   tree owns): outer chunks of chunk bytes, each padded with zeros to padded bytes. */
+int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {
   gt_tree *t = rt->active;
   if (!t) return gt_fail(rt, "staging outside a tree call");
   if (padded < chunk) padded = chunk;
   uint64_t need = outer * padded;
-  if (slot >= t->nstage) {
-    gt_buf **ns = realloc(t->stage, (slot + 1) * sizeof *ns);
-    if (!ns) return gt_fail(rt, "out of host memory");
-    memset(ns + t->nstage, 0, (slot + 1 - t->nstage) * sizeof *ns);
-    t->stage = ns;
-    t->nstage = slot + 1;
-  }
+  int slot = stage_slot(t, k);
+  if (slot < 0) return GT_ERR;
+  t->pinned[slot] = 1;
   gt_buf *m = t->stage[slot];
-  if (!m || m->bytes < need) {
+  if (!m || m->bytes < need) {       /* no live tensor points into an unpinned slot */
     if (m) gt_buf_unref(m);
     rt->active = NULL;               /* ordinary memory, not the call's */
     m = t->stage[slot] = gt_buf_new(rt, need);
@@ -230,6 +266,7 @@ int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t 
   b->gen = t->gen;
   b->gen_now = &t->gen;
   b->flags = GT_BUF_STAGING;
+  b->relseg = -1;
   *out = b;
   return GT_OK;
 }
@@ -292,6 +329,10 @@ static uint64_t segment_key(gt_tree *t, int topology) {
       h = mix(mix(h, (uint64_t)a[j].nbytes), id);
     }
   }
+  for (int i = 0; i < t->nrels; i++) {   /* releases plan memory: the same launches released otherwise are another node */
+    gt_buf *b = t->rels[i];
+    h = mix(mix(h, 0x7e1ea5eull ^ ((uint64_t)b->rel << 20)), ((uint64_t)b->seg << 32) | (uint32_t)b->idx);
+  }
   return h;
 }
 
@@ -313,80 +354,86 @@ static int materialize(gt_tree *t) {
   return GT_OK;
 }
 
-/* Frees blocks whose tensors Lua has dropped, except those the queued
-   segment still uses (keep_queued). */
-static void sweep(gt_tree *t, int keep_queued) {
-  gt_queue *q = &t->q;
-  if (keep_queued) for (int j = 0; j < q->nargs; j++) if (q->args[j].buf) q->args[j].buf->flags |= GT_BUF_QUEUED;
-  int w = 0;
-  for (int i = 0; i < t->pool.n; i++) {
-    gt_buf *b = t->pool.blk[i].buf;
-    if (!b || !(b->flags & GT_BUF_LUA_DEAD) || (b->flags & GT_BUF_QUEUED)) t->pool.blk[w++] = t->pool.blk[i];
+/* Peak bytes over the segment's launches of intervals [first, end). */
+static uint64_t peak_bytes(const gt_interval *iv, int n, int nl) {
+  int64_t *d = calloc(nl + 2, sizeof *d);
+  if (!d) return 0;
+  for (int i = 0; i < n; i++) {
+    uint32_t e = iv[i].end == UINT32_MAX || iv[i].end > (uint32_t)nl ? (uint32_t)nl + 1 : iv[i].end;
+    if (e <= iv[i].first) e = iv[i].first + 1;            /* a tensor occupies memory while it is made */
+    int64_t sz = (int64_t)((iv[i].size + GT_ALIGN - 1) / GT_ALIGN * GT_ALIGN);
+    d[iv[i].first] += sz;
+    d[e] -= sz;
   }
-  t->pool.n = w;
-  if (keep_queued) for (int j = 0; j < q->nargs; j++) if (q->args[j].buf) q->args[j].buf->flags &= ~GT_BUF_QUEUED;
+  int64_t cur = 0, peak = 0;
+  for (int k = 0; k <= nl; k++) { cur += d[k]; if (cur > peak) peak = cur; }
+  free(d);
+  return (uint64_t)peak;
 }
 
-/* Warmup and eager runs: every new buffer gets a block now (no reuse inside
-   the segment; the planner does that when recording). */
-static int alloc_new(gt_tree *t, int first) {
-  if (materialize(t)) return GT_ERR;
-  sweep(t, 1);
-  for (int i = first; i < t->nbufs; i++) {
-    gt_buf *b = t->bufs[i];
-    uint64_t off;
-    if (gt_pool_alloc(&t->pool, b->bytes, b, &off, t->rt->err) != GT_OK) {
-      char why[GT_ERRLEN];
-      snprintf(why, sizeof why, "%s", t->rt->err);
-      return gt_fail(t->rt, "tree '%s': out of memory: %s", t->name, why);
-    }
-    b->addr = t->pool.base + off;
-  }
-  sweep(t, 0);
-  return GT_OK;
-}
+typedef struct { uint64_t bytes, end, reusable; } plan_info;
 
-/* Recording: plan the new buffers over their live intervals, from the state at
-   the parent's end; then save the plan and the checkpoint on n. */
-static int plan_new(gt_tree *t, gt_node *n, int first) {
-  int nn = t->nbufs - first;
+/* Places the segment's new buffers over their intervals (creation to release,
+   or the end of the call), from the state at the parent's end, the parent's
+   buffers released here freed at their release; sets their addresses (and
+   offsets into plan, when given).  The same plan serves warmups, eager runs
+   and recordings: launches run in queue order, so reuse after a release is
+   safe in each.  info->reusable: what freeing every new buffer after its
+   last use would save at the peak. */
+static int plan_segment(gt_tree *t, int first, uint64_t *plan, plan_info *info) {
+  int nn = t->nbufs - first, nold = 0;
   gt_queue *q = &t->q;
   if (materialize(t)) return GT_ERR;
-  sweep(t, 1);
-  gt_interval *iv = calloc(nn ? nn : 1, sizeof *iv);
-  uint64_t *plan = malloc((nn ? nn : 1) * sizeof *plan);
-  if (!iv || !plan) { free(iv); free(plan); return gt_fail(t->rt, "out of host memory"); }
+  gt_interval *iv = calloc(2 * nn + t->nrels + 1, sizeof *iv), *ideal = iv + nn, *old = ideal + nn;
+  if (!iv) return gt_fail(t->rt, "out of host memory");
   for (int i = 0; i < nn; i++) {
     gt_buf *b = t->bufs[first + i];
-    iv[i] = (gt_interval){ b->bytes, b->qpos, b->qpos, b, 0 };
-    if (!(b->flags & GT_BUF_LUA_DEAD)) iv[i].last = UINT32_MAX;
+    iv[i] = (gt_interval){ b->bytes, b->qpos, b->relseg == t->depth ? b->rel : UINT32_MAX, b, 0 };
+    ideal[i] = (gt_interval){ b->bytes, b->qpos, b->qpos, b, 0 };
   }
-  for (int i = 0; i < q->n; i++) {
+  for (int i = 0; i < t->nrels; i++) {
+    gt_buf *b = t->rels[i];
+    if (b->seg != t->depth) old[nold++] = (gt_interval){ b->bytes, 0, b->rel, b, b->addr - t->pool.base };
+  }
+  for (int i = 0; info && i < q->n; i++) {
     const gt_arg *a = q->args + q->l[i].arg0;
     for (int j = 0; j < q->l[i].nargs; j++) {
       gt_buf *b = a[j].buf;
-      if (b && role_of(t, b) == ROLE_INTERNAL && iv[b->idx].last != UINT32_MAX && iv[b->idx].last < (uint32_t)i)
-        iv[b->idx].last = (uint32_t)i;
+      if (b && role_of(t, b) == ROLE_INTERNAL && ideal[b->idx].end < (uint32_t)i + 1) ideal[b->idx].end = (uint32_t)i + 1;
     }
   }
-  if (gt_pool_plan(&t->pool, iv, nn, t->rt->err) != GT_OK) {
+  if (info) {
+    uint64_t actual = peak_bytes(iv, nn, q->n), best = peak_bytes(ideal, nn, q->n);
+    info->reusable = actual > best ? actual - best : 0;
+  }
+  if (gt_pool_plan(&t->pool, iv, nn, old, nold, t->rt->err) != GT_OK) {
     char why[GT_ERRLEN];
     snprintf(why, sizeof why, "%s", t->rt->err);
-    free(iv); free(plan);
-    return gt_fail(t->rt, "tree '%s': out of memory while planning: %s", t->name, why);
+    free(iv);
+    return gt_fail(t->rt, "tree '%s': out of memory: %s", t->name, why);
   }
   uint64_t end = 0, bytes = 0;
   for (int i = 0; i < nn; i++) {
-    plan[i] = iv[i].off;
+    if (plan) plan[i] = iv[i].off;
     iv[i].buf->addr = t->pool.base + iv[i].off;
     bytes += (iv[i].size + GT_ALIGN - 1) / GT_ALIGN * GT_ALIGN;
     if (iv[i].off + iv[i].size > end) end = iv[i].off + iv[i].size;
   }
   free(iv);
-  sweep(t, 0);
+  if (info) { info->bytes = bytes; info->end = end; }
+  return GT_OK;
+}
+
+/* Recording: plan the segment, then save the plan and the checkpoint on n. */
+static int plan_new(gt_tree *t, gt_node *n, int first) {
+  int nn = t->nbufs - first;
+  plan_info info;
+  uint64_t *plan = malloc((nn ? nn : 1) * sizeof *plan);
+  if (!plan) return gt_fail(t->rt, "out of host memory");
+  if (plan_segment(t, first, plan, &info)) { free(plan); return GT_ERR; }
   gt_ckpt *ck = malloc((t->pool.n ? t->pool.n : 1) * sizeof *ck);
   if (!ck) { free(plan); return gt_fail(t->rt, "out of host memory"); }
-  uint64_t ckb = 0;
+  uint64_t ckb = 0, end = info.end;
   for (int i = 0; i < t->pool.n; i++) {
     gt_block *k = &t->pool.blk[i];
     ck[i] = (gt_ckpt){ k->buf->seg, k->buf->idx, k->off, k->size };
@@ -398,9 +445,10 @@ static int plan_new(gt_tree *t, gt_node *n, int first) {
   n->nnew = nn;
   n->ckpt = ck;
   n->nckpt = t->pool.n;
-  n->planned_bytes = bytes;
+  n->planned_bytes = info.bytes;
   n->checkpoint_bytes = ckb;
   n->plan_end = end;
+  n->reusable_bytes = info.reusable;
   return GT_OK;
 }
 
@@ -566,7 +614,8 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
   return GT_OK;
 }
 
-/* Replay n: bind the new buffers to the plan, patch changed arguments, launch. */
+/* Replay n: bind the new buffers to the plan, patch changed arguments, launch.
+   GT_V_REPLAY, or GT_V_UPDATE when a moved copy needed a whole-graph update. */
 static int replay(gt_tree *t, gt_node *n, int first) {
   gt_queue *q = &t->q;
   gt_backend *be = &t->rt->be;
@@ -597,10 +646,8 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     }
     free(g); free(deps); free(ptrs);
     if (st != GT_BOK) { n->graph = NULL; t->recorded--; return gt_fail_be(t->rt, "graph update"); }
-    n->updates++;
-    t->updates++;
   }
-  return launch_graph(t, n);
+  return launch_graph(t, n) ? GT_ERR : refused ? GT_V_UPDATE : GT_V_REPLAY;
 }
 
 /* -- Segment end --------------------------------------------------------- */
@@ -656,13 +703,31 @@ static gt_node *new_node(gt_tree *t, gt_node *parent, gt_segkey key) {
 }
 
 /* Ends the segment being queued: find (or make) its node by key, then warm
-   it up, record it, replay it or run it eagerly.  GT_NEED_GC when a recording
-   needs Lua's liveness first (collect fully, call again with gc_done = 1). */
-int gt_tree_flush(gt_runtime *rt, int gc_done) {
+   it up, record it, replay it or run it eagerly. */
+static int run_unplanned(gt_tree *t, gt_node *n, int first) {
+  int st = plan_segment(t, first, NULL, NULL);
+  return st == GT_OK ? run_eager(t, n) : st;
+}
+
+/* A call beyond the last bucket: segments run eagerly, with no node. */
+static int flush_eager_call(gt_tree *t, int first) {
+  if (run_unplanned(t, NULL, first)) return GT_ERR;
+  t->eager++;
+  t->cur_mode = GT_V_EAGER;
+  t->depth++;
+  if (GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(t->rt, "out of host memory");
+  t->segstart[t->depth] = t->nbufs;
+  t->nrels = 0;
+  gt_queue_clear(&t->q);
+  return GT_OK;
+}
+
+int gt_tree_flush(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return GT_OK;
   int first = t->segstart[t->depth];
-  if (t->q.n == 0 && t->nbufs == first) return GT_OK;
+  if (t->q.n == 0 && t->nbufs == first && t->nrels == 0) return GT_OK;
+  if (t->eager_call) return flush_eager_call(t, first);
   double t0 = gt_now_us();
   gt_segkey key = { segment_key(t, 0), 0 };
   gt_node *parent = t->cur ? t->cur : &t->root;
@@ -690,7 +755,6 @@ int gt_tree_flush(gt_runtime *rt, int gc_done) {
     mode = GT_V_EAGER;
     skip = "max_recordings";
   } else mode = GT_V_RECORD;
-  if ((mode == GT_V_RECORD || mode == GT_V_UPDATE || (plan_eager && !n->plan)) && !gc_done) return GT_NEED_GC;
   int created = !n && mode != GT_V_UPDATE;
   if (created && !(n = new_node(t, parent, key))) return GT_ERR;
   if (mode == GT_V_RECORD && n->skip) { mode = GT_V_EAGER; skip = n->skip; plan_eager = 1; }
@@ -702,14 +766,16 @@ int gt_tree_flush(gt_runtime *rt, int gc_done) {
   switch (mode) {
   case GT_V_REPLAY:
     st = replay(t, n, first);
-    if (st == GT_OK) { n->replays++; t->replays++; n->replay_us_sum += gt_now_us() - t0; n->replay_n++; }
+    if (st == GT_V_UPDATE) { n->updates++; t->updates++; }
+    else if (st == GT_V_REPLAY) { n->replays++; t->replays++; n->replay_us_sum += gt_now_us() - t0; n->replay_n++; }
+    if (st != GT_ERR) st = GT_OK;
     t->state_node = n;
     break;
   case GT_V_RECORD: case GT_V_UPDATE:
     st = record(t, n, first, mode == GT_V_UPDATE);
     if (st == 1) { mode = GT_V_EAGER; n->eager++; t->eager++; gt_tree_note_skip(t, "graph build failed"); st = GT_OK; }
     else if (st == GT_OK && mode == GT_V_UPDATE) { n->updates++; t->updates++; }
-    else if (st == GT_OK) t->records++;
+    else if (st == GT_OK) { n->records++; t->records++; }
     break;
   default:
     if (plan_eager && n->plan) {       /* bind to the plan, as a replay would, but launch one by one */
@@ -719,10 +785,7 @@ int gt_tree_flush(gt_runtime *rt, int gc_done) {
     } else if (plan_eager) {
       st = plan_new(t, n, first);
       if (st == GT_OK) st = run_eager(t, n);
-    } else {
-      st = alloc_new(t, first);
-      if (st == GT_OK) st = run_eager(t, n);
-    }
+    } else st = run_unplanned(t, n, first);
     if (st == GT_OK && mode == GT_V_WARMUP) { n->warmups++; t->warmups++; }
     if (st == GT_OK && mode == GT_V_EAGER) { n->eager++; t->eager++; gt_tree_note_skip(t, skip); }
     break;
@@ -744,6 +807,7 @@ int gt_tree_flush(gt_runtime *rt, int gc_done) {
   t->depth++;
   if (GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(rt, "out of host memory");
   t->segstart[t->depth] = t->nbufs;
+  t->nrels = 0;
   gt_queue_clear(&t->q);
   return GT_OK;
 }
@@ -760,7 +824,7 @@ static void note_call(gt_tree *t) {
 int gt_tree_end(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return GT_OK;
-  int st = gt_tree_flush(rt, 1);
+  int st = gt_tree_flush(rt);
   if (st != GT_OK) { gt_tree_abort(rt); return GT_ERR; }
   if (t->npath && !GROW(t->lastpath, t->lastcap, t->npath)) memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
   t->nlastpath = t->npath;
@@ -775,6 +839,7 @@ void gt_tree_abort(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return;
   gt_queue_clear(&t->q);
+  t->nrels = 0;
   note_call(t);
   t->failed_gen = t->gen;
   t->gen++;                           /* every tensor of the failed call is stale now */

@@ -66,6 +66,7 @@ end
 local function prep(self, n, ...)
   local args, slot = { ... }, 0
   local specs, real = self._buckets, self._breal
+  gt._pin_inputs(self, args, n)
   for i = 1, n do
     local x = args[i]
     local spec
@@ -123,12 +124,9 @@ local function bucket_call(self, ...)
   end
   if not n then error("tree '" .. self.name .. "': no tensor input to bucket along dim " .. first.dim, 2) end
   local p = bucket_of(first.sizes, n)
-  if not p then
-    C.gt_tree_note_skip(self._t, "beyond buckets")
-    return self.fn(...)                          -- eagerly, outside the tree
-  end
+  if not p then return self._run(self, "beyond buckets", ...) end   -- a call of the tree all the same, run eagerly
   self._breal[1], self._bpad = n, p
-  return narrow_all(self, self._run(self, ...))
+  return narrow_all(self, self._run(self, nil, ...))
 end
 
 -- Called by gt.tree when opts.buckets is given.

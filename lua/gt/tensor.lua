@@ -52,18 +52,20 @@ return function(gt)
 
   -- A view of buffer b made in generation gen.  Views of a tree's buffers keep
   -- the tree alive (_tree): the buffer's struct lives in it.
-  local function wrap(b, off, shape, numel, d, strides, tree, gen, base)
+  local function wrap(b, off, shape, numel, d, strides, tree, gen)
     -- eight keys make the smallest hash part; rare fields are added after
     local t = setmetatable({ _b = b, _off = off, shape = shape, numel = numel, dtype = d.name,
                              _nb = numel * d.size, _gen = gen, _tree = tree }, Tensor)
     if strides then t._strides = strides end
-    if base then t._base = base end     -- a view of a tree tensor keeps its base (the liveness witness)
     return t
   end
 
+  -- Scopes outside tree calls: per nesting level, the buffers made in it.
+  local plain, nplain = {}, 0
+
   -- A new tensor over a new buffer: in a tree call the buffer belongs to the
-  -- call (no finalizer; the tree learns at record time whether views are
-  -- left from a weak list of the buffer's pointer object), else ordinary memory.
+  -- call (no finalizer: its memory is the call's until the call ends or it is
+  -- released), else ordinary memory (freed when released or collected).
   local function new(shape, dtype, level)
     local d = dtype_of(dtype, level + 1)
     local s, n = check_shape(shape, level + 1)
@@ -74,20 +76,38 @@ return function(gt)
       local ptrs = tree._ptrs
       local b = ptrs[i]
       if not b then b = C.gt_tree_buf_ptr(tree._t, i); ptrs[i] = b end
-      local t = wrap(b, 0, s, n, d, nil, tree, tree._gen)
-      tree._w[i + 1] = t                -- weakly: the buffer is dead when t and its views are
       tree._nw = i + 1
-      return t
+      return wrap(b, 0, s, n, d, nil, tree, tree._gen)
     end
     local b = C.gt_buf_new(rt, n * d.size)
     if b == nil then error(gt._errmsg(), level + 1) end
+    if nplain > 0 then local l = plain[nplain]; l[#l + 1] = b end
     return wrap(ffi.gc(b, C.gt_buf_release), 0, s, n, d, nil, nil, 0)
+  end
+
+  -- Where each released buffer was released: a gt.scope's function or a
+  -- ":free() at file:line" string, keyed by the buffer's pointer object
+  -- (shared by every view; a tree's buffer structs are reused call to call).
+  local released_by = setmetatable({}, { __mode = "k" })
+  local RELEASED, KEEP = C.GT_BUF_RELEASED, C.GT_BUF_KEEP
+  local band, bor, bnot = bit.band, bit.bor, bit.bnot
+
+  local function site_text(site)
+    if type(site) == "function" then
+      local i = debug.getinfo(site, "S")
+      return "gt.scope at " .. i.short_src .. ":" .. i.linedefined, "return it from the scope or :clone() it"
+    end
+    return site or "a release", ":clone() it before releasing it to keep the values"
   end
 
   -- Staleness: one integer compare.
   local function stale_error(t, level)
     local b = t._b
     local what = "tensor " .. t.dtype .. " " .. shape_str(t.shape)
+    if band(b.flags, RELEASED) ~= 0 and b.gen == t._gen then
+      local by, advice = site_text(released_by[b])
+      error(what .. " was released by " .. by .. "; " .. advice, level + 1)
+    end
     if b.tree ~= nil then
       local name, where = ffi.string(C.gt_tree_name(b.tree)), ffi.string(C.gt_tree_where(b.tree))
       if t._gen == C.gt_tree_failed_gen(b.tree) then
@@ -330,7 +350,7 @@ return function(gt)
     if n ~= self.numel then
       error("view: " .. shape_str(s2) .. " has " .. n .. " elements, the tensor " .. self.numel, 2)
     end
-    return wrap(self._b, self._off, s2, n, DT[self.dtype], nil, self._tree, self._gen, self._tree and (self._base or self))
+    return wrap(self._b, self._off, s2, n, DT[self.dtype], nil, self._tree, self._gen)
   end
 
   --- t:narrow(dim, start, len): a view of len entries of dim from start (1-based)
@@ -353,7 +373,7 @@ return function(gt)
     local contiguous = not self._strides
     if contiguous then for i = 1, dim - 1 do if shape[i] ~= 1 then contiguous = false end end end
     local off = self._off + (start - 1) * st[dim] * d.size
-    return wrap(self._b, off, ns, n, d, (not contiguous) and st or nil, self._tree, self._gen, self._tree and (self._base or self))
+    return wrap(self._b, off, ns, n, d, (not contiguous) and st or nil, self._tree, self._gen)
   end
 
   --- t:contiguous() -> t itself when contiguous, else a contiguous copy
@@ -365,6 +385,75 @@ return function(gt)
     local b = live(self, 2)
     b.flags = bit.bor(b.flags, C.GT_BUF_STATIC)
     return self
+  end
+
+  -- -- Releasing ----------------------------------------------------------
+
+  --- t:free(): releases t's memory now (and every view of its buffer); using
+  --- it afterwards raises.  In a tree call, launches queued before the free
+  --- still read it; only later ones may reuse the memory.
+  function Tensor:free()
+    local b = live(self, 2)
+    if C.gt_buf_free(rt, b) ~= 0 then gt._fail(2) end
+    local i = debug.getinfo(2, "Sl")
+    released_by[b] = ":free() at " .. (i and (i.short_src .. ":" .. (i.currentline or 0)) or "?")
+  end
+
+  -- Marks x (a tensor, or tensors in a plain table) as returned from a scope.
+  local function keep(x)
+    if getmetatable(x) == Tensor then
+      local b = x._b
+      if x._gen == b.gen_now[0] then b.flags = bor(b.flags, KEEP) end
+    elseif type(x) == "table" and getmetatable(x) == nil then
+      for _, v in pairs(x) do if getmetatable(v) == Tensor then keep(v) end end
+    end
+  end
+
+  -- Releases buffer b at a scope's end unless it was returned (KEEP).
+  local function settle(b, fn)
+    local f = b.flags
+    if band(f, KEEP) ~= 0 then b.flags = band(f, bnot(KEEP)); return true end
+    if band(f, RELEASED) == 0 then
+      C.gt_buf_free(rt, b)
+      released_by[b] = fn
+    end
+    return false
+  end
+
+  -- In a tree call: the call's buffers first..(now) are the scope's.
+  local function end_tree_scope(tree, first, fn, ...)
+    for i = 1, select("#", ...) do keep((select(i, ...))) end
+    local ptrs = tree._ptrs
+    for i = first, tree._nw - 1 do settle(ptrs[i], fn) end
+    return ...
+  end
+
+  local function end_plain_scope(fn, ok, ...)
+    local list = plain[nplain]
+    nplain = nplain - 1
+    if ok then
+      for i = 1, select("#", ...) do keep((select(i, ...))) end
+      local outer = plain[nplain]
+      for i = 1, #list do
+        if settle(list[i], fn) and outer then outer[#outer + 1] = list[i] end
+      end
+    end
+    for i = #list, 1, -1 do list[i] = nil end
+    if not ok then error((...), 0) end
+    return ...
+  end
+
+  --- gt.scope(fn, ...) -> fn(...): when fn returns, every tensor made inside
+  --- it that is not among its results (or in a table it returns, one level
+  --- deep) is released: its memory can be reused, and using it raises.  The
+  --- same in tree calls (in queue order) and outside them.
+  function gt.scope(fn, ...)
+    if type(fn) ~= "function" then error("gt.scope(fn, ...): fn must be a function, got " .. type(fn), 2) end
+    local tree = gt._active
+    if tree then return end_tree_scope(tree, tree._nw, fn, fn(...)) end
+    nplain = nplain + 1
+    plain[nplain] = plain[nplain] or {}
+    return end_plain_scope(fn, pcall(fn, ...))
   end
 
   function Tensor:dim() return #self.shape end

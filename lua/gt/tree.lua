@@ -1,37 +1,26 @@
 -- gt.tree: graph trees from Lua functions; calls, staging, statistics and the terminal drawing.
 local ffi = require "ffi"
+local bit = require "bit"
 
 return function(gt)
   local C, rt, Tensor = gt._C, gt._rt, gt.Tensor
-  local GT_NEED_GC = 1
+  local STAGING = C.GT_BUF_STAGING
   local select, getmetatable, type, pairs, next = select, getmetatable, type, pairs, next
 
   local Tree = {}
   Tree.__index = Tree
   gt.Tree = Tree
 
-  local WEAK_VALUES = { __mode = "v" }
-
-  -- After a full collection: a buffer of the call whose views are all gone is
-  -- dead.  tree._w holds each buffer's base tensor weakly; views hold the base.
-  local function mark_dead(tree)
-    collectgarbage("collect")
-    local w = tree._w
-    for i = 1, tree._nw do if w[i] == nil then C.gt_tree_mark_dead(rt, i - 1) end end
-  end
-
   local function abort()
     C.gt_tree_abort(rt)
     gt._active = nil
   end
 
-  -- Ends the segment; a recording first learns which tensors Lua still holds.
+  -- Ends the segment: its node warms up, records, replays or runs eagerly.
+  -- Which memory a graph may reuse comes from explicit releases alone
+  -- (gt.scope, t:free()), never from what Lua's collector has seen.
   local function flush(level)
-    local r = C.gt_tree_flush(rt, 0)
-    if r == GT_NEED_GC then
-      mark_dead(gt._active)
-      r = C.gt_tree_flush(rt, 1)
-    end
+    local r = C.gt_tree_flush(rt)
     if r ~= 0 then
       local msg = gt._errmsg()
       abort()
@@ -79,7 +68,7 @@ return function(gt)
     local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
                                 _copy = opts.copy_inputs and true or false, _nwarn = 0,
                                 _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
-                                _w = setmetatable({}, WEAK_VALUES), _nw = 0, _ptrs = {}, _gen = 0,
+                                _nw = 0, _ptrs = {}, _gen = 0,
                                 _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
     if opts.buckets then gt.buckets._attach(self, opts.buckets, opts) end
     gt._trees[#gt._trees + 1] = self
@@ -116,8 +105,28 @@ return function(gt)
     return self._copy or x._b.tree == self._t
   end
 
+  -- A previous call's staged tensor fed back in keeps its slot for this call.
+  local function pin(self, x)
+    if getmetatable(x) == Tensor then
+      local b = x._b
+      if b.tree == self._t and bit.band(b.flags, STAGING) ~= 0 then C.gt_tree_stage_pin(rt, b) end
+    end
+  end
+
+  -- Before anything is staged: pins the slots that inputs of this call live in.
+  local function pin_inputs(self, args, n)
+    for i = 1, n do
+      local x = args[i]
+      if type(x) == "table" and getmetatable(x) == nil then
+        for _, v in pairs(x) do pin(self, v) end
+      else pin(self, x) end
+    end
+  end
+  gt._pin_inputs = pin_inputs
+
   local function stage_args(self, n, ...)
     local args, slot = { ... }, 0
+    pin_inputs(self, args, n)
     for i = 1, n do
       local x = args[i]
       if getmetatable(x) == Tensor then
@@ -180,11 +189,13 @@ return function(gt)
     end
   end
 
-  local function run(self, ...)
-    if C.gt_tree_begin(rt, self._t) ~= 0 then error(gt._errmsg(), 3) end
-    self._nw, self._gen = 0, C.gt_tree_gen(self._t)          -- the call's buffers: self._w[i] their base tensor, weakly
+  -- eager: nil, or a reason to run this call's segments eagerly without nodes.
+  local function run(self, eager, ...)
+    if C.gt_tree_begin(rt, self._t, eager) ~= 0 then error(gt._errmsg(), 3) end
+    self._nw, self._gen = 0, C.gt_tree_gen(self._t)          -- the call's buffers so far, its generation
     gt._active = self
-    local n, staged = select("#", ...), self._prep ~= nil
+    local prep = not eager and self._prep or nil            -- a call beyond the buckets pads nothing
+    local n, staged = select("#", ...), prep ~= nil
     if not staged then
       for i = 1, n do
         local x = select(i, ...)
@@ -195,7 +206,7 @@ return function(gt)
       end
     end
     if not staged then return finish(self, pcall(self.fn, ...)) end
-    local ok, args = pcall(self._prep or stage_args, self, n, ...)
+    local ok, args = pcall(prep or stage_args, self, n, ...)
     if not ok then abort(); error(args, 0) end
     return finish(self, pcall(self.fn, unpack(args, 1, n)))
   end
@@ -204,9 +215,9 @@ return function(gt)
 
   function Tree:__call(...)
     if self._buckets then return self:_bucket_call(...) end
-    if self._warn_shapes == math.huge then return run(self, ...) end
+    if self._warn_shapes == math.huge then return run(self, nil, ...) end
     self._a1, self._a2, self._a3, self._a4 = ...
-    return self:_watched(run(self, ...))
+    return self:_watched(run(self, nil, ...))
   end
 
   function Tree:_watched(...)
@@ -252,10 +263,11 @@ return function(gt)
       r.node[id] = {
         id = id, parent = ni.parent >= 0 and ni.parent or nil, depth = ni.depth, children = kids,
         label = ffi.string(ni.label), kernels = ni.kernels, visits = ni.visits, warmups = ni.warmups,
-        recorded = ni.recorded ~= 0, replays = ni.replays, updates = ni.updates, eager = ni.eager,
+        recorded = ni.recorded ~= 0, records = ni.records, replays = ni.replays, updates = ni.updates, eager = ni.eager,
         skip = ni.skip ~= nil and ffi.string(ni.skip) or nil,
         record_us = ni.record_us, instantiate_us = ni.instantiate_us, replay_cpu_us = ni.replay_cpu_us,
         gpu_us = ni.gpu_us, planned_bytes = tonumber(ni.planned_bytes), checkpoint_bytes = tonumber(ni.checkpoint_bytes),
+        reusable_bytes = tonumber(ni.reusable_bytes),
         last_call = tonumber(ni.last_call),
       }
     end

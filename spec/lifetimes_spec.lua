@@ -1,0 +1,279 @@
+-- Lifetimes (DESIGN section 6): tensors of a tree call keep their memory until
+-- the next call unless released explicitly (gt.scope, t:free()); no garbage
+-- collector decides what a graph overwrites.  The same in every mode.
+local gt = require "gt"
+require "gt.busted"
+
+local ops = gt.ops
+local K = gt.compile([[
+__global__ void axpb(float *y, const float *x, int n, float a, float b) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = a * x[i] + b;
+}
+]], { name = "lifetimes_spec.cu" })
+
+local function axpb(x, a, b)
+  local y = gt.tensor(x.shape)
+  K.axpb(1, 32, y, x, x.numel, a, b)
+  return y
+end
+
+local function tanh_list(v) local r = {} for i, x in ipairs(v) do r[i] = math.tanh(x) end return r end
+
+describe("lifetimes", function()
+  it("keeps a tensor the recording call dropped when a later call returns it", function()
+    local step = gt.tree(function(x, keep)
+      local t = ops.tanh(x)
+      local w = ops.add(ops.relu(t), 100)
+      if keep then return w, t end
+      return w
+    end)
+    local x = gt.from { 0.5, -0.5 }
+    for _ = 1, 3 do step(x, false) end
+    local w, t = step(x, true)
+    assert.tensor_near(tanh_list { 0.5, -0.5 }, t, 1e-5)
+    assert.tensor_near({ 100 + math.tanh(0.5), 100 }, w, 1e-4)
+    local s = step:stats()
+    assert.are.same(1, s.nodes)                 -- the same launches: one node, replayed
+    assert.are.same(2, s.replays)
+  end)
+
+  it("keeps a tensor the recording call dropped when a later call stores it in a table", function()
+    local holder = {}
+    local step = gt.tree(function(x, keep)
+      local t = ops.tanh(x)
+      local w = ops.add(ops.relu(t), 100)
+      if keep then holder.t = t end
+      return w
+    end)
+    local x = gt.from { 0.5, -0.5 }
+    for _ = 1, 3 do step(x, false) end
+    step(x, true)
+    assert.tensor_near(tanh_list { 0.5, -0.5 }, holder.t, 1e-5)
+  end)
+
+  it("keeps a staged input that is returned unchanged and fed back", function()
+    local step = gt.tree(function(h, c, upd)
+      if upd then c = ops.add(c, 1) end
+      return ops.tanh(h), c
+    end)
+    local h, c = gt.zeros { 2 }, gt.zeros { 2 }
+    h, c = step(h, c, true); h = gt.zeros { 2 }
+    for _ = 1, 6 do
+      h, c = step(h, c, false)
+      assert.tensor_near({ 1, 1 }, c)
+      assert.tensor_near({ 0, 0 }, h)
+    end
+  end)
+
+  it("keeps every fed-back staged input of a call apart, in any argument order", function()
+    local step = gt.tree(function(a, b, c) return b, c, ops.add(a, 1) end)
+    local a, b, c = gt.from { 1 }, gt.from { 2 }, gt.from { 3 }
+    local va, vb, vc = 1, 2, 3
+    for _ = 1, 8 do
+      a, b, c = step(a, b, c)
+      va, vb, vc = vb, vc, va + 1
+      assert.tensor_near({ va }, a); assert.tensor_near({ vb }, b); assert.tensor_near({ vc }, c)
+    end
+  end)
+
+  it("raises the same error for a released tensor on calls 1..4 and outside any tree", function()
+    local kept
+    local function body(x)
+      return gt.scope(function()
+        local a = ops.relu(x)
+        kept = a
+        return ops.tanh(a)
+      end)
+    end
+    local step = gt.tree(body)
+    local x = gt.from { 1, 2 }
+    local msgs = {}
+    for call = 1, 4 do
+      step(x)
+      local ok, err = pcall(function() return kept:tolist() end)
+      assert.is_false(ok)
+      msgs[call] = tostring(err):gsub("^[^:]*:%d+: ", "")
+    end
+    body(x)
+    local ok, err = pcall(function() return kept:tolist() end)
+    assert.is_false(ok)
+    msgs[5] = tostring(err):gsub("^[^:]*:%d+: ", "")
+    for i = 2, 5 do assert.are.equal(msgs[1], msgs[i]) end
+    assert.matches("tensor f32 2 was released by gt.scope at .*lifetimes_spec.lua:%d+; return it from the scope or :clone%(%) it", msgs[1])
+    assert.is_true(kept:is_stale())
+  end)
+
+  it("raises inside the call too, when a released tensor is passed to a kernel", function()
+    local step = gt.tree(function(x)
+      local a = ops.relu(x)
+      a:free()
+      return ops.tanh(a)
+    end)
+    local x = gt.from { 1, 2 }
+    for _ = 1, 3 do
+      assert.has_error(function() step(x) end, nil)
+      local ok, err = pcall(step, x)
+      assert.is_false(ok)
+      assert.matches("was released by :free%(%) at .*lifetimes_spec.lua:%d+", err)
+    end
+    local a = gt.from { 1 }
+    a:free()
+    local ok, err = pcall(function() return ops.tanh(a) end)
+    assert.is_false(ok)
+    assert.matches("was released by :free%(%) at", err)
+    ok, err = pcall(function() a:free() end)
+    assert.is_false(ok)
+    assert.matches("released", err)
+  end)
+
+  it("lets launches queued before a free use the tensor (queue order), and reuses its memory after", function()
+    local step = gt.tree(function(x)
+      local a = axpb(x, 2, 0)
+      local b = axpb(a, 1, 1)                  -- queued before the free: reads a
+      a:free()
+      local c = axpb(x, 10, 0)                 -- may take a's memory
+      return ops.add(b, c)
+    end, { warmup = 0 })
+    local x = gt.from { 1, 2, 3 }
+    for _ = 1, 4 do assert.tensor_near({ 13, 25, 37 }, step(x)) end
+  end)
+
+  it("releases a view's whole buffer, and keeps a scope's results in a returned table", function()
+    local step = gt.tree(function(x)
+      local r = gt.scope(function()
+        local a = axpb(x, 2, 0)
+        local v = a:view { 3 }
+        local tmp = axpb(x, 5, 0)
+        return { a = v, n = 1 }, tmp:view { 3 }
+      end)
+      return r.a
+    end)
+    local x = gt.from { 1, 2, 3 }
+    for _ = 1, 3 do assert.tensor_near({ 2, 4, 6 }, step(x)) end
+    local base = gt.from { 1, 2, 3, 4 }
+    local v = base:narrow(1, 2, 2)
+    v:free()
+    assert.is_true(base:is_stale())
+  end)
+
+  it("nests scopes: an inner scope's result belongs to the outer one", function()
+    local inner_kept
+    local step = gt.tree(function(x)
+      return gt.scope(function()
+        local h = gt.scope(function()
+          local t = axpb(x, 3, 0)
+          inner_kept = t
+          return axpb(t, 1, 1)
+        end)
+        return axpb(h, 2, 0)
+      end)
+    end)
+    local x = gt.from { 1, 2 }
+    for _ = 1, 3 do
+      assert.tensor_near({ 8, 14 }, step(x))
+      assert.stale(inner_kept)
+    end
+  end)
+
+  it("frees ordinary memory at the end of a scope outside trees", function()
+    local before = gt.memory()
+    local y = gt.scope(function()
+      local a = gt.zeros { 1024 * 1024 }
+      local b = gt.zeros { 1024 * 1024 }
+      return ops.add(a, b)
+    end)
+    assert.are.equal(before + 4 * 1024 * 1024, gt.memory())
+    assert.tensor_near({ 0, 0 }, y:narrow(1, 1, 2))
+    y:free()
+    assert.are.equal(before, gt.memory())
+    -- an error inside the scope releases nothing and leaves scopes usable
+    assert.has_error(function() gt.scope(function() error("boom") end) end, "boom")
+    local z = gt.scope(function() return gt.ones { 2 } end)
+    assert.tensor_near({ 1, 1 }, z)
+  end)
+
+  -- Scoped: a layer's temporary goes at the scope's end, and its input once
+  -- the layer has read it (queue order makes the free safe right away).
+  local function chain(x, W, scoped)
+    local h = x
+    for i = 1, 16 do
+      if scoped then
+        local nh = gt.scope(function(v) return ops.tanh(ops.linear(v, W)) end, h)
+        if i > 1 then h:free() end
+        h = nh
+      else
+        h = ops.tanh(ops.linear(h, W))
+      end
+    end
+    return h
+  end
+
+  it("keeps a 16-layer chain's high water to a few layer outputs when layers are scoped", function()
+    local W = gt.randn({ 64, 64 }, { seed = 3, scale = 0.1 }):static()
+    local x = gt.randn({ 16, 64 }, { seed = 4 })
+    local layer = 16 * 64 * 4
+    local plain = gt.tree(function(v) return chain(v, W, false) end)
+    local scoped = gt.tree(function(v) return chain(v, W, true) end)
+    for _ = 1, 3 do assert.tensor_near(plain(x):tolist(), scoped(x), 1e-5) end
+    local sp, ss = plain:stats(), scoped:stats()
+    assert.is_true(sp.pool.high_water >= 32 * layer, "unscoped high water " .. sp.pool.high_water)
+    assert.is_true(ss.pool.high_water <= 4 * layer, "scoped high water " .. ss.pool.high_water)
+    assert.is_true(sp.node[0].reusable_bytes >= 28 * layer, "unscoped reusable " .. sp.node[0].reusable_bytes)
+    assert.is_true(ss.node[0].reusable_bytes <= layer, "scoped reusable " .. ss.node[0].reusable_bytes)
+  end)
+
+  it("makes the releases part of the key: the same launches released otherwise are another node", function()
+    local step = gt.tree(function(x, rel)
+      local a = axpb(x, 2, 0)
+      local b = axpb(a, 1, 1)
+      if rel then a:free() end
+      return b
+    end)
+    local x = gt.from { 1, 2 }
+    for _ = 1, 3 do step(x, false); step(x, true) end
+    assert.are.same(2, step:stats().nodes)
+  end)
+
+  it("does not run the garbage collector to record a path", function()
+    local step = gt.tree(function(x) return axpb(axpb(x, 2, 0), 1, 1) end)
+    local x = gt.from { 1, 2 }
+    step(x)
+    collectgarbage("collect")
+    collectgarbage("stop")
+    for _ = 1, 20000 do local _ = { 1, 2, 3 } end      -- garbage a full collection would free
+    local before = collectgarbage("count")
+    step(x)                                           -- records
+    local after = collectgarbage("count")
+    collectgarbage("restart")
+    assert.are.same(1, step:stats().recorded)
+    assert.is_true(after >= before, ("the heap shrank from %.0f to %.0f KiB"):format(before, after))
+  end)
+
+  it("counts every visit of a node exactly once: a whole-graph update is not also a replay", function()
+    local x1, x2 = gt.from { 1, 2 }, gt.from { 3, 4 }
+    local step = gt.tree(function(x)
+      local y = gt.tensor { 2 }
+      y:copy(x)                                       -- a copy node: a moved source updates the graph
+      return axpb(y, 2, 0)
+    end)
+    for i = 1, 12 do
+      local x = i % 2 == 0 and x1 or x2
+      assert.tensor_near({ 2 * x:tolist()[1], 2 * x:tolist()[2] }, step(x))
+    end
+    for _, n in pairs(step:stats().node) do
+      assert.are.equal(n.visits, n.warmups + n.records + n.replays + n.updates + n.eager)
+    end
+  end)
+
+  it("counts a call beyond the last bucket as a call of the tree whose outputs go stale", function()
+    local step = gt.tree(function(x) return axpb(x, 2, 0) end, { buckets = { dim = 1, sizes = { 2, 4 } } })
+    local y = step(gt.from { 1, 2, 3, 4, 5 })
+    assert.tensor_near({ 2, 4, 6, 8, 10 }, y)
+    step(gt.from { 1 })
+    assert.stale(y)
+    local s = step:stats()
+    assert.are.same(2, s.calls)
+    assert.are.same(1, s.eager)
+    assert.are.same(1, s.skips["beyond buckets"])
+  end)
+end)
