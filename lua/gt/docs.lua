@@ -23,6 +23,7 @@ gt: CUDA graph trees scripted from Lua (require "gt"; preloaded by gtlua).
   kernels   gt.compile gt.load; K.name(grid, block, ...); K.name:config(grid, block [, smem])
   ops       gt.ops.linear matmul add mul axpby relu gelu tanh sigmoid softmax layernorm rmsnorm sum max argmax embedding
   trees     gt.tree; tree(...); tree:stats trim floor dot json report; gt.cut gt.sync
+  lifetimes gt.scope; t:free()
   looking   print(tree), gt.profile, gt.help
   misc      gt.backend gt.device gt.clock gt.memory; gt.buckets.pow2 linear
 gt.help("name") for one of them; gt.help() lists every name.]],
@@ -85,6 +86,20 @@ t:static() -> t, marked as a weight
 t:contiguous() -> t when contiguous, else a contiguous copy]],
   ["tensor:is_stale"] = [[
 t:is_stale() -> true when a later call of the tree that returned t reused its memory]],
+  ["tensor:free"] = [[
+t:free(): releases t's memory now (and every view of its buffer)
+  Using t (or a view) afterwards raises, naming where it was released. In a
+  tree call the release takes effect in queue order: launches queued before
+  the free still read t; only launches queued after it may reuse the memory.
+  local nh = layer(h); h:free(); h = nh     -- a chain that keeps one layer]],
+  ["gt.scope"] = [[
+gt.scope(fn, ...) -> fn(...)'s results
+  When fn returns, every tensor made inside it that is not among its results
+  (or in a table it returns, one level deep) is released, as by t:free().
+  Tensors of a tree call otherwise keep their memory until the tree's next
+  call: no garbage collector decides what a recorded graph overwrites. The
+  same inside and outside trees, in every mode.
+  h = gt.scope(function() return gt.ops.gelu(gt.ops.linear(h, W1, b1)) end)]],
   ["tensor:dim"] = [[
 t:dim() -> the number of dimensions]],
   ["tensor:size"] = [[
@@ -157,7 +172,8 @@ tree:stats() -> a plain table
     skipped, skips = {[reason] = visits}, depth (levels), roots = {ids},
     pool = {reserved, in_use, high_water},                       -- bytes
     node = {[id] = {id, parent, depth, children, label, kernels, visits,
-      warmups, recorded (bool), replays, updates, eager, skip (reason|nil),
+      warmups, recorded (bool), records, replays, updates, eager, skip (reason|nil),
+      reusable_bytes (what freeing each tensor after its last use would save),
       record_us, instantiate_us, replay_cpu_us (mean), gpu_us (mean),
       planned_bytes, checkpoint_bytes, last_call}} }            -- ids from 0
   gpu_us stays 0 unless gt.profile(true).]],

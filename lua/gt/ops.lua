@@ -132,17 +132,31 @@ local function copy_shape(s)
   return r
 end
 
--- s with its last size replaced by n, shared: tensors keep (never change)
--- their shape tables, so a model's step reuses the same few shapes each call.
-local with_last = setmetatable({}, { __mode = "k" })
+-- Shapes derived from an input's shape are interned by value: a trie over
+-- the leading sizes, so a model's step reuses the same few shape tables each
+-- call and builds none (bounded by the distinct shapes a program sees, unlike
+-- a cache keyed by table identity).  Child tables sit under the sizes (>= 0),
+-- results under negative keys and "rows".
+local shape_trie = {}
+local function leading(s)
+  local node = shape_trie
+  for i = 1, #s - 1 do
+    local d = s[i]
+    local nx = node[d]
+    if not nx then nx = {}; node[d] = nx end
+    node = nx
+  end
+  return node
+end
+
+-- s with its last size replaced by n (shared; never change it).
 local function shape_with_last(s, n)
-  local by_n = with_last[s]
-  if not by_n then by_n = {}; with_last[s] = by_n end
-  local r = by_n[n]
+  local node = leading(s)
+  local r = node[-1 - n]
   if not r then
     r = copy_shape(s)
     r[#r] = n
-    by_n[n] = r
+    node[-1 - n] = r
   end
   return r
 end
@@ -156,11 +170,14 @@ local function rows(s, numel)
   return m, n
 end
 
--- Shape with the last dimension dropped ({M} for {M, N}, {1} for {N}).
+-- Shape with the last dimension dropped ({M} for {M, N}, {1} for {N}); shared.
 local function row_shape(s)
-  if #s <= 1 then return { 1 } end
-  local r = {}
-  for i = 1, #s - 1 do r[i] = s[i] end
+  local node = leading(s)
+  local r = node.rows
+  if not r then
+    if #s <= 1 then r = { 1 } else r = {} for i = 1, #s - 1 do r[i] = s[i] end end
+    node.rows = r
+  end
   return r
 end
 
