@@ -24,6 +24,7 @@ M.FULL = {
   hidden = 256, batch = 8, layers = 32, prefix = 8, suffix = 8,
   batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
   warm = 20, reps = 300, pipe = 1000, min_reps = 20, min_pipe = 50,
+  heap_mb = 100, heap_grow = 128,
 }
 
 -- CI-sized: the cpu backend's linear kernel is slow, so few, small steps.
@@ -31,6 +32,7 @@ M.QUICK = {
   hidden = 16, batch = 4, layers = 6, prefix = 2, suffix = 2,
   batches = { 1, 2, 4 }, grow = { 2, 4, 8 },
   warm = 2, reps = 3, pipe = 3, min_reps = 2, min_pipe = 2, quick = true,
+  heap_mb = 4, heap_grow = 8,
 }
 
 -- -- Small helpers -----------------------------------------------------------------
@@ -230,6 +232,31 @@ function M.agree(tree, sc)
   return { max_abs_diff = diff, max_abs = mag, values = n }
 end
 
+-- The call that records a new path while the Lua heap holds heap_mb of live
+-- tables: nothing at record time may depend on the heap's size (no GC).
+function M.record_with_heap(sc, heap_mb)
+  local heap, row = {}, {}
+  collectgarbage()
+  local base = collectgarbage("count")
+  while collectgarbage("count") - base < heap_mb * 1024 do
+    for i = 1, 1000 do row[i] = { i, i + 0.5 } end
+    heap[#heap + 1] = row
+    row = {}
+  end
+  local live_mb = (collectgarbage("count") - base) / 1024
+  local tree = gt.tree(sc.fn, { name = sc.name .. "+heap", warmup = 0, warn_shapes = false })
+  gt.sync()
+  local t0 = clock()
+  tree(sc.args(1))
+  local us = (clock() - t0) * 1e6
+  gt.sync()
+  local nd = tree:stats().node[0] or {}
+  heap = nil
+  collectgarbage()
+  return { heap_mb = live_mb, call_us = us, kernels = nd.kernels, record_us = nd.record_us,
+           instantiate_us = nd.instantiate_us }
+end
+
 local function stats_summary(s)
   return { calls = s.calls, nodes = s.nodes, recorded = s.recorded, warmups = s.warmups, replays = s.replays,
            eager = s.eager, updates = s.updates, skipped = s.skipped, pool_reserved = s.pool.reserved,
@@ -256,6 +283,7 @@ function M.run_scenario(cfg, sc, r)
   r.modes.floor = M.floor(tree, sc, reps, pipe)
   r.stats = stats_summary(tree:stats())
   r.agree = M.agree(tree, sc)
+  if sc.grow and sc.grow == cfg.heap_grow then r.record_heap = M.record_with_heap(sc, cfg.heap_mb) end
   return r, tree
 end
 
@@ -321,6 +349,13 @@ function M.table_text(res)
     local e, t, f = r.record or {}, r.modes.tree or {}, r.modes.floor or {}
     out[#out + 1] = format("%-16s %7s %12.1f %12.1f %12.1f %9.2fx %10.2g", r.name, e.kernels or "-", e.call_us or 0,
       e.record_us or 0, e.instantiate_us or 0, ratio(t.cpu_us, f.cpu_us), r.agree and r.agree.max_abs_diff or 0 / 0)
+  end
+  for _, r in ipairs(res.scenarios) do
+    local h = r.record_heap
+    if h then
+      out[#out + 1] = format("%-16s %7s %12.1f %12.1f %12.1f   (with %.0f MB of live Lua heap)", r.name .. "+heap",
+        h.kernels or "-", h.call_us, h.record_us or 0, h.instantiate_us or 0, h.heap_mb)
+    end
   end
   for _, r in ipairs(res.scenarios) do
     if r.error then out[#out + 1] = format("FAILED %s: %s", r.name, r.error) end
