@@ -107,8 +107,16 @@ int gt_backend_cuda_open(gt_backend *b);
 void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits);
 
 /* Shared helpers the backends use (runtime.c). */
-uint64_t gt_hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 + mix */
-const char *gt_cache_dir(void);   /* $GTLUA_CACHE, else $XDG_CACHE_HOME/gtlua, else ~/.cache/gtlua; created */
+uint64_t gt_hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 + mix (keys, cache entry checks) */
+/* The kernel cache: $GTLUA_CACHE, else $XDG_CACHE_HOME/gtlua, else
+   ~/.cache/gtlua, else /tmp/gtlua-<uid>; created with mode 0700.  NULL when it
+   is refused (not ours, or writable by group or others: it could hold code
+   someone else put there); the reason is queued once for gt_take_warning and
+   kernels are then compiled without caching. */
+const char *gt_cache_dir(void);
+/* gt_cache_dir()/name in out, created 0700 and checked the same way; 0 when
+   usable, -1 when there is no usable cache (a warning queued). */
+int gt_cache_subdir(const char *name, char *out, size_t len);
 double gt_now_us(void);           /* monotonic clock */
 
 #endif
