@@ -71,7 +71,8 @@ struct gt_backend {
   /* Compile one source holding nsigs kernels; on success *mod owns the code
      and fns[i] is the function for sigs[i].  opts: extra compiler options
      separated by spaces (may be NULL).  Results are cached on disk under
-     gt_cache_dir().  On failure b->err holds the compiler's log. */
+     gt_cache_dir() when it is usable, each entry checked (a hash of its
+     bytes) before it is loaded.  On failure b->err holds the compiler's log. */
   int (*compile)(gt_backend *b, const char *src, const char *opts,
                  const gt_ksig *sigs, int nsigs, gt_bmodule **mod, gt_bfunc **fns);
   void (*module_free)(gt_backend *b, gt_bmodule *mod);

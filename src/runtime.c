@@ -52,27 +52,29 @@ const char *gt_take_warning(void) {
 }
 
 /* 0 when dir is a directory fit to hold code: ours, not writable by group or
-   others (a symbolic link to one only when the link is ours or root's);
-   else -1 and the reason in why. */
+   others (a symbolic link to one only when the link is ours or root's); else
+   the reason in why and -1 (no such directory) or -2 (someone else could
+   write it). */
 static int check_private_dir(const char *dir, char *why, size_t len) {
   struct stat ls, st;
   uid_t me = geteuid();
   if (lstat(dir, &ls) != 0 || stat(dir, &st) != 0)
     return snprintf(why, len, "cannot be created or read (%s)", strerror(errno)), -1;
   if (S_ISLNK(ls.st_mode) && ls.st_uid != me && ls.st_uid != 0)
-    return snprintf(why, len, "is a symbolic link owned by uid %u", (unsigned)ls.st_uid), -1;
+    return snprintf(why, len, "is a symbolic link owned by uid %u", (unsigned)ls.st_uid), -2;
   if (!S_ISDIR(st.st_mode)) return snprintf(why, len, "is not a directory"), -1;
   if (st.st_uid != me)
-    return snprintf(why, len, "is owned by uid %u, not by you (uid %u)", (unsigned)st.st_uid, (unsigned)me), -1;
+    return snprintf(why, len, "is owned by uid %u, not by you (uid %u)", (unsigned)st.st_uid, (unsigned)me), -2;
   if (st.st_mode & (S_IWGRP | S_IWOTH))
-    return snprintf(why, len, "is writable by group or others (mode %04o)", (unsigned)(st.st_mode & 07777)), -1;
+    return snprintf(why, len, "is writable by group or others (mode %04o)", (unsigned)(st.st_mode & 07777)), -2;
   return 0;
 }
 
-static void refuse(const char *dir, const char *why) {
-  warn_once("the kernel cache %s %s, so it could hold code someone else put there: it is not used and kernels "
-            "are compiled without caching (slower). Set GTLUA_CACHE to a directory that only you can write "
-            "(e.g. mkdir -m 700).", dir, why);
+/* Queues the warning for a cache directory not used (check: -1 or -2 as above). */
+static void refuse(const char *dir, const char *why, int check) {
+  warn_once("the kernel cache %s %s%s; kernels are compiled without caching (slower). Set GTLUA_CACHE to a "
+            "directory that only you can write (e.g. mkdir -m 700).", dir, why,
+            check == -2 ? ", so it could hold code someone else put there: it is not used" : "");
 }
 
 /* Creates path and its missing parents with mode 0700, then checks path and
@@ -90,10 +92,11 @@ static int make_private_dir(const char *path) {
     *p = c;
     if (!c) break;
   }
-  if (check_private_dir(path, why, sizeof why) != 0) return refuse(path, why), -1;
+  int rc = check_private_dir(path, why, sizeof why);
+  if (rc) return refuse(path, why, rc), -1;
   for (int i = 0; i < n; i++) {
     buf[created[i]] = 0;
-    if (check_private_dir(buf, why, sizeof why) != 0) return refuse(buf, why), -1;
+    if ((rc = check_private_dir(buf, why, sizeof why))) return refuse(buf, why, rc), -1;
     buf[created[i]] = '/';
   }
   return 0;
@@ -110,7 +113,7 @@ const char *gt_cache_dir(void) {
   else if (h && *h) n = snprintf(dir, sizeof dir, "%s/.cache/gtlua", h);
   else n = snprintf(dir, sizeof dir, "/tmp/gtlua-%u", (unsigned)geteuid());   /* per user, never shared */
   while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
-  if (n >= (int)sizeof dir - 64) refuse(dir, "is a path too long"), state = -1;
+  if (n >= (int)sizeof dir - 64) refuse(dir, "is a path too long", -1), state = -1;
   else state = make_private_dir(dir) == 0 ? 1 : -1;
   return state > 0 ? dir : NULL;
 }
@@ -118,7 +121,7 @@ const char *gt_cache_dir(void) {
 int gt_cache_subdir(const char *name, char *out, size_t len) {
   const char *root = gt_cache_dir();
   if (!root) return -1;
-  if (snprintf(out, len, "%s/%s", root, name) >= (int)len) return refuse(root, "is a path too long"), -1;
+  if (snprintf(out, len, "%s/%s", root, name) >= (int)len) return refuse(root, "is a path too long", -1), -1;
   return make_private_dir(out);
 }
 
