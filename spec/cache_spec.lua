@@ -143,6 +143,23 @@ describe("the kernel cache", function()
     assert.are.equal(1, warnings(err), err)
   end)
 
+  if root then
+    it("does not load an entry someone else owns, even in a directory of ours (planted before it was private)", function()
+      local cache, other = dir(), dir()
+      assert.are.equal("1,1,1,1", (run("GTLUA_CACHE=" .. shq(cache), 1)))
+      assert.are.equal("2,2,2,2", (run("GTLUA_CACHE=" .. shq(other), 2)))
+      local e, o = entry(cache), entry(other)
+      for i = 1, 2 do
+        support.spit(e[i], support.slurp(o[i], true))
+        assert(ok("chown 65534 " .. shq(e[i])))
+      end
+      local vals, err = run("GTLUA_CACHE=" .. shq(cache), 1)
+      assert.are.equal("1,1,1,1", vals)
+      assert.are.equal("", err)
+      for i = 1, 2 do assert.are.equal(uid, mode_owner(e[i]):match("%d+$")) end   -- rebuilt
+    end)
+  end
+
   it("treats a damaged entry as a miss and rebuilds it: one changed byte, or garbage", function()
     local cache = dir()
     local env = "GTLUA_CACHE=" .. shq(cache)

@@ -118,6 +118,10 @@ const char *gt_cache_dir(void);
 /* gt_cache_dir()/name in out, created 0700 and checked the same way; 0 when
    usable, -1 when there is no usable cache (a warning queued). */
 int gt_cache_subdir(const char *name, char *out, size_t len);
+/* 0 when the open file fd is a regular file of ours that group and others
+   cannot write: a cache entry older than the directory's checks (planted
+   while the directory was open to others) is a miss, not loaded. */
+int gt_cache_file_ok(int fd);
 double gt_now_us(void);           /* monotonic clock */
 
 #endif

@@ -284,16 +284,17 @@ static void put_opts(FILE *f, const char *opts) {
 static int write_file(const char *path, const char *text, size_t n) {
   FILE *f = fopen(path, "wb");
   if (!f) return -1;
-  int ok = fwrite(text, 1, n, f) == n;
+  int ok = fchmod(fileno(f), 0644) == 0 && fwrite(text, 1, n, f) == n;   /* whatever the umask: see gt_cache_file_ok */
   return (fclose(f) == 0 && ok) ? 0 : -1;
 }
 
-/* The whole of a (small) file in *buf (the caller frees it); -1 when it cannot be read. */
-static int read_file(const char *path, char **buf, size_t *n) {
+/* The whole of a (small) file in *buf (the caller frees it); -1 when it
+   cannot be read, or (mine) is not a file of ours that only we can write. */
+static int read_file(const char *path, int mine, char **buf, size_t *n) {
   FILE *f = fopen(path, "rb");
   long len = -1;
   *buf = NULL;
-  if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && len < (1l << 30) && fseek(f, 0, SEEK_SET) == 0 &&
+  if (f && (!mine || gt_cache_file_ok(fileno(f)) == 0) && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && len < (1l << 30) && fseek(f, 0, SEEK_SET) == 0 &&
       (*buf = malloc((size_t)len + 1)) && fread(*buf, 1, (size_t)len, f) == (size_t)len) {
     fclose(f);
     *n = (size_t)len;
@@ -313,11 +314,11 @@ static void so_trailer(char out[SO_TRAILER_LEN + 1], const char *bytes, size_t n
            (unsigned long long)gt_hash64(bytes, n, 0x67747368656b31ull));   /* "gtshek1" */
 }
 
-/* 0 when so is a whole entry: its trailer matches its bytes. */
+/* 0 when so is a whole entry of ours: its trailer matches its bytes. */
 static int so_verified(const char *so) {
   char *bytes, want[SO_TRAILER_LEN + 1];
   size_t n;
-  if (read_file(so, &bytes, &n) != 0) return -1;
+  if (read_file(so, 1, &bytes, &n) != 0) return -1;
   int ok = n > SO_TRAILER_LEN;
   if (ok) so_trailer(want, bytes, n - SO_TRAILER_LEN);
   ok = ok && !memcmp(bytes + n - SO_TRAILER_LEN, want, SO_TRAILER_LEN);
@@ -329,12 +330,12 @@ static int so_verified(const char *so) {
 static int so_seal(const char *tmp) {
   char *bytes, trailer[SO_TRAILER_LEN + 1];
   size_t n;
-  if (read_file(tmp, &bytes, &n) != 0) return -1;
+  if (read_file(tmp, 0, &bytes, &n) != 0) return -1;
   so_trailer(trailer, bytes, n);
   free(bytes);
   FILE *f = fopen(tmp, "ab");
   if (!f) return -1;
-  int ok = fwrite(trailer, 1, SO_TRAILER_LEN, f) == SO_TRAILER_LEN;
+  int ok = fchmod(fileno(f), 0755) == 0 && fwrite(trailer, 1, SO_TRAILER_LEN, f) == SO_TRAILER_LEN;
   return (fclose(f) == 0 && ok) ? 0 : -1;
 }
 
@@ -342,7 +343,7 @@ static int so_seal(const char *tmp) {
 static int same_file(const char *path, const char *text) {
   char *bytes;
   size_t n;
-  if (read_file(path, &bytes, &n) != 0) return -1;
+  if (read_file(path, 1, &bytes, &n) != 0) return -1;
   int same = n == strlen(text) && !memcmp(bytes, text, n);
   free(bytes);
   return same ? 0 : -1;

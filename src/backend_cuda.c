@@ -544,7 +544,7 @@ static int cache_read(const char *path, int nsigs, cuda_image *img) {
   long start, flen;
   memset(img, 0, sizeof *img);
   if (!f) return -1;
-  if (!fgets(line, sizeof line, f) || sscanf(line, "gtlua-cuda 2 %7s %d %zu %16llx", kind, &n, &size, &sum) != 4 ||
+  if (gt_cache_file_ok(fileno(f)) != 0 || !fgets(line, sizeof line, f) || sscanf(line, "gtlua-cuda 2 %7s %d %zu %16llx", kind, &n, &size, &sum) != 4 ||
       n != nsigs || size == 0 || size > ((size_t)1 << 31))
     goto bad;
   if ((start = ftell(f)) < 0 || fseek(f, 0, SEEK_END) != 0 || (flen = ftell(f)) < start) goto bad;
@@ -586,7 +586,8 @@ static void cache_write(const char *path, const cuda_image *img) {
   memcpy(q, img->data, img->size);
   snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
   if (!(f = fopen(tmp, "wb"))) { free(body); return; }
-  ok = fprintf(f, "gtlua-cuda 2 %s %d %zu %016llx\n", img->ptx ? "ptx" : "cubin", img->n, img->size,
+  ok = fchmod(fileno(f), 0644) == 0;   /* whatever the umask: see gt_cache_file_ok */
+  ok = ok && fprintf(f, "gtlua-cuda 2 %s %d %zu %016llx\n", img->ptx ? "ptx" : "cubin", img->n, img->size,
                (unsigned long long)gt_hash64(body, total, CACHE_SEED)) > 0;
   ok = ok && fwrite(body, 1, total, f) == total;
   ok = (fclose(f) == 0) && ok;

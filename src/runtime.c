@@ -118,6 +118,12 @@ const char *gt_cache_dir(void) {
   return state > 0 ? dir : NULL;
 }
 
+int gt_cache_file_ok(int fd) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH))
+         ? 0 : -1;
+}
+
 int gt_cache_subdir(const char *name, char *out, size_t len) {
   const char *root = gt_cache_dir();
   if (!root) return -1;
