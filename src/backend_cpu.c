@@ -1,5 +1,6 @@
 /* backend_cpu.c - cpu backend: kernels built by the host C++ compiler, run by a thread pool + fibers. */
 #include <ctype.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -131,6 +132,8 @@ typedef struct cpu_backend {
   int tickets, busy, quit;      /* helpers still to join / still running / exit */
   char cxx[128];
   uint64_t prelude_hash;
+  int cache;                    /* 0: not yet looked at, 1: cachedir is the kernel cache, -1: none (refused) */
+  char cachedir[CPU_DIR];
 } cpu_backend;
 
 __attribute__((format(printf, 3, 4)))
@@ -281,8 +284,69 @@ static void put_opts(FILE *f, const char *opts) {
 static int write_file(const char *path, const char *text, size_t n) {
   FILE *f = fopen(path, "wb");
   if (!f) return -1;
-  int ok = fwrite(text, 1, n, f) == n;
+  int ok = fchmod(fileno(f), 0644) == 0 && fwrite(text, 1, n, f) == n;   /* whatever the umask: see gt_cache_file_ok */
   return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+/* The whole of a (small) file in *buf (the caller frees it); -1 when it
+   cannot be read, or (mine) is not a file of ours that only we can write. */
+static int read_file(const char *path, int mine, char **buf, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  long len = -1;
+  *buf = NULL;
+  if (f && (!mine || gt_cache_file_ok(fileno(f)) == 0) && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && len < (1l << 30) && fseek(f, 0, SEEK_SET) == 0 &&
+      (*buf = malloc((size_t)len + 1)) && fread(*buf, 1, (size_t)len, f) == (size_t)len) {
+    fclose(f);
+    *n = (size_t)len;
+    return 0;
+  }
+  if (f) fclose(f);
+  free(*buf), *buf = NULL;
+  return -1;
+}
+
+/* A cached shared object ends with a trailer holding gt_hash64 of the bytes
+   before it (the loader ignores bytes past the ELF contents), so an entry is
+   one file, renamed into place whole, and a damaged or foreign one is a miss. */
+#define SO_TRAILER_LEN 29
+static void so_trailer(char out[SO_TRAILER_LEN + 1], const char *bytes, size_t n) {
+  snprintf(out, SO_TRAILER_LEN + 1, "\ngtlua-so-1 %016llx\n",
+           (unsigned long long)gt_hash64(bytes, n, 0x67747368656b31ull));   /* "gtshek1" */
+}
+
+/* 0 when so is a whole entry of ours: its trailer matches its bytes. */
+static int so_verified(const char *so) {
+  char *bytes, want[SO_TRAILER_LEN + 1];
+  size_t n;
+  if (read_file(so, 1, &bytes, &n) != 0) return -1;
+  int ok = n > SO_TRAILER_LEN;
+  if (ok) so_trailer(want, bytes, n - SO_TRAILER_LEN);
+  ok = ok && !memcmp(bytes + n - SO_TRAILER_LEN, want, SO_TRAILER_LEN);
+  free(bytes);
+  return ok ? 0 : -1;
+}
+
+/* Appends the trailer to the compiler's output (not yet in place). */
+static int so_seal(const char *tmp) {
+  char *bytes, trailer[SO_TRAILER_LEN + 1];
+  size_t n;
+  if (read_file(tmp, 0, &bytes, &n) != 0) return -1;
+  so_trailer(trailer, bytes, n);
+  free(bytes);
+  FILE *f = fopen(tmp, "ab");
+  if (!f) return -1;
+  int ok = fchmod(fileno(f), 0755) == 0 && fwrite(trailer, 1, SO_TRAILER_LEN, f) == SO_TRAILER_LEN;
+  return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+/* 0 when path holds exactly text (the prelude: it is compiled into every kernel). */
+static int same_file(const char *path, const char *text) {
+  char *bytes;
+  size_t n;
+  if (read_file(path, 1, &bytes, &n) != 0) return -1;
+  int same = n == strlen(text) && !memcmp(bytes, text, n);
+  free(bytes);
+  return same ? 0 : -1;
 }
 
 static atomic_uint cpu_tmp_seq;
@@ -291,8 +355,8 @@ static void tmp_name(char *out, const char *dir, uint64_t h, const char *ext) {
            atomic_fetch_add(&cpu_tmp_seq, 1), ext);
 }
 
-/* Compiles text into so, atomically (temp file + rename); on failure
-   GT_BERR with the compiler's log and no file left behind. */
+/* Compiles text into so, sealed with its trailer, atomically (temp file +
+   rename); on failure GT_BERR with the compiler's log and no file left behind. */
 static int run_compiler(gt_backend *b, const char *dir, const char *text, size_t n, const char *flags,
                         const char *so, uint64_t h) {
   cpu_backend *cb = b->impl;
@@ -301,7 +365,7 @@ static int run_compiler(gt_backend *b, const char *dir, const char *text, size_t
   snprintf(pre, sizeof pre, "%s/prelude-%016llx.h", dir, (unsigned long long)cb->prelude_hash);
   tmp_name(src, dir, h, ".cpp"), tmp_name(tmp, dir, h, ".so"), tmp_name(ptmp, dir, h, ".h");
   const char *prelude = gt_cpu_prelude_text();
-  if ((access(pre, R_OK) != 0 && (write_file(ptmp, prelude, strlen(prelude)) != 0 || rename(ptmp, pre) != 0)) ||
+  if ((same_file(pre, prelude) != 0 && (write_file(ptmp, prelude, strlen(prelude)) != 0 || rename(ptmp, pre) != 0)) ||
       write_file(src, text, n) != 0) {
     int e = errno;
     unlink(ptmp), unlink(src);
@@ -333,7 +397,7 @@ static int run_compiler(gt_backend *b, const char *dir, const char *text, size_t
     rc = cpu_fail(b, GT_BERR, "cpu: cannot run the C++ compiler '%s'; install g++ or set GTLUA_CXX:\n%s", cb->cxx, log);
   else if (st != 0)
     rc = cpu_fail(b, GT_BERR, "cpu: kernel compile failed:\n%s", loglen ? log : "(no compiler output)");
-  else if (rename(tmp, so) != 0)
+  else if (so_seal(tmp) != 0 || rename(tmp, so) != 0)
     rc = cpu_fail(b, GT_BERR, "cpu: cannot store %s in the kernel cache (%s); check its permissions.",
                   so, strerror(errno));
   if (rc != GT_BOK) unlink(tmp);
@@ -380,32 +444,57 @@ static int load_module(gt_backend *b, const char *so, const char *src, const gt_
   return rc;
 }
 
+/* The kernel cache's cpu/ directory in dir, or when the cache is refused a
+   fresh private directory of its own (*scratch = 1) that the caller removes. */
+static int cache_dir(gt_backend *b, char *dir, int *scratch) {
+  cpu_backend *cb = b->impl;
+  const char *tmp = getenv("TMPDIR");
+  if (!cb->cache) cb->cache = gt_cache_subdir("cpu", cb->cachedir, sizeof cb->cachedir) == 0 ? 1 : -1;
+  *scratch = cb->cache < 0;
+  if (!*scratch) return snprintf(dir, CPU_DIR, "%s", cb->cachedir), GT_BOK;
+  snprintf(dir, CPU_DIR, "%s/gtlua-nocache-XXXXXX", tmp && *tmp && strlen(tmp) < CPU_DIR - 64 ? tmp : "/tmp");
+  if (!mkdtemp(dir))
+    return cpu_fail(b, GT_BERR, "cpu: cannot create a directory to compile kernels in (%s: %s); set TMPDIR or "
+                    "GTLUA_CACHE to a writable directory.", dir, strerror(errno));
+  return GT_BOK;
+}
+
+static void remove_scratch(const char *dir) {
+  char path[CPU_PATH];
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name), unlink(path);
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
+/* A cached entry is loaded only from the checked cache directory and only
+   when its trailer matches; anything else is a miss, compiled again. */
 static int cpu_compile(gt_backend *b, const char *src, const char *opts, const gt_ksig *sigs, int nsigs,
                        gt_bmodule **mod, gt_bfunc **fns) {
   cpu_backend *cb = b->impl;
   char dir[CPU_DIR], so[CPU_PATH], *text = NULL, *flags = NULL;
   size_t ntext = 0, nflags = 0;
+  int scratch = 0;
   FILE *ft = open_memstream(&text, &ntext), *ff = open_memstream(&flags, &nflags);
   if (ft) build_source(ft, src, sigs, nsigs);
   if (ff) put_opts(ff, opts);
   int oom = !ft || fclose(ft) != 0, rc = GT_BOK;
   oom |= !ff || fclose(ff) != 0;
   if (oom) rc = cpu_fail(b, GT_BOOM, "cpu: out of host memory while preparing a kernel source.");
-  else if (snprintf(dir, sizeof dir, "%s/cpu", gt_cache_dir()) >= (int)sizeof dir)
-    rc = cpu_fail(b, GT_BERR, "cpu: the kernel cache path %s is too long; set GTLUA_CACHE to a shorter one.",
-                  gt_cache_dir());
-  else if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    rc = cpu_fail(b, GT_BERR, "cpu: cannot create the kernel cache %s (%s); set GTLUA_CACHE to a writable directory.",
-                  dir, strerror(errno));
+  else rc = cache_dir(b, dir, &scratch);
   if (rc == GT_BOK) {
     uint64_t h = gt_hash64(text, ntext, 0x67746370753031ull);   /* "gtcpu01" */
     h = gt_hash64(flags, nflags, h ^ cb->prelude_hash);
     h = gt_hash64(cb->cxx, strlen(cb->cxx), h);
     snprintf(so, sizeof so, "%s/%016llx.so", dir, (unsigned long long)h);
-    if (access(so, R_OK) != 0) rc = run_compiler(b, dir, text, ntext, flags, so, h);   /* else: cached */
+    if (scratch || so_verified(so) != 0) rc = run_compiler(b, dir, text, ntext, flags, so, h);   /* else: cached */
   }
   free(text), free(flags);
-  return rc == GT_BOK ? load_module(b, so, src, sigs, nsigs, mod, fns) : rc;
+  if (rc == GT_BOK) rc = load_module(b, so, src, sigs, nsigs, mod, fns);
+  if (scratch) remove_scratch(dir);   /* a loaded object stays mapped */
+  return rc;
 }
 
 /* -- Executor: fibers and warps ----------------------------------------- */

@@ -507,7 +507,7 @@ static void image_free(cuda_image *img) {
 }
 
 static uint64_t cache_key(cuda_impl *I, const char *src, const char *opts, const gt_ksig *sigs, int nsigs) {
-  static const char tag[] = "gtlua-cuda-cache-1";
+  static const char tag[] = "gtlua-cuda-cache-2";
   uint64_t h = gt_hash64(tag, sizeof tag, 0);
   h = gt_hash64(src, strlen(src) + 1, h);
   h = gt_hash64(opts ? opts : "", opts ? strlen(opts) + 1 : 1, h);
@@ -517,46 +517,58 @@ static uint64_t cache_key(cuda_impl *I, const char *src, const char *opts, const
   return h;
 }
 
-/* Fills path with gt_cache_dir()/cuda/<key>.cubin; 0 when there is no cache. */
+/* Fills path with gt_cache_dir()/cuda/<key>.cubin; 0 when there is no cache
+   (none could be made, or it was refused as not private: see gt_cache_dir). */
 static int cache_path(cuda_impl *I, uint64_t key, char *path, size_t len) {
   if (!*I->cachedir) {
-    const char *root = gt_cache_dir();
+    char dir[sizeof I->cachedir];
     snprintf(I->cachedir, sizeof I->cachedir, "-");
-    if (root && strlen(root) + 8 < sizeof I->cachedir) {
-      char dir[sizeof I->cachedir];
-      snprintf(dir, sizeof dir, "%s/cuda", root);
-      if (mkdir(dir, 0755) == 0 || errno == EEXIST) memcpy(I->cachedir, dir, sizeof dir);
-    }
+    if (gt_cache_subdir("cuda", dir, sizeof dir) == 0 && strlen(dir) + 32 < sizeof dir)
+      memcpy(I->cachedir, dir, sizeof dir);
   }
   if (!strcmp(I->cachedir, "-")) return 0;
   return snprintf(path, len, "%s/%016llx.cubin", I->cachedir, (unsigned long long)key) < (int)len;
 }
 
-/* File: "gtlua-cuda 1 cubin|ptx <n> <size>\n", n lowered names one a line, then size bytes. */
+/* File: "gtlua-cuda 2 cubin|ptx <n> <size> <sum>\n", n lowered names one a
+   line, then size bytes; sum: gt_hash64 (16 hex digits) of everything after
+   the first line, so that a damaged or foreign entry is a miss. */
+#define CACHE_SEED 0x67746375626e32ull   /* "gtcubn2" */
+
 static int cache_read(const char *path, int nsigs, cuda_image *img) {
   FILE *f = fopen(path, "rb");
-  char kind[8], line[4096];
+  char kind[8], line[256], *body = NULL, *p, *end;
   int n;
-  size_t size;
+  size_t size, total;
+  unsigned long long sum;
+  long start, flen;
   memset(img, 0, sizeof *img);
   if (!f) return -1;
-  if (!fgets(line, sizeof line, f) || sscanf(line, "gtlua-cuda 1 %7s %d %zu", kind, &n, &size) != 3 ||
-      n != nsigs || size == 0 || size > ((size_t)1 << 31) ||
-      !(img->lowered = calloc((size_t)(n > 0 ? n : 1), sizeof *img->lowered)))
+  if (gt_cache_file_ok(fileno(f)) != 0 || !fgets(line, sizeof line, f) || sscanf(line, "gtlua-cuda 2 %7s %d %zu %16llx", kind, &n, &size, &sum) != 4 ||
+      n != nsigs || size == 0 || size > ((size_t)1 << 31))
     goto bad;
+  if ((start = ftell(f)) < 0 || fseek(f, 0, SEEK_END) != 0 || (flen = ftell(f)) < start) goto bad;
+  total = (size_t)(flen - start);
+  if (total < size || total - size > ((size_t)1 << 24) || fseek(f, start, SEEK_SET) != 0 ||
+      !(body = malloc(total)) || fread(body, 1, total, f) != total || gt_hash64(body, total, CACHE_SEED) != sum)
+    goto bad;
+  if (!(img->lowered = calloc((size_t)(n > 0 ? n : 1), sizeof *img->lowered))) goto bad;
   img->ptx = !strcmp(kind, "ptx");
+  p = body, end = body + total - size;   /* the names end where the code starts */
   for (; img->n < n; img->n++) {
-    size_t l;
-    if (!fgets(line, sizeof line, f) || (l = strlen(line)) < 2 || line[l - 1] != '\n') goto bad;
-    line[l - 1] = 0;
-    if (!(img->lowered[img->n] = strdup(line))) goto bad;
+    char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl || nl == p || !(img->lowered[img->n] = strndup(p, (size_t)(nl - p)))) goto bad;
+    p = nl + 1;
   }
-  img->size = size;
-  if (!(img->data = malloc(size + 1)) || fread(img->data, 1, size, f) != size || fgetc(f) != EOF) goto bad;
+  if (p != end || !(img->data = malloc(size + 1))) goto bad;
+  memcpy(img->data, end, size);
   img->data[size] = 0;
+  img->size = size;
+  free(body);
   fclose(f);
   return 0;
 bad:
+  free(body);
   fclose(f);
   image_free(img);
   return -1;
@@ -564,15 +576,22 @@ bad:
 
 /* Best effort: a failed write leaves no file behind and is not an error. */
 static void cache_write(const char *path, const cuda_image *img) {
-  char tmp[4200];
+  char tmp[4200], *body, *q;
   FILE *f;
   int ok;
+  size_t total = img->size;
+  for (int i = 0; i < img->n; i++) total += strlen(img->lowered[i]) + 1;
+  if (!(body = q = malloc(total + 1))) return;
+  for (int i = 0; i < img->n; i++) q += sprintf(q, "%s\n", img->lowered[i]);
+  memcpy(q, img->data, img->size);
   snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-  if (!(f = fopen(tmp, "wb"))) return;
-  ok = fprintf(f, "gtlua-cuda 1 %s %d %zu\n", img->ptx ? "ptx" : "cubin", img->n, img->size) > 0;
-  for (int i = 0; ok && i < img->n; i++) ok = fprintf(f, "%s\n", img->lowered[i]) > 0;
-  ok = ok && fwrite(img->data, 1, img->size, f) == img->size;
+  if (!(f = fopen(tmp, "wb"))) { free(body); return; }
+  ok = fchmod(fileno(f), 0644) == 0;   /* whatever the umask: see gt_cache_file_ok */
+  ok = ok && fprintf(f, "gtlua-cuda 2 %s %d %zu %016llx\n", img->ptx ? "ptx" : "cubin", img->n, img->size,
+               (unsigned long long)gt_hash64(body, total, CACHE_SEED)) > 0;
+  ok = ok && fwrite(body, 1, total, f) == total;
   ok = (fclose(f) == 0) && ok;
+  free(body);
   if (!ok || rename(tmp, path) != 0) unlink(tmp);
 }
 
@@ -686,8 +705,9 @@ static int module_load(cuda_impl *I, const cuda_image *img, const gt_ksig *sigs,
   return GT_BOK;
 }
 
-/* A cache hit calls no NVRTC function; a cache file that fails to load is
-   removed and the source compiled again. */
+/* A cache hit calls no NVRTC function; a cache file that fails its check is
+   a miss (overwritten), one that fails to load is removed, and the source is
+   compiled again. */
 static int cuda_compile(gt_backend *b, const char *src, const char *opts, const gt_ksig *sigs, int nsigs,
                         gt_bmodule **mod, gt_bfunc **fns) {
   cuda_impl *I = b->impl;

@@ -131,6 +131,7 @@ int gt_sync(gt_runtime *rt);                     /* ends the segment in a tree c
 int gt_profile(gt_runtime *rt, int on);          /* GPU time per node; returns the previous setting */
 uint64_t gt_mem_in_use(gt_runtime *rt);          /* ordinary (non-tree) memory in use, bytes */
 double gt_clock_us(void);
+const char *gt_take_warning(void);               /* a runtime warning not yet shown (e.g. the kernel cache refused), once; NULL when none */
 int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits); /* cuda: NVRTC runs and CUBIN cache hits; GT_ERR elsewhere */                        /* a monotonic wall clock, microseconds */
 
 /* -- Buffers ------------------------------------------------------------ */

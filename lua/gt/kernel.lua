@@ -135,6 +135,8 @@ return function(gt)
   -- Compiles src (named chunk in messages) into a table of kernels; errors at level 3.
   local function compile(src, opts, chunk)
     local m = C.gt_compile(rt, src, opts.options, chunk, opts.graph == false and 0 or 1)
+    local w = C.gt_take_warning()   -- e.g. the kernel cache refused: shown once
+    if w ~= nil then gt.on_warning(ffi.string(w)) end
     if m == nil then error(gt._errmsg(), 3) end
     local K = {}
     for i = 0, C.gt_module_count(m) - 1 do
