@@ -81,8 +81,10 @@ end
 -- The parameter list in file order: name, shape, init = {scale, shift}.
 local function layout(c)
   local D, V, T, L = c.hidden, c.vocab, c.ctx, c.layers
-  local std, proj = 0.02, 0.02 / sqrt(2 * L)
-  local list = { { "wte", { V, D }, std }, { "wpe", { T, D }, 0.01 } }
+  -- matrices 1/sqrt(fan_in) (GPT-2's 0.02 with a tied head makes greedy
+  -- decoding of random weights repeat the last token forever)
+  local std, proj, fc = 1 / sqrt(D), 1 / sqrt(2 * L * D), 1 / sqrt(8 * L * D)
+  local list = { { "wte", { V, D }, 0.02 }, { "wpe", { T, D }, 0.01 } }
   for l = 1, L do
     local p = "h" .. l .. "."
     for _, e in ipairs {
@@ -91,7 +93,7 @@ local function layout(c)
       { "wproj", { D, D }, proj }, { "bproj", { D }, 0 },
       { "ln2_g", { D }, 0, 1 }, { "ln2_b", { D }, 0 },
       { "wfc", { D, 4 * D }, std }, { "bfc", { 4 * D }, 0 },
-      { "wout", { 4 * D, D }, proj }, { "bout", { D }, 0 },
+      { "wout", { 4 * D, D }, fc }, { "bout", { D }, 0 },
     } do list[#list + 1] = { p .. e[1], e[2], e[3], e[4] } end
   end
   list[#list + 1] = { "lnf_g", { D }, 0, 1 }
@@ -115,8 +117,9 @@ local function finish_weights(c, w)
   return w
 end
 
---- random_weights(cfg [, seed]) -> weights: GPT-2's init (normal 0.02, scaled
---- projections, layernorm 1/0, zero biases), filled on the device.
+--- random_weights(cfg [, seed]) -> weights: normal, embeddings 0.02 / 0.01,
+--- matrices 1/sqrt(fan_in) (output projections scaled down by the depth),
+--- layernorm 1/0, zero biases; filled on the device.
 function M.random_weights(c, seed)
   seed = seed or 1
   local w, fill = {}, flat("randn_f32")
@@ -253,7 +256,8 @@ end
 -- flags are read every opts.check_every steps, default 8; opts.all = true
 -- never stops early).  opts.on_step(i, tok, logits) sees each generated
 -- step's outputs (valid until the next call).  result = { steps, tokens =
--- B rows of ids, seconds (wall time of the loop, synced), positions }.
+-- B rows of ids, seconds (wall time of the loop, synced), calls (of run),
+-- host_us (mean wall time of one run call, unsynced: the host's cost) }.
 function M.generate(m, run, prompt, steps, opts)
   opts = opts or {}
   local B, P = #prompt, #prompt[1]
@@ -270,10 +274,12 @@ function M.generate(m, run, prompt, steps, opts)
   m.hist_base = P - 1
   gt.sync()
   local t0 = gt.clock()
-  local tok, n = nil, 0
+  local tok, n, host, clock = nil, 0, 0, gt.clock
   for pos = 0, P + steps - 2 do
     local generating = pos >= P - 1
+    local c0 = clock()
     local t, logits = run(pos < P and cols[pos + 1] or tok, pos, generating and 1 or 0)
+    host = host + (clock() - c0)
     tok = t
     if generating then
       n = n + 1
@@ -289,7 +295,7 @@ function M.generate(m, run, prompt, steps, opts)
     tokens[b] = {}
     for i = 1, n do tokens[b][i] = h[b][i] end
   end
-  return { steps = n, tokens = tokens, seconds = secs, positions = P - 1 + n }
+  return { steps = n, tokens = tokens, seconds = secs, calls = P - 1 + n, host_us = host * 1e6 / (P - 1 + n) }
 end
 
 --- random_prompt(cfg, B, P [, seed]) -> B rows of P token ids (never eot)
