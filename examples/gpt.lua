@@ -187,7 +187,7 @@ function M.new(c, w)
     m.vc[l] = gt.zeros { Bmax, T, D }
   end
   m.done = gt.zeros({ Bmax }, "i32")      -- 1 once a sequence has produced eot
-  m.hist = gt.zeros({ Bmax, 1 }, "i32")   -- generated tokens [b, step]; generate() sizes it
+  m.hist = gt.zeros({ Bmax, T }, "i32")   -- generated tokens [b, step] (one size: one tree key)
 
   local KK = kernels()
   local embed, store = flat("embed_pos_f32"), flat("kv_store_f32")
@@ -270,7 +270,7 @@ function M.generate(m, run, prompt, steps, opts)
     cols[t] = gt.from(col, "i32")
   end
   m.done:fill(0)
-  if m.hist.shape[2] ~= steps then m.hist = gt.zeros({ m.bmax, steps }, "i32") else m.hist:fill(0) end
+  m.hist:fill(0)
   m.hist_base = P - 1
   gt.sync()
   local t0 = gt.clock()

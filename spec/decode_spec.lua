@@ -107,6 +107,11 @@ describe("the GPT decoder (tiny config)", function()
     assert.are.equal(4, r.steps)
     assert.are.same({ free.tokens[1][1], free.tokens[1][2], free.tokens[1][2], free.tokens[1][2] }, r.tokens[1])
   end)
+
+  it("keeps one node per bucket across other step counts, end tokens and positions", function()
+    assert.nodes(step, 3)                            -- buckets 1, 2, 4 from the cases above
+    assert.recorded(step, 3)
+  end)
 end)
 
 describe("the weight file", function()

@@ -150,6 +150,7 @@ def main(argv=None) -> int:
     dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
     os.makedirs(a.dir, exist_ok=True)
     wpath, dpath = os.path.join(a.dir, "gpt_weights.bin"), os.path.join(a.dir, "gpt_gtlua.bin")
 
