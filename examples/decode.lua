@@ -5,7 +5,7 @@
 --
 --   gtlua examples/decode.lua                       (full GPT-2 small on cuda, tiny on cpu)
 --   gtlua examples/decode.lua --tiny|--full [--batches 1,3,8] [--prompt 8] [--steps 64]
---        [--vocab N] [--eot N] [--check-every 8] [--seed N]
+--        [--vocab N] [--ctx N] [--eot N] [--check-every 8] [--seed N]
 --   gtlua examples/decode.lua --weights FILE --dump OUT [--steps 32]
 --
 -- --weights loads weights and the prompt from a file (scripts/bench/gpt_check.py
@@ -19,11 +19,11 @@ local here = (arg and arg[0] and arg[0]:match("^(.*)/[^/]*$")) or "examples"
 local gpt = dofile(here .. "/gpt.lua")
 
 local USAGE = "usage: gtlua examples/decode.lua [--tiny|--full] [--batches 1,3,8] [--prompt N] [--steps N] " ..
-  "[--vocab N] [--eot N] [--check-every K] [--seed N] [--weights FILE [--dump OUT]]"
+  "[--vocab N] [--ctx N] [--eot N] [--check-every K] [--seed N] [--weights FILE [--dump OUT]]"
 
 local function parse(argv)
   local o, i = {}, 1
-  local valued = { ["--batches"] = true, ["--prompt"] = true, ["--steps"] = true, ["--vocab"] = true,
+  local valued = { ["--batches"] = true, ["--prompt"] = true, ["--steps"] = true, ["--vocab"] = true, ["--ctx"] = true,
                    ["--eot"] = true, ["--check-every"] = true, ["--seed"] = true, ["--weights"] = true,
                    ["--dump"] = true }
   while i <= #argv do
@@ -64,7 +64,7 @@ local function main(argv)
   io.stdout:setvbuf("line")
   local o = parse(argv)
   local size = o.size or (gt.backend() == "cpu" and "tiny" or "full")
-  local over = { vocab = tonumber(o.vocab), eot = tonumber(o.eot), seed = tonumber(o.seed) }
+  local over = { vocab = tonumber(o.vocab), ctx = tonumber(o.ctx), eot = tonumber(o.eot), seed = tonumber(o.seed) }
   local cfg, w, file_prompt, source
   if o.weights then
     cfg, w, file_prompt = gpt.load(o.weights, over)
