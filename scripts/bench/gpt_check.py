@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=3)
     ap.add_argument("--prompt", type=int, default=8)
     ap.add_argument("--tol", type=float, default=1e-3)
-    ap.add_argument("--dir", default=os.environ.get("OUT") or "build/gpt_check")
+    ap.add_argument("--dir", default="build/gpt_check", help="where the weight and dump files go (~640 MiB)")
     ap.add_argument("--device", default=None, choices=["cuda", "cpu"], help="PyTorch's device (default: cuda if any)")
     a = ap.parse_args(argv)
     try:
