@@ -43,12 +43,14 @@ describe("the bench in --quick form", function()
       is_positive(r.record.instantiate_us, r.name .. " instantiate_us")
       is_positive(r.record.kernels, r.name .. " recorded kernels")
     end
-    assert.are.same({ "chain", "branch", "shapes", "shapes+buckets", "grow-2", "grow-4", "grow-8" }, names)
+    assert.are.same({ "chain", "branch", "shapes", "shapes+buckets", "grow-2", "grow-4", "grow-8",
+                      "decode-1", "decode-2" }, names)
     assert.are.equal(gt.backend(), res.device.backend)
   end)
 
   it("replays in tree mode: every node recorded once, no eager visits", function()
     local cfg = bench.QUICK
+    -- decode-B: one node, whatever the position (a scalar patched on replay)
     local want_nodes = { chain = 1, branch = 3, shapes = #cfg.batches, ["shapes+buckets"] = #cfg.batches }
     for _, r in ipairs(res.scenarios) do
       local s = r.stats
@@ -210,5 +212,24 @@ describe("report.lua", function()
     local v = report.decode('{"a": [1, -2.5e3, true, null, "x\\"\\u00e9\\n"], "b": {}}')
     assert.are.same({ a = { 1, -2500, true, nil, 'x"é\n' }, b = {} }, v)
     assert.has_error(function() report.decode('{"a": }') end)
+  end)
+end)
+
+describe("report.lua's decode table", function()
+  it("gives tokens/s and host µs per token for each batch size and mode", function()
+    local function m(c, p) return { cpu_us = c, step_us = p, pipe_us = p } end
+    local inp = {
+      gtlua = { scenarios = { { name = "decode-1", batch = 1, modes = { eager = m(500, 1000), tree = m(60, 800), floor = m(5, 790) } },
+                              { name = "decode-8", batch = 8, modes = { tree = m(64, 1000) } } } },
+      torch = { scenarios = { { name = "decode-8", modes = { reduce_overhead = m(400, 2000), eager = { skipped = "x" } } } } } }
+    local md = report.decode_section(inp)
+    for _, want in ipairs { "| mode | batch 1 tokens/s | batch 1 host µs/token | batch 8 tokens/s | batch 8 host µs/token |",
+                            "| gtlua eager | 1000 | 500.0 | — | — |",
+                            "| gtlua tree (replay) | 1250 | 60.0 | 8000 | 8.00 |",
+                            "| PyTorch reduce-overhead | — | — | 4000 | 50.0 |" } do
+      assert.is_truthy(md:find(want, 1, true), "the decode table lacks: " .. want .. "\n" .. md)
+    end
+    assert.is_falsy(md:find("PyTorch eager", 1, true))
+    assert.is_nil(report.decode_section { gtlua = { scenarios = {} } })
   end)
 end)

@@ -1,6 +1,6 @@
--- gtlua_bench: the gtlua benchmark scenarios (chain, branch, shapes, grow) in eager, tree and floor modes.
+-- gtlua_bench: the gtlua benchmark scenarios (chain, branch, shapes, grow, decode) in eager, tree and floor modes.
 --
---   gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only chain,grow]
+--   gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only chain,grow,decode]
 --
 -- Every figure is a median in microseconds after warmup steps:
 --   cpu_us   wall time around one step call, no sync (the host's cost to issue)
@@ -9,6 +9,9 @@
 -- eager = the model function called outside any tree (launches one by one);
 -- tree = the same function in gt.tree, replaying; floor = tree:floor(), the
 -- last call's recorded graphs launched back to back from C with no tree logic.
+-- decode-B: one greedy decode step of examples/gpt.lua's GPT-2-small-shaped
+-- model (KV cache, tree with batch buckets 1..16) at batch B, the position
+-- cycling over the cache; tokens/s = B / pipe_us, host µs per token = cpu_us / B.
 -- Loaded with dofile() the file returns its functions (spec/bench_spec.lua).
 local gt = require "gt"
 
@@ -25,6 +28,7 @@ M.FULL = {
   batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
   warm = 20, reps = 300, pipe = 1000, min_reps = 20, min_pipe = 50,
   heap_mb = 100, heap_grow = 128,
+  decode = { model = "FULL", batches = { 1, 8 }, ctx = 256 },
 }
 
 -- CI-sized: the cpu backend's linear kernel is slow, so few, small steps.
@@ -33,6 +37,7 @@ M.QUICK = {
   batches = { 1, 2, 4 }, grow = { 2, 4, 8 },
   warm = 2, reps = 3, pipe = 3, min_reps = 2, min_pipe = 2, quick = true,
   heap_mb = 4, heap_grow = 8,
+  decode = { model = "TINY", batches = { 1, 2 }, ctx = 16 },
 }
 
 -- -- Small helpers -----------------------------------------------------------------
@@ -137,6 +142,39 @@ function M.scenarios(cfg, m)
   for _, n in ipairs(cfg.grow) do
     list[#list + 1] = { name = "grow-" .. n, grow = n, label = format("chain of %d linear+relu kernels", n),
       fn = function(v) return m.chain(v, n) end, args = function() return x end, variants = 1, kernels = n }
+  end
+  for _, sc in ipairs(M.decode_scenarios(cfg)) do list[#list + 1] = sc end
+  return list
+end
+
+-- The decode scenarios: one per batch size, sharing one model that the first
+-- one's setup makes (outside any tree).  A step returns the logits.
+function M.decode_scenarios(cfg)
+  local d = cfg.decode
+  if not d then return {} end
+  local gpt, gm, c
+  local function setup()
+    if gm then return end
+    gpt = dofile("examples/gpt.lua")
+    c = gpt.config(gpt[d.model], { ctx = d.ctx })
+    gm = gpt.new(c)
+  end
+  local list = {}
+  for _, B in ipairs(d.batches) do
+    local ids
+    local sc = { name = "decode-" .. B, batch = B, variants = 1,
+      label = format("GPT decode step, batch %d", B), kernels = 0,   -- both refined by setup
+      opts = { buckets = { dim = 1, sizes = { 1, 2, 4, 8, 16 } } },
+      fn = function(x, pos) local _, logits = gm.step(x, pos, 1); return logits end,
+      args = function(i) return ids, (i - 1) % d.ctx end }
+    sc.setup = function()
+      setup()
+      ids = gt.from(gpt.random_prompt(c, 1, B, B)[1], "i32")
+      sc.kernels = c.layers * 10 + 5
+      sc.label = format("GPT decode step (%s: %d layers, hidden %d, vocab %d, KV cache %d), batch %d, buckets 1..16",
+        d.model == "FULL" and "GPT-2 small" or "tiny", c.layers, c.hidden, c.vocab, d.ctx, B)
+    end
+    list[#list + 1] = sc
   end
   return list
 end
@@ -266,12 +304,14 @@ end
 -- One scenario in all three modes, filled into r as it goes (a failure
 -- keeps what was measured before it).
 function M.run_scenario(cfg, sc, r)
+  if sc.setup then sc.setup() end
   local reps = reps_for(cfg.reps, cfg.min_reps, sc.kernels)
   local pipe = reps_for(cfg.pipe, cfg.min_pipe, sc.kernels)
   local warm = max(cfg.warm, 2 * sc.variants)
   local fn, args = sc.fn, sc.args
   r = r or {}
   r.name, r.label, r.kernels, r.grow, r.reps, r.pipe_reps = sc.name, sc.label, sc.kernels, sc.grow, reps, pipe
+  r.batch = sc.batch
   r.modes = {}
   r.modes.eager = M.measure(function(i) return fn(args(i)) end, warm, reps, pipe)
   local opts = { name = sc.name, warn_shapes = false }
@@ -350,6 +390,21 @@ function M.table_text(res)
     out[#out + 1] = format("%-16s %7s %12.1f %12.1f %12.1f %9.2fx %10.2g", r.name, e.kernels or "-", e.call_us or 0,
       e.record_us or 0, e.instantiate_us or 0, ratio(t.cpu_us, f.cpu_us), r.agree and r.agree.max_abs_diff or 0 / 0)
   end
+  local head = false
+  for _, r in ipairs(res.scenarios) do
+    if r.batch then
+      if not head then
+        head = true
+        out[#out + 1] = ""
+        out[#out + 1] = format("%-16s %5s %12s %12s %12s %14s %14s", "decode", "batch", "eager tok/s", "tree tok/s",
+                               "floor tok/s", "eager host/tok", "tree host/tok")
+      end
+      local e, t, f = r.modes.eager or {}, r.modes.tree or {}, r.modes.floor or {}
+      local function rate(m) return m.pipe_us and r.batch * 1e6 / m.pipe_us or 0 / 0 end
+      out[#out + 1] = format("%-16s %5d %12.1f %12.1f %12.1f %14.2f %14.2f", r.name, r.batch, rate(e), rate(t), rate(f),
+        (e.cpu_us or 0 / 0) / r.batch, (t.cpu_us or 0 / 0) / r.batch)
+    end
+  end
   for _, r in ipairs(res.scenarios) do
     local h = r.record_heap
     if h then
@@ -386,6 +441,7 @@ function M.run(cfg, only, log)
                 date = os.date("!%Y-%m-%dT%H:%M:%SZ"), luajit = jit and jit.version, quick = cfg.quick or false,
                 config = { hidden = cfg.hidden, batch = cfg.batch, layers = cfg.layers, prefix = cfg.prefix,
                            suffix = cfg.suffix, batches = cfg.batches, grow = cfg.grow, warm = cfg.warm,
+                           decode = cfg.decode,
                            reps = cfg.reps, pipe = cfg.pipe },
                 scenarios = M.array {} }
   for _, sc in ipairs(M.scenarios(cfg, m)) do

@@ -423,6 +423,57 @@ local function grow_table(inp, field, title)
   return concat(out, "\n")
 end
 
+-- decode-B scenarios: tokens/s (B per pipelined step) and host µs per token
+-- (cpu µs to issue a step / B), one column pair per batch size.
+local function decode_batches(inp)
+  local sizes, seen = {}, {}
+  for _, res in ipairs { inp.gtlua, inp.torch } do
+    for _, s in ipairs(res and res.scenarios or {}) do
+      local b = s.batch or tonumber(s.name:match("^decode%-(%d+)$") or "")
+      if b and s.name:match("^decode%-") and not seen[b] then seen[b] = true; sizes[#sizes + 1] = b end
+    end
+  end
+  table.sort(sizes)
+  return sizes
+end
+
+--- decode_section(inputs) -> the decode table's markdown, or nil without decode scenarios
+function M.decode_section(inp)
+  local sizes = decode_batches(inp)
+  if #sizes == 0 then return nil end
+  local head, align = { "mode" }, { "---" }
+  for _, b in ipairs(sizes) do
+    head[#head + 1] = format("batch %d tokens/s", b)
+    head[#head + 1] = format("batch %d host µs/token", b)
+    align[#align + 1] = "---:"
+    align[#align + 1] = "---:"
+  end
+  local out = { "### decode — tokens/s and host µs per token\n",
+    "Tokens/s = batch / pipelined µs per step; host µs per token = cpu µs to issue one step / batch " ..
+    "(every sequence gets one token per step).\n", header(head, align) }
+  for _, m in ipairs(MODES) do
+    if inp[m[2]] then
+      local cells, any = { m[1] }, false
+      for _, b in ipairs(sizes) do
+        local v = mode(by_name(inp[m[2]], "decode-" .. b), m[3])
+        if v and v.skipped then
+          cells[#cells + 1] = "skipped"
+          cells[#cells + 1] = DASH
+        elseif v and type(v.pipe_us) == "number" and v.pipe_us > 0 then
+          any = true
+          cells[#cells + 1] = format("%.0f", b * 1e6 / v.pipe_us)
+          cells[#cells + 1] = us(type(v.cpu_us) == "number" and v.cpu_us / b or nil)
+        else
+          cells[#cells + 1] = DASH
+          cells[#cells + 1] = DASH
+        end
+      end
+      if any then out[#out + 1] = row(cells) end
+    end
+  end
+  return concat(out, "\n")
+end
+
 local function floor_section(f)
   if not f then return "Not measured: `.anchors/launch_floor` was not there (see README)." end
   local out = { format("`launch_floor.cu` (the anchor program, a chain of tiny axpb kernels), device %s.\n", f.device or DASH),
@@ -457,6 +508,7 @@ function M.markdown(inp, svg_name)
       parts[#parts + 1] = scenario_section(inp, by_name(inp.gtlua, name), name)
     end
   end
+  parts[#parts + 1] = M.decode_section(inp)
   parts[#parts + 1] = "### grow — chains of linear+relu kernels\n"
   for _, spec in ipairs { { "step_us", "µs per step (synced)" }, { "cpu_us", "CPU µs to issue a step" },
                           { "pipe_us", "µs per step, pipelined" } } do

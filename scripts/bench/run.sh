@@ -2,6 +2,7 @@
 # run.sh: the one bench command (make bench): gtlua scenarios, PyTorch twins, raw launch floor, then RESULTS.md.
 #   sh scripts/bench/run.sh            # on the GPU machine: results in $OUT (else build/bench)
 #   BENCH_QUICK=1 sh scripts/bench/run.sh   # CI sizes, for trying the pipeline on the cpu backend
+#   BENCH_ONLY=decode sh scripts/bench/run.sh   # only these scenarios (--only of both tools; nothing copied)
 # Builds nothing: build/gtlua must exist (make).  Each stage has a time limit
 # (T_GTLUA, T_TORCH, ... below) so that the whole run stays under ~8 minutes;
 # a stage that fails or runs out of time leaves a note, and the report says
@@ -14,6 +15,8 @@ dir=${OUT:-build/bench}
 BIN=${GTLUA_BIN:-build/gtlua}
 quick=
 [ -n "${BENCH_QUICK:-}" ] && quick=--quick
+only=
+[ -n "${BENCH_ONLY:-}" ] && only="--only $BENCH_ONLY"
 T_GTLUA=${T_GTLUA:-100} T_TORCH=${T_TORCH:-270} T_NVCC=${T_NVCC:-60} T_FLOOR=${T_FLOOR:-45} T_REPORT=${T_REPORT:-15}
 mkdir -p "$dir"
 start=$(date +%s)
@@ -40,13 +43,15 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 
 say "1/4 gtlua scenarios (limit ${T_GTLUA} s)"
-stage "$dir/gtlua.log" "$T_GTLUA" "$BIN" scripts/bench/gtlua_bench.lua $quick --json "$dir/gtlua.json"
+# shellcheck disable=SC2086
+stage "$dir/gtlua.log" "$T_GTLUA" "$BIN" scripts/bench/gtlua_bench.lua $quick $only --json "$dir/gtlua.json"
 gtlua_rc=$?
 [ "$gtlua_rc" = 0 ] || say "gtlua stage failed (status $gtlua_rc)"
 
 say "2/4 PyTorch twins (limit ${T_TORCH} s)"
 if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch' >/dev/null 2>&1; then
-  stage "$dir/torch.log" "$T_TORCH" python3 scripts/bench/torch_twins.py $quick \
+  # shellcheck disable=SC2086
+  stage "$dir/torch.log" "$T_TORCH" python3 scripts/bench/torch_twins.py $quick $only \
     --budget "$(( T_TORCH - 30 ))" --json "$dir/torch.json" || say "torch stage failed (soft)"
 else
   say "skipped: no python3 with torch here"
@@ -68,7 +73,8 @@ say "4/4 report"
 stage "$dir/report.log" "$T_REPORT" "$BIN" scripts/bench/report.lua "$dir" --out "$dir/RESULTS.md" --svg "$dir/steps.svg"
 report_rc=$?
 # only a full run on a GPU becomes the repository's RESULTS.md
-if [ "$report_rc" = 0 ] && [ "$backend" = cuda ] && [ -z "$quick" ] && [ "$(cd "$dir" && pwd)" != "$(pwd)/scripts/bench" ]; then
+if [ "$report_rc" = 0 ] && [ "$backend" = cuda ] && [ -z "$quick" ] && [ -z "$only" ] &&
+   [ "$(cd "$dir" && pwd)" != "$(pwd)/scripts/bench" ]; then
   cp "$dir/RESULTS.md" "$dir/steps.svg" scripts/bench/ && say "copied RESULTS.md and steps.svg to scripts/bench/"
 fi
 say "done"

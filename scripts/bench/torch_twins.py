@@ -1,6 +1,6 @@
 """torch_twins: PyTorch twins of gtlua's bench scenarios, same math and sizes, measured the same way.
 
-    python3 scripts/bench/torch_twins.py [--quick] [--json FILE] [--budget S] [--compile-cap S]
+    python3 scripts/bench/torch_twins.py [--quick] [--json FILE] [--budget S] [--compile-cap S] [--only NAME,...]
 
 Scenarios (as scripts/bench/gtlua_bench.lua):
   chain     32 x relu(x @ W + b), batch 8, hidden 256
@@ -9,6 +9,11 @@ Scenarios (as scripts/bench/gtlua_bench.lua):
             layers 16..23), alternating a, b, a, b...
   shapes    the chain over batch sizes 1, 2, 4, ..., 64, cycling
   grow-N    chains of N = 8, 32, 128, 512 layers (weights cycling over 32)
+  decode-B  one greedy decode step of a GPT-2-small-shaped model (12 layers,
+            hidden 768, 12 heads, vocab 50257, f32) with a static KV cache of
+            256 positions, at batch B = 1 and 8; the position is a device
+            tensor (written with index_copy_, attention over the whole cache
+            with a mask), as gpt-fast does, so that graphs serve every position
 Modes: eager; a hand-captured torch.cuda.CUDAGraph (for branch: one graph
 for the prefix and one per suffix, replayed by host code); and
 torch.compile(mode="reduce-overhead") (CUDA Graph Trees).
@@ -36,9 +41,11 @@ import sys
 import time
 
 FULL = dict(hidden=256, batch=8, layers=32, prefix=8, suffix=8, batches=[1, 2, 4, 8, 16, 32, 64],
-            grow=[8, 32, 128, 512], warm=20, reps=300, pipe=1000, min_reps=20, min_pipe=50)
+            grow=[8, 32, 128, 512], warm=20, reps=300, pipe=1000, min_reps=20, min_pipe=50,
+            decode=dict(layers=12, hidden=768, heads=12, vocab=50257, ctx=256, batches=[1, 8]))
 QUICK = dict(hidden=16, batch=4, layers=6, prefix=2, suffix=2, batches=[1, 2, 4], grow=[2, 4, 8],
-             warm=2, reps=3, pipe=3, min_reps=2, min_pipe=2)
+             warm=2, reps=3, pipe=3, min_reps=2, min_pipe=2,
+             decode=dict(layers=2, hidden=32, heads=4, vocab=97, ctx=16, batches=[1, 2]))
 
 
 # -- Results -------------------------------------------------------------------
@@ -113,6 +120,72 @@ def time_limit(seconds: float):
 def reps_for(n: int, least: int, kernels: int) -> int:
     """Fewer reps for long chains, as gtlua_bench.lua does."""
     return max(least, min(n, n * 32 // max(kernels, 1)))
+
+
+def make_decoder(torch, d: dict, B: int, dev: str):
+    """The decode twin of examples/gpt.lua: a GPT-2-shaped decoder whose step
+    (ids [B] int64, pos [1] int64) -> (next tokens [B], logits [B, V]) writes
+    this position's K and V into static caches (module buffers) and attends
+    over the whole cache with a mask (positions <= pos)."""
+    nn, F = torch.nn, torch.nn.functional
+    D, H, V, T, L = d["hidden"], d["heads"], d["vocab"], d["ctx"], d["layers"]
+    Dh = D // H
+    scale = 1 / math.sqrt(Dh)
+
+    def w(*shape, s=0.0, shift=0.0):
+        t = torch.randn(*shape, device=dev) * s + shift if s else torch.full(shape, shift, device=dev)
+        return nn.Parameter(t, requires_grad=False)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            std, proj, fc = 1 / math.sqrt(D), 1 / math.sqrt(2 * L * D), 1 / math.sqrt(8 * L * D)
+            self.ln1_g, self.ln1_b = w(D, shift=1.0), w(D)
+            self.wqkv, self.bqkv = w(D, 3 * D, s=std), w(3 * D)
+            self.wproj, self.bproj = w(D, D, s=proj), w(D)
+            self.ln2_g, self.ln2_b = w(D, shift=1.0), w(D)
+            self.wfc, self.bfc = w(D, 4 * D, s=std), w(4 * D)
+            self.wout, self.bout = w(4 * D, D, s=fc), w(D)
+            self.register_buffer("kc", torch.zeros(B, T, D, device=dev))
+            self.register_buffer("vc", torch.zeros(B, T, D, device=dev))
+
+        def forward(self, x, pos, mask):
+            h = F.layer_norm(x, (D,), self.ln1_g, self.ln1_b, 1e-5)
+            q, k, v = (h @ self.wqkv + self.bqkv).split(D, dim=-1)
+            self.kc.index_copy_(1, pos, k.view(B, 1, D))
+            self.vc.index_copy_(1, pos, v.view(B, 1, D))
+            kh = self.kc.view(B, T, H, Dh).transpose(1, 2)
+            vh = self.vc.view(B, T, H, Dh).transpose(1, 2)
+            att = (q.view(B, H, 1, Dh) @ kh.transpose(-2, -1)) * scale
+            att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+            x = x + (att @ vh).reshape(B, D) @ self.wproj + self.bproj
+            h = F.layer_norm(x, (D,), self.ln2_g, self.ln2_b, 1e-5)
+            return x + F.gelu(h @ self.wfc + self.bfc, approximate="tanh") @ self.wout + self.bout
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = w(V, D, s=0.02), w(T, D, s=0.01)
+            self.blocks = nn.ModuleList(Block() for _ in range(L))
+            self.lnf_g, self.lnf_b = w(D, shift=1.0), w(D)
+            self.register_buffer("positions", torch.arange(T, device=dev))
+
+        def forward(self, ids, pos):
+            mask = self.positions <= pos
+            x = self.wte[ids] + self.wpe[pos]
+            for blk in self.blocks:
+                x = blk(x, pos, mask)
+            logits = F.layer_norm(x, (D,), self.lnf_g, self.lnf_b, 1e-5) @ self.wte.t()
+            return logits.argmax(-1), logits
+
+    torch.manual_seed(B)
+    model = GPT().to(dev).eval()
+    mark = getattr(torch._dynamo, "mark_static_address", None)
+    if mark is not None:                      # the caches are mutated in place: keep them static inputs
+        for blk in model.blocks:
+            mark(blk.kc)
+            mark(blk.vc)
+    return model
 
 
 # -- The bench -----------------------------------------------------------------
@@ -367,9 +440,47 @@ class Twins:
                     (self.torch.cuda.memory_reserved() - reserved0) / 2 ** 20
             self.row(s, "reduce_overhead", lambda i: cf(xs[i % n]))
 
-    def run(self) -> None:
+    def decode(self, B: int) -> None:
+        """decode-B: the GPT decode step at batch B, the position cycling over the cache."""
+        torch, d = self.torch, self.cfg["decode"]
+        T = d["ctx"]
+        kernels = d["layers"] * 10 + 5           # gtlua's kernels per step (as gtlua_bench.lua counts)
+        s = self.res.scenario(f"decode-{B}", f"GPT decode step ({d['layers']} layers, hidden {d['hidden']}, "
+                              f"vocab {d['vocab']}, KV cache {T}), batch {B}", kernels)
+        s["batch"] = B
+        with torch.no_grad():
+            model = make_decoder(torch, d, B, self.dev)
+            g = torch.Generator().manual_seed(B)
+            ids = torch.randint(0, d["vocab"] - 1, (B,), generator=g).to(self.dev)
+            poss = [torch.tensor([p], device=self.dev) for p in range(T)]
+            self.row(s, "eager", lambda i: model(ids, poss[i % T]))
+            if self.cuda:
+                static_pos = poss[0].clone()
+                gr, _, us = self.capture(model, ids, static_pos)
+                s["record"]["cudagraph_capture_us"] = us
+
+                def replay(i):
+                    static_pos.copy_(poss[i % T])
+                    gr.replay()
+                self.row(s, "cudagraph", replay)
+                del gr
+            else:
+                self.skip(s, "cudagraph", "needs CUDA")
+            cf = self.compiled(model)
+            if self.first_calls(s, lambda: [cf(ids, poss[i]) for i in range(3)]):
+                self.row(s, "reduce_overhead", lambda i: cf(ids, poss[i % T]))
+            del model, cf
+        if self.cuda:
+            torch.cuda.empty_cache()
+
+    def run(self, only: str | None = None) -> None:
         steps = [("chain", self.chain), ("branch", self.branch), ("shapes", self.shapes)]
         steps += [(f"grow-{n}", (lambda n=n: self.grow(n))) for n in self.cfg["grow"]]
+        steps += [(f"decode-{b}", (lambda b=b: self.decode(b))) for b in self.cfg["decode"]["batches"]]
+        if only:
+            words = only.split(",")
+            steps = [(n, f) for n, f in steps
+                     if any(n == w or n.startswith(w + "-") or n.startswith(w + "+") for w in words)]
         for name, fn in steps:
             if self.left() < 5:
                 self.res.note(f"{name} not run: time budget spent")
@@ -423,6 +534,7 @@ def parse_args(argv):
     p.add_argument("--compile-cap", type=float, default=120,
                    help="seconds for one reduce-overhead compile (default 120)")
     p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls (gtlua computes in plain f32)")
+    p.add_argument("--only", metavar="NAME,...", help="run only these scenarios (e.g. decode, chain,grow)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: only to test this script without a GPU (no CUDA graphs)")
     return p.parse_args(argv)
@@ -456,7 +568,7 @@ def main(argv=None) -> int:
     res.save()
     print(f"torch {torch.__version__} on {res.data['device']['name']}", flush=True)
     try:
-        Twins(torch, cfg, args.device, res, args.budget, args.compile_cap).run()
+        Twins(torch, cfg, args.device, res, args.budget, args.compile_cap).run(args.only)
     except Exception as e:
         res.note(f"stopped: {type(e).__name__}: {e}")
     print_table(res)

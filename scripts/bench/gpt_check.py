@@ -1,0 +1,202 @@
+"""gpt_check: gtlua's GPT decoder (examples/gpt.lua) against PyTorch on the same weights and prompt.
+
+    python3 scripts/bench/gpt_check.py [--bin build/gtlua] [--tiny] [--steps 32] [--batch 3]
+                                       [--prompt 8] [--tol 1e-3] [--dir DIR] [--device cuda|cpu]
+
+1. Makes random GPT-2-small-shaped weights and a prompt with torch (seed 0)
+   and writes them to DIR/gpt_weights.bin in examples/gpt.lua's format
+   ("GTGPT001", 8 int32: layers, hidden, heads, vocab, ctx, eot, batch,
+   prompt_len; the prompt int32 [batch, prompt_len]; every parameter f32 in
+   file order, matrices {in, out}).
+2. Runs `gtlua examples/decode.lua --weights FILE --dump DIR/gpt_gtlua.bin
+   --steps N`: the tree (buckets 1,2,4,8,16; batch 3 is padded to 4) feeds
+   the prompt one position at a time through the KV cache, then decodes N
+   tokens greedily, dumping every generated step's tokens and logits.
+3. Computes the same N steps in PyTorch without a cache (the full causal
+   forward over the whole sequence at every step, f32, TF32 off), with the
+   same end-token rule (a finished sequence keeps emitting eot).
+4. Compares: for every step, max |logit difference| / max |PyTorch logit|;
+   the greedy tokens must be identical.  Prints one line
+       gpt_check: PASS|FAIL  max relative logit error E (tolerance T) over S steps x B sequences; tokens identical|DIFFER ...
+   and exits 0 on PASS, 1 on FAIL.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import math
+import os
+import struct
+import subprocess
+import sys
+import time
+
+FULL = dict(layers=12, hidden=768, heads=12, vocab=50257, ctx=1024)
+TINY = dict(layers=2, hidden=32, heads=4, vocab=97, ctx=64)
+
+
+def raw(t) -> bytes:
+    """The bytes of a tensor as contiguous little-endian f32/i32 on the host."""
+    t = t.detach().cpu().contiguous().clone()
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
+
+
+def make_weights(torch, c: dict) -> list:
+    """(name, tensor) in file order; the same init as examples/gpt.lua's random
+    weights, plus random biases and layernorm parameters so that they are checked."""
+    g = torch.Generator().manual_seed(0)
+    D, V, T, L = c["hidden"], c["vocab"], c["ctx"], c["layers"]
+
+    def rn(*shape, s=1.0, shift=0.0):
+        return torch.randn(*shape, generator=g, dtype=torch.float32) * s + shift
+
+    out = [("wte", rn(V, D, s=0.02)), ("wpe", rn(T, D, s=0.01))]
+    std, proj, fc = 1 / math.sqrt(D), 1 / math.sqrt(2 * L * D), 1 / math.sqrt(8 * L * D)
+    for l in range(L):
+        out += [(f"h{l}.ln1_g", rn(D, s=0.1, shift=1.0)), (f"h{l}.ln1_b", rn(D, s=0.02)),
+                (f"h{l}.wqkv", rn(D, 3 * D, s=std)), (f"h{l}.bqkv", rn(3 * D, s=0.02)),
+                (f"h{l}.wproj", rn(D, D, s=proj)), (f"h{l}.bproj", rn(D, s=0.02)),
+                (f"h{l}.ln2_g", rn(D, s=0.1, shift=1.0)), (f"h{l}.ln2_b", rn(D, s=0.02)),
+                (f"h{l}.wfc", rn(D, 4 * D, s=std)), (f"h{l}.bfc", rn(4 * D, s=0.02)),
+                (f"h{l}.wout", rn(4 * D, D, s=fc)), (f"h{l}.bout", rn(D, s=0.02))]
+    out += [("lnf_g", rn(D, s=0.1, shift=1.0)), ("lnf_b", rn(D, s=0.02))]
+    return out
+
+
+def write_weights(path: str, c: dict, eot: int, prompt, weights) -> None:
+    B, P = prompt.shape
+    with open(path, "wb") as f:
+        f.write(b"GTGPT001")
+        f.write(struct.pack("<8i", c["layers"], c["hidden"], c["heads"], c["vocab"], c["ctx"], eot, B, P))
+        f.write(raw(prompt.int()))
+        for _, t in weights:
+            f.write(raw(t.float()))
+
+
+def read_dump(torch, path: str):
+    """(tokens [S, B] int64, logits [S, B, V] f32) from decode.lua --dump."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != b"GTLOG001":
+        raise ValueError(f"{path}: not a GTLOG001 file")
+    S, B, V = struct.unpack("<3i", data[8:20])
+    toks, logits, off = [], [], 20
+    for _ in range(S):
+        toks.append(list(struct.unpack(f"<{B}i", data[off:off + 4 * B])))
+        off += 4 * B
+        n = B * V * 4
+        logits.append(torch.frombuffer(bytearray(data[off:off + n]), dtype=torch.float32).view(B, V))
+        off += n
+    return torch.tensor(toks, dtype=torch.int64), torch.stack(logits) if logits else torch.zeros(0, B, V)
+
+
+def forward(torch, W: dict, c: dict, ids):
+    """Logits [B, S, V] of the full causal forward (no cache)."""
+    F = torch.nn.functional
+    B, S = ids.shape
+    D, H = c["hidden"], c["heads"]
+    Dh = D // H
+    x = W["wte"][ids] + W["wpe"][:S]
+    mask = torch.ones(S, S, dtype=torch.bool, device=ids.device).tril()
+    for l in range(c["layers"]):
+        p = f"h{l}."
+        h = F.layer_norm(x, (D,), W[p + "ln1_g"], W[p + "ln1_b"], 1e-5)
+        qkv = h @ W[p + "wqkv"] + W[p + "bqkv"]
+        q, k, v = (t.view(B, S, H, Dh).transpose(1, 2) for t in qkv.split(D, dim=-1))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(Dh)
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, S, D)
+        x = x + y @ W[p + "wproj"] + W[p + "bproj"]
+        h = F.layer_norm(x, (D,), W[p + "ln2_g"], W[p + "ln2_b"], 1e-5)
+        x = x + F.gelu(h @ W[p + "wfc"] + W[p + "bfc"], approximate="tanh") @ W[p + "wout"] + W[p + "bout"]
+    x = F.layer_norm(x, (D,), W["lnf_g"], W["lnf_b"], 1e-5)
+    return x @ W["wte"].t()
+
+
+def reference(torch, W: dict, c: dict, prompt, steps: int, eot: int):
+    """Greedy decoding in PyTorch: (tokens [S, B], logits [S, B, V])."""
+    seq = prompt.clone()
+    done = torch.zeros(seq.shape[0], dtype=torch.bool, device=seq.device)
+    toks, logits = [], []
+    for _ in range(steps):
+        lg = forward(torch, W, c, seq)[:, -1]
+        nxt = lg.argmax(-1)
+        tok = torch.where(done, torch.full_like(nxt, eot), nxt)
+        done = done | (nxt == eot)
+        toks.append(tok.cpu())
+        logits.append(lg.float().cpu())
+        seq = torch.cat([seq, tok[:, None]], dim=1)
+    return torch.stack(toks), torch.stack(logits)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default=os.environ.get("GTLUA_BIN", "build/gtlua"))
+    ap.add_argument("--tiny", action="store_true", help="the CI-sized model instead of GPT-2 small")
+    ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=3)
+    ap.add_argument("--prompt", type=int, default=8)
+    ap.add_argument("--tol", type=float, default=1e-3)
+    ap.add_argument("--dir", default="build/gpt_check", help="where the weight and dump files go (~640 MiB)")
+    ap.add_argument("--device", default=None, choices=["cuda", "cpu"], help="PyTorch's device (default: cuda if any)")
+    a = ap.parse_args(argv)
+    try:
+        import torch
+    except Exception as e:
+        print(f"gpt_check: FAIL  no PyTorch here ({type(e).__name__}: {e})")
+        return 1
+    c = dict(TINY if a.tiny else FULL)
+    eot = c["vocab"] - 1
+    dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    os.makedirs(a.dir, exist_ok=True)
+    wpath, dpath = os.path.join(a.dir, "gpt_weights.bin"), os.path.join(a.dir, "gpt_gtlua.bin")
+
+    t0 = time.perf_counter()
+    weights = make_weights(torch, c)
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, c["vocab"] - 1, (a.batch, a.prompt), generator=g, dtype=torch.int64)
+    write_weights(wpath, c, eot, prompt, weights)
+    print(f"gpt_check: wrote {wpath} ({os.path.getsize(wpath) / 2**20:.1f} MiB) in {time.perf_counter() - t0:.1f} s",
+          flush=True)
+
+    cmd = [a.bin, "examples/decode.lua", "--weights", wpath, "--dump", dpath, "--steps", str(a.steps)]
+    print("gpt_check: running " + " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(r.stdout, end="", flush=True)
+    if r.returncode != 0:
+        print(f"gpt_check: FAIL  gtlua exited with status {r.returncode}")
+        return 1
+    print(f"gpt_check: gtlua took {time.perf_counter() - t0:.1f} s", flush=True)
+    g_tok, g_logits = read_dump(torch, dpath)
+
+    W = {k: v.to(dev) for k, v in weights}
+    with torch.no_grad():
+        t_tok, t_logits = reference(torch, W, c, prompt.to(dev), a.steps, eot)
+
+    S = min(len(g_tok), len(t_tok))
+    if S == 0 or g_logits.shape[1:] != t_logits.shape[1:]:
+        print(f"gpt_check: FAIL  shapes differ: gtlua {tuple(g_logits.shape)}, PyTorch {tuple(t_logits.shape)}")
+        return 1
+    rel = [((g_logits[i] - t_logits[i]).abs().max() / t_logits[i].abs().max().clamp_min(1e-30)).item() for i in range(S)]
+    worst = max(rel)
+    same = S == a.steps and bool(torch.equal(g_tok[:S], t_tok[:S]))
+    first_diff = next((i + 1 for i in range(S) if not torch.equal(g_tok[i], t_tok[i])), None)
+    print("gpt_check: relative logit error per step: " + " ".join(f"{e:.1e}" for e in rel))
+    for b in range(a.batch):
+        print(f"gpt_check: sequence {b + 1}: gtlua   {' '.join(str(int(x)) for x in g_tok[:S, b])}")
+        print(f"gpt_check: sequence {b + 1}: PyTorch {' '.join(str(int(x)) for x in t_tok[:S, b])}")
+    ok = same and worst <= a.tol
+    what = "tokens identical" if same else (f"tokens DIFFER (first at step {first_diff})" if first_diff
+                                            else f"gtlua gave {S} of {a.steps} steps")
+    print(f"gpt_check: {'PASS' if ok else 'FAIL'}  max relative logit error {worst:.2e} (tolerance {a.tol:g}) "
+          f"over {S} steps x {a.batch} sequences; {what}; "
+          f"{'GPT-2 small' if not a.tiny else 'tiny'} config, PyTorch on {dev}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+-- decode_spec: examples/decode.lua's GPT-shaped decoder in the tiny config: one tree node per batch
+-- bucket (not per position), tree = eager token by token and logit by logit, eot flags, the weight file.
+local gt = require "gt"
+require "gt.busted"
+local ffi = require "ffi"
+local gpt = dofile("examples/gpt.lua")
+
+local function sh(cmd)
+  local r = os.execute(cmd)
+  return r == 0 or r == true
+end
+
+-- Generates with run, keeping a copy of every step's tokens and logits.
+local function trace(m, run, prompt, steps, opts)
+  local logits = {}
+  opts = opts or {}
+  opts.on_step = function(i, _, l) logits[i] = l:tolist() end
+  local r = gpt.generate(m, run, prompt, steps, opts)
+  r.logits = logits
+  return r
+end
+
+local function max_diff(a, b)
+  local d, mag = 0, 0
+  for i = 1, #a do
+    for j = 1, #a[i] do
+      d, mag = math.max(d, math.abs(a[i][j] - b[i][j])), math.max(mag, math.abs(a[i][j]))
+    end
+  end
+  return d, mag
+end
+
+describe("the GPT decoder (tiny config)", function()
+  local m, step
+  setup(function()
+    m = gpt.new(gpt.TINY)
+    step = gt.tree(m.step, { name = "decode", buckets = { dim = 1, sizes = m.cfg.buckets }, warn_shapes = false })
+  end)
+
+  it("records one node per batch bucket, replayed at every position", function()
+    local calls = 0
+    for _, B in ipairs { 1, 3, 4, 2 } do            -- buckets 1, 4, 4, 2
+      local r = gpt.generate(m, step, gpt.random_prompt(m.cfg, B, 3, B), 10, { all = true })
+      assert.are.equal(10, r.steps)
+      calls = calls + r.calls
+    end
+    local s = step:stats()
+    assert.are.equal(calls, s.calls)
+    assert.nodes(step, 3)
+    assert.recorded(step, 3)
+    assert.are.equal(0, s.eager)
+    assert.is_true(s.replays >= calls - 2 * 3, s.replays .. " replays of " .. calls .. " calls")
+  end)
+
+  it("gives the eager run's tokens and logits at every step (batch 3, padded to 4)", function()
+    local prompt = gpt.random_prompt(m.cfg, 3, 5, 77)
+    local e = trace(m, m.step, prompt, 12, { all = true })
+    trace(m, step, prompt, 12, { all = true })
+    local t = trace(m, step, prompt, 12, { all = true })
+    assert.are.same(e.tokens, t.tokens)
+    assert.are.equal(12, #t.logits)
+    for i = 1, 12 do
+      assert.are.equal(3, #t.logits[i])
+      assert.are.equal(m.cfg.vocab, #t.logits[i][1])
+      local d, mag = max_diff(e.logits[i], t.logits[i])
+      assert.is_true(mag > 0, "logits are all zero")
+      assert.is_true(d <= 1e-5 * mag, "step " .. i .. ": max |diff| " .. d)
+    end
+    -- the tokens are the greedy picks of the logits
+    for b = 1, 3 do
+      local best, arg = -math.huge, nil
+      for v, x in ipairs(t.logits[5][b]) do if x > best then best, arg = x, v - 1 end end
+      assert.are.equal(arg, t.tokens[b][5])
+    end
+  end)
+
+  it("stops on the end token: a device flag per sequence, read every k steps", function()
+    local prompt = gpt.random_prompt(m.cfg, 2, 3, 5)
+    local free = gpt.generate(m, m.step, prompt, 24, { all = true })
+    -- make sequence 1's 3rd token and sequence 2's 6th the end token
+    local old = m.cfg.eot
+    m.cfg.eot = free.tokens[1][3]
+    local r = gpt.generate(m, step, prompt, 24, { check_every = 4 })
+    m.cfg.eot = old
+    local eot = free.tokens[1][3]
+    -- sequence 1 repeats eot after it; the run stops at a check once every sequence is done
+    for i = 3, r.steps do assert.are.equal(eot, r.tokens[1][i]) end
+    local ended2
+    for i = 1, r.steps do if r.tokens[2][i] == eot then ended2 = ended2 or i end end
+    if ended2 then
+      assert.is_true(r.steps % 4 == 0 or r.steps == 24)
+      for i = ended2, r.steps do assert.are.equal(eot, r.tokens[2][i]) end
+    else
+      assert.are.equal(24, r.steps)
+    end
+    local d = m.done:tolist()
+    assert.are.equal(1, d[1])
+  end)
+
+  it("stops early when every sequence has ended", function()
+    local prompt = gpt.random_prompt(m.cfg, 1, 3, 9)
+    local free = gpt.generate(m, m.step, prompt, 20, { all = true })
+    local old = m.cfg.eot
+    m.cfg.eot = free.tokens[1][2]
+    local r = gpt.generate(m, step, prompt, 20, { check_every = 4 })
+    m.cfg.eot = old
+    assert.are.equal(4, r.steps)
+    assert.are.same({ free.tokens[1][1], free.tokens[1][2], free.tokens[1][2], free.tokens[1][2] }, r.tokens[1])
+  end)
+
+  it("keeps one node per bucket across other step counts, end tokens and positions", function()
+    assert.nodes(step, 3)                            -- buckets 1, 2, 4 from the cases above
+    assert.recorded(step, 3)
+  end)
+end)
+
+describe("the weight file", function()
+  it("loads weights and the prompt written in the documented layout", function()
+    local c = gpt.config(gpt.TINY, { layers = 1, hidden = 8, heads = 2, vocab = 11, ctx = 16, eot = 10 })
+    local path = os.tmpname()
+    local f = assert(io.open(path, "wb"))
+    f:write(gpt.MAGIC, ffi.string(ffi.new("int32_t[8]", { c.layers, c.hidden, c.heads, c.vocab, c.ctx, c.eot, 2, 3 }), 32))
+    f:write(ffi.string(ffi.new("int32_t[6]", { 1, 2, 3, 4, 5, 6 }), 24))
+    local D, V = c.hidden, c.vocab
+    local sizes = { V * D, c.ctx * D, D, D, D * 3 * D, 3 * D, D * D, D, D, D, D * 4 * D, 4 * D, 4 * D * D, D, D, D }
+    local k = 0
+    for _, n in ipairs(sizes) do
+      local a = ffi.new("float[?]", n)
+      for i = 0, n - 1 do k = k + 1; a[i] = (k % 7) * 0.01 end
+      f:write(ffi.string(a, 4 * n))
+    end
+    f:close()
+    local cfg, w, prompt = gpt.load(path)
+    os.remove(path)
+    assert.are.same({ { 1, 2, 3 }, { 4, 5, 6 } }, prompt)
+    assert.are.equal(11, cfg.vocab)
+    assert.are.equal(10, cfg.eot)
+    assert.are.same({ V, D }, w.wte.shape)
+    -- wte's first values, and the tied head is its transpose
+    local wte = w.wte:tolist()
+    assert.is_true(math.abs(wte[1][1] - 0.01) < 1e-7 and math.abs(wte[1][2] - 0.02) < 1e-7)
+    local lm = w.lm:tolist()
+    assert.are.equal(wte[3][5], lm[5][3])
+    assert.is_true(math.abs(w.lnf_b:tolist()[D] - ((k % 7) * 0.01)) < 1e-7)
+    local m = gpt.new(cfg, w)
+    local r = gpt.generate(m, m.step, prompt, 4, { all = true })
+    assert.are.equal(4, r.steps)
+  end)
+end)
+
+describe("examples/decode.lua", function()
+  it("runs the tiny config: tokens/s, eager and tree agree, one node per bucket", function()
+    local bin = assert(os.getenv("GTLUA_BIN"), "run the specs inside gtlua")
+    local out = os.tmpname()
+    local ok = sh(string.format("timeout 120 '%s' examples/decode.lua --tiny --batches 1,3,2 > '%s' 2>&1", bin, out))
+    local f = io.open(out)
+    local text = f:read("*a")
+    f:close()
+    os.remove(out)
+    assert.is_true(ok, text)
+    assert.matches("tokens/s", text)
+    assert.matches("3 nodes %(one per batch bucket%)", text)
+    assert.matches("eager and tree tokens agree", text)
+    assert.not_matches("DIFFER", text)
+  end)
+end)
