@@ -117,6 +117,8 @@ typedef struct gt_node {
   double record_us, instantiate_us, replay_us_sum, gpu_us_sum;
   int replay_n, gpu_n;
   uint64_t planned_bytes, checkpoint_bytes, plan_end, last_call, reusable_bytes;
+  gt_qlaunch *launches;              /* the recorded launches (argument values in argvals), for keyed patches */
+  int keyed;                         /* on a path that keyed calls replay */
 } gt_node;
 
 struct gt_tree {
@@ -151,5 +153,12 @@ struct gt_tree {
   gt_buf **stage; int nstage;        /* staging slots (ordinary memory) */
   uint8_t *pinned;                   /* per slot: an input of this call lives there */
   uint64_t *scratch; void **pscratch; int scratchcap;
+  struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
 };
+
+/* -- Keyed calls (keyed.c) ------------------------------------------------ */
+void gt_keyed_free_all(gt_tree *t);
+int gt_tree_grow_path(gt_tree *t, int n);
+int gt_tree_launch_graph(gt_tree *t, gt_node *n);   /* launch n's graph (timed when profiling) */
+void gt_tree_finish_call(gt_tree *t);               /* end the active call after its segments ran */
 #endif

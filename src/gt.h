@@ -9,6 +9,7 @@
 typedef struct gt_runtime gt_runtime; /* one per process */
 typedef struct gt_tree gt_tree;       /* a graph tree: nodes, pool, stats */
 typedef struct gt_module gt_module;   /* one compiled kernel source */
+typedef struct gt_keyed gt_keyed;     /* a memoized path of keyed calls */
 
 /* Status codes of the gt_ functions that return int. */
 enum { GT_OK = 0, GT_ERR = -1 };
@@ -112,6 +113,7 @@ typedef struct gt_node_info {
   uint64_t planned_bytes, checkpoint_bytes, key;
   uint64_t reusable_bytes;     /* peak bytes an ideal plan (each tensor freed after its last use) would save */
   uint64_t last_call;          /* call number of the last visit */
+  int keyed;                   /* on a memoized path of keyed calls */
 } gt_node_info;
 
 /* One call of a tree, for charts over calls (the last GT_HISTORY calls). */
@@ -192,6 +194,26 @@ int gt_tree_skip_reason(gt_tree *t, int i, const char **reason, int *count); /* 
 int gt_tree_history(gt_tree *t, int i, gt_call_info *out); /* i-th of the remembered calls, oldest first; GT_ERR past the end */
 int gt_tree_warnings(gt_tree *t, const char **last);     /* warnings so far, the last one's text */
 int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, double *cpu_us, double *step_us); /* replay the last call's graphs back to back, no tree logic */
+
+/* -- Keyed calls -------------------------------------------------------- */
+/* Memoizes the path of the tree's last call (every segment replayed) for
+   keyed calls.  ins: the call's arguments by position (a tensor: buf and
+   off; a number: v.f64); kinds[i]: 1 = a tensor whose address is patched,
+   2 = a number patched into the kernel scalars equal to it, 0 = neither.
+   outs: buffer indices within the call (gt_buf.ci) of the tensors it returned.
+   NULL when the path cannot be keyed, the reason in gt_errmsg. */
+gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
+                             const int *outs, int nout);
+/* In a call begun with gt_tree_begin (inputs staged): patch the memoized
+   path's inputs and scalars from ins, launch its graphs, make the output
+   buffers of the call, end the call.  1: the path is gone (a trim) or needs
+   more than a patch: run the body in the same call instead.  GT_ERR on failure. */
+int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins);
+/* -1 when the tree's last call took k's path, else the first segment (0-based) where it did not. */
+int gt_tree_keyed_differs(gt_tree *t, gt_keyed *k);
+/* After a body run (same key, same path, ins as for run): settles which kernel
+   scalars follow the `patch` numbers.  GT_ERR if the call took another path. */
+int gt_tree_keyed_confirm(gt_runtime *rt, gt_keyed *k, const gt_arg *ins);
 
 /* -- Host --------------------------------------------------------------- */
 const char *gt_header_text(void);                 /* this file, for ffi.cdef */

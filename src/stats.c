@@ -47,6 +47,7 @@ int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
   o->reusable_bytes = n->reusable_bytes;
   o->key = n->key;
   o->last_call = n->last_call;
+  o->keyed = n->keyed;
   return GT_OK;
 }
 

@@ -51,8 +51,8 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
 
 static void drop_graph(gt_tree *t, gt_node *n) {
   if (n->graph) { t->rt->be.graph_destroy(&t->rt->be, n->graph); n->graph = NULL; t->recorded--; }
-  free(n->argvals); free(n->plan); free(n->ckpt);
-  n->argvals = NULL; n->plan = NULL; n->ckpt = NULL; n->nckpt = n->nargvals = 0;
+  free(n->argvals); free(n->plan); free(n->ckpt); free(n->launches);
+  n->argvals = NULL; n->plan = NULL; n->ckpt = NULL; n->launches = NULL; n->nckpt = n->nargvals = 0;
 }
 
 /* Drops the graphs below n: their plans started from n's old checkpoint. */
@@ -64,6 +64,7 @@ static void drop_below(gt_tree *t, gt_node *n) {
 static void release_call_bufs(gt_tree *t) { t->nbufs = 0; }
 
 static void tree_destroy(gt_tree *t) {
+  gt_keyed_free_all(t);
   for (int i = 0; i < t->nnodes; i++) {
     gt_node *n = t->nodes[i];
     drop_graph(t, n);
@@ -538,7 +539,7 @@ oom:
   return gt_fail(t->rt, "out of host memory");
 }
 
-static int launch_graph(gt_tree *t, gt_node *n) {
+int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
   gt_backend *be = &t->rt->be;
   if (!t->rt->profile) return be->graph_launch(be, n->graph) == GT_BOK ? GT_OK : gt_fail_be(t->rt, "graph launch");
   gt_bevent *e0 = NULL, *e1 = NULL;
@@ -608,7 +609,11 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
     n->graph = NULL;
     return run_eager(t, n) ? GT_ERR : 1;
   }
-  if (launch_graph(t, n)) return GT_ERR;
+  free(n->launches);
+  n->launches = malloc((t->q.n ? t->q.n : 1) * sizeof *n->launches);
+  if (!n->launches) return gt_fail(t->rt, "out of host memory");
+  memcpy(n->launches, t->q.l, t->q.n * sizeof *n->launches);
+  if (gt_tree_launch_graph(t, n)) return GT_ERR;
   n->instantiate_us = t2 - t1;
   n->record_us = gt_now_us() - t0;
   return GT_OK;
@@ -647,7 +652,7 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     free(g); free(deps); free(ptrs);
     if (st != GT_BOK) { n->graph = NULL; t->recorded--; return gt_fail_be(t->rt, "graph update"); }
   }
-  return launch_graph(t, n) ? GT_ERR : refused ? GT_V_UPDATE : GT_V_REPLAY;
+  return gt_tree_launch_graph(t, n) ? GT_ERR : refused ? GT_V_UPDATE : GT_V_REPLAY;
 }
 
 /* -- Segment end --------------------------------------------------------- */
@@ -821,17 +826,24 @@ static void note_call(gt_tree *t) {
     t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(&t->pool), t->pool.committed };
 }
 
+/* Ends the active call once its segments have run: the path is remembered. */
+void gt_tree_finish_call(gt_tree *t) {
+  if (t->npath && !GROW(t->lastpath, t->lastcap, t->npath)) memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
+  t->nlastpath = t->npath;
+  note_call(t);
+  t->rt->active = NULL;
+}
+
 int gt_tree_end(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return GT_OK;
   int st = gt_tree_flush(rt);
   if (st != GT_OK) { gt_tree_abort(rt); return GT_ERR; }
-  if (t->npath && !GROW(t->lastpath, t->lastcap, t->npath)) memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
-  t->nlastpath = t->npath;
-  note_call(t);
-  rt->active = NULL;
+  gt_tree_finish_call(t);
   return GT_OK;
 }
+
+int gt_tree_grow_path(gt_tree *t, int n) { return GROW(t->path, t->pathcap, n); }
 
 /* A Lua error (or a failed segment): the queued segment is dropped, its new
    tensors become stale, and the call ends.  Nodes already run stay whole. */

@@ -49,7 +49,7 @@ require("gt.tree")(gt)
 
 --- gt.sync(): ends the segment in a tree call, then waits for the device.
 function gt.sync()
-  if C.gt_tree_active(rt) ~= nil then gt._flush(3) end
+  if C.gt_tree_active(rt) ~= nil then gt._note_sync("gt.sync", 2); gt._flush(3) end
   if C.gt_sync(rt) ~= 0 then gt._fail() end
 end
 
@@ -81,7 +81,7 @@ function gt.help(x) return require("gt.docs").help(x) end
 function gt._at_exit(o) return require("gt.report").at_exit(o) end
 
 -- Modules loaded on first use.
-local lazy = { ops = "gt.ops", buckets = "gt.buckets", report = "gt.report" }
+local lazy = { ops = "gt.ops", buckets = "gt.buckets", report = "gt.report", keyed = "gt.keyed" }
 setmetatable(gt, { __index = function(t, k)
   local m = lazy[k]
   if not m then return nil end

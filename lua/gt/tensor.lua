@@ -59,6 +59,7 @@ return function(gt)
     if strides then t._strides = strides end
     return t
   end
+  gt._wrap = wrap
 
   -- Scopes outside tree calls: per nesting level, the buffers made in it.
   local plain, nplain = {}, 0
@@ -129,9 +130,13 @@ return function(gt)
   --- t:is_stale() -> true when a later tree call has reused its memory
   function Tensor:is_stale() return self._gen ~= self._b.gen_now[0] end
 
-  -- A sync point: in a tree call, the segment ends first.
-  local function sync_point(level)
-    if C.gt_tree_active(rt) ~= nil then gt._flush(level + 1) end
+  -- A sync point: in a tree call, the segment ends first.  what: the host
+  -- read or write it is (a keyed tree cannot replay a path holding one).
+  local function sync_point(level, what)
+    if C.gt_tree_active(rt) ~= nil then
+      gt._note_sync(what, level + 1)
+      gt._flush(level + 1)
+    end
   end
 
   -- -- Creation -------------------------------------------------------------
@@ -191,7 +196,7 @@ return function(gt)
     local n = #vals
     local host = d.ct(n)
     for i = 1, n do host[i - 1] = vals[i] end
-    sync_point(level + 1)
+    sync_point(level + 1, "a host copy")
     if C.gt_buf_write(rt, t._b, t._off, host, n * d.size) ~= 0 then gt._fail(level + 1) end
   end
 
@@ -230,7 +235,7 @@ return function(gt)
       host[i] = r * math.cos(2 * math.pi * u2) * scale
       if i + 1 < n then host[i + 1] = r * math.sin(2 * math.pi * u2) * scale end
     end
-    sync_point(2)
+    sync_point(2, "a host copy")
     if C.gt_buf_write(rt, t._b, 0, host, t._nb) ~= 0 then gt._fail() end
     return t
   end
@@ -238,9 +243,9 @@ return function(gt)
   -- -- Reading ------------------------------------------------------------
 
   -- Flat host array of the view's values in row-major order, and its length.
-  local function read_flat(t, level)
+  local function read_flat(t, level, what)
     local b = live(t, level + 1)
-    sync_point(level + 1)
+    sync_point(level + 1, what or "a host read")
     local d = DT[t.dtype]
     if not t._strides then
       local host = d.ct(math.max(t.numel, 1))
@@ -266,7 +271,7 @@ return function(gt)
 
   --- t:tolist() -> nested table like the shape
   function Tensor:tolist()
-    local flat = read_flat(self, 2)
+    local flat = read_flat(self, 2, "tolist")
     local d, shape, k = DT[self.dtype], self.shape, 0
     if #shape == 0 then return num(d, flat[0]) end
     local function build(dim)
@@ -285,7 +290,7 @@ return function(gt)
   function Tensor:item()
     live(self, 2)
     if self.numel ~= 1 then error("item() needs a tensor with one element, this one is " .. shape_str(self.shape), 2) end
-    local flat = read_flat(self, 2)
+    local flat = read_flat(self, 2, "item")
     return num(DT[self.dtype], flat[0])
   end
 
@@ -298,7 +303,7 @@ return function(gt)
     local c = new(self.shape, self.dtype, 2)
     if self._strides then
       local flat, n = read_flat(self, 2)
-      sync_point(2)
+      sync_point(2, "a host copy")
       if C.gt_buf_write(rt, c._b, 0, flat, n * d.size) ~= 0 then gt._fail() end
     elseif C.gt_buf_copy(rt, c._b, 0, b, self._off, self._nb) ~= 0 then gt._fail() end
     return c

@@ -31,6 +31,19 @@ return function(gt)
 
   gt.on_warning = function(msg) io.stderr:write("gtlua: warning: ", msg, "\n") end
 
+  -- A host read or write in a keyed tree's call: its path cannot be keyed.
+  -- The first one of the call is kept as "what at file:line" (the user's line).
+  function gt._note_sync(what, level)
+    local tree = gt._active
+    if not tree or not tree._keyed or tree._sync then return end
+    local lv, info = level + 1, nil
+    repeat
+      info = debug.getinfo(lv, "Sl")
+      lv = lv + 1
+    until not info or (info.what ~= "C" and not info.short_src:match("gt[/\\][%w_]+%.lua$"))
+    tree._sync = what .. (info and (" at " .. info.short_src .. ":" .. (info.currentline or 0)) or "")
+  end
+
   -- The variable a tree is assigned to, read from its source line.
   local function guess_name(info)
     local f = info.source:sub(1, 1) == "@" and io.open(info.source:sub(2))
@@ -70,6 +83,10 @@ return function(gt)
                                 _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
                                 _nw = 0, _ptrs = {}, _gen = 0,
                                 _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
+    if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
+      if opts.buckets then error("gt.tree: key and buckets cannot be combined yet; bucket the inputs before a keyed tree", 2) end
+      gt.keyed._attach(self, opts)
+    end
     if opts.buckets then gt.buckets._attach(self, opts.buckets, opts) end
     gt._trees[#gt._trees + 1] = self
     return self
@@ -193,6 +210,7 @@ return function(gt)
   local function run(self, eager, ...)
     if C.gt_tree_begin(rt, self._t, eager) ~= 0 then error(gt._errmsg(), 3) end
     self._nw, self._gen = 0, C.gt_tree_gen(self._t)          -- the call's buffers so far, its generation
+    self._sync, self._staged = nil, nil
     gt._active = self
     local prep = not eager and self._prep or nil            -- a call beyond the buckets pads nothing
     local n, staged = select("#", ...), prep ~= nil
@@ -208,12 +226,15 @@ return function(gt)
     if not staged then return finish(self, pcall(self.fn, ...)) end
     local ok, args = pcall(prep or stage_args, self, n, ...)
     if not ok then abort(); error(args, 0) end
+    self._staged = args
     return finish(self, pcall(self.fn, unpack(args, 1, n)))
   end
   Tree._run = run
+  Tree._finish, Tree._abort, Tree._stage_args = finish, abort, stage_args
   gt._stage = stage   -- buckets stage their non-bucketed inputs the same way
 
   function Tree:__call(...)
+    if self._keyed then return self:_keyed_call(...) end
     if self._buckets then return self:_bucket_call(...) end
     if self._warn_shapes == math.huge then return run(self, nil, ...) end
     self._a1, self._a2, self._a3, self._a4 = ...
@@ -267,9 +288,15 @@ return function(gt)
         skip = ni.skip ~= nil and ffi.string(ni.skip) or nil,
         record_us = ni.record_us, instantiate_us = ni.instantiate_us, replay_cpu_us = ni.replay_cpu_us,
         gpu_us = ni.gpu_us, planned_bytes = tonumber(ni.planned_bytes), checkpoint_bytes = tonumber(ni.checkpoint_bytes),
-        reusable_bytes = tonumber(ni.reusable_bytes),
+        reusable_bytes = tonumber(ni.reusable_bytes), keyed = ni.keyed ~= 0,
         last_call = tonumber(ni.last_call),
       }
+    end
+    if self._keyed then
+      local c = self._kstats
+      local refused = {}
+      for why, count in pairs(c.refused) do refused[why] = count end
+      r.keyed = { hits = c.hits, misses = c.misses, verified = c.verified, refused = refused }
     end
     r.roots = {}
     local k = 0

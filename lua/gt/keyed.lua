@@ -1,0 +1,260 @@
+-- gt.keyed: keyed calls (DESIGN section 5).  gt.tree(fn, {key = f, patch = {i, ...}, verify = n})
+-- declares that the path a call takes depends only on f(...) (plus the
+-- arguments' shapes and dtypes, static tensors' addresses and the scalar
+-- arguments not listed in patch).  Once a key's path has replayed, a call
+-- with that key checks those guards, patches input addresses and the patch
+-- numbers, and launches the path's graphs from C without running the body.
+local ffi = require "ffi"
+local bit = require "bit"
+local gt = require "gt"
+local C, rt, Tensor = gt._C, gt._rt, gt.Tensor
+local select, type, getmetatable, rawequal = select, type, getmetatable, rawequal
+local band = bit.band
+local STATIC, STAGING = C.GT_BUF_STATIC, C.GT_BUF_STAGING
+local DT = gt._dtypes
+
+local M = {}
+
+-- Keys of the memo trie for what is not a plain value.
+local NIL, NAN, TENSOR, PATCHED, TABLE = {}, {}, {}, {}, {}
+
+local function child(node, k)
+  if k == nil then k = NIL elseif k ~= k then k = NAN end
+  local c = node[k]
+  if not c then c = {}; node[k] = c end
+  return c
+end
+
+local function walk_keys(node, ...)
+  for i = 1, select("#", ...) do node = child(node, (select(i, ...))) end
+  return node
+end
+
+-- The argument signature below the key's node: fills ins/kinds for the
+-- core; returns the leaf, or nil and why the call cannot be keyed.
+local function walk_args(self, node, n, ...)
+  local ins, kinds, patch = self._ins, self._kinds, self._patch
+  for i = 1, n do
+    local x = select(i, ...)
+    local a = ins[i - 1]
+    a.buf = nil
+    kinds[i - 1] = 0
+    if getmetatable(x) == Tensor then
+      local b = x._b
+      if x._strides then return nil, "a non-contiguous tensor argument" end
+      node = child(child(child(node, TENSOR), x.dtype), #x.shape)
+      local s = x.shape
+      for d = 1, #s do node = child(node, s[d]) end
+      if band(b.flags, STATIC) ~= 0 then
+        node = child(node, tonumber(ffi.cast("uintptr_t", b)) + x._off)   -- a static tensor: by address
+      else
+        a.buf, a.off, a.nbytes = b, x._off, x._nb
+        kinds[i - 1] = 1
+      end
+    elseif type(x) == "number" and patch[i] then
+      node = child(node, PATCHED)
+      a.v.f64 = x
+      kinds[i - 1] = 2
+    elseif type(x) == "table" and getmetatable(x) == nil then
+      return nil, "a table argument"
+    else
+      node = child(node, x)
+    end
+  end
+  return child(node, n)
+end
+
+local function key_text(self, ...)
+  local parts = {}
+  for i = 1, select("#", self._key(...)) do parts[i] = tostring((select(i, self._key(...)))) end
+  return "(" .. table.concat(parts, ", ") .. ")"
+end
+
+local function refuse(self, leaf, why)
+  local st = self._kstats
+  st.refused[why] = (st.refused[why] or 0) + 1
+  if not leaf.warned then
+    leaf.warned = true
+    gt.on_warning(("tree '%s' (%s): a keyed call's path cannot be replayed without its body: %s; the body runs")
+      :format(self.name, self.where, why))
+  end
+end
+
+-- After a call that ran the body: what each result is, for rebuilding them
+-- on a hit.  Returns the descriptors and the core's output list, or nil and why.
+local function describe_outputs(self, args, n, ...)
+  local outs, cis = {}, {}
+  for r = 1, select("#", ...) do
+    local y = select(r, ...)
+    local o
+    if getmetatable(y) == Tensor then
+      local b = y._b
+      for i = 1, n do if rawequal(args[i], y) then o = { kind = "arg", i = i } break end end
+      if not o and y._tree == self and y._gen == self._gen and b.tree == self._t then
+        if band(b.flags, STAGING) ~= 0 then
+          local staged = self._staged
+          for i = 1, n do
+            if staged and getmetatable(staged[i]) == Tensor and staged[i]._b == b then
+              o = { kind = "staged", i = i, off = y._off, shape = y.shape, numel = y.numel, dtype = DT[y.dtype],
+                    strides = y._strides }
+              break
+            end
+          end
+          if not o then return nil, "it returns a staged view it cannot place" end
+        else
+          cis[#cis + 1] = b.ci
+          o = { kind = "buf", ci = b.ci, off = y._off, shape = y.shape, numel = y.numel, dtype = DT[y.dtype],
+                strides = y._strides }
+        end
+      end
+      o = o or { kind = "value", v = y }
+    elseif type(y) == "table" and getmetatable(y) == nil then
+      return nil, "it returns a table"
+    else
+      o = { kind = "value", v = y }
+    end
+    outs[r] = o
+  end
+  outs.n = select("#", ...)
+  return outs, cis
+end
+
+local function rebuild(self, o, staged, ...)
+  local k = o.kind
+  if k == "buf" then
+    return gt._wrap(self._ptrs[o.ci], o.off, o.shape, o.numel, o.dtype, o.strides, self, self._gen)
+  elseif k == "arg" then return (select(o.i, ...))
+  elseif k == "staged" then
+    local s = staged[o.i]
+    return gt._wrap(s._b, o.off, o.shape, o.numel, o.dtype, o.strides, nil, s._gen)
+  end
+  return o.v
+end
+
+local function outputs(self, outs, staged, ...)
+  local n = outs.n
+  if n == 1 then return rebuild(self, outs[1], staged, ...) end
+  if n == 2 then return rebuild(self, outs[1], staged, ...), rebuild(self, outs[2], staged, ...) end
+  local r = {}
+  for i = 1, n do r[i] = rebuild(self, outs[i], staged, ...) end
+  return unpack(r, 1, n)
+end
+
+-- The call's arguments as the core sees them (staged copies in place of own-pool inputs).
+local function fill_staged(self, staged, n)
+  if not staged then return end
+  local ins, kinds = self._ins, self._kinds
+  for i = 1, n do
+    local s = staged[i]
+    if kinds[i - 1] == 1 and getmetatable(s) == Tensor then ins[i - 1].buf, ins[i - 1].off = s._b, s._off end
+  end
+end
+
+-- After a body run of leaf's key: memoize, verify or confirm.
+local function settle(self, leaf, verifying, n, args, ...)
+  fill_staged(self, self._staged, n)
+  local t, st = self._t, self._kstats
+  if self._sync then leaf.refused = self._sync; leaf.k = nil; refuse(self, leaf, self._sync); return ... end
+  if leaf.k then
+    local d = C.gt_tree_keyed_differs(t, leaf.k)
+    if d >= 0 then
+      if verifying then
+        error(("tree '%s' (%s): keyed call with key %s took another path than the memoized one: its segment %d differs" ..
+          " (the key must decide the path; add what decides it to key)"):format(self.name, self.where,
+          key_text(self, unpack(args, 1, n)), d + 1), 3)
+      end
+      leaf.k = nil
+    else
+      if verifying then st.verified = st.verified + 1 end
+      if C.gt_tree_keyed_confirm(rt, leaf.k, self._ins) ~= 0 then leaf.k = nil end
+      return ...
+    end
+  end
+  local outs, cis = describe_outputs(self, args, n, ...)
+  if not outs then leaf.refused = cis; refuse(self, leaf, cis); return ... end
+  local ci = ffi.new("int[?]", math.max(#cis, 1), cis)
+  local k = C.gt_tree_keyed_save(rt, t, self._ins, self._kinds, n, ci, #cis)
+  if k == nil then
+    local why = gt._errmsg()
+    if not why:match("^not every segment replayed") and not why:match("^the call launched nothing") then
+      leaf.refused = why
+      refuse(self, leaf, why)
+    end
+    return ...
+  end
+  leaf.k, leaf.outs = k, outs
+  return ...
+end
+
+local verify_all = os.getenv("GTLUA_VERIFY_KEYS") == "1"
+
+local function keyed_call(self, ...)
+  local n = select("#", ...)
+  if n > self._nins then
+    self._nins = n
+    self._ins, self._kinds = ffi.new("gt_arg[?]", n), ffi.new("uint8_t[?]", n)
+  end
+  local leaf, why = walk_args(self, walk_keys(self._memo, self._key(...)), n, ...)
+  local st = self._kstats
+  if not leaf then refuse(self, self._memo, why); return self._run(self, nil, ...) end
+  if leaf.refused then refuse(self, leaf, leaf.refused); return self._run(self, nil, ...) end
+  local k = leaf.k
+  local verifying = false
+  if k then
+    st.calls = st.calls + 1
+    verifying = verify_all or (self._verify and st.calls % self._verify == 0)
+  end
+  if k and not verifying then
+    if C.gt_tree_begin(rt, self._t, nil) ~= 0 then error(gt._errmsg(), 2) end
+    self._nw, self._gen, self._sync, self._staged = 0, C.gt_tree_gen(self._t), nil, nil
+    gt._active = self
+    local staged
+    if self._needs_stage(self, n, ...) then
+      local ok, args = pcall(self._stage_args, self, n, ...)
+      if not ok then self._abort(); error(args, 0) end
+      staged = args
+      self._staged = args
+      fill_staged(self, staged, n)
+    end
+    local r = C.gt_tree_keyed_run(rt, k, self._ins)
+    if r == 0 then
+      gt._active = nil
+      st.hits = st.hits + 1
+      return outputs(self, leaf.outs, staged, ...)
+    end
+    if r < 0 then self._abort(); error(gt._errmsg(), 2) end
+    st.misses = st.misses + 1                      -- a patch needs the body: run it in this call
+    local args = staged or { ... }
+    return settle(self, leaf, false, n, { ... }, self._finish(self, pcall(self.fn, unpack(args, 1, n))))
+  end
+  if not k then st.misses = st.misses + 1 end
+  return settle(self, leaf, verifying, n, { ... }, self._run(self, nil, ...))
+end
+
+-- Whether a call's arguments need staging (inputs from this tree's own pool).
+local function needs_stage(self, n, ...)
+  for i = 1, n do
+    local x = select(i, ...)
+    if getmetatable(x) == Tensor and (self._copy or x._b.tree == self._t) then return true end
+  end
+  return false
+end
+
+--- Called by gt.tree when opts.key (or patch/verify) is given.
+function M._attach(tree, opts)
+  local key = opts.key
+  if type(key) ~= "function" then error("gt.tree: key must be a function of the call's arguments returning the values that decide its path", 3) end
+  local patch = {}
+  for _, i in ipairs(opts.patch or {}) do
+    if type(i) ~= "number" or i < 1 or i ~= math.floor(i) then error("gt.tree: patch lists argument positions (1, 2, ...)", 3) end
+    patch[i] = true
+  end
+  local v = opts.verify
+  if v ~= nil and (type(v) ~= "number" or v < 1 or v ~= math.floor(v)) then error("gt.tree: verify must be a whole number >= 1", 3) end
+  tree._keyed, tree._key, tree._patch, tree._verify = true, key, patch, v
+  tree._memo, tree._nins = {}, 0
+  tree._kstats = { hits = 0, misses = 0, verified = 0, calls = 0, refused = {} }
+  tree._keyed_call, tree._needs_stage = keyed_call, needs_stage
+end
+
+return M

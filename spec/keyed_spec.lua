@@ -1,0 +1,159 @@
+-- Keyed calls (DESIGN section 5): a known path replayed without running the Lua body.
+local gt = require "gt"
+require "gt.busted"
+
+local ops = gt.ops
+
+local function maxdiff(a, b)
+  local x, y = a:tolist(), b:tolist()
+  local d = 0
+  for i = 1, #x do
+    if type(x[i]) == "table" then for j = 1, #x[i] do d = math.max(d, math.abs(x[i][j] - y[i][j])) end
+    else d = math.max(d, math.abs(x[i] - y[i])) end
+  end
+  return d
+end
+
+local W = gt.randn({ 8, 8 }, { seed = 1, scale = 0.3 }):static()
+local W2 = gt.randn({ 8, 8 }, { seed = 5, scale = 0.3 }):static()
+
+local function model(x, route, s, Wt)
+  local h = ops.linear(x, Wt or W)
+  if route == 1 then h = ops.tanh(h) elseif route == 2 then h = ops.relu(h) else h = ops.sigmoid(h) end
+  gt.cut()
+  if route ~= 2 then h = ops.mul(h, 2) end
+  return ops.add(h, s)
+end
+
+describe("keyed calls", function()
+  it("equal eager results over a long random route sequence, and stop running the body", function()
+    local runs = 0
+    local step = gt.tree(function(x, route, s) runs = runs + 1; return model(x, route, s) end,
+      { key = function(_, route) return route end, patch = { 3 } })
+    local x = gt.randn({ 4, 8 }, { seed = 2 })
+    local seed = 7
+    local function rnd(n) seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n + 1 end
+    for _ = 1, 200 do
+      local route, s = rnd(3), rnd(100) * 0.25
+      assert.is_true(maxdiff(step(x, route, s), model(x, route, s)) < 1e-5)
+    end
+    local k = step:stats().keyed
+    assert.is_true(runs <= 3 * 5, "the body ran " .. runs .. " times")
+    assert.are.equal(200 - runs, k.hits)
+    assert.are.same({}, k.refused)
+    -- hits are replays of the path's nodes
+    local s = step:stats()
+    assert.are.equal(s.replays + s.warmups + s.eager + s.updates, 2 * 200 - (s.recorded))
+  end)
+
+  it("honours new input addresses, new shapes, static weights passed as arguments and patched scalars", function()
+    local runs = 0
+    local step = gt.tree(function(x, route, s, Wt) runs = runs + 1; return model(x, route, s, Wt) end,
+      { key = function(_, route) return route end, patch = { 3 } })
+    for i = 1, 30 do
+      local rows = i % 3 == 0 and 2 or 4
+      local x = gt.randn({ rows, 8 }, { seed = 10 + i })                -- a new address every call
+      local Wt = i % 4 < 2 and W or W2                                   -- swapped static weight
+      local y = step(x, 1, i * 0.1, Wt)
+      assert.are.same({ rows, 8 }, y.shape)
+      assert.is_true(maxdiff(y, model(x, 1, i * 0.1, Wt)) < 1e-5)
+    end
+    assert.is_true(step:stats().keyed.hits >= 10)
+  end)
+
+  it("keeps h = step(h) right under a key (staged inputs)", function()
+    local step = gt.tree(function(h, c) return ops.tanh(ops.linear(h, W)), c end, { key = function() return 0 end })
+    local h, c = gt.randn({ 4, 8 }, { seed = 3 }), gt.ones { 2 }
+    local he = h:clone()
+    for _ = 1, 12 do
+      h, c = step(h, c)
+      he = ops.tanh(ops.linear(he, W))
+      assert.is_true(maxdiff(h, he) < 1e-5)
+      assert.tensor_near({ 1, 1 }, c)
+    end
+    assert.is_true(step:stats().keyed.hits >= 8)
+  end)
+
+  it("makes the outputs of a keyed hit stale at the next call, like any output", function()
+    local step = gt.tree(function(x) return ops.relu(x) end, { key = function() return 1 end })
+    local x = gt.from { -1, 2 }
+    for _ = 1, 5 do step(x) end
+    local y = step(x)
+    assert.tensor_near({ 0, 2 }, y)
+    step(x)
+    assert.stale(y)
+    assert.are.equal(4, step:stats().keyed.hits)
+  end)
+
+  it("refuses a path that reads the device mid-call, naming the reason and its line, and runs the body", function()
+    local warned = {}
+    local old = gt.on_warning
+    gt.on_warning = function(m) warned[#warned + 1] = m end
+    local runs = 0
+    local step = gt.tree(function(x)
+      runs = runs + 1
+      local t = ops.sum(ops.sum(x)):item()
+      return ops.mul(x, t > 0 and 1 or -1)
+    end, { key = function() return 1 end })
+    local x = gt.from { { 1, 2 } }
+    for _ = 1, 6 do assert.tensor_near({ { 1, 2 } }, step(x)) end
+    gt.on_warning = old
+    assert.are.equal(6, runs)
+    local k = step:stats().keyed
+    assert.are.equal(0, k.hits)
+    local reason, count = next(k.refused)
+    assert.matches("^item at .*keyed_spec.lua:%d+$", reason)
+    assert.are.equal(6, count)
+    assert.are.equal(1, #warned)
+    assert.matches("item at .*keyed_spec.lua:%d+", warned[1])
+  end)
+
+  it("catches a lying key with verify, naming the key", function()
+    local route = 1                                  -- decides the path, but the key does not say so
+    local step = gt.tree(function(x) return model(x, route, 0) end,
+      { key = function() return "always the same" end, verify = 2 })
+    local x = gt.randn({ 4, 8 }, { seed = 4 })
+    for _ = 1, 4 do step(x) end
+    route = 2
+    local ok, err
+    for _ = 1, 4 do
+      ok, err = pcall(step, x)
+      if not ok then break end
+    end
+    assert.is_false(ok)
+    assert.matches("keyed call with key %(always the same%) took another path than the memoized one", err)
+  end)
+
+  it("verifies every keyed call with GTLUA_VERIFY_KEYS=1", function()
+    local S = require "spec.support"
+    local script = os.tmpname()
+    S.spit(script, [[
+      local route = 1
+      local step = gt.tree(function(x) if route == 1 then return gt.ops.relu(x) end return gt.ops.tanh(x) end,
+        { key = function() return 1 end })
+      local x = gt.from { 1, 2 }
+      for _ = 1, 5 do step(x) end
+      route = 2
+      local ok, err = pcall(step, x)
+      print(ok, step:stats().keyed.verified)
+    ]])
+    local st, out = S.gtlua(S.shq(script), { env = "GTLUA_VERIFY_KEYS=1" })
+    os.remove(script)
+    assert.are.equal(0, st)
+    assert.matches("^false\t2", out)
+  end)
+
+  it("refuses table arguments and rejects bad options with clear errors", function()
+    assert.has_error(function() gt.tree(function() end, { key = 3 }) end,
+      "gt.tree: key must be a function of the call's arguments returning the values that decide its path")
+    assert.has_error(function() gt.tree(function() end, { key = function() end, patch = { 0 } }) end,
+      "gt.tree: patch lists argument positions (1, 2, ...)")
+    local old = gt.on_warning
+    gt.on_warning = function() end
+    local step = gt.tree(function(t) return ops.relu(t.x) end, { key = function() return 1 end })
+    local x = gt.from { -1, 1 }
+    for _ = 1, 4 do assert.tensor_near({ 0, 1 }, step { x = x }) end
+    gt.on_warning = old
+    assert.are.equal(4, step:stats().keyed.refused["a table argument"])
+  end)
+end)
