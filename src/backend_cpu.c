@@ -35,6 +35,7 @@ const char *gt_cpu_prelude_text(void); /* cpu_prelude.h's text (scripts/embed.sh
 #define CPU_GUARD ((size_t)64 << 10)   /* lowest part of each fiber stack: no access (any page size) */
 #define CPU_MAX_THREADS 1024           /* per block */
 #define CPU_MAX_WORKERS 64
+#define CPU_MAX_SMEM (227u << 10)      /* dynamic shared bytes per block: the largest CUDA devices' limit */
 #define CPU_PATH 4096
 #define CPU_DIR (CPU_PATH - 128)       /* room for a cache file name after it */
 
@@ -595,6 +596,9 @@ static int exec_grid(gt_backend *b, const struct gt_bfunc *fn, const unsigned g[
   if (nb == 0)
     return cpu_fail(b, GT_BERR, "cpu: launch of kernel '%s' failed: grid %ux%ux%u has a zero dimension.",
                     fn->name, g[0], g[1], g[2]);
+  if (smem > CPU_MAX_SMEM)
+    return cpu_fail(b, GT_BERR, "cpu: launch of kernel '%s' failed: %u bytes of dynamic shared memory exceed the %u "
+                    "a block may use on the largest CUDA devices; use less.", fn->name, smem, CPU_MAX_SMEM);
   cpu_job j = {.fn = fn, .grid = {g[0], g[1], g[2]}, .block = {bl[0], bl[1], bl[2]}, .smem = smem,
                .args = args, .nblocks = nb};
   atomic_init(&j.next, 0);

@@ -209,7 +209,7 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
   gt_kernel *kk = calloc(nk, sizeof *kk);
   gt_ksig *sig = calloc(nk, sizeof *sig);
   gt_bfunc **fns = calloc(nk, sizeof *fns);
-  char *full = malloc(strlen(common_prelude) + strlen(src) + strlen(chunkname) + 32);
+  char *full = malloc(strlen(common_prelude) + strlen(src) + 4 * strlen(chunkname) + 32);
   if (!m || !mem || !kk || !sig || !fns || !full) {
     free(m); free(mem); free(kk); free(sig); free(fns); free(full);
     gt_fail(rt, "out of host memory");
@@ -241,7 +241,13 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
     a += (8 - (uintptr_t)a % 8) % 8;
   }
 #undef TAKE
-  sprintf(full, "%s#line 1 \"%s\"\n%s", common_prelude, chunkname, src);
+  char *o = full + sprintf(full, "%s#line 1 \"", common_prelude);
+  for (const char *c = chunkname; *c; c++) {   /* a C string literal: quotes, backslashes, controls escaped */
+    if (*c == '"' || *c == '\\') *o++ = '\\', *o++ = *c;
+    else if ((unsigned char)*c < 0x20) o += sprintf(o, "\\%03o", (unsigned char)*c);
+    else *o++ = *c;
+  }
+  sprintf(o, "\"\n%s", src);
   int st = rt->be.compile(&rt->be, full, opts, sig, nk, &m->bm, fns);
   free(full);
   free(sig);
@@ -267,6 +273,14 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
               unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_arg *args) {
   if (!gx || !gy || !gz || !bx || !by || !bz)
     return gt_fail(rt, "kernel '%s': grid and block sizes must be at least 1", k->name);
+  /* CUDA's limits on every current device; the cpu backend keeps them too so
+     that a launch debugged there also runs on a GPU. */
+  if (gx > 0x7fffffffu || gy > 65535 || gz > 65535)
+    return gt_fail(rt, "kernel '%s': grid %ux%ux%u exceeds the device limits (x up to 2147483647, y and z up to 65535)",
+                   k->name, gx, gy, gz);
+  if (bx > 1024 || by > 1024 || bz > 64 || (uint64_t)bx * by * bz > 1024)
+    return gt_fail(rt, "kernel '%s': block %ux%ux%u exceeds the device limits (x, y up to 1024, z up to 64, "
+                   "at most 1024 threads in all)", k->name, bx, by, bz);
   for (int i = 0; i < k->nparams; i++) {
     switch (k->ptype[i]) {
     case GT_P_IN: case GT_P_OUT:
