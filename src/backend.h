@@ -21,6 +21,7 @@ typedef struct gt_ksig {
   int nparams;
   const uint8_t *ptype;       /* gt_ptype per parameter */
   const char *const *ptext;   /* declared type text, e.g. "const float *", "int" */
+  const char *const *pname;   /* parameter names for messages (may be NULL) */
 } gt_ksig;
 
 /* One node of a graph to build.  Kernel args: args[i] points at the value of

@@ -237,7 +237,7 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
     k->graphable = graphable;
     k->id = ++rt->next_kernel_id;
     k->module = m;
-    sig[i] = (gt_ksig){ k->name, np, pt, tx };
+    sig[i] = (gt_ksig){ k->name, np, pt, tx, pn };
     a += (8 - (uintptr_t)a % 8) % 8;
   }
 #undef TAKE
