@@ -118,3 +118,146 @@ describe("kernel source names", function()
     assert.equal("3\n", out)
   end)
 end)
+
+describe("a kernel that faults on the cpu backend", function()
+  local K = gt.compile([[
+    __global__ void poke(float *y, const float *x, long long at) { if (threadIdx.x == 0) y[at] = x[0]; }
+    __global__ void over(float *y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 1; }
+    __global__ void divide(int *y, int d) { y[threadIdx.x] = 100 / d; }
+    __global__ void deep(float *y, int n) {
+      volatile float big[100000];
+      for (int i = 0; i < 100000; i++) big[i] = i;
+      __syncthreads();
+      y[threadIdx.x] = big[n];
+    }
+  ]], { name = "faults.cu" })
+  local function cpu_only()
+    if gt.backend() ~= "cpu" then pending("the cpu backend's fault handler") return false end
+    return true
+  end
+
+  it("raises a Lua error naming the kernel, the access and the buffer parameter; later launches work", function()
+    if not cpu_only() then return end
+    local x, y = gt.from({ 5 }), gt.zeros({ 4 })
+    local e = error_of(K.poke, 1, 32, y, x, 1e9)
+    assert.truthy(has(e, "cpu: kernel 'poke' made an invalid memory write at address 0x"), e)
+    assert.truthy(has(e, "4000000000 bytes past the start of parameter 'y'"), e)
+    assert.truthy(has(e, "in block (0, 0, 0) thread (0, 0, 0)"), e)
+    assert.truthy(has(e, "later launches work"), e)
+    assert.truthy(has(e, "GTLUA_CPU_CHECK=1"), e)   -- the limits of the check, and the way round them
+    e = error_of(K.poke, 1, 32, y, x, -1e8)
+    assert.truthy(has(e, "made an invalid memory read") or has(e, "before the start of parameter"), e)
+    K.poke(1, 32, y, x, 2)
+    assert.same({ 0, 0, 5, 0 }, y:tolist())
+  end)
+
+  it("catches an overrun of a buffer over 1 MiB by one element (it ends at a guard page)", function()
+    if not cpu_only() then return end
+    local n = 300000
+    local y = gt.zeros({ n })
+    local e = error_of(K.over, math.ceil((n + 1) / 256), 256, y, n + 1)
+    assert.truthy(has(e, "kernel 'over' made an invalid memory write"), e)
+    assert.truthy(has(e, n * 4 .. " bytes past the start of parameter 'y'"), e)
+    K.over(math.ceil(n / 256), 256, y, n)
+    assert.equal(1, y:tolist()[n])
+  end)
+
+  it("turns an integer division by zero into an error", function()
+    if not cpu_only() then return end
+    local y = gt.zeros({ 32 }, "i32")
+    local e = error_of(K.divide, 1, 32, y, 0)
+    assert.truthy(has(e, "cpu: kernel 'divide' made an integer division by zero"), e)
+    K.divide(1, 32, y, 4)
+    assert.equal(25, y:tolist()[32])
+  end)
+
+  it("reports a thread whose stack overflowed", function()
+    if not cpu_only() then return end
+    local e = error_of(K.deep, 1, 32, gt.zeros({ 32 }), 3)
+    assert.truthy(has(e, "kernel 'deep'") and has(e, "a thread's stack overflowed"), e)
+  end)
+
+  it("fails a tree call that faults, and the tree replays afterwards", function()
+    if not cpu_only() then return end
+    local step = gt.tree(function(x, at)
+      local y = gt.zeros({ 4 })
+      K.poke(1, 32, y, x, at)
+      return y
+    end)
+    local x = gt.from({ 7 })
+    for _ = 1, 3 do assert.equal(7, step(x, 0):tolist()[1]) end
+    local e = error_of(step, x, 1e9)
+    assert.truthy(has(e, "kernel 'poke' made an invalid memory write"), e)
+    for _ = 1, 3 do assert.equal(7, step(x, 0):tolist()[1]) end
+  end)
+
+  it("with GTLUA_CPU_CHECK=1 catches a one-element overrun of a small buffer", function()
+    if not cpu_only() then return end
+    local script = tmpfile([[
+      local K = gt.compile("__global__ void over(float *y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 1; }")
+      local y = gt.zeros({ 1000 })
+      print(pcall(K.over, 4, 256, y, 1001))
+      K.over(4, 256, y, 1000)
+      print(y:tolist()[1000])
+    ]])
+    local status, out, err = gtlua(shq(script), { env = "GTLUA_BACKEND=cpu GTLUA_CPU_CHECK=1" })
+    os.remove(script)
+    assert.equal(0, status, err)
+    assert.truthy(has(out, "false\tover: cpu: kernel 'over' made an invalid memory write"), out)
+    assert.truthy(has(out, "4000 bytes past the start of parameter 'y'"), out)
+    assert.truthy(has(out, "\n1\n"), out)
+  end)
+
+  it("leaves the REPL running", function()
+    if not cpu_only() then return end
+    local input = 'K = gt.compile("__global__ void poke(float *y, long long at) { y[at] = 1; }")\n' ..
+      "y = gt.zeros({4})\nK.poke(1, 1, y, 1e9)\nK.poke(1, 1, y, 1e10)\nK.poke(1, 1, y, 3)\nprint(y:tolist()[4])\n"
+    local status, out, err = gtlua("-i", { env = "GTLUA_BACKEND=cpu", stdin = input })
+    assert.equal(0, status, err)
+    assert.truthy(has(err, "kernel 'poke' made an invalid memory write"), err)
+    assert.truthy(has(out, "> 1\n"), out)
+  end)
+end)
+
+describe("address-space reservations", function()
+  local script = [[
+    local K = gt.compile("__global__ void inc(float *y) { y[threadIdx.x] += 1; }")
+    local y = gt.zeros({ 4 })
+    local trees = {}
+    for i = 1, 16 do trees[i] = gt.tree(function(v) K.inc(1, 4, v) return v end) end
+    for i = 1, 16 do trees[i](y) end
+    print(y:tolist()[1])
+  ]]
+
+  it("let a small script with trees run under ulimit -v 8000000 on the cpu backend", function()
+    if gt.backend() ~= "cpu" then return pending("cpu backend") end
+    local path = tmpfile(script)
+    local status, out, err = S.sh("ulimit -v 8000000 && GTLUA_BACKEND=cpu timeout 60 \"$GTLUA\" " .. shq(path))
+    os.remove(path)
+    assert.equal(0, status, err)
+    assert.equal("16\n", out)
+  end)
+
+  it("let 9000 trees live at once", function()
+    local status, out, err = gtlua([[-e 'local t = {} for i = 1, 9000 do t[i] = gt.tree(function() end) end print(#t)']],
+      { env = "GTLUA_BACKEND=" .. gt.backend() })
+    assert.equal(0, status, err)
+    assert.equal("9000\n", out)
+  end)
+
+  it("name GTLUA_MEM_RESERVE when ordinary memory cannot be reserved", function()
+    local status, _, err = gtlua("-e 'print(1)'", { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_MEM_RESERVE=100000000G" })
+    assert.equal(1, status)
+    assert.truthy(has(err, "could not reserve"), err)
+    assert.truthy(has(err, "set GTLUA_MEM_RESERVE lower"), err)
+  end)
+
+  it("name GTLUA_POOL_RESERVE when a tree's pool cannot be reserved, and the process goes on", function()
+    local status, out, err = gtlua([[-e 'print(pcall(gt.tree, function() end)); print(gt.zeros({2}):tolist()[2])']],
+      { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_POOL_RESERVE=100000000" })
+    assert.equal(0, status, err)
+    assert.truthy(has(out, "false\t"), out)
+    assert.truthy(has(out, "GTLUA_POOL_RESERVE"), out)
+    assert.truthy(has(out, "\n0\n"), out)
+  end)
+end)

@@ -85,11 +85,13 @@ static uint64_t as_limit(void) {
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* A tree's pool reservation unless GTLUA_POOL_RESERVE says (tree.c): cuda
-   16 GiB; cpu 4 GiB, and at most 1/16 of a `ulimit -v`, since reserved
-   addresses count against it even though nothing is committed. */
+   16 GiB; cpu 2 GiB (65536 live trees fit in 128 TiB of addresses), at most
+   1/64 of a `ulimit -v` (reserved addresses count against it although
+   nothing is committed), at least 64 MiB. */
 uint64_t gt_pool_reserve_default(gt_runtime *rt) {
   if (!strcmp(rt->be.name, "cuda")) return 16ull << 30;
-  return min_u64(4ull << 30, as_limit() / 16 > (64u << 20) ? as_limit() / 16 : (64u << 20));
+  uint64_t share = as_limit() / 64;
+  return min_u64(2ull << 30, share > (64u << 20) ? share : (64u << 20));
 }
 
 /* Returns the runtime, opening it on first use with backend "cpu", "cuda" or
@@ -137,9 +139,9 @@ gt_runtime *gt_runtime_open(const char *backend) {
   while ((st2 = gt_pool_init(&rt->mem, &rt->be, want, rt->err)) != GT_OK && cpu && !(env && *env) && want > (256u << 20))
     want /= 2;
   if (st2 != GT_OK) {
-    gt_fail(NULL, "%s; ordinary memory reserves %s%s bytes of addresses: set GTLUA_MEM_RESERVE (e.g. "
-            "GTLUA_MEM_RESERVE=1G) to reserve less, or raise ulimit -v", rt->err, env && *env ? "GTLUA_MEM_RESERVE = " : "",
-            env && *env ? env : "the default");
+    gt_fail(NULL, "could not reserve %llu bytes of addresses for ordinary memory (%s%s): set GTLUA_MEM_RESERVE lower "
+            "(e.g. GTLUA_MEM_RESERVE=1G) or raise ulimit -v; %s", (unsigned long long)want,
+            env && *env ? "GTLUA_MEM_RESERVE=" : "the default", env && *env ? env : "", rt->be.err);
     rt->be.shutdown(&rt->be);
     free(rt);
     return NULL;
