@@ -405,7 +405,7 @@ static int cpu_compile(gt_backend *b, const char *src, const char *opts, const g
   size_t ntext = 0, nflags = 0;
   FILE *ft = open_memstream(&text, &ntext), *ff = open_memstream(&flags, &nflags);
   if (ft) build_source(ft, src, sigs, nsigs);
-  if (ff) put_opts(ff, opts);
+  if (ff) put_opts(ff, opts), fputs(" -fstack-clash-protection", ff);   /* big frames touch the fiber stack guard */
   int oom = !ft || fclose(ft) != 0, rc = GT_BOK;
   oom |= !ff || fclose(ff) != 0;
   if (oom) rc = cpu_fail(b, GT_BOOM, "cpu: out of host memory while preparing a kernel source.");
@@ -628,11 +628,12 @@ static int fault_fail(gt_backend *b, const struct gt_bfunc *fn, const cpu_job *j
   else if ((j->fsig == SIGSEGV || j->fsig == SIGBUS) && j->faddr < 65536)
     snprintf(near, sizeof near, ": a null pointer (a parameter that is not a tensor, or an index far below 0?)");
   else if (j->fsig == SIGSEGV || j->fsig == SIGBUS) {
-    int below = -1, above = -1;
+    int below = -1, above = -1, outs = 0;
     uint64_t db = UINT64_MAX, da = UINT64_MAX;
-    for (int k = 0; k < fn->nparams; k++) {
+    for (int k = 0; k < fn->nparams; k++) outs += fn->argsz[fn->nparams + k] == GT_P_OUT;
+    for (int k = 0; k < fn->nparams; k++) {   /* a write: only the buffers the kernel may write */
       uint8_t t = fn->argsz[fn->nparams + k];
-      if (t != GT_P_IN && t != GT_P_OUT) continue;
+      if (t != GT_P_OUT && (t != GT_P_IN || (j->fwrite == 1 && outs))) continue;
       uint64_t v;
       memcpy(&v, args[k], 8);
       if (v <= j->faddr && j->faddr - v < db) db = j->faddr - v, below = k;
