@@ -11,7 +11,9 @@ struct gt_module {
   gt_kernel *k;
   gt_bmodule *bm;
   char *arena;                 /* names, texts and type arrays of all kernels */
+  struct gt_module *next;      /* every module, for leak checkers: Lua's references are not malloc'd */
 };
+static gt_module *g_modules;
 
 /* -- Signature parsing --------------------------------------------------- */
 
@@ -259,7 +261,9 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
   for (int i = 0; i < nk; i++) kk[i].fn = fns[i];
   free(fns);
   m->n = nk; m->k = kk; m->arena = mem;
-  return m;   /* modules live as long as the process: graphs keep their functions */
+  m->next = g_modules;   /* modules live as long as the process: graphs keep their functions */
+  g_modules = m;
+  return m;
 }
 
 int gt_module_count(gt_module *m) { return m->n; }
