@@ -94,6 +94,30 @@ describe("launch arguments", function()
   end)
 end)
 
+describe("the REPL after bad launch arguments and odd kernel names", function()
+  it("reports each error and goes on", function()
+    local input = table.concat({
+      [[K = gt.compile("__global__ void k(float *y, int n) { y[0] = n; }", {name = 'we"ird.cu'})]],
+      "y = gt.zeros({2})",
+      "K.k(2^32 + 1, 1, y, 1)",
+      "K.k({2.5, 1}, 1, y, 1)",
+      "K.k:config(1, 1, 2^40)",
+      "K.k(1, 1, y, math.huge)",
+      "K.k(1, 1, y, 1.5)",
+      "K.k(1, 1, y, 9)",
+      "print(y:tolist()[1])",
+    }, "\n") .. "\n"
+    local status, out, err = gtlua("-i", { stdin = input })
+    assert.equal(0, status, err)
+    assert.truthy(has(err, "grid is 4294967297, outside 1..2147483647"), err)
+    assert.truthy(has(err, "grid[1] is 2.5, not an integer"), err)
+    assert.truthy(has(err, "shared memory must be a whole number of bytes"), err)
+    assert.truthy(has(err, "argument #2 ('n', int) expects an integer in -2147483648..2147483647, got inf"), err)
+    assert.truthy(has(err, "got 1.5"), err)
+    assert.truthy(has(out, "> 9\n"), out)
+  end)
+end)
+
 describe("kernel source names", function()
   it("escapes quotes and backslashes of a name in #line", function()
     local K = gt.compile("__global__ void k(float *y) { y[0] = 1; }", { name = 'we"ird\\name.cu' })
