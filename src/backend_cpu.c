@@ -648,6 +648,7 @@ static int fault_fail(gt_backend *b, const struct gt_bfunc *fn, const cpu_job *j
     else snprintf(near, sizeof near, ", not near any buffer parameter (a wild pointer or index?)");
   }
   int mem = j->fsig == SIGSEGV || j->fsig == SIGBUS;
+  b->fault_addr = mem ? j->faddr : 0;
   return cpu_fail(b, GT_BERR, "cpu: kernel '%s' made %s%s, in block (%u, %u, %u) thread (%u, %u, %u). The launch was "
                   "stopped (its outputs may be partly written); later launches work.%s", fn->name, what, near,
                   j->fbid.x, j->fbid.y, j->fbid.z, j->ftid.x, j->ftid.y, j->ftid.z, !mem ? "" :
@@ -775,6 +776,7 @@ static int exec_grid(gt_backend *b, const struct gt_bfunc *fn, const unsigned g[
   atomic_init(&j.next, 0);
   atomic_init(&j.misuse, 0);
   atomic_init(&j.fault, 0);
+  b->fault_addr = 0;
   altstack_ensure();
   if (nb > 1 && cb->nworkers > 1 && !cb->started) pool_start(cb);
   int helpers = nb - 1 < (uint64_t)cb->started ? (int)(nb - 1) : cb->started;

@@ -271,6 +271,25 @@ gt_kernel *gt_module_kernel(gt_module *m, int i) { return i >= 0 && i < m->n ? &
 
 /* -- Launches ------------------------------------------------------------ */
 
+/* After a launch that faulted past the start of a tensor parameter (the cpu
+   backend names it): that tensor's size, appended to the message. */
+static void fault_sizes(gt_runtime *rt, const gt_kernel *k, const gt_arg *args) {
+  static const char tag[] = "past the start of parameter '";
+  const char *p = rt->be.fault_addr ? strstr(rt->err, tag) : NULL;
+  if (!p) return;
+  p += sizeof tag - 1;
+  size_t nl = strcspn(p, "'");
+  for (int i = 0; i < k->nparams; i++) {
+    if (!args[i].buf || strlen(k->pname[i]) != nl || strncmp(k->pname[i], p, nl)) continue;
+    uint64_t start = args[i].buf->addr + (uint64_t)args[i].off, len = (uint64_t)args[i].nbytes;
+    size_t n = strlen(rt->err);
+    if (rt->be.fault_addr >= start + len)
+      snprintf(rt->err + n, GT_ERRLEN - n, " Parameter '%s' holds %llu bytes: the access is %llu bytes past its end.",
+               k->pname[i], (unsigned long long)len, (unsigned long long)(rt->be.fault_addr - start - len));
+    return;
+  }
+}
+
 /* Queues (in a tree call) or runs the kernel.  Arguments were checked by the
    Lua layer; scalars are normalised here so equal values compare equal. */
 int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
@@ -305,7 +324,12 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
   uint64_t vals[64];
   void *ptrs[64];
   q.vals = vals; q.ptrs = ptrs; q.valcap = q.ptrcap = 64;
-  if (gt_queue_run(&rt->be, &q, 0) != GT_BOK) return gt_fail_be(rt, k->name);
+  rt->be.fault_addr = 0;
+  if (gt_queue_run(&rt->be, &q, 0) != GT_BOK) {
+    gt_fail_be(rt, k->name);
+    fault_sizes(rt, k, args);
+    return GT_ERR;
+  }
   return GT_OK;
 }
 
