@@ -64,7 +64,7 @@ typedef struct cpu_job {
   atomic_uint_fast64_t next;   /* next block index to take */
   atomic_int misuse;           /* a barrier was called in loop mode */
   atomic_int fault;            /* a block faulted; the first fault's details follow */
-  int fsig, fcode, fwrite, fstack;   /* fwrite: 1 write, 0 read, -1 unknown; fstack: in a fiber stack guard */
+  int fsig, fcode, fwr, fstack;   /* fwr: 1 write, 0 read, -1 unknown; fstack: a stack overflowed */
   uintptr_t faddr;
   gt_cpu_dim fbid, ftid;
 } cpu_job;
@@ -549,10 +549,10 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
   cpu_job *j = w->job;
   int none = 0;
   if (atomic_compare_exchange_strong(&j->fault, &none, 1)) {
-    j->fsig = sig, j->fcode = si->si_code, j->faddr = (uintptr_t)si->si_addr, j->fwrite = -1;
+    j->fsig = sig, j->fcode = si->si_code, j->faddr = (uintptr_t)si->si_addr, j->fwr = -1;
     uintptr_t sp = 0;
 #if defined(__x86_64__) && defined(REG_ERR)
-    if (sig == SIGSEGV) j->fwrite = (((ucontext_t *)uc)->uc_mcontext.gregs[REG_ERR] & 2) != 0;   /* page fault: W bit */
+    if (sig == SIGSEGV) j->fwr = (((ucontext_t *)uc)->uc_mcontext.gregs[REG_ERR] & 2) != 0;   /* page fault: W bit */
     sp = (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RSP];
 #endif
     /* a stack overflow: the stack pointer went below the running fiber's
@@ -613,7 +613,7 @@ static void altstack_drop(void) {
    buffer the address is nearest to, then what the check cannot see. */
 static int fault_fail(gt_backend *b, const struct gt_bfunc *fn, const cpu_job *j, void **args) {
   char what[160], near[384] = "";
-  const char *acc = j->fwrite == 1 ? "write" : j->fwrite == 0 ? "read" : "access";
+  const char *acc = j->fwr == 1 ? "write" : j->fwr == 0 ? "read" : "access";
   if (j->fsig == SIGFPE)
     snprintf(what, sizeof what, "%s", j->fcode == FPE_INTDIV ? "an integer division by zero"
                                       : "an arithmetic fault (integer overflow in a division?)");
@@ -633,7 +633,7 @@ static int fault_fail(gt_backend *b, const struct gt_bfunc *fn, const cpu_job *j
     for (int k = 0; k < fn->nparams; k++) outs += fn->argsz[fn->nparams + k] == GT_P_OUT;
     for (int k = 0; k < fn->nparams; k++) {   /* a write: only the buffers the kernel may write */
       uint8_t t = fn->argsz[fn->nparams + k];
-      if (t != GT_P_OUT && (t != GT_P_IN || (j->fwrite == 1 && outs))) continue;
+      if (t != GT_P_OUT && (t != GT_P_IN || (j->fwr == 1 && outs))) continue;
       uint64_t v;
       memcpy(&v, args[k], 8);
       if (v <= j->faddr && j->faddr - v < db) db = j->faddr - v, below = k;
