@@ -7,6 +7,7 @@
 set -u
 cd "$(dirname "$0")/.."
 BIN=${GTLUA_BIN_UNDER_TEST:-build/gtlua}
+TESTBIN=${GTLUA_TEST_BIN:-$(dirname "$BIN")/gtlua-test}   # the C tests of the same build
 BUSTED=${BUSTED:-$(command -v busted || echo /usr/bin/busted)}
 backend=$($BIN -e 'io.write(gt.backend())' 2>/dev/null || echo none)
 tags="browser"
@@ -16,13 +17,15 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 cpass=0 cfail=1
-if [ -x build/gtlua-test ]; then
-  build/gtlua-test 2>&1 | tee "$out"
+if [ -x "$TESTBIN" ]; then
+  "$TESTBIN" 2>&1 | tee "$out"
   line=$(grep '^C tests:' "$out" | tail -1)
   cpass=$(echo "$line" | sed -n 's/.* \([0-9]*\) passed.*/\1/p')
   cfail=$(echo "$line" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')
   [ -n "$cpass" ] || cpass=0
   [ -n "$cfail" ] || cfail=1
+else
+  echo "C tests: $TESTBIN is missing (make builds it)"
 fi
 
 echo "backend: $backend (excluding tags: ${tags:-none})"

@@ -21,6 +21,7 @@ typedef struct gt_ksig {
   int nparams;
   const uint8_t *ptype;       /* gt_ptype per parameter */
   const char *const *ptext;   /* declared type text, e.g. "const float *", "int" */
+  const char *const *pname;   /* parameter names for messages (may be NULL) */
 } gt_ksig;
 
 /* One node of a graph to build.  Kernel args: args[i] points at the value of
@@ -49,6 +50,7 @@ struct gt_backend {
   char err[GT_ERRLEN];        /* last failure, a full sentence naming the call */
   void *impl;                 /* backend private state */
   size_t granularity;         /* commit granularity in bytes (cuda: VMM granularity) */
+  uint64_t fault_addr;        /* cpu: the address the last failed launch faulted at (0: none) */
 
   int (*device_info)(gt_backend *b, gt_device_info *out);
   void (*shutdown)(gt_backend *b);

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -13,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <ucontext.h>
 #include <unistd.h>
 #include "backend.h"
 #include "cpu_prelude.h"
@@ -34,8 +36,10 @@ const char *gt_cpu_prelude_text(void); /* cpu_prelude.h's text (scripts/embed.sh
 #define CPU_GRAN ((size_t)64 << 10)    /* commit granularity */
 #define CPU_STACK ((size_t)192 << 10)  /* per fiber: 128 KiB of stack above the guard */
 #define CPU_GUARD ((size_t)64 << 10)   /* lowest part of each fiber stack: no access (any page size) */
+#define CPU_ALTSTACK ((size_t)64 << 10) /* signal stack of each thread that runs kernels */
 #define CPU_MAX_THREADS 1024           /* per block */
 #define CPU_MAX_WORKERS 64
+#define CPU_MAX_SMEM (227u << 10)      /* dynamic shared bytes per block: the largest CUDA devices' limit */
 #define CPU_PATH 4096
 #define CPU_DIR (CPU_PATH - 128)       /* room for a cache file name after it */
 
@@ -47,7 +51,8 @@ struct gt_bfunc {
   gt_bmodule *mod;
   char name[64];
   int nparams;
-  uint8_t *argsz;     /* bytes of each parameter's value */
+  uint8_t *argsz;     /* bytes of each parameter's value, then nparams ptype codes */
+  char **pname;       /* parameter names (one allocation with the texts) */
 };
 struct gt_bgraph { int n; gt_gnode *nodes; };   /* copied nodes: args point at their own values */
 struct gt_bevent { double t; };
@@ -59,6 +64,10 @@ typedef struct cpu_job {
   uint64_t nblocks;
   atomic_uint_fast64_t next;   /* next block index to take */
   atomic_int misuse;           /* a barrier was called in loop mode */
+  atomic_int fault;            /* a block faulted; the first fault's details follow */
+  int fsig, fcode, fwr, fstack;   /* fwr: 1 write, 0 read, -1 unknown; fstack: a stack overflowed */
+  uintptr_t faddr;
+  gt_cpu_dim fbid, ftid;
 } cpu_job;
 
 typedef struct cpu_worker cpu_worker;
@@ -117,6 +126,7 @@ struct cpu_worker {
   cpu_fctx main;                /* the worker's own stack */
   cpu_fiber *fib;               /* fib_cap fibers; the unfinished ones form a ring in block order */
   char *stacks, *smem;
+  sigjmp_buf fault_jmp;         /* set while the worker runs blocks: a fault returns here */
   int fib_cap;
   size_t smem_cap;
   unsigned long long xchg[CPU_MAX_THREADS];   /* one warp-exchange slot per thread */
@@ -153,8 +163,9 @@ static int cpu_reserve(gt_backend *b, size_t bytes, uint64_t *base) {
   size_t want = round_gran(bytes), len = want + CPU_GRAN;
   char *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
-    return cpu_fail(b, GT_BOOM, "cpu: reserving %zu bytes of address space failed (%s); ask for less memory.",
-                    bytes, strerror(errno));
+    return cpu_fail(b, GT_BOOM, "cpu: reserving %zu bytes of address space failed (%s); the address space is used "
+                    "up (ulimit -v, or many live trees): set GTLUA_POOL_RESERVE (GiB per tree) or GTLUA_MEM_RESERVE "
+                    "(ordinary memory, e.g. 1G) lower, or drop trees you no longer use.", bytes, strerror(errno));
   uintptr_t a = ((uintptr_t)p + CPU_GRAN - 1) & ~(uintptr_t)(CPU_GRAN - 1);   /* trim to alignment */
   if (a > (uintptr_t)p) munmap(p, a - (uintptr_t)p);
   if ((uintptr_t)p + len > a + want) munmap((char *)(a + want), (uintptr_t)p + len - (a + want));
@@ -407,7 +418,7 @@ static int run_compiler(gt_backend *b, const char *dir, const char *text, size_t
 static void cpu_module_free(gt_backend *b, gt_bmodule *m) {
   (void)b;
   if (!m) return;
-  for (int i = 0; i < m->n; i++) free(m->fns[i].argsz);
+  for (int i = 0; i < m->n; i++) free(m->fns[i].argsz), free(m->fns[i].pname);
   free(m->fns);
   if (m->so) dlclose(m->so);
   free(m);
@@ -431,11 +442,18 @@ static int load_module(gt_backend *b, const char *so, const char *src, const gt_
     snprintf(sym, sizeof sym, "gt_entry_%d", i);
     snprintf(f->name, sizeof f->name, "%s", sigs[i].name);
     f->entry = (gt_cpu_entry)dlsym(m->so, sym), f->mod = m, f->nparams = sigs[i].nparams;
-    if (!f->entry || !(f->argsz = malloc(f->nparams > 0 ? (size_t)f->nparams : 1)))
+    if (!f->entry || !(f->argsz = malloc(f->nparams > 0 ? 2 * (size_t)f->nparams : 1)))
       rc = cpu_fail(b, GT_BERR, "cpu: kernel '%s' is missing from %s; delete that file and retry.", f->name, so);
     for (int k = 0; rc == GT_BOK && k < f->nparams; k++) {
       uint8_t t = sigs[i].ptype[k];   /* pointers and 64-bit scalars: 8 bytes */
       f->argsz[k] = t == GT_P_BOOL ? 1 : (t == GT_P_I32 || t == GT_P_U32 || t == GT_P_F32) ? 4 : 8;
+      f->argsz[f->nparams + k] = t;
+    }
+    if (rc == GT_BOK && sigs[i].pname && f->nparams > 0) {   /* names for fault messages */
+      size_t len = (size_t)f->nparams * sizeof(char *);
+      for (int k = 0; k < f->nparams; k++) len += strlen(sigs[i].pname[k]) + 1;
+      char *t = (char *)(f->pname = malloc(len)) + (size_t)f->nparams * sizeof(char *);
+      for (int k = 0; f->pname && k < f->nparams; k++) f->pname[k] = strcpy(t, sigs[i].pname[k]), t += strlen(t) + 1;
     }
     fns[i] = f;
   }
@@ -479,7 +497,7 @@ static int cpu_compile(gt_backend *b, const char *src, const char *opts, const g
   int scratch = 0;
   FILE *ft = open_memstream(&text, &ntext), *ff = open_memstream(&flags, &nflags);
   if (ft) build_source(ft, src, sigs, nsigs);
-  if (ff) put_opts(ff, opts);
+  if (ff) put_opts(ff, opts), fputs(" -fstack-clash-protection", ff);   /* big frames touch the fiber stack guard */
   int oom = !ft || fclose(ft) != 0, rc = GT_BOK;
   oom |= !ff || fclose(ff) != 0;
   if (oom) rc = cpu_fail(b, GT_BOOM, "cpu: out of host memory while preparing a kernel source.");
@@ -584,7 +602,164 @@ static unsigned cpu_vote(gt_cpu_ctx *c, unsigned mask, int pred, int mode) {
   return mode == 0 ? yes : mode == 1 ? yes != 0 : yes == live;
 }
 
+/* -- Executor: faults --------------------------------------------------- */
+
+/* A kernel that touches unmapped memory, divides an integer by zero or traps
+   must not take the process with it: SIGSEGV/SIGBUS/SIGFPE/SIGILL on a thread
+   that runs blocks (on its own signal stack: a fiber's stack may be what
+   overflowed) records the fault in the job and jumps back to run_blocks; the
+   launch then fails with a message.  Other faults go to the handler that was
+   there before (or the default action: the process dies as it did). */
+static const int cpu_fault_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+#define CPU_NSIGS ((int)(sizeof cpu_fault_sigs / sizeof *cpu_fault_sigs))
+static struct sigaction cpu_old_act[CPU_NSIGS];
+static pthread_mutex_t cpu_sig_mu = PTHREAD_MUTEX_INITIALIZER;
+static int cpu_sig_users;                        /* open cpu backends */
+static _Thread_local cpu_worker *cpu_running;   /* the worker this thread runs blocks for */
+static _Thread_local int cpu_has_altstack;
+
+static void chain_fault(int sig, siginfo_t *si, void *uc) {
+  int i = 0;
+  while (i < CPU_NSIGS - 1 && cpu_fault_sigs[i] != sig) i++;
+  struct sigaction *o = &cpu_old_act[i];
+  if ((o->sa_flags & SA_SIGINFO) && o->sa_sigaction) { o->sa_sigaction(sig, si, uc); return; }
+  if (!(o->sa_flags & SA_SIGINFO) && o->sa_handler != SIG_DFL && o->sa_handler != SIG_IGN) { o->sa_handler(sig); return; }
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigaction(sig, &dfl, NULL);   /* the faulting instruction runs again and ends the process as before */
+  if (si->si_code <= 0) raise(sig);   /* sent by kill(): nothing repeats it */
+}
+
+static void on_fault(int sig, siginfo_t *si, void *uc) {
+  cpu_worker *w = cpu_running;
+  if (!w || si->si_code <= 0) { chain_fault(sig, si, uc); return; }
+  cpu_running = NULL;
+  cpu_job *j = w->job;
+  int none = 0;
+  if (atomic_compare_exchange_strong(&j->fault, &none, 1)) {
+    j->fsig = sig, j->fcode = si->si_code, j->faddr = (uintptr_t)si->si_addr, j->fwr = -1;
+    uintptr_t sp = 0;
+#if defined(__x86_64__) && defined(REG_ERR)
+    if (sig == SIGSEGV) j->fwr = (((ucontext_t *)uc)->uc_mcontext.gregs[REG_ERR] & 2) != 0;   /* page fault: W bit */
+    sp = (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RSP];
+#endif
+    /* a stack overflow: the stack pointer went below the running fiber's
+       stack, the address is in its guard, or (no fiber) right at the stack pointer */
+    uintptr_t lo = w->ctx.fiber && w->cur >= 0 ? (uintptr_t)w->stacks + (size_t)w->cur * CPU_STACK : 0;
+    if (lo) j->fstack = (sp && sp < lo + CPU_GUARD + 256) || (j->faddr >= lo && j->faddr < lo + CPU_GUARD);
+    else j->fstack = sp && j->faddr + (64u << 10) > sp && j->faddr < sp + (64u << 10);
+    j->fbid = w->ctx.bid, j->ftid = w->ctx.tid;
+  }
+  atomic_store(&j->next, j->nblocks);   /* no worker starts another block */
+  siglongjmp(w->fault_jmp, 1);
+}
+
+/* Installs the handlers for the first open backend; SA_NODEFER: the jump out
+   of the handler leaves the signal unblocked without saving masks per launch. */
+static void faults_catch(int on) {
+  pthread_mutex_lock(&cpu_sig_mu);
+  if (on && cpu_sig_users++ == 0) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < CPU_NSIGS; i++) sigaction(cpu_fault_sigs[i], &sa, &cpu_old_act[i]);
+  } else if (!on && --cpu_sig_users == 0) {
+    for (int i = 0; i < CPU_NSIGS; i++) sigaction(cpu_fault_sigs[i], &cpu_old_act[i], NULL);
+  }
+  pthread_mutex_unlock(&cpu_sig_mu);
+}
+
+/* Gives this thread a signal stack unless it has one; it stays for the
+   thread's life (helpers remove theirs when they end). */
+static void altstack_ensure(void) {
+  stack_t cur;
+  if (!cpu_has_altstack) {   /* helpers start with every signal blocked: a blocked fault would kill the process */
+    sigset_t faults;
+    sigemptyset(&faults);
+    for (int i = 0; i < CPU_NSIGS; i++) sigaddset(&faults, cpu_fault_sigs[i]);
+    pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
+  }
+  if (cpu_has_altstack || sigaltstack(NULL, &cur) != 0) return;
+  if (!(cur.ss_flags & SS_DISABLE)) { cpu_has_altstack = 1; return; }
+  void *p = mmap(NULL, CPU_ALTSTACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return;
+  stack_t ss = {.ss_sp = p, .ss_size = CPU_ALTSTACK, .ss_flags = 0};
+  if (sigaltstack(&ss, NULL) == 0) cpu_has_altstack = 2;
+  else munmap(p, CPU_ALTSTACK);
+}
+
+static void altstack_drop(void) {
+  stack_t cur, off = {.ss_flags = SS_DISABLE};
+  if (cpu_has_altstack != 2 || sigaltstack(NULL, &cur) != 0) return;
+  if (sigaltstack(&off, NULL) == 0) munmap(cur.ss_sp, cur.ss_size);
+  cpu_has_altstack = 0;
+}
+
+/* The launch's failure for a fault: what, where, and the parameter whose
+   buffer the address is nearest to, then what the check cannot see. */
+static int fault_fail(gt_backend *b, const struct gt_bfunc *fn, const cpu_job *j, void **args) {
+  char what[160], near[384] = "";
+  const char *acc = j->fwr == 1 ? "write" : j->fwr == 0 ? "read" : "access";
+  if (j->fsig == SIGFPE)
+    snprintf(what, sizeof what, "%s", j->fcode == FPE_INTDIV ? "an integer division by zero"
+                                      : "an arithmetic fault (integer overflow in a division?)");
+  else if (j->fsig == SIGILL)
+    snprintf(what, sizeof what, "an illegal instruction (a trap: __trap(), assert, or unreachable code)");
+  else
+    snprintf(what, sizeof what, "an invalid memory %s at address 0x%llx (%s)", acc, (unsigned long long)j->faddr,
+             j->fsig == SIGBUS ? "SIGBUS" : "SIGSEGV");
+  if ((j->fsig == SIGSEGV || j->fsig == SIGBUS) && j->fstack)
+    snprintf(near, sizeof near, ": a thread's stack overflowed (each thread of a kernel has %zu KiB on the cpu "
+             "backend); use smaller local arrays", (CPU_STACK - CPU_GUARD) >> 10);
+  else if ((j->fsig == SIGSEGV || j->fsig == SIGBUS) && j->faddr < 65536)
+    snprintf(near, sizeof near, ": a null pointer (a parameter that is not a tensor, or an index far below 0?)");
+  else if (j->fsig == SIGSEGV || j->fsig == SIGBUS) {
+    int below = -1, above = -1, outs = 0;
+    uint64_t db = UINT64_MAX, da = UINT64_MAX;
+    for (int k = 0; k < fn->nparams; k++) outs += fn->argsz[fn->nparams + k] == GT_P_OUT;
+    for (int k = 0; k < fn->nparams; k++) {   /* a write: only the buffers the kernel may write */
+      uint8_t t = fn->argsz[fn->nparams + k];
+      if (t != GT_P_OUT && (t != GT_P_IN || (j->fwr == 1 && outs))) continue;
+      uint64_t v;
+      memcpy(&v, args[k], 8);
+      if (v <= j->faddr && j->faddr - v < db) db = j->faddr - v, below = k;
+      if (v > j->faddr && v - j->faddr < da) da = v - j->faddr, above = k;
+    }
+    if (below >= 0 && db < (1ull << 36))
+      snprintf(near, sizeof near, ", %llu bytes past the start of parameter '%s' (an index out of bounds?)",
+               (unsigned long long)db, fn->pname ? fn->pname[below] : "?");
+    else if (above >= 0 && da < (1ull << 30))
+      snprintf(near, sizeof near, ", %llu bytes before the start of parameter '%s' (a negative index?)",
+               (unsigned long long)da, fn->pname ? fn->pname[above] : "?");
+    else snprintf(near, sizeof near, ", not near any buffer parameter (a wild pointer or index?)");
+  }
+  int mem = j->fsig == SIGSEGV || j->fsig == SIGBUS;
+  b->fault_addr = mem ? j->faddr : 0;
+  return cpu_fail(b, GT_BERR, "cpu: kernel '%s' made %s%s, in block (%u, %u, %u) thread (%u, %u, %u). The launch was "
+                  "stopped (its outputs may be partly written); later launches work.%s", fn->name, what, near,
+                  j->fbid.x, j->fbid.y, j->fbid.z, j->ftid.x, j->ftid.y, j->ftid.z, !mem ? "" :
+                  " The cpu backend catches only accesses to unmapped memory: an overrun into a neighbouring buffer "
+                  "goes unnoticed unless the buffer is over 1 MiB or GTLUA_CPU_CHECK=1 is set (every buffer then ends "
+                  "at a guard page; buffers of tree calls are not guarded).");
+}
+
 /* -- Executor: blocks and the pool -------------------------------------- */
+
+static void block_loop(cpu_worker *w, cpu_job *j) {
+  int n = w->nthreads;
+  for (uint64_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nblocks;) {
+    w->ctx.bid = (gt_cpu_dim){(unsigned)(i % j->grid[0]), (unsigned)(i / j->grid[0] % j->grid[1]),
+                              (unsigned)(i / ((uint64_t)j->grid[0] * j->grid[1]))};
+    if (!w->ctx.fiber) { j->fn->entry(&w->ctx, j->args); continue; }   /* the entry loops over threads */
+    for (int k = 0; k < n; k++)
+      w->fib[k].state = FIB_NEW, w->fib[k].next = (k + 1) % n, w->fib[k].prev = (k + n - 1) % n;
+    w->live = n;
+    fib_switch(w, -1, 0);
+  }
+}
 
 static void run_blocks(cpu_worker *w, cpu_job *j) {
   int n = w->nthreads = (int)(j->block[0] * j->block[1] * j->block[2]);
@@ -596,15 +771,11 @@ static void run_blocks(cpu_worker *w, cpu_job *j) {
   w->ctx.smem = w->smem;
   for (int k = 0; w->ctx.fiber && k < n; k++)
     w->fib[k].tid = (gt_cpu_dim){k % j->block[0], k / j->block[0] % j->block[1], k / (j->block[0] * j->block[1])};
-  for (uint64_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nblocks;) {
-    w->ctx.bid = (gt_cpu_dim){(unsigned)(i % j->grid[0]), (unsigned)(i / j->grid[0] % j->grid[1]),
-                              (unsigned)(i / ((uint64_t)j->grid[0] * j->grid[1]))};
-    if (!w->ctx.fiber) { j->fn->entry(&w->ctx, j->args); continue; }   /* the entry loops over threads */
-    for (int k = 0; k < n; k++)
-      w->fib[k].state = FIB_NEW, w->fib[k].next = (k + 1) % n, w->fib[k].prev = (k + n - 1) % n;
-    w->live = n;
-    fib_switch(w, -1, 0);
+  if (sigsetjmp(w->fault_jmp, 0) == 0) {   /* a fault comes back here, abandoning the block's fibers */
+    cpu_running = w;
+    block_loop(w, j);
   }
+  cpu_running = NULL;
 }
 
 static void free_stacks(cpu_worker *w) {
@@ -647,6 +818,7 @@ static int prepare(cpu_worker *w, size_t smem, int nfib) {
 static void *helper_main(void *arg) {
   cpu_worker *w = arg;
   cpu_backend *cb = w->cb;
+  altstack_ensure();
   pthread_mutex_lock(&cb->mu);
   for (;;) {
     while (!cb->quit && cb->tickets == 0) pthread_cond_wait(&cb->wake, &cb->mu);
@@ -659,6 +831,7 @@ static void *helper_main(void *arg) {
     if (--cb->busy == 0) pthread_cond_signal(&cb->done);
   }
   pthread_mutex_unlock(&cb->mu);
+  altstack_drop();
   return NULL;
 }
 
@@ -684,10 +857,16 @@ static int exec_grid(gt_backend *b, const struct gt_bfunc *fn, const unsigned g[
   if (nb == 0)
     return cpu_fail(b, GT_BERR, "cpu: launch of kernel '%s' failed: grid %ux%ux%u has a zero dimension.",
                     fn->name, g[0], g[1], g[2]);
+  if (smem > CPU_MAX_SMEM)
+    return cpu_fail(b, GT_BERR, "cpu: launch of kernel '%s' failed: %u bytes of dynamic shared memory exceed the %u "
+                    "a block may use on the largest CUDA devices; use less.", fn->name, smem, CPU_MAX_SMEM);
   cpu_job j = {.fn = fn, .grid = {g[0], g[1], g[2]}, .block = {bl[0], bl[1], bl[2]}, .smem = smem,
                .args = args, .nblocks = nb};
   atomic_init(&j.next, 0);
   atomic_init(&j.misuse, 0);
+  atomic_init(&j.fault, 0);
+  b->fault_addr = 0;
+  altstack_ensure();
   if (nb > 1 && cb->nworkers > 1 && !cb->started) pool_start(cb);
   int helpers = nb - 1 < (uint64_t)cb->started ? (int)(nb - 1) : cb->started;
   int nfib = fn->mod->fibers && nt > 1 ? (int)nt : 0;
@@ -708,6 +887,7 @@ static int exec_grid(gt_backend *b, const struct gt_bfunc *fn, const unsigned g[
     while (cb->busy) pthread_cond_wait(&cb->done, &cb->mu);
     pthread_mutex_unlock(&cb->mu);
   }
+  if (atomic_load(&j.fault)) return fault_fail(b, fn, &j, args);
   if (atomic_load(&j.misuse))
     return cpu_fail(b, GT_BERR, "cpu: kernel '%s' called __syncthreads or a warp function that its source does not "
                     "name (a macro from a header?), so it ran without fibers and its results are wrong; name the "
@@ -853,6 +1033,7 @@ static void cpu_shutdown(gt_backend *b) {
   for (int i = 1; i <= cb->started; i++) pthread_join(cb->w[i].thread, NULL);
   for (int i = 0; i < cb->nworkers; i++) free_stacks(&cb->w[i]), free(cb->w[i].smem);
   free(cb->w);
+  faults_catch(0);
   pthread_mutex_destroy(&cb->launch_mu), pthread_mutex_destroy(&cb->mu);
   pthread_cond_destroy(&cb->wake), pthread_cond_destroy(&cb->done);
   free(cb);
@@ -885,6 +1066,7 @@ int gt_backend_cpu_open(gt_backend *b) {
   snprintf(cb->cxx, sizeof cb->cxx, "%s", cxx && *cxx ? cxx : "c++");
   cb->prelude_hash = gt_hash64(gt_cpu_prelude_text(), strlen(gt_cpu_prelude_text()), 0x70726c64ull);
   b->impl = cb;
+  faults_catch(1);
   b->granularity = CPU_GRAN;
   b->device_info = cpu_device_info, b->shutdown = cpu_shutdown;
   b->reserve = cpu_reserve, b->commit = cpu_commit, b->decommit = cpu_decommit, b->release = cpu_release;
@@ -943,9 +1125,9 @@ static const char *test_loop_src =    /* loop mode */
 #define PT(...) ((const uint8_t[]){__VA_ARGS__})
 
 static void test_fiber_kernels(gt_backend *b, char *mem) {
-  const gt_ksig sigs[] = {{"block_sum", 2, PT(GT_P_IN, GT_P_OUT), NULL},
-                          {"warp_sum", 4, PT(GT_P_IN, GT_P_OUT, GT_P_OUT, GT_P_I32), NULL},
-                          {"dyn_reverse", 2, PT(GT_P_IN, GT_P_OUT), NULL}};
+  const gt_ksig sigs[] = {{"block_sum", 2, PT(GT_P_IN, GT_P_OUT), NULL, NULL},
+                          {"warp_sum", 4, PT(GT_P_IN, GT_P_OUT, GT_P_OUT, GT_P_I32), NULL, NULL},
+                          {"dyn_reverse", 2, PT(GT_P_IN, GT_P_OUT), NULL, NULL}};
   gt_bmodule *m = NULL;
   gt_bfunc *f[3];
   GT_CHECK(b->compile(b, test_fiber_src, "-DUNUSED=1 -arch=sm_90", sigs, 3, &m, f) == GT_BOK);
@@ -976,8 +1158,8 @@ static void test_fiber_kernels(gt_backend *b, char *mem) {
 }
 
 static void test_loop_kernels(gt_backend *b, char *mem) {
-  const gt_ksig sigs[] = {{"count", 2, PT(GT_P_OUT, GT_P_OUT), NULL}, {"index2d", 2, PT(GT_P_OUT, GT_P_I32), NULL},
-                          {"axpb", 4, PT(GT_P_OUT, GT_P_I32, GT_P_F32, GT_P_F32), NULL}};
+  const gt_ksig sigs[] = {{"count", 2, PT(GT_P_OUT, GT_P_OUT), NULL, NULL}, {"index2d", 2, PT(GT_P_OUT, GT_P_I32), NULL, NULL},
+                          {"axpb", 4, PT(GT_P_OUT, GT_P_I32, GT_P_F32, GT_P_F32), NULL, NULL}};
   gt_bmodule *m = NULL;
   gt_bfunc *f[3];
   GT_CHECK(b->compile(b, test_loop_src, NULL, sigs, 3, &m, f) == GT_BOK);
@@ -1023,6 +1205,35 @@ static void test_loop_kernels(gt_backend *b, char *mem) {
   b->module_free(b, m);
 }
 
+/* A fault in a kernel fails its launch with a message; the next launch runs. */
+static void test_faults(gt_backend *b) {
+  const gt_ksig sigs[] = {{"poke", 3, PT(GT_P_OUT, GT_P_I64, GT_P_I32), NULL, (const char *const[]){"y", "at", "d"}},
+                          {"sync_poke", 2, PT(GT_P_OUT, GT_P_I64), NULL, (const char *const[]){"y", "at"}}};
+  gt_bmodule *m = NULL;
+  gt_bfunc *f[2];
+  GT_CHECK(b->compile(b, "__global__ void poke(float *y, long long at, int d) { y[at] = 1.0f / (float)(10 / d); }\n"
+                         "__global__ void sync_poke(float *y, long long at) { __syncthreads(); y[at + threadIdx.x] = 2; }\n",
+                      NULL, sigs, 2, &m, f) == GT_BOK);
+  if (!m) { fprintf(stderr, "%s\n", b->err); return; }
+  uint64_t base = 0;
+  GT_CHECK(b->reserve(b, 4 * CPU_GRAN, &base) == GT_BOK && b->commit(b, base, CPU_GRAN) == GT_BOK);
+  float *y = (float *)(uintptr_t)base;
+  uint64_t py = base;
+  long long past = 2 * CPU_GRAN / sizeof(float), zero = 0;   /* reserved, not committed */
+  int one = 1, none = 0;
+  GT_CHECK(b->launch(b, f[0], U3(64, 1), U3(32, 1), 0, (void *[]){&py, &past, &one}) == GT_BERR);
+  GT_CHECK(strstr(b->err, "kernel 'poke' made an invalid memory write") && strstr(b->err, "parameter 'y'"));
+  GT_CHECK(b->launch(b, f[0], U3(4, 1), U3(32, 1), 0, (void *[]){&py, &zero, &none}) == GT_BERR);
+  GT_CHECK(strstr(b->err, "integer division by zero") != NULL);
+  GT_CHECK(b->launch(b, f[1], U3(8, 1), U3(64, 1), 0, (void *[]){&py, &past}) == GT_BERR);
+  GT_CHECK(strstr(b->err, "kernel 'sync_poke' made an invalid memory write") != NULL);
+  y[0] = 0;
+  GT_CHECK(b->launch(b, f[0], U3(8, 1), U3(32, 1), 0, (void *[]){&py, &zero, &one}) == GT_BOK && y[0] == 0.1f);
+  GT_CHECK(b->launch(b, f[1], U3(8, 1), U3(64, 1), 0, (void *[]){&py, &zero}) == GT_BOK && y[63] == 2);
+  b->module_free(b, m);
+  b->release(b, base, 4 * CPU_GRAN);
+}
+
 void gt_test_backend_cpu(void) {
   gt_backend b;
   gt_device_info info;
@@ -1038,7 +1249,8 @@ void gt_test_backend_cpu(void) {
   GT_CHECK(b.commit(&b, base, len) == GT_BOK);
   test_fiber_kernels(&b, (char *)(uintptr_t)base);
   test_loop_kernels(&b, (char *)(uintptr_t)base + (1 << 20));
-  const gt_ksig sig = {"k", 1, PT(GT_P_OUT), NULL};
+  test_faults(&b);
+  const gt_ksig sig = {"k", 1, PT(GT_P_OUT), NULL, NULL};
   GT_CHECK(b.compile(&b, "#line 1 \"bad.cu\"\n__global__ void k(float *x) { x[0] = undefined_thing; }\n",
                      NULL, &sig, 1, &m, &f) == GT_BERR);
   GT_CHECK(strncmp(b.err, "cpu: kernel compile failed:\n", 28) == 0);

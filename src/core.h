@@ -88,6 +88,7 @@ struct gt_runtime {
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
+uint64_t gt_pool_reserve_default(gt_runtime *rt);  /* a tree pool's reservation without GTLUA_POOL_RESERVE */
 void gt_buf_retain(gt_buf *b);
 void gt_buf_unref(gt_buf *b);                      /* the core's reference */
 extern const uint32_t gt_released_gen;             /* what a released buffer's gen_now points at */

@@ -11,7 +11,9 @@ struct gt_module {
   gt_kernel *k;
   gt_bmodule *bm;
   char *arena;                 /* names, texts and type arrays of all kernels */
+  struct gt_module *next;      /* every module, for leak checkers: Lua's references are not malloc'd */
 };
+static gt_module *g_modules;
 
 /* -- Signature parsing --------------------------------------------------- */
 
@@ -209,7 +211,7 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
   gt_kernel *kk = calloc(nk, sizeof *kk);
   gt_ksig *sig = calloc(nk, sizeof *sig);
   gt_bfunc **fns = calloc(nk, sizeof *fns);
-  char *full = malloc(strlen(common_prelude) + strlen(src) + strlen(chunkname) + 32);
+  char *full = malloc(strlen(common_prelude) + strlen(src) + 4 * strlen(chunkname) + 32);
   if (!m || !mem || !kk || !sig || !fns || !full) {
     free(m); free(mem); free(kk); free(sig); free(fns); free(full);
     gt_fail(rt, "out of host memory");
@@ -237,11 +239,17 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
     k->graphable = graphable;
     k->id = ++rt->next_kernel_id;
     k->module = m;
-    sig[i] = (gt_ksig){ k->name, np, pt, tx };
+    sig[i] = (gt_ksig){ k->name, np, pt, tx, pn };
     a += (8 - (uintptr_t)a % 8) % 8;
   }
 #undef TAKE
-  sprintf(full, "%s#line 1 \"%s\"\n%s", common_prelude, chunkname, src);
+  char *o = full + sprintf(full, "%s#line 1 \"", common_prelude);
+  for (const char *c = chunkname; *c; c++) {   /* a C string literal: quotes, backslashes, controls escaped */
+    if (*c == '"' || *c == '\\') *o++ = '\\', *o++ = *c;
+    else if ((unsigned char)*c < 0x20) o += sprintf(o, "\\%03o", (unsigned char)*c);
+    else *o++ = *c;
+  }
+  sprintf(o, "\"\n%s", src);
   int st = rt->be.compile(&rt->be, full, opts, sig, nk, &m->bm, fns);
   free(full);
   free(sig);
@@ -253,7 +261,9 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
   for (int i = 0; i < nk; i++) kk[i].fn = fns[i];
   free(fns);
   m->n = nk; m->k = kk; m->arena = mem;
-  return m;   /* modules live as long as the process: graphs keep their functions */
+  m->next = g_modules;   /* modules live as long as the process: graphs keep their functions */
+  g_modules = m;
+  return m;
 }
 
 int gt_module_count(gt_module *m) { return m->n; }
@@ -261,12 +271,39 @@ gt_kernel *gt_module_kernel(gt_module *m, int i) { return i >= 0 && i < m->n ? &
 
 /* -- Launches ------------------------------------------------------------ */
 
+/* After a launch that faulted past the start of a tensor parameter (the cpu
+   backend names it): that tensor's size, appended to the message. */
+static void fault_sizes(gt_runtime *rt, const gt_kernel *k, const gt_arg *args) {
+  static const char tag[] = "past the start of parameter '";
+  const char *p = rt->be.fault_addr ? strstr(rt->err, tag) : NULL;
+  if (!p) return;
+  p += sizeof tag - 1;
+  size_t nl = strcspn(p, "'");
+  for (int i = 0; i < k->nparams; i++) {
+    if (!args[i].buf || strlen(k->pname[i]) != nl || strncmp(k->pname[i], p, nl)) continue;
+    uint64_t start = args[i].buf->addr + (uint64_t)args[i].off, len = (uint64_t)args[i].nbytes;
+    size_t n = strlen(rt->err);
+    if (rt->be.fault_addr >= start + len)
+      snprintf(rt->err + n, GT_ERRLEN - n, " Parameter '%s' holds %llu bytes: the access is %llu bytes past its end.",
+               k->pname[i], (unsigned long long)len, (unsigned long long)(rt->be.fault_addr - start - len));
+    return;
+  }
+}
+
 /* Queues (in a tree call) or runs the kernel.  Arguments were checked by the
    Lua layer; scalars are normalised here so equal values compare equal. */
 int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
               unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_arg *args) {
   if (!gx || !gy || !gz || !bx || !by || !bz)
     return gt_fail(rt, "kernel '%s': grid and block sizes must be at least 1", k->name);
+  /* CUDA's limits on every current device; the cpu backend keeps them too so
+     that a launch debugged there also runs on a GPU. */
+  if (gx > 0x7fffffffu || gy > 65535 || gz > 65535)
+    return gt_fail(rt, "kernel '%s': grid %ux%ux%u exceeds the device limits (x up to 2147483647, y and z up to 65535)",
+                   k->name, gx, gy, gz);
+  if (bx > 1024 || by > 1024 || bz > 64 || (uint64_t)bx * by * bz > 1024)
+    return gt_fail(rt, "kernel '%s': block %ux%ux%u exceeds the device limits (x, y up to 1024, z up to 64, "
+                   "at most 1024 threads in all)", k->name, bx, by, bz);
   for (int i = 0; i < k->nparams; i++) {
     switch (k->ptype[i]) {
     case GT_P_IN: case GT_P_OUT:
@@ -287,7 +324,12 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
   uint64_t vals[64];
   void *ptrs[64];
   q.vals = vals; q.ptrs = ptrs; q.valcap = q.ptrcap = 64;
-  if (gt_queue_run(&rt->be, &q, 0) != GT_BOK) return gt_fail_be(rt, k->name);
+  rt->be.fault_addr = 0;
+  if (gt_queue_run(&rt->be, &q, 0) != GT_BOK) {
+    gt_fail_be(rt, k->name);
+    fault_sizes(rt, k, args);
+    return GT_ERR;
+  }
   return GT_OK;
 }
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -10,6 +11,8 @@
 
 static gt_runtime *g_rt;          /* the one runtime of this process */
 static char g_open_err[GT_ERRLEN];
+static uint64_t g_guard;          /* cpu: uncommitted bytes after a guarded block (0: none) */
+static int g_guard_all;           /* GTLUA_CPU_CHECK=1: every ordinary block is guarded */
 
 /* -- Helpers the backends share ------------------------------------------ */
 
@@ -160,6 +163,25 @@ static uint64_t env_bytes(const char *name, uint64_t dflt) {
   return x > 0 ? (uint64_t)x : dflt;
 }
 
+/* The address-space limit (ulimit -v), else UINT64_MAX. */
+static uint64_t as_limit(void) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_AS, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+  return (uint64_t)r.rlim_cur;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* A tree's pool reservation unless GTLUA_POOL_RESERVE says (tree.c): cuda
+   16 GiB; cpu 2 GiB (65536 live trees fit in 128 TiB of addresses), at most
+   1/64 of a `ulimit -v` (reserved addresses count against it although
+   nothing is committed), at least 64 MiB. */
+uint64_t gt_pool_reserve_default(gt_runtime *rt) {
+  if (!strcmp(rt->be.name, "cuda")) return 16ull << 30;
+  uint64_t share = as_limit() / 64;
+  return min_u64(2ull << 30, share > (64u << 20) ? share : (64u << 20));
+}
+
 /* Returns the runtime, opening it on first use with backend "cpu", "cuda" or
    "auto" (NULL: $GTLUA_BACKEND, default auto).  NULL on failure, the reason
    in gt_errmsg(NULL).  A later call with another backend name than the open
@@ -195,13 +217,27 @@ gt_runtime *gt_runtime_open(const char *backend) {
   gt_device_info di;
   memset(&di, 0, sizeof di);
   rt->be.device_info(&rt->be, &di);
-  uint64_t dflt = !strcmp(rt->be.name, "cuda") ? di.total_mem : 64ull << 30;
-  if (gt_pool_init(&rt->mem, &rt->be, env_bytes("GTLUA_MEM_RESERVE", dflt), rt->err) != GT_OK) {
-    gt_fail(NULL, "%s", rt->err);
+  /* cpu: 64 GiB of addresses, at most 1/4 of a `ulimit -v`; without
+     GTLUA_MEM_RESERVE a failed reservation is retried with half, down to 256 MiB. */
+  int cpu = strcmp(rt->be.name, "cuda") != 0;
+  const char *env = getenv("GTLUA_MEM_RESERVE");
+  uint64_t dflt = !cpu ? di.total_mem : min_u64(64ull << 30, as_limit() / 4 > (256u << 20) ? as_limit() / 4 : (256u << 20));
+  uint64_t want = env_bytes("GTLUA_MEM_RESERVE", dflt);
+  int st2;
+  while ((st2 = gt_pool_init(&rt->mem, &rt->be, want, rt->err)) != GT_OK && cpu && !(env && *env) && want > (256u << 20))
+    want /= 2;
+  if (st2 != GT_OK) {
+    gt_fail(NULL, "could not reserve %llu bytes of addresses for ordinary memory (%s%s): set GTLUA_MEM_RESERVE lower "
+            "(e.g. GTLUA_MEM_RESERVE=1G) or raise ulimit -v; %s", (unsigned long long)want,
+            env && *env ? "GTLUA_MEM_RESERVE=" : "the default", env && *env ? env : "", rt->be.err);
     rt->be.shutdown(&rt->be);
     free(rt);
     return NULL;
   }
+  /* cpu: large blocks end at an uncommitted guard so that overruns fault */
+  const char *chk = getenv("GTLUA_CPU_CHECK");
+  g_guard = cpu ? rt->be.granularity : 0;
+  g_guard_all = cpu && chk && *chk && strcmp(chk, "0");
   g_rt = rt;
   return rt;
 }
@@ -244,6 +280,7 @@ int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits) {
 struct gt_freelist { uint64_t size; uint64_t *off; int n, cap; };
 
 static uint64_t size_class(uint64_t n) {
+  if (g_guard_all) return n ? (n + g_guard - 1) / g_guard * g_guard : g_guard;   /* whole guard granules */
   if (n <= GT_ALIGN) return GT_ALIGN;
   if (n <= (1u << 20)) { uint64_t c = GT_ALIGN; while (c < n) c <<= 1; return c; }
   return (n + (2u << 20) - 1) / (2u << 20) * (2u << 20);
@@ -258,20 +295,33 @@ static struct gt_freelist *freelist(gt_runtime *rt, uint64_t size) {
   return &rt->fl[rt->nfl++];
 }
 
+/* Guarded blocks (cpu: above 1 MiB, or all with GTLUA_CPU_CHECK) start
+   granule-aligned and are followed by one uncommitted granule; the buffer is
+   placed at the block's end (16-byte aligned) so that reading or writing
+   past it faults. */
+static int is_guarded(uint64_t size) { return g_guard && (g_guard_all || size > (1u << 20)); }
+
+static uint64_t guard_shift(uint64_t size, uint64_t bytes) {
+  return is_guarded(size) ? size - (bytes + 15) / 16 * 16 : 0;
+}
+
 static int mem_alloc(gt_runtime *rt, uint64_t bytes, uint64_t *off) {
   uint64_t size = size_class(bytes);
   struct gt_freelist *f = freelist(rt, size);
   if (!f) return gt_fail(rt, "out of host memory");
   if (f->n) { *off = f->off[--f->n]; rt->mem_live += size; return GT_OK; }
-  if (rt->mem_top + size > rt->mem.reserve || gt_pool_ensure(&rt->mem, rt->mem_top + size, rt->err) != GT_OK) {
+  uint64_t start = rt->mem_top, guard = is_guarded(size) ? g_guard : 0;
+  if (guard) start = (start + guard - 1) / guard * guard;
+  if (start + size + guard > rt->mem.reserve || gt_pool_ensure(&rt->mem, start + size + guard, rt->err) != GT_OK ||
+      (guard && rt->be.decommit(&rt->be, rt->mem.base + start + size, guard) != GT_BOK)) {
     uint64_t cached = 0;
     for (int i = 0; i < rt->nfl; i++) cached += rt->fl[i].size * rt->fl[i].n;
     return gt_fail(rt, "out of memory allocating %llu bytes: %llu in use, %llu cached in free blocks, %llu reserved "
                    "(GTLUA_MEM_RESERVE raises the reservation)", (unsigned long long)bytes,
                    (unsigned long long)rt->mem_live, (unsigned long long)cached, (unsigned long long)rt->mem.reserve);
   }
-  *off = rt->mem_top;
-  rt->mem_top += size;
+  *off = start;
+  rt->mem_top = start + size + guard;
   rt->mem_live += size;
   return GT_OK;
 }
@@ -304,7 +354,7 @@ gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes) {
   b->gen_now = &rt->zero_gen;
   uint64_t off = 0;
   if (mem_alloc(rt, bytes, &off) != GT_OK) { free(b); return NULL; }
-  b->addr = rt->mem.base + off;
+  b->addr = rt->mem.base + off + guard_shift(size_class(bytes), bytes);
   b->block = off + 1;
   return b;
 }

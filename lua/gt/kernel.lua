@@ -12,17 +12,38 @@ return function(gt)
   Kernel.__index = Kernel
   gt.Kernel = Kernel
 
-  local function dims(x, what, name, level)
-    if type(x) == "number" then
-      if x >= 1 and x == math.floor(x) then return x, 1, 1 end
-    elseif type(x) == "table" then
-      local a, b, c = x[1] or x.x or 1, x[2] or x.y or 1, x[3] or x.z or 1
-      local ok = true
-      for _, v in ipairs { a, b, c } do if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then ok = false end end
-      if ok then return a, b, c end
-    end
-    error("kernel '" .. name .. "': " .. what .. " must be a positive number or {x, y, z}, got " .. tostring(x), level + 1)
+  -- Grid and block sizes: integers in 1..2^31-1 (the device checks its own
+  -- smaller limits); anything else raises saying which component is wrong.
+  local DIM_MAX = 2 ^ 31 - 1
+  local function dim_problem(v)
+    if type(v) ~= "number" then return "is a " .. type(v) end
+    if v ~= v or v ~= math.floor(v) or v == math.huge or v == -math.huge then return "is " .. tostring(v) .. ", not an integer" end
+    if v < 1 or v > DIM_MAX then return ("is %.17g, outside 1..%d"):format(v, DIM_MAX) end
   end
+  local function dims(x, what, name, level)
+    local why
+    if type(x) == "number" then
+      why = dim_problem(x)
+      if not why then return x, 1, 1 end
+      why = what .. " " .. why
+    elseif type(x) == "table" then
+      local c = { x[1] or x.x or 1, x[2] or x.y or 1, x[3] or x.z or 1 }
+      for i = 1, 3 do
+        local w = dim_problem(c[i])
+        if w and not why then why = what .. "[" .. i .. "] " .. w end
+      end
+      if not why then return c[1], c[2], c[3] end
+    else
+      why = what .. " is a " .. type(x)
+    end
+    error("kernel '" .. name .. "': " .. what .. " must be a positive integer or {x, y, z} of them (each in 1.." ..
+      DIM_MAX .. "): " .. why, level + 1)
+  end
+
+  -- Integer scalar ranges; a value outside them would wrap or truncate silently.
+  -- { lowest, first value above, as said in messages }
+  local RANGE = { i32 = { -2 ^ 31, 2 ^ 31, "-2147483648..2147483647" }, u32 = { 0, 2 ^ 32, "0..4294967295" },
+                  i64 = { -2 ^ 63, 2 ^ 63, "-2^63..2^63-1" }, u64 = { 0, 2 ^ 64, "0..2^64-1" } }
 
   -- The slow path of a failed argument check: says exactly what is wrong.
   local function arg_error(k, i, v, level)
@@ -39,7 +60,8 @@ return function(gt)
     local st = SCALAR[pt]
     if st == "bool" then error(where .. " expects a boolean or number, got " .. type(v), level + 1) end
     if type(v) ~= "number" then error(where .. " expects a number, got " .. type(v), level + 1) end
-    error(where .. " expects an integer, got " .. tostring(v), level + 1)
+    local r = RANGE[st]
+    error(("%s expects an integer in %s, got %s"):format(where, r[3], tostring(v)), level + 1)
   end
 
   -- Generates a launcher with fixed arity for kernel k: the checks inline,
@@ -63,8 +85,9 @@ return function(gt)
           body[#body + 1] = ("do local v = a%d; if v == true then v = 1 elseif v == false or v == nil then v = 0 " ..
             "elseif type(v) ~= 'number' then fail(%d, v) end; %s.v.u64 = v ~= 0 and 1 or 0 end"):format(i, i, s)
         elseif INTEGER[st] then
-          body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' or v ~= floor(v) then fail(%d, v) end; %s.v.%s = v end")
-            :format(i, i, s, FIELD[st])
+          local r = RANGE[st]
+          body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' or v ~= floor(v) or v < %.17g or v >= %.17g " ..
+            "then fail(%d, v) end; %s.v.%s = v end"):format(i, r[1], r[2], i, s, FIELD[st])
         else
           body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' then fail(%d, v) end; %s.v.%s = v end")
             :format(i, i, s, FIELD[st])
@@ -122,7 +145,10 @@ return function(gt)
     local gx, gy, gz = dims(grid, "grid", self.name, 2)
     local bx, by, bz = dims(block, "block", self.name, 2)
     smem = smem or 0
-    if type(smem) ~= "number" or smem < 0 then error("kernel '" .. self.name .. "': shared memory must be bytes >= 0", 2) end
+    if type(smem) ~= "number" or smem < 0 or smem > 2 ^ 32 - 1 or smem ~= math.floor(smem) then
+      error("kernel '" .. self.name .. "': shared memory must be a whole number of bytes in 0..4294967295 " ..
+        "(the device allows far less), got " .. tostring(smem), 2)
+    end
     return self._factory(gx, gy, gz, bx, by, bz, smem)
   end
 

@@ -1,0 +1,303 @@
+-- hardening_spec.lua - bad input and bad kernels become Lua errors a user can act on,
+-- and the process (and the REPL) goes on: launch arguments, kernel names, faulting
+-- kernels on the cpu backend, address-space reservations, the soak script.
+local gt = require "gt"
+local S = require "spec.support"
+local shq, spit, gtlua = S.shq, S.spit, S.gtlua
+
+local function error_of(f, ...)
+  local ok, err = pcall(f, ...)
+  assert(not ok, "expected an error")
+  return tostring(err)
+end
+
+local function has(s, part) return s:find(part, 1, true) ~= nil end
+
+local function tmpfile(text)
+  local path = os.tmpname()
+  spit(path, text)
+  return path
+end
+
+describe("launch arguments", function()
+  local K = gt.compile([[
+    __global__ void put(float *y, int n, unsigned u, long long l) { if (threadIdx.x == 0 && blockIdx.x == 0) y[0] = n; }
+  ]], { name = "put.cu" })
+  local y = gt.zeros({ 4 })
+
+  it("refuses grid and block sizes that are not integers in 1..2^31-1 instead of wrapping them", function()
+    local e = error_of(K.put, 2 ^ 32 + 1, 1, y, 1, 1, 1)
+    assert.truthy(has(e, "kernel 'put': grid must be a positive integer or {x, y, z}"), e)
+    assert.truthy(has(e, "grid is 4294967297, outside 1..2147483647"), e)
+    e = error_of(K.put, 1, 0, y, 1, 1, 1)
+    assert.truthy(has(e, "block is 0, outside 1..2147483647"), e)
+    e = error_of(K.put, 1, -1, y, 1, 1, 1)
+    assert.truthy(has(e, "block is -1, outside"), e)
+    e = error_of(K.put, math.huge, 1, y, 1, 1, 1)
+    assert.truthy(has(e, "grid is inf, not an integer"), e)
+  end)
+
+  it("says which component of a {x, y, z} size is wrong, not 'got table: 0x...'", function()
+    local e = error_of(K.put, { 2.5, 1 }, 1, y, 1, 1, 1)
+    assert.truthy(has(e, "grid[1] is 2.5, not an integer"), e)
+    assert.falsy(has(e, "table: 0x"), e)
+    e = error_of(K.put, 1, { 32, "4" }, y, 1, 1, 1)
+    assert.truthy(has(e, "block[2] is a string"), e)
+    e = error_of(K.put, "8", 1, y, 1, 1, 1)
+    assert.truthy(has(e, "grid is a string"), e)
+  end)
+
+  it("keeps the device limits on every backend (grid y/z, threads per block)", function()
+    local e = error_of(K.put, { 1, 70000 }, 1, y, 1, 1, 1)
+    assert.truthy(has(e, "kernel 'put': grid 1x70000x1 exceeds the device limits"), e)
+    e = error_of(K.put, 1, 2048, y, 1, 1, 1)
+    assert.truthy(has(e, "kernel 'put': block 2048x1x1 exceeds the device limits"), e)
+    e = error_of(K.put, 1, { 32, 32, 2 }, y, 1, 1, 1)
+    assert.truthy(has(e, "at most 1024 threads in all"), e)
+  end)
+
+  it("refuses a shared memory size that would wrap to 0 bytes", function()
+    local e = error_of(K.put.config, K.put, 1, 1, 2 ^ 40)
+    assert.truthy(has(e, "kernel 'put': shared memory must be a whole number of bytes in 0..4294967295"), e)
+    assert.truthy(has(e, "got 1099511627776"), e)
+    e = error_of(K.put.config, K.put, 1, 1, 10.5)
+    assert.truthy(has(e, "got 10.5"), e)
+  end)
+
+  it("refuses shared memory beyond what a device allows on the cpu backend too #cpu", function()
+    if gt.backend() ~= "cpu" then return pending("cpu backend only") end
+    local e = error_of(K.put:config(1, 1, 2 ^ 20), y, 1, 1, 1)
+    assert.truthy(has(e, "1048576 bytes of dynamic shared memory"), e)
+  end)
+
+  it("refuses integer scalars that are not integers in the parameter's range, naming kernel and parameter", function()
+    local e = error_of(K.put, 1, 1, y, math.huge, 1, 1)
+    assert.truthy(has(e, "kernel 'put': argument #2 ('n', int) expects an integer in -2147483648..2147483647, got inf"), e)
+    e = error_of(K.put, 1, 1, y, 1.5, 1, 1)
+    assert.truthy(has(e, "argument #2 ('n', int) expects an integer in -2147483648..2147483647, got 1.5"), e)
+    e = error_of(K.put, 1, 1, y, 2 ^ 31, 1, 1)
+    assert.truthy(has(e, "got 2147483648"), e)
+    e = error_of(K.put, 1, 1, y, 0 / 0, 1, 1)
+    assert.truthy(has(e, "argument #2 ('n', int)"), e)
+    e = error_of(K.put, 1, 1, y, 1, -1, 1)
+    assert.truthy(has(e, "argument #3 ('u', unsigned) expects an integer in 0..4294967295, got -1"), e)
+    e = error_of(K.put, 1, 1, y, 1, 1, 2 ^ 63)
+    assert.truthy(has(e, "argument #4 ('l', long long) expects an integer in -2^63..2^63-1"), e)
+    e = error_of(K.put:config(1, 1), y, -math.huge, 1, 1)
+    assert.truthy(has(e, "argument #2 ('n', int)"), e)
+  end)
+
+  it("still launches after all those errors", function()
+    K.put(1, 1, y, 2 ^ 31 - 1, 2 ^ 32 - 1, -2 ^ 63)
+    K.put({ 2, 1, 1 }, { 32 }, y, 7, 0, 0)
+    assert.equal(7, y:tolist()[1])
+  end)
+end)
+
+describe("the REPL after bad launch arguments and odd kernel names", function()
+  it("reports each error and goes on", function()
+    local input = table.concat({
+      [[K = gt.compile("__global__ void k(float *y, int n) { y[0] = n; }", {name = 'we"ird.cu'})]],
+      "y = gt.zeros({2})",
+      "K.k(2^32 + 1, 1, y, 1)",
+      "K.k({2.5, 1}, 1, y, 1)",
+      "K.k:config(1, 1, 2^40)",
+      "K.k(1, 1, y, math.huge)",
+      "K.k(1, 1, y, 1.5)",
+      "K.k(1, 1, y, 9)",
+      "print(y:tolist()[1])",
+    }, "\n") .. "\n"
+    local status, out, err = gtlua("-i", { stdin = input })
+    assert.equal(0, status, err)
+    assert.truthy(has(err, "grid is 4294967297, outside 1..2147483647"), err)
+    assert.truthy(has(err, "grid[1] is 2.5, not an integer"), err)
+    assert.truthy(has(err, "shared memory must be a whole number of bytes"), err)
+    assert.truthy(has(err, "argument #2 ('n', int) expects an integer in -2147483648..2147483647, got inf"), err)
+    assert.truthy(has(err, "got 1.5"), err)
+    assert.truthy(has(out, "> 9\n"), out)
+  end)
+end)
+
+describe("kernel source names", function()
+  it("escapes quotes and backslashes of a name in #line", function()
+    local K = gt.compile("__global__ void k(float *y) { y[0] = 1; }", { name = 'we"ird\\name.cu' })
+    local y = gt.zeros({ 1 })
+    K.k(1, 1, y)
+    assert.equal(1, y:tolist()[1])
+    local e = error_of(gt.compile, "__global__ void k(float *y) { y[0] = undefined_x; }", { name = 'we"ird.cu' })
+    assert.truthy(has(e, 'we"ird.cu:1'), e)
+    assert.truthy(has(e, "undefined_x"), e)
+  end)
+
+  it("compiles kernels of a script whose path holds a quote", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. shq(dir .. '/a"b')) == 0)
+    local script = dir .. '/a"b/s.lua'
+    spit(script, 'local K = gt.compile("__global__ void k(float *y) { y[0] = 3; }")\n' ..
+      'local y = gt.zeros({1}); K.k(1, 1, y); print(y:tolist()[1])\n')
+    local status, out, err = gtlua(shq(script))
+    os.execute("rm -rf " .. shq(dir))
+    assert.equal(0, status, err)
+    assert.equal("3\n", out)
+  end)
+end)
+
+describe("a kernel that faults on the cpu backend", function()
+  local K = gt.compile([[
+    __global__ void poke(float *y, const float *x, long long at) { if (threadIdx.x == 0) y[at] = x[0]; }
+    __global__ void over(float *y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 1; }
+    __global__ void divide(int *y, int d) { y[threadIdx.x] = 100 / d; }
+    __global__ void deep(float *y, int n) {
+      volatile float big[100000];
+      for (int i = 0; i < 100000; i++) big[i] = i;
+      __syncthreads();
+      y[threadIdx.x] = big[n];
+    }
+  ]], { name = "faults.cu" })
+  local function cpu_only()
+    if gt.backend() ~= "cpu" then pending("the cpu backend's fault handler") return false end
+    return true
+  end
+
+  it("raises a Lua error naming the kernel, the access and the buffer parameter; later launches work", function()
+    if not cpu_only() then return end
+    local x, y = gt.from({ 5 }), gt.zeros({ 4 })
+    local e = error_of(K.poke, 1, 32, y, x, 1e9)
+    assert.truthy(has(e, "cpu: kernel 'poke' made an invalid memory write at address 0x"), e)
+    assert.truthy(has(e, "4000000000 bytes past the start of parameter 'y'"), e)
+    assert.truthy(has(e, "in block (0, 0, 0) thread (0, 0, 0)"), e)
+    assert.truthy(has(e, "later launches work"), e)
+    assert.truthy(has(e, "GTLUA_CPU_CHECK=1"), e)   -- the limits of the check, and the way round them
+    e = error_of(K.poke, 1, 32, y, x, -1e8)
+    assert.truthy(has(e, "made an invalid memory read") or has(e, "before the start of parameter"), e)
+    K.poke(1, 32, y, x, 2)
+    assert.same({ 0, 0, 5, 0 }, y:tolist())
+  end)
+
+  it("catches an overrun of a buffer over 1 MiB by one element (it ends at a guard page)", function()
+    if not cpu_only() then return end
+    local n = 300000
+    local y = gt.zeros({ n })
+    local e = error_of(K.over, math.ceil((n + 1) / 256), 256, y, n + 1)
+    assert.truthy(has(e, "kernel 'over' made an invalid memory write"), e)
+    assert.truthy(has(e, n * 4 .. " bytes past the start of parameter 'y'"), e)
+    assert.truthy(has(e, "Parameter 'y' holds " .. n * 4 .. " bytes: the access is 0 bytes past its end."), e)
+    K.over(math.ceil(n / 256), 256, y, n)
+    assert.equal(1, y:tolist()[n])
+  end)
+
+  it("turns an integer division by zero into an error", function()
+    if not cpu_only() then return end
+    local y = gt.zeros({ 32 }, "i32")
+    local e = error_of(K.divide, 1, 32, y, 0)
+    assert.truthy(has(e, "cpu: kernel 'divide' made an integer division by zero"), e)
+    K.divide(1, 32, y, 4)
+    assert.equal(25, y:tolist()[32])
+  end)
+
+  it("reports a thread whose stack overflowed", function()
+    if not cpu_only() then return end
+    local e = error_of(K.deep, 1, 32, gt.zeros({ 32 }), 3)
+    assert.truthy(has(e, "kernel 'deep'") and has(e, "a thread's stack overflowed"), e)
+  end)
+
+  it("fails a tree call that faults, and the tree replays afterwards", function()
+    if not cpu_only() then return end
+    local step = gt.tree(function(x, at)
+      local y = gt.zeros({ 4 })
+      K.poke(1, 32, y, x, at)
+      return y
+    end)
+    local x = gt.from({ 7 })
+    for _ = 1, 3 do assert.equal(7, step(x, 0):tolist()[1]) end
+    local e = error_of(step, x, 1e9)
+    assert.truthy(has(e, "kernel 'poke' made an invalid memory write"), e)
+    for _ = 1, 3 do assert.equal(7, step(x, 0):tolist()[1]) end
+  end)
+
+  it("with GTLUA_CPU_CHECK=1 catches a one-element overrun of a small buffer", function()
+    if not cpu_only() then return end
+    local script = tmpfile([[
+      local K = gt.compile("__global__ void over(float *y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 1; }")
+      local y = gt.zeros({ 1000 })
+      print(pcall(K.over, 4, 256, y, 1001))
+      K.over(4, 256, y, 1000)
+      print(y:tolist()[1000])
+    ]])
+    local status, out, err = gtlua(shq(script), { env = "GTLUA_BACKEND=cpu GTLUA_CPU_CHECK=1" })
+    os.remove(script)
+    assert.equal(0, status, err)
+    assert.truthy(has(out, "false\tover: cpu: kernel 'over' made an invalid memory write"), out)
+    assert.truthy(has(out, "4000 bytes past the start of parameter 'y'"), out)
+    assert.truthy(has(out, "Parameter 'y' holds 4000 bytes: the access is 0 bytes past its end."), out)
+    assert.truthy(has(out, "\n1\n"), out)
+  end)
+
+  it("leaves the REPL running", function()
+    if not cpu_only() then return end
+    local input = 'K = gt.compile("__global__ void poke(float *y, long long at) { y[at] = 1; }")\n' ..
+      "y = gt.zeros({4})\nK.poke(1, 1, y, 1e9)\nK.poke(1, 1, y, 1e10)\nK.poke(1, 1, y, 3)\nprint(y:tolist()[4])\n"
+    local status, out, err = gtlua("-i", { env = "GTLUA_BACKEND=cpu", stdin = input })
+    assert.equal(0, status, err)
+    assert.truthy(has(err, "kernel 'poke' made an invalid memory write"), err)
+    assert.truthy(has(out, "> 1\n"), out)
+  end)
+end)
+
+describe("address-space reservations", function()
+  local script = [[
+    local K = gt.compile("__global__ void inc(float *y) { y[threadIdx.x] += 1; }")
+    local y = gt.zeros({ 4 })
+    local trees = {}
+    for i = 1, 16 do trees[i] = gt.tree(function(v) K.inc(1, 4, v) return v end) end
+    for i = 1, 16 do trees[i](y) end
+    print(y:tolist()[1])
+  ]]
+
+  it("let a small script with trees run under ulimit -v 8000000 on the cpu backend", function()
+    if gt.backend() ~= "cpu" then return pending("cpu backend") end
+    if os.getenv("ASAN_OPTIONS") then return pending("ASan maps terabytes of shadow memory: no ulimit -v") end
+    local path = tmpfile(script)
+    local status, out, err = S.sh("ulimit -v 8000000 && GTLUA_BACKEND=cpu timeout 60 \"$GTLUA\" " .. shq(path))
+    os.remove(path)
+    assert.equal(0, status, err)
+    assert.equal("16\n", out)
+  end)
+
+  it("let 9000 trees live at once", function()
+    local status, out, err = gtlua([[-e 'local t = {} for i = 1, 9000 do t[i] = gt.tree(function() end) end print(#t)']],
+      { env = "GTLUA_BACKEND=" .. gt.backend() })
+    assert.equal(0, status, err)
+    assert.equal("9000\n", out)
+  end)
+
+  it("name GTLUA_MEM_RESERVE when ordinary memory cannot be reserved", function()
+    local status, _, err = gtlua("-e 'print(1)'", { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_MEM_RESERVE=100000000G" })
+    assert.equal(1, status)
+    assert.truthy(has(err, "could not reserve"), err)
+    assert.truthy(has(err, "set GTLUA_MEM_RESERVE lower"), err)
+  end)
+
+  it("name GTLUA_POOL_RESERVE when a tree's pool cannot be reserved, and the process goes on", function()
+    local status, out, err = gtlua([[-e 'print(pcall(gt.tree, function() end)); print(gt.zeros({2}):tolist()[2])']],
+      { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_POOL_RESERVE=100000000" })
+    assert.equal(0, status, err)
+    assert.truthy(has(out, "false\t"), out)
+    assert.truthy(has(out, "GTLUA_POOL_RESERVE"), out)
+    assert.truthy(has(out, "\n0\n"), out)
+  end)
+end)
+
+describe("scripts/soak.sh", function()
+  it("replays a tree and drops trees, printing RSS and pool bytes at start and end", function()
+    local status, out, err = S.sh("GTLUA_BIN_UNDER_TEST=\"$GTLUA\" GTLUA_BACKEND=" .. gt.backend() ..
+      " timeout 120 sh scripts/soak.sh 3000 40")
+    assert.equal(0, status, out .. err)
+    assert.truthy(out:find("replays: start%s+RSS%s+%d+ KiB%s+ordinary memory%s+%d+ B%s+tree pool in use%s+%d+ B"), out)
+    assert.truthy(out:find("replays: end%s+RSS"), out)
+    assert.truthy(has(out, "trees: start") and has(out, "trees: end"), out)
+    assert.truthy(out:find("replays%s+RSS [+-]%d+ KiB, ordinary memory %+0 B, pool %+0 B: flat"), out)
+    assert.truthy(has(out, "soak: flat"), out)
+  end)
+end)
