@@ -128,20 +128,24 @@ function M.scenarios(cfg, m)
   local nb = #cfg.batches
   local function chain(v) return m.chain(v) end
   local function at_size(i) return xs[(i - 1) % nb + 1] end
+  local one = function() return 0 end
   local list = {
     { name = "chain", label = format("%d x linear+relu, batch %d, hidden %d", cfg.layers, cfg.batch, H),
-      fn = chain, args = function() return x end, variants = 1, kernels = cfg.layers },
+      fn = chain, args = function() return x end, variants = 1, kernels = cfg.layers, keyed = { key = one } },
     { name = "branch", label = format("%d-layer prefix, cut, one of two %d-layer suffixes, alternating", cfg.prefix, cfg.suffix),
-      fn = m.branchy, args = function(i) return x, i end, variants = 2, kernels = cfg.prefix + cfg.suffix },
+      fn = m.branchy, args = function(i) return x, i end, variants = 2, kernels = cfg.prefix + cfg.suffix,
+      -- keyed: the route is the key (an argument that is a number is part of the key: pass the parity)
+      keyed = { key = function(_, r) return r end, args = function(i) return x, i % 2 end } },
     { name = "shapes", label = format("the chain over batch sizes %s, cycling", concat(cfg.batches, ",")),
-      fn = chain, args = at_size, variants = nb, kernels = cfg.layers },
+      fn = chain, args = at_size, variants = nb, kernels = cfg.layers, keyed = { key = one } },
     { name = "shapes+buckets", label = format("shapes with buckets = pow2(%d)", cfg.batches[nb]),
       fn = chain, args = at_size, variants = nb, kernels = cfg.layers,
       opts = { buckets = { dim = 1, sizes = gt.buckets.pow2(cfg.batches[nb]) } } },
   }
   for _, n in ipairs(cfg.grow) do
     list[#list + 1] = { name = "grow-" .. n, grow = n, label = format("chain of %d linear+relu kernels", n),
-      fn = function(v) return m.chain(v, n) end, args = function() return x end, variants = 1, kernels = n }
+      fn = function(v) return m.chain(v, n) end, args = function() return x end, variants = 1, kernels = n,
+      keyed = { key = one } }
   end
   for _, sc in ipairs(M.decode_scenarios(cfg)) do list[#list + 1] = sc end
   return list
@@ -324,6 +328,14 @@ function M.run_scenario(cfg, sc, r)
   r.stats = stats_summary(tree:stats())
   r.agree = M.agree(tree, sc)
   if sc.grow and sc.grow == cfg.heap_grow then r.record_heap = M.record_with_heap(sc, cfg.heap_mb) end
+  if sc.keyed then   -- the same step as a keyed tree: known paths replay without running the body
+    local ko = { name = sc.name .. "+keyed", warn_shapes = false, key = sc.keyed.key, patch = sc.keyed.patch }
+    local kt, kargs = gt.tree(fn, ko), sc.keyed.args or args
+    M.startup(kt, kargs, max(warm, 4 * sc.variants))
+    r.modes.keyed = M.measure(function(i) return kt(kargs(i)) end, warm, reps, pipe)
+    local k = kt:stats().keyed
+    r.keyed = { hits = k.hits, misses = k.misses, refused = k.refused }
+  end
   return r, tree
 end
 
@@ -376,7 +388,7 @@ function M.table_text(res)
   local out = { format("gtlua %s on %s (%s)%s", res.version, res.device.name, res.backend, res.quick and ", quick" or ""),
                 format("%-16s %7s %-6s %10s %10s %10s", "scenario", "kernels", "mode", "cpu_us", "step_us", "pipe_us") }
   for _, r in ipairs(res.scenarios) do
-    for j, mode in ipairs { "eager", "tree", "floor" } do
+    for j, mode in ipairs { "eager", "tree", "keyed", "floor" } do
       local m = r.modes[mode] or {}
       out[#out + 1] = format("%-16s %7s %-6s %s %s %s", j == 1 and r.name or "", j == 1 and r.kernels or "", mode,
         fmt(m.cpu_us), fmt(m.step_us), fmt(m.pipe_us))
