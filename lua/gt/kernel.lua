@@ -12,16 +12,37 @@ return function(gt)
   Kernel.__index = Kernel
   gt.Kernel = Kernel
 
+  local error = gt._error   -- every error names the user's file:line (init.lua)
+
+  local function show(v)
+    if type(v) == "string" then return string.format("%q", v) end
+    if type(v) ~= "table" then return tostring(v) end
+    local p = {}
+    for i = 1, math.max(#v, 3) do if v[i] ~= nil then p[#p + 1] = show(v[i]) end end
+    for _, k in ipairs { "x", "y", "z" } do if v[k] ~= nil then p[#p + 1] = k .. " = " .. show(v[k]) end end
+    return "{" .. table.concat(p, ", ") .. "}"
+  end
+
+  -- A grid or block: a positive integer or {x [, y [, z]]} (or {x=, y=, z=}) of them.
   local function dims(x, what, name, level)
+    local bad
     if type(x) == "number" then
       if x >= 1 and x == math.floor(x) then return x, 1, 1 end
+      bad = show(x) .. " is not a positive integer"
     elseif type(x) == "table" then
       local a, b, c = x[1] or x.x or 1, x[2] or x.y or 1, x[3] or x.z or 1
-      local ok = true
-      for _, v in ipairs { a, b, c } do if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then ok = false end end
-      if ok then return a, b, c end
+      for i, v in ipairs { a, b, c } do
+        if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
+          bad = "its " .. ({ "x", "y", "z" })[i] .. " (" .. show(v) .. ") is not a positive integer"
+          break
+        end
+      end
+      if not bad then return a, b, c end
+    else
+      bad = "a " .. type(x) .. " is not a size"
     end
-    error("kernel '" .. name .. "': " .. what .. " must be a positive number or {x, y, z}, got " .. tostring(x), level + 1)
+    error("kernel '" .. name .. "': " .. what .. " " .. show(x) .. ": " .. bad ..
+      " (a " .. what .. " is a positive integer or {x, y, z} of them)", level + 1)
   end
 
   -- The slow path of a failed argument check: says exactly what is wrong.
@@ -136,12 +157,19 @@ return function(gt)
   local function compile(src, opts, chunk)
     local m = C.gt_compile(rt, src, opts.options, chunk, opts.graph == false and 0 or 1)
     if m == nil then error(gt._errmsg(), 3) end
-    local K = {}
+    local K, names = {}, {}
     for i = 0, C.gt_module_count(m) - 1 do
       local k = C.gt_module_kernel(m, i)
       K[ffi.string(k.name)] = new_kernel(k, m)
+      names[#names + 1] = ffi.string(k.name)
     end
-    return K
+    table.sort(names)
+    -- K.misspelt: an error listing the kernels there are, not "attempt to call a nil value"
+    return setmetatable(K, { __index = function(_, key)
+      if type(key) ~= "string" or key:sub(1, 2) == "__" then return nil end
+      error("no kernel '" .. key .. "' in " .. chunk .. "; its kernels: " ..
+        (#names > 0 and table.concat(names, ", ") or "none (no __global__ function)"), 2)
+    end })
   end
 
   --- gt.compile(src [, {name=, graph=, options=}]) -> { name = kernel, ... }
