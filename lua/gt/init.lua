@@ -166,7 +166,7 @@ function gt._at_exit(o) return require("gt.report").at_exit(o) end
 
 -- Modules loaded on first use.
 local lazy = { ops = "gt.ops", buckets = "gt.buckets", report = "gt.report" }
-setmetatable(gt, { __index = function(t, k)
+setmetatable(gt, { __lazy = { "buckets", "ops" }, __index = function(t, k)   -- __lazy: for completion
   local m = lazy[k]
   if not m then return nil end
   local v = require(m)
