@@ -251,8 +251,8 @@ describe("gtlua on a pseudo-terminal (python3's pty)", function()
   })
 
   on_pty("Tab after gt. offers gt.ops and gt.buckets before their first use, and no gt._ names", {
-    { "expect", "> " }, { "send", "gt.\t\t" }, { "expect", "gt.zeros" }, { "send", "\21\r" },
-    { "expect", "> " }, { "send", "\4" },
+    { "expect", "> " }, { "send", "gt.\t\t" }, { "expect", "gt.zeros" }, { "send", "\21print('do' .. 'ne')\r" },
+    { "expect", "\ndone" }, { "expect", "> " }, { "send", "\4" },
   }, function(out)
     local listing = out:match("gt%.\t?\r?\n(.-gt%.zeros)") or out
     assert.truthy(has(listing, "gt.ops"), out)
@@ -274,7 +274,7 @@ describe("gtlua on a pseudo-terminal (python3's pty)", function()
 
   on_pty("Ctrl-C stops `while true do end` (a loop the JIT would compile) and the session goes on", {
     { "expect", "> " }, { "send", "while true do end\r" }, { "expect", "while true do end" },
-    { "sleep", "0.5" }, { "send", "\3" }, { "expect", "interrupted!" }, { "expect", "> " },
+    { "sleep", "0.2" }, { "send_now", "\3" }, { "expect", "interrupted!" }, { "expect", "> " },
     { "send", "print('al' .. 'ive')\r" }, { "expect", "alive" }, { "send", "\4" },
   })
 
