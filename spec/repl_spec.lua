@@ -75,6 +75,7 @@ describe("gtlua -i through a pipe", function()
     assert.truthy(has(out, "gt.compile"), out)
     assert.truthy(has(out, "gt.ops.linear(x, W"), out)
     assert.falsy(has(out, "> nil\n"), out)
+    assert.falsy(has(out, '"gt.ops.linear(x, W'), out)   -- printed once, not returned too
   end)
 
   it("a tree whose calls raised says so when printed #gt", function()

@@ -213,7 +213,9 @@ gtlua: CUDA graph trees from Lua.  A first session:
 
 local help = setmetatable({}, {
   __tostring = function() return intro end,
-  __call = function(_, x) if x == nil then io.stdout:write(intro, "\n") return end return require("gt.docs").help(x) end,
+  __call = function(_, x)   -- prints; returns nothing (the REPL would print the text again)
+    if x == nil then io.stdout:write(intro, "\n") else require("gt.docs").help(x) end
+  end,
 })
 
 --- At the start of a session: prints the hint line under the banner and sets
