@@ -85,11 +85,16 @@ asan: deps
 bench: all
 	sh scripts/bench/run.sh
 
+# make install [PREFIX=/usr/local] [DESTDIR=]: PREFIX/bin/gtlua finds PREFIX/share/gtlua
+# (lua/, kernels/, examples/) by itself; a binary copied elsewhere needs GTLUA_HOME.
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/gtlua/lua/gt $(DESTDIR)$(PREFIX)/share/gtlua/kernels
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/gtlua/lua/gt $(DESTDIR)$(PREFIX)/share/gtlua/kernels \
+	  $(DESTDIR)$(PREFIX)/share/gtlua/examples/kernels
 	install -m 755 $(BUILD)/gtlua $(DESTDIR)$(PREFIX)/bin/gtlua
 	install -m 644 lua/gt/*.lua $(DESTDIR)$(PREFIX)/share/gtlua/lua/gt/
 	install -m 644 kernels/*.cu $(DESTDIR)$(PREFIX)/share/gtlua/kernels/
+	install -m 644 examples/*.lua $(DESTDIR)$(PREFIX)/share/gtlua/examples/
+	install -m 644 examples/kernels/*.cu $(DESTDIR)$(PREFIX)/share/gtlua/examples/kernels/
 
 clean:
 	rm -rf build build-asan

@@ -53,5 +53,5 @@ print(step)
 local s = step:stats()
 print(string.format("%d steps: %d with a positive total; %d replays, %d recordings, %d warmups, %d eager visits",
   steps, positive, s.replays, s.recorded, s.warmups, s.eager))
-print(string.format("%d levels, pool %s reserved (high water %s)", s.depth, gt._bytes(s.pool.reserved),
-  gt._bytes(s.pool.high_water)))
+local function kib(n) return string.format("%.1f KiB", n / 1024) end
+print(string.format("%d levels, pool %s reserved (high water %s)", s.depth, kib(s.pool.reserved), kib(s.pool.high_water)))

@@ -152,7 +152,11 @@ describe("gt.compile kernels", function()
     ]]
     assert.is_not_nil(K.k_one)
     assert.is_not_nil(K.k_two)
-    assert.is_nil(K.twice)
+    assert.is_nil(rawget(K, "twice"))
+    -- a name that is not a kernel raises, listing the kernels there are
+    local ok, err = pcall(function() return K.twice end)
+    assert.is_false(ok)
+    assert.matches("kernels_spec.lua:%d+: no kernel 'twice' in .*; its kernels: k_one, k_two", err)
     local y = gt.zeros { 2 }
     K.k_two(1, 2, y, 2)
     assert.are.same({ 4, 4 }, y:tolist())

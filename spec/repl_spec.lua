@@ -26,10 +26,12 @@ local function has(s, part)
 end
 
 describe("gtlua -i through a pipe", function()
-  it("prints the banner, prompts on stdout, exits 0 at the end of input", function()
+  it("prints the banner and how to get help and leave, prompts on stdout, exits 0 at the end of input", function()
     local status, out = session("")
     assert.equal(0, status)
-    assert.matches("^gtlua %d+%.%d+%.%d+ %(LuaJIT [^)]+%) backend %S+\n> \n$", out)
+    assert.matches("^gtlua %d+%.%d+%.%d+ %(LuaJIT [^)]+%) backend %S+\n[^\n]*\n> \n$", out)
+    assert.truthy(has(out, "?name for help"), out)
+    assert.truthy(has(out, "Ctrl-D to exit"), out)
   end)
 
   it("prints the value of an expression", function()
@@ -58,13 +60,29 @@ describe("gtlua -i through a pipe", function()
     assert.truthy(has(out, "> >> >> > 42\n"), out)
   end)
 
-  it("reports an error with a traceback and goes on", function()
-    local status, out, err = session("error('boom')\nx = = 1\nprint('after')\n")
+  it("reports an error by its message alone and goes on; ?tb shows the traceback", function()
+    local status, out, err = session("error('boom')\n?tb\nx = = 1\nprint('after')\n")
     assert.equal(0, status)
     assert.truthy(has(out, "after\n"), out)
-    assert.matches("^stdin:1: boom\nstack traceback:\n", err)
-    assert.truthy(has(err, "stdin:1: in main chunk"), err)
-    assert.truthy(has(err, "stdin:1: unexpected symbol near '='"), err)
+    assert.equal("stdin:1: boom\nstdin:1: unexpected symbol near '='\n", err)
+    assert.falsy(has(err, "stack traceback"), err)
+    assert.truthy(has(out, "stack traceback:"), out)               -- ?tb: the last error's
+  end)
+
+  it("help prints a first page, help(x) the doc of x #gt", function()
+    local _, out = session("help\nhelp(gt.ops.linear)\n")
+    assert.truthy(has(out, "A first session"), out)
+    assert.truthy(has(out, "gt.compile"), out)
+    assert.truthy(has(out, "gt.ops.linear(x, W"), out)
+    assert.falsy(has(out, "> nil\n"), out)
+    assert.falsy(has(out, '"gt.ops.linear(x, W'), out)   -- printed once, not returned too
+  end)
+
+  it("a tree whose calls raised says so when printed #gt", function()
+    local _, out = session("t = gt.tree(function(x) error('boom') end, {name = 'bad'})\n"
+      .. "pcall(t, 1);\nt\n")
+    assert.truthy(has(out, "a call raised an error"), out)
+    assert.falsy(has(out, "launched no kernels"), out)
   end)
 
   it("reports a chunk left incomplete at the end of input", function()
@@ -213,4 +231,57 @@ describe("gt.repl", function()
     local t = gt.zeros({ 2, 3 })
     assert.equal(tostring(t), repl.format(t))
   end)
+end)
+
+describe("gtlua on a pseudo-terminal (python3's pty)", function()
+  local pty = S.pty
+
+  local function on_pty(name, steps, check)
+    it(name .. " #gt", function()
+      if not S.has_pty then return pending("python3 with the pty module is not installed") end
+      if not HAS_GT then return pending("lua/gt is not there yet") end
+      local ok, out, err = pty(steps)
+      assert.truthy(ok, err .. "\n" .. out)
+      if check then check(out) end
+    end)
+  end
+
+  on_pty("the banner says how to get help and how to leave", {
+    { "expect", "backend" }, { "expect", "?name for help" }, { "expect", "Ctrl-D to exit" },
+    { "expect", "> " }, { "send", "\4" },
+  })
+
+  on_pty("Tab after gt. offers gt.ops and gt.buckets before their first use, and no gt._ names", {
+    { "expect", "> " }, { "send", "gt.\t\t" }, { "expect", "gt.zeros" }, { "send", "\21print('do' .. 'ne')\r" },
+    { "expect", "\ndone" }, { "expect", "> " }, { "send", "\4" },
+  }, function(out)
+    local listing = out:match("gt%.\t?\r?\n(.-gt%.zeros)") or out
+    assert.truthy(has(listing, "gt.ops"), out)
+    assert.truthy(has(listing, "gt.buckets"), out)
+    assert.falsy(has(listing, "gt._"), out)
+  end)
+
+  on_pty("help prints a first page, not nil", {
+    { "expect", "> " }, { "send", "help\r" }, { "expect", "A first session" }, { "expect", "> " }, { "send", "\4" },
+  }, function(out) assert.falsy(has(out, "\nnil"), out) end)
+
+  on_pty("an error prints one line, no traceback; ?tb shows it", {
+    { "expect", "> " }, { "send", "error('boom')\r" }, { "expect", "stdin:1: boom" }, { "expect", "> " },
+    { "send", "?tb\r" }, { "expect", "stack traceback:" }, { "expect", "> " }, { "send", "\4" },
+  }, function(out)
+    local first = out:match("error%('boom'%)\r?\n(.-)> ")
+    assert.truthy(first and not has(first, "traceback"), out)
+  end)
+
+  on_pty("Ctrl-C stops `while true do end` (a loop the JIT would compile) and the session goes on", {
+    { "expect", "> " }, { "send", "while true do end\r" }, { "expect", "while true do end" },
+    { "sleep", "0.2" }, { "send_now", "\3" }, { "expect", "interrupted!" }, { "expect", "> " },
+    { "send", "print('al' .. 'ive')\r" }, { "expect", "alive" }, { "send", "\4" },
+  })
+
+  on_pty("a tree whose calls raised says so when printed", {
+    { "expect", "> " }, { "send", "t = gt.tree(function(x) return gt.ops.relu(x) end, {name = 'bad'})\r" },
+    { "expect", "> " }, { "send", "pcall(t, 42);\r" }, { "expect", "> " }, { "send", "t\r" },
+    { "expect", "a call raised an error" }, { "expect", "> " }, { "send", "\4" },
+  })
 end)

@@ -33,11 +33,12 @@ int main(void) {
 #define PROGNAME "gtlua"
 #define HISTORY_MAX 1000
 
-enum { HAS_E = 1, HAS_I = 2, HAS_V = 4, HAS_HELP = 8, HAS_STATS = 16, ARGS_ERROR = -1 };
+enum { HAS_E = 1, HAS_I = 2, HAS_V = 4, HAS_HELP = 8, HAS_STATS = 16, HAS_BUSTED = 32, ARGS_ERROR = -1 };
 
 static lua_State *globalL;                 /* for the signal handler and completion */
 static const char *progname = PROGNAME;    /* error prefix; none inside the REPL */
 static const char *opt_backend, *opt_report;
+static const char *gt_root;                /* where lua/ and kernels/ were looked for */
 static volatile sig_atomic_t interrupted;
 
 /* -- Messages and protected calls ---------------------------------------- */
@@ -170,7 +171,7 @@ static const char *find_root(void) {
 }
 
 static void set_paths(lua_State *L) {
-  const char *root = find_root();
+  const char *root = gt_root = find_root();
   if (root == NULL) return;
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
@@ -197,11 +198,14 @@ static void print_usage(FILE *f, const char *badoption) {
         "  --backend=NAME   cpu, cuda or auto (sets GTLUA_BACKEND)\n"
         "  --stats          print the statistics report at exit\n"
         "  --report=FILE    write the HTML report to FILE at exit (also --report FILE)\n"
-        "  --help           show this help\n"
+        "  --busted ARGS    run Busted specs with gt and its assertions (gt.busted) loaded,\n"
+        "                   e.g. gtlua --busted my_spec.lua (the rest of the line is Busted's)\n"
+        "  -h, --help       show this help\n"
         "  --               stop handling options\n"
         "  -                stop handling options and execute stdin\n"
-        "Environment: GTLUA_INIT (code or @file, run first), GTLUA_HOME, GTLUA_BACKEND,\n"
-        "  GTLUA_NO_GT=1 (no gt), GTLUA_HISTORY, GTLUA_REPL_TIME (seconds)\n", f);
+        "Environment: GTLUA_INIT (code or @file, run first), GTLUA_HOME (the directory\n"
+        "  with lua/ and kernels/), GTLUA_BACKEND, GTLUA_NO_GT=1 (no gt), GTLUA_HISTORY,\n"
+        "  GTLUA_REPL_TIME (seconds), GTLUA_BUSTED (the busted script for --busted)\n", f);
   fflush(f);
 }
 
@@ -225,8 +229,11 @@ static int collectargs(char **argv, int *first) {
       opt_report = argv[++i];
     } else if (strcmp(a, "--stats") == 0) {
       args |= HAS_STATS;
-    } else if (strcmp(a, "--help") == 0) {
+    } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       args |= HAS_HELP;
+    } else if (strcmp(a, "--busted") == 0) {   /* the rest is Busted's */
+      *first = i + 1;
+      return args | HAS_BUSTED;
     } else if ((a[1] == 'i' || a[1] == 'v') && a[2] == '\0') {
       args |= a[1] == 'i' ? HAS_I | HAS_V : HAS_V;   /* -i implies -v */
     } else if (a[1] == 'e' || a[1] == 'l') {
@@ -316,7 +323,46 @@ static int load_gt(lua_State *L) {
   lua_pushliteral(L, "gt");
   status = docall(L, 1, 1);
   if (status == 0) lua_setglobal(L, "gt");
+  else if (lua_isstring(L, -1) && strstr(lua_tostring(L, -1), "module 'gt' not found")) {
+    lua_pop(L, 1);   /* the long search list says little: say where we looked and what to do */
+    lua_pushfstring(L, "cannot find gt's Lua files: no %s/lua/gt/init.lua.\n"
+                    "Set GTLUA_HOME to the directory that holds lua/ and kernels/ (a gtlua checkout),\n"
+                    "or run `make install` (PREFIX=...) and use PREFIX/bin/gtlua, which finds PREFIX/share/gtlua.",
+                    gt_root ? gt_root : "(unknown)");
+  }
   return report(L, status);
+}
+
+/* --busted ARGS: Busted's runner (GTLUA_BUSTED, else busted on the PATH) as the
+   script, with gt.busted's assertions loaded first; argv[first..] are its arguments. */
+static int run_busted(lua_State *L, char **argv, int argc, int first) {
+  static char path[PATH_MAX];
+  const char *b = getenv("GTLUA_BUSTED"), *p = getenv("PATH");
+  char **bargv;
+  int i, n = argc - first, status;
+  if (b == NULL || *b == '\0') {
+    b = NULL;
+    while (p && *p) {
+      const char *end = strchr(p, ':');
+      size_t len = end ? (size_t)(end - p) : strlen(p);
+      snprintf(path, sizeof path, "%.*s/busted", (int)len, len ? p : ".");
+      if (access(path, R_OK) == 0) { b = path; break; }
+      p = end ? end + 1 : NULL;
+    }
+  }
+  if (b == NULL) {
+    l_message(PROGNAME, "--busted: no busted on the PATH (install lua-busted, or set GTLUA_BUSTED to its script)");
+    return 1;
+  }
+  if ((status = dostring(L, "require 'gt.busted'", "=(--busted)")) != 0) return status;
+  if ((bargv = calloc((size_t)n + 3, sizeof *bargv)) == NULL) return 1;
+  bargv[0] = argv[0];
+  bargv[1] = (char *)b;
+  for (i = 0; i < n; i++) bargv[i + 2] = argv[first + i];
+  createargtable(L, bargv, n + 2, 1);
+  status = handle_script(L, bargv + 1);
+  free(bargv);
+  return status;
 }
 
 /* Pushes the global gt's field name when gt is a table; 0 (nothing pushed) if not. */
@@ -425,6 +471,7 @@ static void repl_init(lua_State *L) {
     lua_pushboolean(L, isatty(STDOUT_FILENO) && getenv("NO_COLOR") == NULL);
     lua_setfield(L, -2, "color");
     repl_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    if (push_repl_fn(L, "start")) report(L, docall(L, 0, 0));   /* the banner's second line, help */
   }
   tty_input = isatty(STDIN_FILENO);
   if (!tty_input) return;
@@ -538,6 +585,9 @@ static int loadchunk(lua_State *L, int *quiet) {
     lua_concat(L, 3);
   }
   save_line(buf);
+  /* interpreted, not compiled: Ctrl-C's hook never runs inside a compiled loop
+     (while true do end); gt's own functions stay compiled */
+  if (status == 0) luaJIT_setmode(L, -1, LUAJIT_MODE_ALLFUNC | LUAJIT_MODE_OFF);
   while (len > 0 && buf[len - 1] && strchr(" \t\r", buf[len - 1])) len--;
   *quiet = len > 0 && buf[len - 1] == ';';
   lua_remove(L, -2);
@@ -578,7 +628,25 @@ static int dohelp(lua_State *L) {
   return docall(L, 1, 0);
 }
 
-/* The loop: errors print (with traceback) and the loop goes on; end of input ends it. */
+/* An error in the REPL prints its message only; the whole text with the
+   traceback is kept for ?tb (registry "gtlua.traceback"). */
+static void report_short(lua_State *L, int status) {
+  const char *msg, *tb;
+  if (status == 0 || !lua_isstring(L, -1)) {
+    report(L, status);
+    return;
+  }
+  msg = lua_tostring(L, -1);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "gtlua.traceback");
+  if ((tb = strstr(msg, "\nstack traceback:")) != NULL) {
+    lua_pushlstring(L, msg, (size_t)(tb - msg));
+    lua_replace(L, -2);
+  }
+  report(L, status);
+}
+
+/* The loop: errors print (their message; ?tb the traceback) and the loop goes on; end of input ends it. */
 static void doREPL(lua_State *L) {
   progname = NULL;
   repl_init(L);
@@ -593,7 +661,7 @@ static void doREPL(lua_State *L) {
       status = loadchunk(L, &quiet);
       if (status == 0) status = runchunk(L, quiet);
     }
-    report(L, status);
+    report_short(L, status);
     lua_settop(L, 0);
   }
   fputs("\n", stdout);
@@ -616,10 +684,11 @@ static int pmain(lua_State *L) {
   ok = handle_init(L) == 0 && load_gt(L) == 0;
   if (ok && (args & HAS_V)) print_version(L);
   ok = ok && runargs(L, s->argv, s->script) == 0;
-  if (ok && s->script < s->argc) ok = handle_script(L, s->argv + s->script) == 0;
+  if (ok && (args & HAS_BUSTED)) ok = run_busted(L, s->argv, s->argc, s->script) == 0;
+  else if (ok && s->script < s->argc) ok = handle_script(L, s->argv + s->script) == 0;
   if (ok && (args & HAS_I)) {
     doREPL(L);
-  } else if (ok && s->script == s->argc && !(args & (HAS_E | HAS_V))) {
+  } else if (ok && s->script == s->argc && !(args & (HAS_E | HAS_V | HAS_BUSTED))) {
     if (isatty(STDIN_FILENO)) {   /* no script, a terminal: the REPL */
       print_version(L);
       doREPL(L);

@@ -110,9 +110,10 @@ t:size([d]) -> the size of dimension d, or a copy of the shape table]],
 kernel: one __global__ function of a compiled source (from gt.compile or gt.load).
   K.name(grid, block, args...)              launch it (queued inside a tree call)
   f = K.name:config(grid, block [, smem])   a bound launcher: f(args...)
-  grid, block: a number or {x, y, z}. Arguments are checked against the parsed
+  grid, block: a positive integer or {x, y, z}. Arguments are checked against the parsed
   signature: const T* is read, T* written, scalars int unsigned long long
-  int64_t size_t float double bool. tostring(K.name) shows the signature.]],
+  int64_t size_t float double bool. tostring(K.name) shows the signature.
+  K.misspelt raises, listing the kernels of the source (rawget(K, name) for a test).]],
   ["kernel:call"] = [[
 K.name(grid, block, args...): launch a kernel
   grid, block: a number or {x, y, z}; args: tensors for pointer parameters,
@@ -251,8 +252,10 @@ allocates its output. f32 unless said; "rows" are the last dimension.
   rmsnorm sum max argmax embedding]],
   ["gt.ops.linear"] = [[
 gt.ops.linear(x, W [, b] [, act]) -> act(x @ W + b)
-  x {..., K} (leading dims are rows), W {K, N}, b {N} or nil,
-  act "relu" | "gelu" | "tanh" | nil. The result is {..., N}.]],
+  x {..., K} (leading dims are rows), W {K, N} = {in, out}, b {N} or nil,
+  act "relu" | "gelu" | "tanh" | nil. The result is {..., N}.
+  W is {in, out} (x @ W), not PyTorch's nn.Linear {out, in} (x @ W^T):
+  a PyTorch weight goes in transposed.]],
   ["gt.ops.matmul"] = [[
 gt.ops.matmul(a, b) -> a @ b for a {M, K}, b {K, N}]],
   ["gt.ops.add"] = [[
@@ -280,7 +283,9 @@ gt.ops.layernorm(x, gamma, beta [, eps = 1e-5]) over the last dimension
   ["gt.ops.rmsnorm"] = [[
 gt.ops.rmsnorm(x, w [, eps = 1e-6]) -> x / sqrt(mean(x^2) + eps) * w over the last dimension]],
   ["gt.ops.sum"] = [[
-gt.ops.sum(x) -> f32 sums per row (the last dimension dropped; {1} for a vector)]],
+gt.ops.sum(x) -> f32 sums per row (the last dimension dropped; {1} for a vector)
+  It reduces rows, not the whole tensor: x {8, 256} -> {8}; the total of a
+  matrix is gt.ops.sum(gt.ops.sum(x)):item().]],
   ["gt.ops.max"] = [[
 gt.ops.max(x) -> f32 maxima per row]],
   ["gt.ops.argmax"] = [[

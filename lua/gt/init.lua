@@ -15,7 +15,11 @@ if not pcall(ffi.typeof, "gt_buf") then
 end
 
 local rt = C.gt_runtime_open(nil)
-if rt == nil then error("gtlua: " .. ffi.string(C.gt_errmsg(nil)), 0) end
+if rt == nil then
+  -- an error object with __tostring: the host prints it once, without a traceback
+  local msg = ffi.string(C.gt_errmsg(nil)):gsub("^gtlua: ", "")
+  error(setmetatable({ msg = msg }, { __tostring = function(e) return e.msg end }), 0)
+end
 
 local gt = { _C = C, _rt = rt, version = "0.1.0" }
 reg["gtlua.gt"] = gt
@@ -23,8 +27,88 @@ reg["gtlua.gt"] = gt
 -- The last failure of the core as a message.
 function gt._errmsg() return ffi.string(C.gt_errmsg(rt)) end
 
--- Raises the core's last failure at the caller's caller (level 3 by default).
-function gt._fail(level) error(gt._errmsg(), level or 3) end
+-- -- Errors at the user's line -------------------------------------------------
+-- Every error gt raises names the first stack frame outside gt itself (lua/gt/*.lua,
+-- generated launchers "=gt.*", C functions such as pcall): the user's file:line,
+-- however deep inside gt the check was.  When that frame is only the caller of a
+-- function that tail-called into gt (`return gt.ops.linear(h, W, b)` as the last
+-- line of a step), the user's own line is gone from the stack; the message names
+-- the nearest frame there is and says so.
+local GT_DIR = (debug.getinfo(1, "S").source:match("^@(.*/)[^/]*$") or "")
+
+local function internal(info)
+  if info.what == "C" then return true end
+  local src = info.source
+  if src:sub(1, 4) == "=gt." then return true end
+  if src:sub(1, 1) ~= "@" then return false end
+  src = src:sub(2)
+  return (GT_DIR ~= "" and src:sub(1, #GT_DIR) == GT_DIR) or src:find("^lua/gt/[%w_]+%.lua$") ~= nil
+    or src:find("/lua/gt/[%w_]+%.lua$") ~= nil
+end
+
+-- The public functions by value, for telling a tail call from a direct call.
+local public_names, names_ops
+local function public_name(f)
+  if not public_names or names_ops ~= rawget(gt, "ops") then
+    names_ops = rawget(gt, "ops")
+    public_names = {}
+    local function add(tbl, prefix, sep)
+      if type(tbl) ~= "table" then return end
+      for k, v in pairs(tbl) do
+        if type(v) == "function" and type(k) == "string" and k:sub(1, 1) ~= "_" then
+          public_names[v] = public_names[v] or { prefix .. sep .. k, k }
+        end
+      end
+    end
+    add(rawget(gt, "ops"), "gt.ops", ".")
+    add(gt.Tensor, "t", ":")
+    add(rawget(gt, "buckets"), "gt.buckets", ".")
+    add(gt, "gt", ".")
+  end
+  return public_names[f]
+end
+
+-- gt._where([level]) -> "file:line: " of the first stack frame outside gt (the
+-- user's line), or "" when there is none, and the public function's name when
+-- it was reached by a tail call; level: where to start (default: the caller).
+function gt._where(level)
+  local l = (level or 1) + 1
+  local callee, tail   -- the gt frame just below; a public function the caller did not call by name
+  while true do
+    local info = debug.getinfo(l, "Slnf")
+    if not info then return "" end
+    local inside = internal(info)
+    if callee and (not inside or info.what == "C") then
+      -- a public function called from a user frame or from pcall (a tree calling the
+      -- step) under a name not its own: the user's function tail-called it
+      local pub = public_name(callee.func)
+      if pub and callee.name ~= pub[2] then tail = pub[1] end
+    end
+    if not inside then
+      return info.short_src .. ":" .. (info.currentline > 0 and info.currentline or "?") .. ": ", tail
+    end
+    callee = info.what ~= "C" and info or nil
+    l = l + 1
+  end
+end
+
+-- gt._error(msg [, level]): error() for gt's modules: msg at the user's line (gt._where);
+-- level 0 (an already placed message) and non-string errors pass through unchanged
+function gt._error(msg, level)
+  if level == 0 or type(msg) ~= "string" then error(msg, level == 0 and 0 or (level or 1) + 1) end
+  local where, tail = gt._where(2)
+  if where == "" then error(msg, (level or 1) + 1) end
+  if tail then
+    local tree = rawget(gt, "_active")
+    msg = msg .. " (in " .. tail .. ", reached by a tail call `return " .. tail .. "(...)`" ..
+      (tree and (" in the function of tree '" .. tostring(tree.name) .. "' (" .. tostring(tree.where) .. ")") or "") ..
+      "; the line shown is the nearest caller left on the stack)"
+  end
+  error(where .. msg, 0)
+end
+
+-- Raises the core's last failure at the user's line.
+function gt._fail() gt._error(gt._errmsg(), 2) end
 
 --- gt.backend() -> "cpu" | "cuda"
 function gt.backend() return ffi.string(C.gt_backend_name(rt)) end
@@ -82,7 +166,7 @@ function gt._at_exit(o) return require("gt.report").at_exit(o) end
 
 -- Modules loaded on first use.
 local lazy = { ops = "gt.ops", buckets = "gt.buckets", report = "gt.report", keyed = "gt.keyed" }
-setmetatable(gt, { __index = function(t, k)
+setmetatable(gt, { __lazy = { "buckets", "ops" }, __index = function(t, k)   -- __lazy: for completion
   local m = lazy[k]
   if not m then return nil end
   local v = require(m)

@@ -12,6 +12,8 @@ return function(gt)
   Kernel.__index = Kernel
   gt.Kernel = Kernel
 
+  local error = gt._error   -- every error names the user's file:line (init.lua)
+
   -- Grid and block sizes: integers in 1..2^31-1 (the device checks its own
   -- smaller limits); anything else raises saying which component is wrong.
   local DIM_MAX = 2 ^ 31 - 1
@@ -164,12 +166,19 @@ return function(gt)
     local w = C.gt_take_warning()   -- e.g. the kernel cache refused: shown once
     if w ~= nil then gt.on_warning(ffi.string(w)) end
     if m == nil then error(gt._errmsg(), 3) end
-    local K = {}
+    local K, names = {}, {}
     for i = 0, C.gt_module_count(m) - 1 do
       local k = C.gt_module_kernel(m, i)
       K[ffi.string(k.name)] = new_kernel(k, m)
+      names[#names + 1] = ffi.string(k.name)
     end
-    return K
+    table.sort(names)
+    -- K.misspelt: an error listing the kernels there are, not "attempt to call a nil value"
+    return setmetatable(K, { __index = function(_, key)
+      if type(key) ~= "string" or key:sub(1, 2) == "__" then return nil end
+      error("no kernel '" .. key .. "' in " .. chunk .. "; its kernels: " ..
+        (#names > 0 and table.concat(names, ", ") or "none (no __global__ function)"), 2)
+    end })
   end
 
   --- gt.compile(src [, {name=, graph=, options=}]) -> { name = kernel, ... }

@@ -9,7 +9,7 @@
 local gt = require "gt"
 
 local ceil, max = math.ceil, math.max
-local type, error, format, concat = type, error, string.format, table.concat
+local type, error, format, concat = type, gt._error, string.format, table.concat   -- errors name the user's line
 
 local ops = {}
 

@@ -1,7 +1,8 @@
 -- gt.repl - the REPL's Lua side: printing results, timing, completion, ?help.
--- The host (src/main.c) reads and compiles lines; after each command it calls
+-- The host (src/main.c) reads and compiles lines; at the start it calls
+-- repl.start() (the banner's second line, the global help), after each command
 -- repl.show(quiet, seconds, ...), on Tab repl.complete(word), on "?x" repl.help("x").
--- No globals are touched except _LAST (the first result of the last command).
+-- Loading touches no globals; start() sets help (unless defined), show() sets _LAST.
 
 local repl = {}
 
@@ -147,14 +148,20 @@ function repl.complete(text)
     end
   end
   local found, out = {}, {}
+  local function offer(k, x)
+    if is_ident(k) and k:sub(1, #partial) == partial and not found[k]
+        and (k:sub(1, 1) ~= "_" or partial:sub(1, 1) == "_")   -- private names and metamethods on request
+        and (sep ~= ":" or type(x) == "function") then
+      found[k] = true
+      out[#out + 1] = path .. sep .. k
+    end
+  end
   for _, t in ipairs(field_tables(v)) do
-    for k, x in next, t do
-      if is_ident(k) and k:sub(1, #partial) == partial and not found[k]
-          and (k:sub(1, 2) ~= "__" or partial:sub(1, 2) == "__")   -- metamethods on request
-          and (sep ~= ":" or type(x) == "function") then
-        found[k] = true
-        out[#out + 1] = path .. sep .. k
-      end
+    for k, x in next, t do offer(k, x) end
+    -- fields loaded on first use (gt.ops, gt.buckets): the metatable's __lazy list names them
+    local mt = getmetatable(t)
+    if sep ~= ":" and type(mt) == "table" and type(rawget(mt, "__lazy")) == "table" then
+      for _, k in ipairs(rawget(mt, "__lazy")) do offer(k, true) end
     end
   end
   if path == "" then
@@ -172,12 +179,51 @@ end
 function repl.help(rest)
   rest = rest:match("^%s*(.-)%s*$")
   if rest == "" then
-    io.stdout:write("usage: ?name   (e.g. ?gt.tensor, ?t:narrow, ?step)\n")
+    io.stdout:write("usage: ?name   (e.g. ?gt, ?gt.tensor, ?t:narrow, ?step); ?tb: the last error's traceback\n")
+    return
+  end
+  if rest == "tb" then
+    local tb = debug.getregistry()["gtlua.traceback"]
+    io.stdout:write(tb and tostring(tb) or "no error yet", "\n")
     return
   end
   local ok, docs = pcall(require, "gt.docs")
   if ok then return docs.ask(rest) end
   io.stdout:write("no help for ", rest, "\n")
+end
+
+-- -- Start ------------------------------------------------------------------
+
+repl.hint = "?name for help (?gt: the API), help for a first page, ?tb: the last error's traceback, Ctrl-D to exit"
+
+local intro = [==[
+gtlua: CUDA graph trees from Lua.  A first session:
+  x = gt.randn{4, 8}                                 -- tensors: gt.tensor zeros ones full randn from
+  W = gt.randn({8, 8}, {seed = 1}):static()           -- linear's weight is {in, out}: x @ W
+  K = gt.compile[[__global__ void twice(float *y, const float *x, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2 * x[i]; }]]
+  step = gt.tree(function(x)                          -- each path is recorded as CUDA graphs
+    local h = gt.ops.linear(x, W, nil, "relu")
+    local y = gt.tensor(h.shape); K.twice(1, 32, y, h, h.numel)
+    return y
+  end)
+  for i = 1, 3 do step(x) end
+  step                                                -- a tree prints as its drawing
+?name (or help(value)) for any function, ?gt for the whole API, ?tb after an error.]==]
+
+local help = setmetatable({}, {
+  __tostring = function() return intro end,
+  __call = function(_, x)   -- prints; returns nothing (the REPL would print the text again)
+    if x == nil then io.stdout:write(intro, "\n") else require("gt.docs").help(x) end
+  end,
+})
+
+--- At the start of a session: prints the hint line under the banner and sets
+--- the global help (help prints a first page; help(x) the doc of x) unless defined.
+function repl.start()
+  io.stdout:write(repl.hint, "\n")
+  io.stdout:flush()
+  if rawget(_G, "help") == nil and package.loaded.gt then rawset(_G, "help", help) end
 end
 
 return repl

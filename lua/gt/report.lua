@@ -128,6 +128,11 @@ end
 
 local function is_tree(x) return type(x) == "table" and getmetatable(x) == gt.Tree end
 
+-- Whether a call of the tree raised (its buffers were dropped).
+local function raised(tree)
+  return tree._t ~= nil and gt._C.gt_tree_failed_gen(tree._t) ~= 0
+end
+
 local function stats_of(tree, fn)
   if not is_tree(tree) then error("gt.report." .. fn .. ": expected a tree (from gt.tree)", 3) end
   return tree:stats()
@@ -215,7 +220,9 @@ function M.draw(tree, opts)
   local out = header_lines(s)
   out[1] = paint(out[1], "bold")
   if s.nodes == 0 then
-    out[#out + 1] = s.calls == 0 and "(no calls yet)" or "(no nodes: the calls launched no kernels)"
+    out[#out + 1] = s.calls == 0 and "(no calls yet)" or (raised(tree) and
+      "(no nodes: a call raised an error before its first segment ended; see the error above)" or
+      "(no nodes: the calls launched no kernels)")
     return concat(out, "\n")
   end
   out[#out + 1] = paint(column_header(), "dim")
@@ -806,7 +813,8 @@ local function tree_section(tree, i)
   }
   if s.nodes == 0 then
     out[#out + 1] = '<p class="meta">No nodes: ' .. (s.calls == 0 and "the tree has no calls yet." or
-      "the calls launched no kernels.") .. '</p></section>'
+      (raised(tree) and "a call raised an error before its first segment ended." or
+      "the calls launched no kernels.")) .. '</p></section>'
     return concat(out, "\n")
   end
   out[#out + 1] = "<h3>Tree</h3>" .. legend {

@@ -4,6 +4,7 @@ local bit = require "bit"
 
 return function(gt)
   local C, rt = gt._C, gt._rt
+  local error = gt._error   -- every error names the user's file:line (init.lua)
   local floor, concat, type, setmetatable, getmetatable = math.floor, table.concat, type, setmetatable, getmetatable
 
   local DT = {
