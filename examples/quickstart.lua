@@ -83,6 +83,7 @@ if dev.backend == "cpu" then
 end
 local me, i = "gtlua", -1                        -- how gtlua was started (build/gtlua under make run)
 while arg and arg[i] do me, i = arg[i], i - 1 end
+if #me > 24 then me = "gtlua" end                  -- a long path would not fit the screen
 print(("next: %s --report=q.html examples/quickstart.lua (an HTML report), --stats (every tree at exit),"):format(me))
 print("      examples/branchy.lua (data-dependent branches), examples/custom_kernel.lua (gt.load, :config),")
 print("      examples/dynamic_batch.lua (buckets); README.md: the API, and gtlua --busted for your own specs")

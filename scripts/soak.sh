@@ -100,5 +100,5 @@ end
 b = snap("trees: end")
 compare(a, b, "trees")
 print(failed and "soak: memory grows" or "soak: flat")
-os.exit(failed and 1 or 0)
+os.exit(failed and 1 or 0, true)   -- close the state: finalizers free every tree
 EOF

@@ -16,7 +16,9 @@ M.TARGETS = {
   vs_reduce = 40,        -- reduce-overhead CPU / gtlua tree CPU, at least
   step = 1.05,           -- gtlua tree step / floor step, at most
   record_ms = 5,         -- wall time of the call that records a new ~100-kernel path, at most
-  record_heap_ms = 3,    -- the same for a 128-kernel path with 100 MB of live Lua heap (issue: no GC at record time)
+  record_heap_ms = 3,
+  keyed_cpu = 1.25,      -- gtlua keyed CPU / floor CPU, at most
+  vs_reduce_keyed = 50,  -- reduce-overhead CPU / gtlua keyed CPU, at least    -- the same for a 128-kernel path with 100 MB of live Lua heap (issue: no GC at record time)
 }
 
 -- -- JSON --------------------------------------------------------------------------
@@ -258,6 +260,17 @@ function M.targets(inp)
     end
   end
   for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
+    local k, fl = mode(s, "keyed"), mode(s, "floor")
+    if k then
+      local r = ratio(k.cpu_us, fl and fl.cpu_us)
+      target_row(rows, "keyed CPU / floor CPU", s.name, x(r), "≤ " .. T.keyed_cpu .. "x", r and r <= T.keyed_cpu)
+      local ro = mode(by_name(inp.torch, s.name), "reduce_overhead")
+      local r2 = ratio(ro and ro.cpu_us, k.cpu_us)
+      target_row(rows, "reduce-overhead CPU / keyed CPU", s.name, x(r2), "≥ " .. T.vs_reduce_keyed .. "x",
+        r2 and r2 >= T.vs_reduce_keyed)
+    end
+  end
+  for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
     local r = ratio((mode(s, "tree") or {}).step_us, (mode(s, "floor") or {}).step_us)
     target_row(rows, "tree step / floor step", s.name, x(r), "≤ " .. T.step .. "x", r and r <= T.step)
   end
@@ -292,7 +305,8 @@ end
 
 -- The modes of one scenario as table rows.
 local MODES = {
-  { "gtlua eager", "gtlua", "eager" }, { "gtlua tree (replay)", "gtlua", "tree" }, { "gtlua floor", "gtlua", "floor" },
+  { "gtlua eager", "gtlua", "eager" }, { "gtlua tree (replay)", "gtlua", "tree" },
+  { "gtlua keyed (no body)", "gtlua", "keyed" }, { "gtlua floor", "gtlua", "floor" },
   { "PyTorch eager", "torch", "eager" }, { "PyTorch reduce-overhead", "torch", "reduce_overhead" },
   { "PyTorch CUDAGraph (hand-captured)", "torch", "cudagraph" },
 }
