@@ -125,7 +125,7 @@ describe("kernel source names", function()
     K.k(1, 1, y)
     assert.equal(1, y:tolist()[1])
     local e = error_of(gt.compile, "__global__ void k(float *y) { y[0] = undefined_x; }", { name = 'we"ird.cu' })
-    assert.truthy(has(e, 'we"ird.cu:1'), e)
+    assert.truthy(has(e, 'we"ird.cu:1') or has(e, 'we"ird.cu(1)'), e)   -- g++ or NVRTC style
     assert.truthy(has(e, "undefined_x"), e)
   end)
 
@@ -265,9 +265,11 @@ describe("address-space reservations", function()
     assert.equal("16\n", out)
   end)
 
-  it("let 9000 trees live at once", function()
+  it("let 9000 trees live at once on the cpu backend", function()
+    -- (cuda reserves GTLUA_POOL_RESERVE = 16 GiB of device addresses per tree: the driver's
+    -- address space ends first, with a message naming the variable)
     local status, out, err = gtlua([[-e 'local t = {} for i = 1, 9000 do t[i] = gt.tree(function() end) end print(#t)']],
-      { env = "GTLUA_BACKEND=" .. gt.backend() })
+      { env = "GTLUA_BACKEND=cpu" })
     assert.equal(0, status, err)
     assert.equal("9000\n", out)
   end)
