@@ -117,6 +117,11 @@ typedef struct gt_node {
   double record_us, instantiate_us, replay_us_sum, gpu_us_sum;
   int replay_n, gpu_n;
   uint64_t planned_bytes, checkpoint_bytes, plan_end, last_call, reusable_bytes;
+  /* explain.c: why the node exists, where its segment ended, its shapes */
+  char *why, *cut, *shapes;
+  uint64_t kseq;                     /* hash of the kernels alone (no shapes, no grids) */
+  uint64_t *statics; int nstatics;   /* static addresses in order of use */
+  int why_sib;                       /* "new shape": the sibling compared with (-1: none) */
 } gt_node;
 
 struct gt_tree {
@@ -152,4 +157,8 @@ struct gt_tree {
   uint8_t *pinned;                   /* per slot: an input of this call lives there */
   uint64_t *scratch; void **pscratch; int scratchcap;
 };
+
+/* -- Explaining nodes (explain.c) ----------------------------------------- */
+void gt_explain_node(gt_tree *t, gt_node *n);     /* at creation: why (shapes come later from Lua) */
+void gt_explain_free(gt_node *n);
 #endif

@@ -47,6 +47,9 @@ int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
   o->reusable_bytes = n->reusable_bytes;
   o->key = n->key;
   o->last_call = n->last_call;
+  o->shapes = n->shapes;
+  o->cut = n->cut;
+  o->why = n->why;
   return GT_OK;
 }
 
