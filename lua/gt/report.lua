@@ -909,6 +909,10 @@ function M.at_exit(o)
       io.stdout:write(concat(out, "\n"), "\n")
       io.stdout:flush()
     end
+    if o.advise then
+      io.stdout:write(require("gt.advise").text(trees), "\n")
+      io.stdout:flush()
+    end
     if o.report then
       M.html(trees, o.report)
       io.stderr:write(format("gtlua: wrote %s (%d tree%s)\n", o.report, #trees, #trees == 1 and "" or "s"))
