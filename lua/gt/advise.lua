@@ -306,7 +306,9 @@ function M.breaks(s)
         if not e then e = { site = n.cut, visits = 0, nodes = {}, kids = 0 }; sites[n.cut] = e; order[#order + 1] = n.cut end
         e.visits = e.visits + n.visits
         e.nodes[#e.nodes + 1] = id
-        e.kids = max(e.kids, #n.children)
+        local below = 0                       -- calls that ended right after it took an empty branch
+        for _, c in ipairs(n.children) do below = below + s.node[c].visits end
+        e.kids = max(e.kids, #n.children + (n.visits > below and 1 or 0))
       end
       if n.skip then
         local e = skips[n.skip] or { reason = n.skip, visits = 0, nodes = {} }

@@ -81,7 +81,7 @@ svg{max-width:100%;height:auto}
 svg text{font-family:inherit}
 svg .node text{font-size:11px;fill:#111827}
 svg .node text.label{font-weight:600;font-size:12px}
-svg .node text.sub{fill:#4b5563}
+svg .node text.sub{fill:#1f2937}
 svg .edge{fill:none;stroke:#9ca3af}
 table{border-collapse:collapse;font-size:12px;background:#fff;width:100%;max-width:100%}
 th,td{border:1px solid #e5e7eb;padding:3px 5px;text-align:right;vertical-align:top}
