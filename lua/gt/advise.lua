@@ -85,7 +85,7 @@ function M.launch(tree, s)
   local ids, launches = last_path(s)
   local r = { launches = launches, segments = #ids, sync = sync, eager_calls = #eager, replay_calls = #replay }
   local ok, fcpu, fstep = pcall(tree.floor, tree, 20, true)
-  if ok then r.device_us, r.device_how, r.graph_launch_us = fstep, "the last path's graphs, launched and synced (median of 20)", fcpu
+  if ok then r.device_us, r.device_how, r.graph_launch_us = fstep, "the last path's graphs launched and synced, median of 20", fcpu
   else
     local g = 0
     for _, id in ipairs(ids) do g = g + (s.node[id].gpu_us or 0) end
@@ -143,7 +143,7 @@ local function launch_finding(s, r)
   else
     f.level = "info"
     f.advice = format("A tree is optional here: the device needs %s per step and eager issues it in %s, so replay saves " ..
-      "at most %.0f%% of a step; keep it for the fixed memory plan, or drop it and its %d recordings.",
+      "at most %.0f%% of a step; keep it for the fixed memory plan, or drop it and its %d recording(s).",
       us(r.device_us), us(r.eager_us), (1 - 1 / max(r.speedup or 1, 1)) * 100, s.recorded)
   end
   return f
@@ -270,7 +270,8 @@ local function shapes_finding(s, r)
   local fixed = {}
   for _, e in ipairs(r.dims) do if #e.sizes == 1 then fixed[#fixed + 1] = format("%s dim %d = %d", e.name, e.dim, e.sizes[1]) end end
   if #fixed > 0 then facts[#facts + 1] = "fixed: " .. concat(fixed, ", ") end
-  local head = format("%d first segment%s, %d nodes, %d recorded%s.", r.roots, r.roots == 1 and "" or "s", s.nodes, s.recorded,
+  local head = format("%d first segment%s, %d node%s, %d recorded%s.", r.roots, r.roots == 1 and "" or "s", s.nodes,
+    s.nodes == 1 and "" or "s", s.recorded,
     r.limit > 0 and format("; %d visits ran eagerly past max_recordings", r.limit) or "")
   f.text = head .. (#facts > 0 and (" " .. concat(facts, "; ") .. ".") or " No tensor inputs were seen.")
   if r.buckets then
