@@ -46,20 +46,22 @@ end
 
 local launch_cost   -- host µs to issue one small eager op on this backend (measured once)
 
--- One tiny op launched eagerly, outside any tree: the median of 64, by gt.clock.
+-- One tiny op launched eagerly, outside any tree, by gt.clock: the lower
+-- quartile of 128 (a busy host's hiccups are not the op's cost).
 local function eager_op_us()
   if launch_cost then return launch_cost end
   if gt._active then return nil end
   local x, t = gt.zeros({ 1 }), {}
-  gt.ops.mul(x, 1)
+  for _ = 1, 16 do gt.ops.mul(x, 1) end
   gt.sync()
-  for i = 1, 64 do
+  for i = 1, 128 do
     local t0 = gt.clock()
     gt.ops.mul(x, 1)
     t[i] = (gt.clock() - t0) * 1e6
   end
   gt.sync()
-  launch_cost = median(t)
+  sort(t)
+  launch_cost = t[32]
   return launch_cost
 end
 
@@ -73,7 +75,12 @@ local function last_path(s)
   return ids, launches
 end
 
-function M.launch(tree, s)
+-- Relaunching the last path's graphs (tree:floor) times the device, but a
+-- graph that writes to memory outside the pool (an in-place update of a
+-- weight) would apply its writes again: done at exit, or when asked.
+M.relaunch = false
+
+function M.launch(tree, s, measure)
   local sync = gt.backend() == "cpu"                    -- launches run to completion before they return
   local h = tree:history()
   local eager, replay = {}, {}
@@ -84,31 +91,48 @@ function M.launch(tree, s)
   end
   local ids, launches = last_path(s)
   local r = { launches = launches, segments = #ids, sync = sync, eager_calls = #eager, replay_calls = #replay }
-  local ok, fcpu, fstep = pcall(tree.floor, tree, 20, true)
+  local ok, fcpu, fstep = false, nil, nil
+  if measure then ok, fcpu, fstep = pcall(tree.floor, tree, 20, true) end
   if ok then r.device_us, r.device_how, r.graph_launch_us = fstep, "the last path's graphs launched and synced, median of 20", fcpu
   else
     local g = 0
     for _, id in ipairs(ids) do g = g + (s.node[id].gpu_us or 0) end
     if g > 0 then r.device_us, r.device_how = g, "gpu_us of the last path's nodes (gt.profile)" end
   end
-  local D = r.device_us
-  local function issue(host) return host and (sync and D and max(host - D, 0) or host) end
-  r.replay_us = issue(median(replay))
-  local op = eager_op_us()
-  if #eager > 0 then
-    r.eager_us, r.eager_how = issue(median(eager)), format("measured over %d eager call%s", #eager, #eager == 1 and "" or "s")
-  elseif r.replay_us and op then
-    local graphs = sync and 0 or (r.graph_launch_us or 0)   -- sync: the graphs' time is already out
-    r.eager_us = max(r.replay_us - graphs, 0) + launches * op
-    r.eager_how = format("estimated: replay's host time + %d launches x %s per eager op", launches, us(op))
-  end
+  local D, op = r.device_us, eager_op_us()
   r.op_us = op
+  local He, Hr = median(eager), median(replay)        -- host µs per call
+  if sync then
+    -- Each launch returns when its kernel is done: a call's host time is its
+    -- step time.  Issue time is what launching costs beyond the kernels: the
+    -- launches times one tiny op's cost (measured here), for eager and replay alike.
+    r.replay_step = Hr
+    if He then r.eager_step, r.eager_how = He, format("measured over %d eager call%s", #eager, #eager == 1 and "" or "s")
+    elseif Hr and op then
+      r.eager_step = Hr + launches * op
+      r.eager_how = format("estimated: replay's step + %d launches x %s per eager op", launches, us(op))
+    end
+    if op then
+      r.eager_us = launches * op
+      r.eager_how = (r.eager_how and (r.eager_how .. "; ") or "") .. format("issue = %d launches x %s per tiny eager op",
+        launches, us(op))
+    end
+    r.replay_us = Hr and D and max(Hr - D, 0)
+  else
+    -- Launches are queued: a call's host time is its issue time.
+    r.replay_us = Hr
+    if He then r.eager_us, r.eager_how = He, format("measured over %d eager call%s", #eager, #eager == 1 and "" or "s")
+    elseif Hr and op then
+      r.eager_us = max(Hr - (r.graph_launch_us or 0), 0) + launches * op
+      r.eager_how = format("estimated: replay's host time + %d launches x %s per eager op", launches, us(op))
+    end
+    if D and r.eager_us then r.eager_step = max(r.eager_us, D) end
+    if D and Hr then r.replay_step = max(Hr, D) end
+  end
   if D and r.eager_us then
-    local function step(i) return sync and (i + D) or max(i, D) end
     r.bound = r.eager_us > D
     r.replay_bound = r.replay_us and r.replay_us > D
-    r.eager_step, r.replay_step = step(r.eager_us), r.replay_us and step(r.replay_us)
-    r.speedup = r.replay_step and r.eager_step / r.replay_step
+    r.speedup = r.replay_step and r.eager_step and r.eager_step / r.replay_step
   end
   return r
 end
@@ -117,13 +141,14 @@ local function launch_finding(s, r)
   local f = { q = 1, title = "Launch-bound?" }
   if not (r.device_us and r.eager_us) then
     f.level = "info"
-    f.text = format("Not enough to tell: %d replay-only calls, device time %s (a call that replays every segment is needed).",
-      r.replay_calls, r.device_us and us(r.device_us) or "unknown")
-    f.advice = "Run more steps (past the warmup and recording of each path) and ask again."
+    f.text = format("Not enough to tell: %d replay-only calls, device time %s.", r.replay_calls,
+      r.device_us and us(r.device_us) or "unknown (not measured: the last path's graphs are relaunched only at exit or with {measure = true})")
+    f.advice = "Run gtlua --advise model.lua (it times the device at exit), or tree:advise{measure = true}, " ..
+      "after enough steps for each path to replay."
     return f
   end
   local idle = r.bound and (1 - r.device_us / r.eager_us) * 100 or 0
-  local how = r.sync and "Launches on this backend return when done: issue time = host time - device time. " or ""
+  local how = r.sync and "Launches on this backend return when their kernels are done (a call's host time is its step time). " or ""
   f.text = how .. format("%s in eager: the host issues a step's %d launches in %s (%s), the device runs the step in %s (%s)%s. " ..
     "Replay issues it in %s: a step of %s becomes %s (%.1fx).",
     r.bound and "Yes, launch-bound" or "No, device-bound", r.launches, us(r.eager_us), r.eager_how, us(r.device_us),
@@ -393,22 +418,6 @@ end
 
 -- -- Per tree, and as text ---------------------------------------------------------
 
---- advise.tree(tree) -> { name, where, calls, nodes, launch, shapes, breaks, findings }
-function M.tree(tree)
-  if type(tree) ~= "table" or getmetatable(tree) ~= gt.Tree then error("gt.advise.tree: expected a tree", 2) end
-  local s = tree:stats()
-  local r = { name = s.name, where = s.where, calls = s.calls, nodes = s.nodes, recorded = s.recorded }
-  if s.nodes == 0 then
-    r.findings = { { q = 1, title = "No nodes", level = "info", text = "The tree has no calls that launched kernels.",
-                     advice = "Call it (inside the script) before asking." } }
-    return r
-  end
-  r.launch, r.shapes, r.breaks = M.launch(tree, s), M.shapes(tree, s), M.breaks(s)
-  r.findings = { launch_finding(s, r.launch), shapes_finding(s, r.shapes) }
-  for _, f in ipairs(break_findings(s, r.breaks)) do r.findings[#r.findings + 1] = f end
-  return r
-end
-
 local MARK = { ok = "ok", warn = "!!", info = "--" }
 
 -- text wrapped at width columns, every line after the first indented.
@@ -421,6 +430,37 @@ local function wrap(text, width, indent, first)
   lines[#lines + 1] = line
   return concat(lines, "\n")
 end
+
+-- A tree's findings as text: print(tree:advise()).
+local Findings = { __tostring = function(a)
+  local out = { format("tree '%s' (%s): %d calls, %d nodes, %d recorded", a.name, a.where, a.calls, a.nodes, a.recorded) }
+  for _, f in ipairs(a.findings) do
+    local sep = f.title:match("%?$") and " " or ". "
+    out[#out + 1] = wrap(format("[%s] Q%d %s%s%s", MARK[f.level] or "--", f.q, f.title, sep, f.text), 100, "       ")
+    out[#out + 1] = wrap("-> " .. f.advice, 100, "          ", "       ")
+  end
+  return concat(out, "\n")
+end }
+
+--- advise.tree(tree [, {measure = bool}]) -> { name, where, calls, nodes, launch, shapes, breaks, findings }
+--- measure (default: advise.relaunch, true at exit): relaunch the last path's graphs to time the device
+function M.tree(tree, opts)
+  if type(tree) ~= "table" or getmetatable(tree) ~= gt.Tree then error("gt.advise.tree: expected a tree", 2) end
+  local s = tree:stats()
+  local r = setmetatable({ name = s.name, where = s.where, calls = s.calls, nodes = s.nodes, recorded = s.recorded }, Findings)
+  if s.nodes == 0 then
+    r.findings = { { q = 1, title = "No nodes", level = "info", text = "The tree has no calls that launched kernels.",
+                     advice = "Call it (inside the script) before asking." } }
+    return r
+  end
+  local measure = M.relaunch
+  if opts and opts.measure ~= nil then measure = opts.measure end
+  r.launch, r.shapes, r.breaks = M.launch(tree, s, measure), M.shapes(tree, s), M.breaks(s)
+  r.findings = { launch_finding(s, r.launch), shapes_finding(s, r.shapes) }
+  for _, f in ipairs(break_findings(s, r.breaks)) do r.findings[#r.findings + 1] = f end
+  return r
+end
+
 
 local function no_trees()
   local op = eager_op_us()
@@ -435,14 +475,8 @@ function M.text(trees)
   local out = { format("gtlua --advise: %d graph tree%s, backend %s", #trees, #trees == 1 and "" or "s", gt.backend()) }
   if #trees == 0 then for _, l in ipairs(no_trees()) do out[#out + 1] = l end end
   for _, t in ipairs(trees) do
-    local a = M.tree(t)
     out[#out + 1] = ""
-    out[#out + 1] = format("tree '%s' (%s): %d calls, %d nodes, %d recorded", a.name, a.where, a.calls, a.nodes, a.recorded)
-    for _, f in ipairs(a.findings) do
-      local sep = f.title:match("%?$") and " " or ". "
-      out[#out + 1] = wrap(format("[%s] Q%d %s%s%s", MARK[f.level] or "--", f.q, f.title, sep, f.text), 100, "       ")
-      out[#out + 1] = wrap("-> " .. f.advice, 100, "          ", "       ")
-    end
+    out[#out + 1] = tostring(M.tree(t))
   end
   return concat(out, "\n")
 end

@@ -182,14 +182,15 @@ tree:stats() -> a plain table
            | "static w of linear_f32 moved (sibling [0])")}} }    -- ids from 0
   gpu_us stays 0 unless gt.profile(true).]],
   ["tree:advise"] = [[
-tree:advise() -> { findings = {{q, title, text, advice, level}}, launch, shapes, breaks }
+tree:advise([{measure = true}]) -> { findings = {{q, title, text, advice, level}}, launch, shapes, breaks }
   Answers, from this run's numbers: (1) launch-bound? host µs to issue a step
   eagerly and by replay vs the device's µs per step, and the speed-up; (2) how
   many shapes? sizes per input dim and a bucket set with its padding; (3) what
   breaks the graphs? each cut site with its visits (gt.cond where an item()
   picks a branch), non-graphable kernels, what gt.scope would give back.
-  Relaunches the last call's graphs to time the device.  gtlua --advise
-  model.lua prints this for every tree at exit; tree:report() shows it first.]],
+  The device is timed by relaunching the last call's graphs: at exit, or with
+  tree:advise{measure = true}.  gtlua --advise model.lua prints this for every
+  tree at exit; tree:report() shows it first.]],
   ["tree:trim"] = [[
 tree:trim([keep = 0]) -> graphs dropped
   Frees the graphs (and their pool memory) of all but the keep most recently

@@ -465,6 +465,7 @@ function M.at_exit(o)
   o = o or {}
   -- the script's locals are gone: no collection until the trees are read
   collectgarbage("stop")
+  require("gt.advise").relaunch = true      -- the script is over: the device may be timed by relaunching graphs
   local ok, err = pcall(function()
     local trees = M.trees()
     if o.stats then

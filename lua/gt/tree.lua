@@ -331,8 +331,8 @@ return function(gt)
   end
   gt._bytes = bytes
 
-  --- tree:advise() -> the advisor's findings for this tree (gt.advise; also printed by gtlua --advise)
-  function Tree:advise() return require("gt.advise").tree(self) end
+  --- tree:advise([{measure = true}]) -> the advisor's findings for this tree (gt.advise; gtlua --advise prints them)
+  function Tree:advise(opts) return require("gt.advise").tree(self, opts) end
 
   --- tree:dot([path]), tree:json([path]), tree:report(path): pictures (gt.report)
   function Tree:dot(path) return gt.report.dot(self, path) end
