@@ -102,7 +102,7 @@ describe("the HTML report in a browser #browser", function()
     local html, png = dir .. "/branchy.html", os.getenv("GTLUA_SHOT") or (dir .. "/branchy.png")
     assert.is_true(sh(string.format("timeout 60 %s --report=%s examples/branchy.lua > /dev/null 2>&1", shq(BIN), shq(html))))
     local cmd = string.format("cd %s && timeout 120 %s --headless --disable-gpu --no-sandbox --hide-scrollbars " ..
-      "--user-data-dir=%s --screenshot=%s --window-size=1200,900 %s > /dev/null 2>&1", shq(dir), shq(chromium),
+      "--user-data-dir=%s --screenshot=%s --window-size=1200,1800 %s > /dev/null 2>&1", shq(dir), shq(chromium),
       shq(dir .. "/profile"), shq(png), shq("file://" .. html))
     sh(cmd)
     local data = slurp(png)
@@ -110,7 +110,7 @@ describe("the HTML report in a browser #browser", function()
     assert.is_not_nil(data, "Chromium wrote no screenshot: " .. cmd)
     assert.is_true(#data > 20000, "a screenshot of " .. #data .. " bytes is too small to show the report")
     local w, h, pixel = read_png(data)
-    assert.are.same({ 1200, 900 }, { w, h })
+    assert.are.same({ 1200, 1800 }, { w, h })
     if not pixel then return end                      -- no zlib: the size checks are all we can do
     -- The tree's nodes have a 2px green border (#15803d: "has a graph") and the
     -- visits chart's replay bars are #2563eb: count pixels of each colour.
@@ -126,5 +126,79 @@ describe("the HTML report in a browser #browser", function()
     assert.is_true(border > 500, "tree node borders: " .. border .. " pixels")
     assert.is_true(bars > 500, "replay bars: " .. bars .. " pixels")
     assert.is_true(white < w * h / 2 * 0.9, "the page is (almost) blank")
+  end)
+end)
+
+-- Layout facts measured in the page by Chromium: a script appended to a copy
+-- of the report (the report itself has none) writes them as JSON into <pre id="facts">.
+local FACTS_JS = [[
+(function () {
+  var W = window.innerWidth, f = { W: W, roots: 0, rootsIn: 0, nodes: 0, titled: 0, textOver: 0, tables: 0, tablesIn: 0,
+    scrollW: document.documentElement.scrollWidth, layout: "" };
+  var tree = document.querySelector("svg.tree");
+  if (tree) f.layout = tree.getAttribute("data-layout");
+  document.querySelectorAll("g.node").forEach(function (g) {
+    f.nodes++;
+    if (g.querySelector("title")) f.titled++;
+    var box = g.querySelector("rect").getBoundingClientRect();
+    g.querySelectorAll("text").forEach(function (t) { if (t.getBoundingClientRect().right > box.right + 1) f.textOver++; });
+    if (g.getAttribute("data-root")) { f.roots++; if (box.left >= 0 && box.right <= W) f.rootsIn++; }
+  });
+  document.querySelectorAll("table").forEach(function (t) {
+    f.tables++;
+    var r = t.getBoundingClientRect();
+    if (r.left >= 0 && r.right <= W) f.tablesIn++;
+  });
+  var pre = document.createElement("pre");
+  pre.id = "facts";
+  pre.textContent = JSON.stringify(f);
+  document.body.appendChild(pre);
+})();
+]]
+
+local function chromium_run(chromium, dir, args, url)
+  local out = dir .. "/out.txt"
+  local cmd = string.format("cd %s && timeout 120 %s --headless --disable-gpu --no-sandbox --hide-scrollbars " ..
+    "--user-data-dir=%s %s %s > %s 2> /dev/null", shq(dir), shq(chromium), shq(dir .. "/profile"), args, shq(url), shq(out))
+  sh(cmd)
+  return slurp(out) or "", cmd
+end
+
+describe("the HTML report of a 33-node tree in a browser #browser", function()
+  it("keeps every root, every table and every label inside a 1280 px window", function()
+    local chromium = find_chromium()
+    if not chromium then return pending("no Chromium here (apt-get install chromium, or set CHROMIUM)") end
+    if not BIN then return pending("GTLUA_BIN is not set (run inside gtlua)") end
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert.is_true(sh("mkdir -p " .. shq(dir)))
+    local html = dir .. "/wide.html"
+    assert.is_true(sh(string.format("timeout 60 %s --report=%s spec/fixtures/wide_tree.lua > /dev/null 2>&1", shq(BIN), shq(html))))
+    local page = slurp(html)
+    local f = io.open(dir .. "/facts.html", "wb")
+    f:write((page:gsub("</body>", function() return "<script>" .. FACTS_JS .. "</script></body>" end)))
+    f:close()
+    local dom = chromium_run(chromium, dir, "--window-size=1280,900 --dump-dom", "file://" .. dir .. "/facts.html")
+    local png = os.getenv("GTLUA_SHOT_WIDE") or (dir .. "/wide.png")
+    chromium_run(chromium, dir, "--window-size=1280,1600 --screenshot=" .. shq(png), "file://" .. html)
+    local shot = slurp(png)
+    sh("rm -rf " .. shq(dir))
+    local facts = dom:match('<pre id="facts">(.-)</pre>')
+    assert.truthy(facts, "Chromium ran no layout script: " .. dom:sub(1, 200))
+    local n = {}
+    for k, v in facts:gmatch('"(%w+)":"?([%w%-]*)"?') do n[k] = tonumber(v) or v end
+    assert.are.equal(1280, n.W)
+    assert.are.equal(33, n.nodes)
+    assert.are.equal(33, n.titled)                           -- every node has its full text on hover
+    assert.are.equal(11, n.roots)
+    assert.are.equal(n.roots, n.rootsIn)                     -- every root's box inside the window
+    assert.are.equal(0, n.textOver)                          -- no label runs out of its box
+    assert.is_true(n.tables >= 1)
+    assert.are.equal(n.tables, n.tablesIn)                   -- no table wider than the page
+    assert.is_true(n.scrollW <= n.W, "the page scrolls sideways: " .. n.scrollW)
+    assert.are.equal("rows", n.layout)
+    assert.is_not_nil(shot, "no screenshot")
+    local w, h = read_png(shot)
+    assert.are.same({ 1280, 1600 }, { w, h })
   end)
 end)

@@ -84,7 +84,7 @@ describe("print(tree)", function()
   before_each(function() saved = report.color; report.color = false end)
   after_each(function() report.color = saved end)
 
-  it("draws a known tree exactly: header, columns, one line per node", function()
+  it("draws a known tree exactly: header, columns, a line per node and one of its shapes, why and cut", function()
     local t = known_tree()
     local s = t:stats()
     local expected = table.concat({
@@ -93,11 +93,16 @@ describe("print(tree)", function()
         " high water; 10 replays, 3 warmups, 0 eager",
       "                                       visits replays warmups   planned",
       "└─ [0] axpb                                 8       6       1     256 B  graph",
+      "   │  x 64 f32 -> 64 f32; first path; cut at report_spec.lua:35 gt.cut",
       "   ├─ [1] axpb                              4       2       1     256 B  graph",
+      "   │     -> 64 f32; first path",
       "   └─ [2] axpb_b                            4       2       1     256 B  graph",
+      "         -> 64 f32; new branch after [0]",
     }, "\n")
     assert.are.equal(expected, tostring(t))
     assert.are.equal(expected, report.draw(t))
+    local plain = report.draw(t, { explain = false })
+    assert.are.equal(6, #lines(plain))
   end)
 
   it("marks an eager node with its reason; its child still has a graph", function()
@@ -106,19 +111,20 @@ describe("print(tree)", function()
     local l = lines(text)
     assert.are.equal("eager visits: kernel 'host_only' is not graphable (3)", l[3])
     assert.truthy(l[5]:match("^└─ %[0%] axpb .*  graph$"), l[5])
-    assert.truthy(l[6]:match("^   └─ %[1%] host_only .*  eager$"), l[6])
-    assert.are.equal("      │  eager: kernel 'host_only' is not graphable", l[7])   -- under node 1, over its child
-    assert.truthy(l[8]:match("^      └─ %[2%] axpb .*  graph$"), l[8])
+    assert.truthy(l[7]:match("^   └─ %[1%] host_only .*  eager$"), l[7])
+    assert.are.equal("      │  -> 3 f32; first path; cut at report_spec.lua:51 gt.cut", l[8])
+    assert.are.equal("      │  eager: kernel 'host_only' is not graphable", l[9])   -- under node 1, over its child
+    assert.truthy(l[10]:match("^      └─ %[2%] axpb .*  graph$"), l[10])
   end)
 
   it("marks a node that has only warmed up, and one whose graph was trimmed", function()
     local t = gt.tree(function(x) return axpb(x, 1, 1) end)
     t(gt.zeros{ N })
-    assert.truthy(tostring(t):match("\n└─ %[0%] axpb +1 +0 +1 +0 B  warmup$"))
+    assert.truthy(tostring(t):match("\n└─ %[0%] axpb +1 +0 +1 +0 B  warmup\n"))
     t(gt.zeros{ N })
-    assert.truthy(tostring(t):match("  graph$"))
+    assert.truthy(tostring(t):match("  graph\n"))
     t:trim()
-    assert.truthy(tostring(t):match("  trimmed$"))
+    assert.truthy(tostring(t):match("  trimmed\n"))
   end)
 
   it("stays within 80 columns: long labels are cut with …", function()
@@ -170,10 +176,11 @@ describe("tree:dot", function()
     assert.truthy(dot:match("^digraph gtlua_tree {\n"))
     assert.truthy(dot:match("\n}\n$"))
     assert.are.equal(3, count(dot, "\n  n%d+ %[label="))
-    assert.are.equal(2, count(dot, "%->"))
+    assert.are.equal(2, count(dot, "n%d+ %-> n%d+;"))
     assert.truthy(dot:find("n0 -> n1;", 1, true))
     assert.truthy(dot:find("n0 -> n2;", 1, true))
-    assert.truthy(dot:find('label="[2] axpb_b\\nvisits 4  replays 2  warmups 1', 1, true))
+    assert.truthy(dot:find('label="[2] axpb_b\\n-> 64 f32\\nnew branch after [0]\\nvisits 4  replays 2  warmups 1', 1, true))
+    assert.truthy(dot:find('label="[0] axpb\\nx 64 f32 -> 64 f32\\nfirst path\\ncut at report_spec.lua:35 gt.cut\\n', 1, true))
     assert.are.equal(count(dot, "{"), count(dot, "}"))
   end)
 end)
@@ -274,10 +281,12 @@ describe("tree:report", function()
     os.remove(path)
     check_page(html, { 3 })
     assert.are.equal(1, count(html, '<svg class="tree"'))
-    assert.are.equal(6, count(html, '<svg class="chart"'))             -- 3 per node, 3 over calls
+    assert.are.equal(6, count(html, '<svg class="chart'))              -- 3 per node, 3 over calls
+    assert.truthy(html:find('<div class="findings">', 1, true) < html:find('<svg class="tree"', 1, true))  -- advice first
     assert.are.equal(3, count(html, '<tr><td>%d+</td>'))          -- node table rows
     for id = 0, 2 do assert.truthy(html:find('<g class="node" data-id="' .. id .. '"', 1, true)) end
-    assert.truthy(html:find("<title>[1] axpb\nstate: graph\nvisits 4: 2 replays, 1 records, 1 warmups", 1, true))
+    assert.truthy(html:find("<title>[1] axpb\nshapes: -&gt; 64 f32\nwhy: first path\ncut: return\nstate: graph\n" ..
+      "visits 4: 2 replays, 1 records, 1 warmups", 1, true))
   end)
 
   it("puts several trees on one page, one section each, and escapes names", function()
@@ -387,6 +396,9 @@ describe("tree:history", function()
     for _, c in ipairs(h) do assert.is_true(c.cpu_us > 0 and c.reserved > 0) end
     local html = step:report()
     assert.truthy(html:find("Visits per call", 1, true))
-    assert.are.equal(8, count(html, '<polyline class="series"'))
+    -- visits per call: stacked columns; host time: one line; pool: reserved and in use as areas
+    assert.truthy(count(html, '<rect class="col"') >= 7)
+    assert.are.equal(1, count(html, '<polyline class="series"'))
+    assert.are.equal(2, count(html, '<polygon class="area"'))
   end)
 end)

@@ -120,6 +120,11 @@ typedef struct gt_node {
   uint64_t planned_bytes, checkpoint_bytes, plan_end, last_call, reusable_bytes;
   gt_qlaunch *launches;              /* the recorded launches (argument values in argvals), for keyed patches */
   int keyed;                         /* on a path that keyed calls replay */
+  /* explain.c: why the node exists, where its segment ended, its shapes */
+  char *why, *cut, *shapes;
+  uint64_t kseq;                     /* hash of the kernels alone (no shapes, no grids) */
+  uint64_t *statics; int nstatics;   /* static addresses in order of use */
+  int why_sib;                       /* "new shape": the sibling compared with (-1: none) */
 } gt_node;
 
 struct gt_tree {
@@ -162,4 +167,7 @@ void gt_keyed_free_all(gt_tree *t);
 int gt_tree_grow_path(gt_tree *t, int n);
 int gt_tree_launch_graph(gt_tree *t, gt_node *n);   /* launch n's graph (timed when profiling) */
 void gt_tree_finish_call(gt_tree *t);               /* end the active call after its segments ran */
+/* -- Explaining nodes (explain.c) ----------------------------------------- */
+void gt_explain_node(gt_tree *t, gt_node *n);     /* at creation: why (shapes come later from Lua) */
+void gt_explain_free(gt_node *n);
 #endif

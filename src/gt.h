@@ -114,6 +114,9 @@ typedef struct gt_node_info {
   uint64_t reusable_bytes;     /* peak bytes an ideal plan (each tensor freed after its last use) would save */
   uint64_t last_call;          /* call number of the last visit */
   int keyed;                   /* on a memoized path of keyed calls */
+  const char *shapes;          /* "x 8x256 f32 -> 8x8 f32" (inputs of a first segment -> last tensor made), or NULL */
+  const char *cut;             /* where and why the segment ended: "model.lua:31 item", "return", or NULL */
+  const char *why;             /* why the node exists: "first path", "new branch after [3]", ... */
 } gt_node_info;
 
 /* One call of a tree, for charts over calls (the last GT_HISTORY calls). */
@@ -193,6 +196,11 @@ int gt_tree_child(gt_tree *t, int id, int k);             /* k-th child of node 
 int gt_tree_skip_reason(gt_tree *t, int i, const char **reason, int *count); /* i-th skip reason; GT_ERR past the end */
 int gt_tree_history(gt_tree *t, int i, gt_call_info *out); /* i-th of the remembered calls, oldest first; GT_ERR past the end */
 int gt_tree_warnings(gt_tree *t, const char **last);     /* warnings so far, the last one's text */
+/* Explaining nodes: after gt_tree_flush, what the visited node still lacks
+   (1: its cut, 2: its shapes; 4 is added for a first segment; 0 outside a call or when nothing was visited);
+   gt_tree_note fills them (NULL leaves one as it is). */
+int gt_tree_explain_wanted(gt_runtime *rt);
+void gt_tree_note(gt_runtime *rt, const char *cut, const char *shapes);
 int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, double *cpu_us, double *step_us); /* replay the last call's graphs back to back, no tree logic */
 
 /* -- Keyed calls -------------------------------------------------------- */

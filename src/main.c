@@ -33,7 +33,7 @@ int main(void) {
 #define PROGNAME "gtlua"
 #define HISTORY_MAX 1000
 
-enum { HAS_E = 1, HAS_I = 2, HAS_V = 4, HAS_HELP = 8, HAS_STATS = 16, HAS_BUSTED = 32, ARGS_ERROR = -1 };
+enum { HAS_E = 1, HAS_I = 2, HAS_V = 4, HAS_HELP = 8, HAS_STATS = 16, HAS_BUSTED = 32, HAS_ADVISE = 64, ARGS_ERROR = -1 };
 
 static lua_State *globalL;                 /* for the signal handler and completion */
 static const char *progname = PROGNAME;    /* error prefix; none inside the REPL */
@@ -200,6 +200,7 @@ static void print_usage(FILE *f, const char *badoption) {
         "  --report=FILE    write the HTML report to FILE at exit (also --report FILE)\n"
         "  --busted ARGS    run Busted specs with gt and its assertions (gt.busted) loaded,\n"
         "                   e.g. gtlua --busted my_spec.lua (the rest of the line is Busted's)\n"
+        "  --advise         at exit, answer per tree: launch-bound? how many shapes? what breaks graphs?\n"
         "  -h, --help       show this help\n"
         "  --               stop handling options\n"
         "  -                stop handling options and execute stdin\n"
@@ -229,6 +230,8 @@ static int collectargs(char **argv, int *first) {
       opt_report = argv[++i];
     } else if (strcmp(a, "--stats") == 0) {
       args |= HAS_STATS;
+    } else if (strcmp(a, "--advise") == 0) {
+      args |= HAS_ADVISE;
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       args |= HAS_HELP;
     } else if (strcmp(a, "--busted") == 0) {   /* the rest is Busted's */
@@ -387,13 +390,15 @@ static void print_version(lua_State *L) {
   lua_settop(L, top);
 }
 
-/* --stats / --report=FILE: gt._at_exit{stats =, report =}, when gt offers it. */
+/* --stats / --report=FILE / --advise: gt._at_exit{stats =, report =, advise =}, when gt offers it. */
 static int at_exit(lua_State *L, int args) {
-  if (!(args & HAS_STATS) && !opt_report) return 0;
+  if (!(args & (HAS_STATS | HAS_ADVISE)) && !opt_report) return 0;
   if (!push_gt_field(L, "_at_exit")) return 0;
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 3);
   lua_pushboolean(L, (args & HAS_STATS) != 0);
   lua_setfield(L, -2, "stats");
+  lua_pushboolean(L, (args & HAS_ADVISE) != 0);
+  lua_setfield(L, -2, "advise");
   if (opt_report) {
     lua_pushstring(L, opt_report);
     lua_setfield(L, -2, "report");
@@ -715,7 +720,7 @@ int main(int argc, char **argv) {
     return EXIT_SUCCESS;
   }
   if (opt_backend) setenv("GTLUA_BACKEND", opt_backend, 1);  /* before gt loads */
-  if ((s.args & HAS_STATS) || opt_report) setenv("GTLUA_KEEP_TREES", "1", 1);  /* trees stay for the exit report */
+  if ((s.args & (HAS_STATS | HAS_ADVISE)) || opt_report) setenv("GTLUA_KEEP_TREES", "1", 1);  /* trees stay for the exit report */
   if ((L = luaL_newstate()) == NULL) {
     l_message(PROGNAME, "cannot create state: not enough memory");
     return EXIT_FAILURE;

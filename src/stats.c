@@ -48,6 +48,9 @@ int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
   o->key = n->key;
   o->last_call = n->last_call;
   o->keyed = n->keyed;
+  o->shapes = n->shapes;
+  o->cut = n->cut;
+  o->why = n->why;
   return GT_OK;
 }
 

@@ -68,6 +68,7 @@ static void tree_destroy(gt_tree *t) {
   for (int i = 0; i < t->nnodes; i++) {
     gt_node *n = t->nodes[i];
     drop_graph(t, n);
+    gt_explain_free(n);
     free(n->kids); free(n->label); free(n->skip); free(n);
   }
   free(t->root.kids);
@@ -702,6 +703,7 @@ static gt_node *new_node(gt_tree *t, gt_node *parent, gt_segkey key) {
       n->skip = dupstr(why);
       break;
     }
+  gt_explain_node(t, n);              /* before it joins its siblings */
   parent->kids[parent->nkids++] = n;
   t->nodes[t->nnodes++] = n;
   return n;
@@ -800,6 +802,7 @@ int gt_tree_flush(gt_runtime *rt) {
       parent->nkids--;
       t->nnodes--;
       drop_graph(t, n);
+      gt_explain_free(n);
       free(n->kids); free(n->label); free(n->skip); free(n);
     }
     return GT_ERR;

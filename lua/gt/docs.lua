@@ -161,6 +161,7 @@ tree: a graph tree (from gt.tree).
   tree:stats()         counts, times, pool bytes, per node
   print(tree)          the tree drawn (tostring(tree))
   tree:dot([path]) tree:json([path]) tree:report(path)   pictures
+  tree:advise()        launch-bound? how many shapes? what breaks graphs?
   tree:trim([keep]) tree:floor([iters]) tree:history()
   tree.name, tree.where (file:line of gt.tree)]],
   ["tree:call"] = [[
@@ -176,8 +177,21 @@ tree:stats() -> a plain table
       warmups, recorded (bool), records, replays, updates, eager, skip (reason|nil),
       reusable_bytes (what freeing each tensor after its last use would save),
       record_us, instantiate_us, replay_cpu_us (mean), gpu_us (mean),
-      planned_bytes, checkpoint_bytes, last_call}} }            -- ids from 0
+      planned_bytes, checkpoint_bytes, last_call,
+      shapes ("x 8x256 f32 -> 8x8 f32"), cut ("model.lua:31 item" | "return"),
+      why ("first path" | "new branch after [3]" | "new shape 16x256 (sibling [4] has 8x256)"
+           | "static w of linear_f32 moved (sibling [0])")}} }    -- ids from 0
   gpu_us stays 0 unless gt.profile(true).]],
+  ["tree:advise"] = [[
+tree:advise([{measure = true}]) -> { findings = {{q, title, text, advice, level}}, launch, shapes, breaks }
+  Answers, from this run's numbers: (1) launch-bound? host µs to issue a step
+  eagerly and by replay vs the device's µs per step, and the speed-up; (2) how
+  many shapes? sizes per input dim and a bucket set with its padding; (3) what
+  breaks the graphs? each cut site with its visits (gt.cond where an item()
+  picks a branch), non-graphable kernels, what gt.scope would give back.
+  The device is timed by relaunching the last call's graphs: at exit, or with
+  tree:advise{measure = true}.  gtlua --advise model.lua prints this for every
+  tree at exit; tree:report() shows it first.]],
   ["tree:trim"] = [[
 tree:trim([keep = 0]) -> graphs dropped
   Frees the graphs (and their pool memory) of all but the keep most recently

@@ -19,15 +19,22 @@ return function(gt)
   -- Ends the segment: its node warms up, records, replays or runs eagerly.
   -- Which memory a graph may reuse comes from explicit releases alone
   -- (gt.scope, t:free()), never from what Lua's collector has seen.
-  local function flush(level)
+  -- reason: "return" at the end of a call; nil at a sync point (gt.explain reads the stack).
+  local function flush(level, reason)
     local r = C.gt_tree_flush(rt)
     if r ~= 0 then
       local msg = gt._errmsg()
       abort()
       error(msg, level + 1)
     end
+    local want = C.gt_tree_explain_wanted(rt)       -- a node's first visit: its cut and shapes
+    if want ~= 0 then gt._explain(want, level + 1, reason) end
+    local a = gt._active
+    if a then a._seg0 = a._nw end
   end
   gt._flush = flush
+
+  require("gt.explain")(gt)
 
   gt.on_warning = function(msg) io.stderr:write("gtlua: warning: ", msg, "\n") end
 
@@ -81,7 +88,7 @@ return function(gt)
     local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
                                 _copy = opts.copy_inputs and true or false, _nwarn = 0,
                                 _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
-                                _nw = 0, _ptrs = {}, _gen = 0,
+                                _nw = 0, _ptrs = {}, _gen = 0, _made = {}, _seg0 = 0,
                                 _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
     if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
       if opts.buckets then error("gt.tree: key and buckets cannot be combined yet; bucket the inputs before a keyed tree", 2) end
@@ -170,7 +177,7 @@ return function(gt)
       abort()
       error((...), 0)
     end
-    flush(2)
+    flush(2, "return")
     gt._active = nil
     if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 2) end
     local nw = C.gt_tree_warnings(self._t, nil)
@@ -209,7 +216,7 @@ return function(gt)
   -- eager: nil, or a reason to run this call's segments eagerly without nodes.
   local function run(self, eager, ...)
     if C.gt_tree_begin(rt, self._t, eager) ~= 0 then error(gt._errmsg(), 3) end
-    self._nw, self._gen = 0, C.gt_tree_gen(self._t)          -- the call's buffers so far, its generation
+    self._nw, self._gen, self._seg0 = 0, C.gt_tree_gen(self._t), 0   -- the call's buffers so far, its generation
     self._sync, self._staged = nil, nil
     gt._active = self
     local prep = not eager and self._prep or nil            -- a call beyond the buckets pads nothing
@@ -223,10 +230,15 @@ return function(gt)
         end
       end
     end
-    if not staged then return finish(self, pcall(self.fn, ...)) end
+    self._inn = n                                           -- the inputs, for a new first node's shapes
+    if not staged then
+      self._in1, self._in2, self._in3, self._in4 = ...
+      return finish(self, pcall(self.fn, ...))
+    end
     local ok, args = pcall(prep or stage_args, self, n, ...)
     if not ok then abort(); error(args, 0) end
     self._staged = args
+    self._in1, self._in2, self._in3, self._in4 = args[1], args[2], args[3], args[4]
     return finish(self, pcall(self.fn, unpack(args, 1, n)))
   end
   Tree._run = run
@@ -290,6 +302,8 @@ return function(gt)
         gpu_us = ni.gpu_us, planned_bytes = tonumber(ni.planned_bytes), checkpoint_bytes = tonumber(ni.checkpoint_bytes),
         reusable_bytes = tonumber(ni.reusable_bytes), keyed = ni.keyed ~= 0,
         last_call = tonumber(ni.last_call),
+        shapes = ni.shapes ~= nil and ffi.string(ni.shapes) or nil, cut = ni.cut ~= nil and ffi.string(ni.cut) or nil,
+        why = ni.why ~= nil and ffi.string(ni.why) or nil,
       }
     end
     if self._keyed then
@@ -343,6 +357,9 @@ return function(gt)
     return n .. " B"
   end
   gt._bytes = bytes
+
+  --- tree:advise([{measure = true}]) -> the advisor's findings for this tree (gt.advise; gtlua --advise prints them)
+  function Tree:advise(opts) return require("gt.advise").tree(self, opts) end
 
   --- tree:dot([path]), tree:json([path]), tree:report(path): pictures (gt.report)
   function Tree:dot(path) return gt.report.dot(self, path) end

@@ -1,0 +1,111 @@
+-- advise_spec.lua: tree:advise() and gtlua --advise answer the three questions with numbers and one recommendation each.
+local gt = require "gt"
+require "gt.busted"
+local advise = require "gt.advise"
+local S = require "spec.support"
+
+local K = gt.compile([[
+__global__ void twice(float *y, const float *x, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = 2 * x[i];
+}
+]], { name = "advise_spec.cu" })
+local E = gt.compile([[
+__global__ void host_side(float *y, const float *x, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = x[i] + 1;
+}
+]], { name = "advise_eager.cu", graph = false })
+
+local function twice(x, k)
+  local y = gt.tensor(x.shape)
+  ;(k or K.twice)(2, 32, y, x, x.numel)
+  return y
+end
+
+local function finding(a, pat)
+  for _, f in ipairs(a.findings) do if (f.title .. " " .. f.text):find(pat) then return f end end
+end
+
+describe("the advisor", function()
+  it("picks bucket sizes from the observed histogram: fewest that pad least", function()
+    assert.are.same({ 4, 8 }, advise._best_buckets({ 1, 2, 3, 4, 7, 8 }, { 1, 1, 1, 10, 1, 10 }, 2))
+    assert.are.same({ 8 }, advise._best_buckets({ 2, 8 }, { 5, 5 }, 1))
+    assert.are.same({ { name = "x", dims = { 8, 256 }, dtype = "f32" }, { name = "m.ids", dims = { 8 }, dtype = "i32" } },
+      advise._parse_inputs("x 8x256 f32, m.ids 8 i32 -> 8x8 f32"))
+  end)
+
+  it("answers all three questions with numbers, one recommendation each", function()
+    local t = gt.tree(function(x) return twice(twice(x)) end)
+    local x = gt.zeros({ 64 })
+    for _ = 1, 8 do t(x) end
+    local quick = t:advise()
+    assert.is_nil(quick.launch.device_us)                 -- not relaunched unless asked (or at exit)
+    assert.truthy(quick.findings[1].advice:find("gtlua --advise", 1, true))
+    local a = t:advise { measure = true }
+    assert.are.same({ 1, 2, 3 }, { a.findings[1].q, a.findings[2].q, a.findings[3].q })
+    for _, f in ipairs(a.findings) do
+      assert.is_string(f.title); assert.is_string(f.text); assert.is_string(f.advice)
+    end
+    local l = a.launch
+    assert.is_number(l.device_us); assert.is_number(l.eager_us); assert.is_number(l.replay_us)
+    assert.are.equal(2, l.launches)
+    assert.is_boolean(l.bound)
+    assert.truthy(a.findings[1].text:find("µs", 1, true))
+    assert.truthy(a.findings[2].advice:find("no buckets needed", 1, true))
+    assert.truthy(finding(a, "no sync points"))
+  end)
+
+  it("recommends buckets for many sizes, with the padding they cost", function()
+    local t = gt.tree(function(x) return twice(x) end, { warn_shapes = false })
+    for _, n in ipairs { 1, 2, 3, 5, 6, 7, 9, 12, 15, 16, 16, 16 } do t(gt.zeros({ n, 4 })) end
+    local a = t:advise()
+    local f = a.findings[2]
+    assert.are.equal("warn", f.level)
+    assert.truthy(f.text:find("x dim 1 takes 10 sizes", 1, true), f.text)
+    assert.truthy(f.text:find("fixed: x dim 2 = 4", 1, true), f.text)
+    local sizes = f.advice:match("buckets = { dim = 1, sizes = { ([%d, ]+) } }")
+    assert.truthy(sizes, f.advice)
+    assert.truthy(sizes:match("16$"))
+    assert.truthy(f.advice:find("%d+%.%d%% padding"), f.advice)
+    assert.truthy(a.shapes.padding <= 0.10)
+  end)
+
+  it("suggests gt.cond where an item() picks a branch, and names non-graphable kernels and gt.scope savings", function()
+    local t = gt.tree(function(x)
+      local h = twice(x)
+      local keep = twice(h)                     -- held to the end: a gt.scope would free it
+      local e = twice(keep, E.host_side)
+      if gt.ops.sum(e):item() > 0 then return twice(e) end
+      return e
+    end)
+    for i = 1, 6 do t(gt.full({ 4 }, i % 2 == 0 and 1 or -1)) end
+    local a = t:advise()
+    local cut = finding(a, "item")
+    assert.truthy(cut, "an item cut finding")
+    assert.truthy(cut.advice:find("gt.cond", 1, true), cut.advice)
+    local eager = finding(a, "not graphable")
+    assert.truthy(eager and eager.advice, "a non-graphable finding")
+    local mem = finding(a, "gt.scope would give back")
+    assert.truthy(mem, "a memory finding")
+    assert.truthy(mem.text:find("%d+ B") or mem.text:find("KiB"), mem.text)
+  end)
+
+  it("prints the findings of every tree at exit: gtlua --advise", function()
+    if not S.BIN then return pending("GTLUA_BIN is not set (run inside gtlua)") end
+    local status, out, err = S.gtlua("--advise examples/branchy.lua")
+    assert.are.equal(0, status, err)
+    local at = out:find("gtlua --advise: 1 graph tree", 1, true)
+    assert.truthy(at, out)
+    local text = out:sub(at)
+    for q = 1, 3 do assert.truthy(text:find("%] Q" .. q .. " "), text) end
+    assert.truthy(text:find("Launch-bound? ", 1, true))
+    assert.truthy(text:find("µs", 1, true))
+    assert.truthy(text:find("gt.cond", 1, true))
+    assert.is_true(select(2, text:gsub("\n       %-> ", "")) >= 3)
+    local plain = os.tmpname()
+    S.spit(plain, "local x = gt.zeros { 2 }\n")
+    status, out = S.gtlua("--advise " .. S.shq(plain))
+    os.remove(plain)
+    assert.are.equal(0, status)
+    assert.truthy(out:find("No graph trees were made", 1, true), out)
+  end)
+end)

@@ -1,0 +1,157 @@
+/* explain.c - why each node of a tree exists, where its segment ended, and its shapes (DESIGN 9). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core.h"
+
+static char *dupstr(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+static void set_text(char **dst, const char *s) {
+  char *d = dupstr(s);
+  if (!d) return;                     /* out of memory: the node stays unexplained */
+  free(*dst);
+  *dst = d;
+}
+
+/* A static weight as the key sees it: marked static, not one of this call's
+   buffers, not staging (tree.c's role_of, reduced to the one question). */
+static int is_static(const gt_tree *t, const gt_buf *b) {
+  if (b->flags & GT_BUF_STAGING) return 0;
+  if ((b->flags & GT_BUF_TREE) && b->tree == t && b->gen == t->gen) return 0;
+  return (b->flags & GT_BUF_STATIC) != 0;
+}
+
+/* The kernels of the queued segment alone, and its static addresses in order. */
+static void summarize(gt_tree *t, gt_node *n) {
+  const gt_queue *q = &t->q;
+  uint64_t h = 0x6b657273ull;
+  int ns = 0;
+  for (int i = 0; i < q->n; i++) {
+    const gt_qlaunch *l = &q->l[i];
+    h = (h ^ ((uint64_t)l->kind << 40 ^ (l->k ? (uint64_t)l->k->id : 0))) * 0x100000001b3ull;
+    for (int j = 0; j < l->nargs; j++) if (q->args[l->arg0 + j].buf && is_static(t, q->args[l->arg0 + j].buf)) ns++;
+  }
+  n->kseq = h;
+  n->statics = ns ? malloc(ns * sizeof *n->statics) : NULL;
+  if (!n->statics) return;
+  for (int i = 0; i < q->n; i++) {
+    const gt_qlaunch *l = &q->l[i];
+    for (int j = 0; j < l->nargs; j++) {
+      const gt_buf *b = q->args[l->arg0 + j].buf;
+      if (b && is_static(t, b)) n->statics[n->nstatics++] = b->addr;
+    }
+  }
+}
+
+/* The name of the k-th static argument of the queued segment: "w of linear_f32". */
+static void static_name(const gt_tree *t, int k, char *out, size_t size) {
+  const gt_queue *q = &t->q;
+  snprintf(out, size, "weight");
+  for (int i = 0; i < q->n; i++) {
+    const gt_qlaunch *l = &q->l[i];
+    for (int j = 0; j < l->nargs; j++) {
+      const gt_buf *b = q->args[l->arg0 + j].buf;
+      if (b && is_static(t, b) && k-- == 0) {
+        if (l->k) snprintf(out, size, "%s of %s", l->k->pname[j], l->k->name);
+        return;
+      }
+    }
+  }
+}
+
+/* Why n (just made under n->parent, not yet among its children) exists: the
+   first sibling that matches it most closely decides.  Same topology: a
+   static moved; same kernels: a new shape (named once Lua gives the shapes);
+   else a new branch.  An only child continues its parent's reason. */
+void gt_explain_node(gt_tree *t, gt_node *n) {
+  gt_node *p = n->parent;
+  char why[256];
+  n->why_sib = -1;
+  summarize(t, n);
+  gt_node *topo = NULL, *same = NULL;
+  for (int i = 0; i < p->nkids; i++) {
+    gt_node *s = p->kids[i];
+    if (!topo && s->key_nostatic == n->key_nostatic) topo = s;
+    if (!same && s->kseq == n->kseq) same = s;
+  }
+  if (topo && topo->nstatics == n->nstatics) {
+    int k = 0;
+    while (k < n->nstatics && topo->statics && n->statics && topo->statics[k] == n->statics[k]) k++;
+    char name[160];
+    static_name(t, k < n->nstatics ? k : 0, name, sizeof name);
+    if (k < n->nstatics) snprintf(why, sizeof why, "static %s moved (sibling [%d])", name, topo->id);
+    else {                            /* same bytes everywhere: the shapes may still tell them apart */
+      n->why_sib = topo->id;
+      snprintf(why, sizeof why, "new launch dimensions (sibling [%d])", topo->id);
+    }
+  } else if (same) {
+    n->why_sib = same->id;
+    snprintf(why, sizeof why, "new shape (sibling [%d])", same->id);
+  } else if (p->nkids > 0) {
+    if (p->id < 0) snprintf(why, sizeof why, "new branch at the start (first segments: %d before)", p->nkids);
+    else snprintf(why, sizeof why, "new branch after [%d]", p->id);
+  } else if (p->id < 0 || (p->why && !strcmp(p->why, "first path"))) {
+    snprintf(why, sizeof why, "first path");
+  } else snprintf(why, sizeof why, "continues [%d]", p->id);
+  set_text(&n->why, why);
+}
+
+void gt_explain_free(gt_node *n) {
+  free(n->why); free(n->cut); free(n->shapes); free(n->statics);
+  n->why = n->cut = n->shapes = NULL;
+  n->statics = NULL;
+}
+
+/* -- Notes from Lua ------------------------------------------------------- */
+
+int gt_tree_explain_wanted(gt_runtime *rt) {
+  gt_tree *t = rt->active;
+  if (!t || !t->cur) return 0;
+  return (t->cur->cut ? 0 : 1) | (t->cur->shapes ? 0 : 2) | (t->cur->parent == &t->root ? 4 : 0);
+}
+
+/* The first word where a and b differ (the shape that changed), into out. */
+static void first_difference(const char *a, const char *b, char *oa, char *ob, size_t size) {
+  for (;;) {
+    size_t la = strcspn(a, " ,"), lb = strcspn(b, " ,");
+    if (la != lb || strncmp(a, b, la)) {
+      snprintf(oa, size, "%.*s", (int)la, a);
+      snprintf(ob, size, "%.*s", (int)lb, b);
+      return;
+    }
+    if (!a[la] || !b[lb]) { snprintf(oa, size, "%s", a); snprintf(ob, size, "%s", b); return; }
+    a += la + 1;
+    b += lb + 1;
+  }
+}
+
+/* Shapes name the change behind a "new shape" node: "new shape 16x256
+   (sibling [4] has 8x256)". */
+static void explain_shape(gt_tree *t, gt_node *n) {
+  if (n->why_sib < 0 || n->why_sib >= t->nnodes) return;
+  const gt_node *s = t->nodes[n->why_sib];
+  char why[400], mine[128], theirs[128];
+  if (!s->shapes || !strcmp(s->shapes, n->shapes)) {
+    snprintf(why, sizeof why, "new launch or release pattern, same kernels and shapes as sibling [%d]", s->id);
+  } else {
+    first_difference(n->shapes, s->shapes, mine, theirs, sizeof mine);
+    snprintf(why, sizeof why, "new shape %s (sibling [%d] has %s)", mine, s->id, theirs);
+  }
+  set_text(&n->why, why);
+}
+
+void gt_tree_note(gt_runtime *rt, const char *cut, const char *shapes) {
+  gt_tree *t = rt->active;
+  if (!t || !t->cur) return;
+  gt_node *n = t->cur;
+  if (cut && !n->cut) set_text(&n->cut, cut);
+  if (shapes && !n->shapes) {
+    set_text(&n->shapes, shapes);
+    if (n->shapes) explain_shape(t, n);
+  }
+}
