@@ -32,8 +32,8 @@ local step = gt.tree(function(x, i)
   gt.cut()                                             -- end the shared segment
   if i % 2 == 0 then                                   -- host branch
     h = ops.linear(h, Wa, ba, "tanh")
-  else
-    h = ops.rmsnorm(ops.linear(h, Wb, bb), g)
+  else                                                 -- the scope releases the linear's output
+    h = gt.scope(function() return ops.rmsnorm(ops.linear(h, Wb, bb), g) end)
   end
   local total = ops.sum(ops.sum(h)):item()             -- a sync point: the segment ends here
   local y = ops.linear(h, W2, b2)

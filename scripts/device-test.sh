@@ -17,5 +17,5 @@ sh "$shared" .devlua >/dev/null
 cat <<'CMD'
 carry: ["build", ".devlua"]
 command:
-export LUA_PATH=".devlua/share/?.lua;.devlua/share/?/init.lua;;" LUA_CPATH=".devlua/lib/?.so;;" BUSTED=.devlua/bin/busted GTLUA_BUSTED=.devlua/bin/busted GTLUA_CACHE=/tmp/gtlua-cache GTLUA_BACKEND=cuda; nvidia-smi -L; sh scripts/test.sh 2>&1 | tee $OUT/cuda-test.log
+d=$PWD/.devlua; export LUA_PATH="$d/share/?.lua;$d/share/?/init.lua;;" LUA_CPATH="$d/lib/?.so;;" BUSTED=$d/bin/busted GTLUA_BUSTED=$d/bin/busted GTLUA_CACHE=/tmp/gtlua-cache GTLUA_BACKEND=cuda; nvidia-smi -L; sh scripts/test.sh 2>&1 | tee $OUT/cuda-test.log
 CMD

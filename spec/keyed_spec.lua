@@ -72,6 +72,9 @@ describe("keyed calls", function()
       assert.tensor_near({ 1, 1 }, c)
     end
     assert.is_true(step:stats().keyed.hits >= 8)
+    assert.is_true(step:stats().node[0].keyed)
+    assert.matches("keyed", tostring(step))                        -- the drawing says which paths are keyed
+    assert.matches("keyed %(replayed without the body%)", gt.report.html(step))
   end)
 
   it("makes the outputs of a keyed hit stale at the next call, like any output", function()

@@ -96,11 +96,12 @@ local function records(n)
   return max(0, n.visits - n.warmups - n.replays - n.eager - n.updates)
 end
 
--- One word for a node's state: graph, warmup (no graph yet), eager (skipped or
+-- One word for a node's state: graph, keyed (a graph on a path that keyed
+-- calls replay without the body), warmup (no graph yet), eager (skipped or
 -- over max_recordings), trimmed (had a graph, dropped by tree:trim).
 local function state(n)
   if n.skip then return "eager" end
-  if n.recorded then return "graph" end
+  if n.recorded then return n.keyed and "keyed" or "graph" end
   if records(n) + n.replays + n.updates > 0 then return "trimmed" end
   if n.eager > 0 then return "eager" end
   return "warmup"
@@ -154,7 +155,7 @@ local LEFT = WIDTH - STATE_W                         -- tree lines and labels: w
 for _, c in ipairs(COLS) do LEFT = LEFT - c[3] end
 
 local ANSI = { bold = "1", dim = "2", red = "31", green = "32", yellow = "33", magenta = "35", cyan = "36" }
-local STATE_COLOUR = { graph = "green", warmup = "yellow", eager = "red", trimmed = "magenta" }
+local STATE_COLOUR = { graph = "green", keyed = "cyan", warmup = "yellow", eager = "red", trimmed = "magenta" }
 
 local tty   -- nil: not asked yet
 
@@ -263,7 +264,7 @@ local function heat(f)
   return format("#%02x%02x%02x", c[1], c[2], c[3])
 end
 
-local BORDER = { graph = "#15803d", warmup = "#b45309", eager = "#b91c1c", trimmed = "#7e22ce" }
+local BORDER = { graph = "#15803d", keyed = "#0e7490", warmup = "#b45309", eager = "#b91c1c", trimmed = "#7e22ce" }
 
 -- Replays relative to the busiest node, on a log scale (1 replay is visible next to 10^5).
 local function replay_share(n, most)

@@ -607,8 +607,8 @@ local function tree_section(tree, i)
   local svg, how = tree_svg(s)
   local states, seen = {}, {}
   for _, id in ipairs(node_ids(s)) do seen[state(s.node[id])] = true end
-  for _, k in ipairs { "graph", "warmup", "eager", "trimmed" } do
-    if seen[k] then states[#states + 1] = { k == "warmup" and "warmup only" or k, "#fff", BORDER[k] } end
+  for _, k in ipairs { "graph", "keyed", "warmup", "eager", "trimmed" } do
+    if seen[k] then states[#states + 1] = { k == "warmup" and "warmup only" or k == "keyed" and "keyed (replayed without the body)" or k, "#fff", BORDER[k] } end
   end
   states[#states + 1] = { "few replays", heat(0.1) }
   states[#states + 1] = { "most replays", heat(1) }
