@@ -92,7 +92,7 @@ install: all
 	  $(DESTDIR)$(PREFIX)/share/gtlua/examples/kernels
 	install -m 755 $(BUILD)/gtlua $(DESTDIR)$(PREFIX)/bin/gtlua
 	install -m 644 lua/gt/*.lua $(DESTDIR)$(PREFIX)/share/gtlua/lua/gt/
-	install -m 644 kernels/*.cu $(DESTDIR)$(PREFIX)/share/gtlua/kernels/
+	install -m 644 kernels/*.cu kernels/*.cuh $(DESTDIR)$(PREFIX)/share/gtlua/kernels/
 	install -m 644 examples/*.lua $(DESTDIR)$(PREFIX)/share/gtlua/examples/
 	install -m 644 examples/kernels/*.cu $(DESTDIR)$(PREFIX)/share/gtlua/examples/kernels/
 

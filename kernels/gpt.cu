@@ -42,38 +42,7 @@ __global__ void kv_store_f32(float *kc, float *vc, const float *qkv, int B, int 
   }
 }
 
-__device__ __forceinline__ float gpt_warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float gpt_warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-  return v;
-}
-
-// Block-wide sum / max, every thread gets the result (as reduce.cu's).
-__device__ float gpt_block_sum(float v, float *red) {
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  v = gpt_warp_sum(v);
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float t = 0.0f;
-  for (int w = 0; w < nw; w++) t += red[w];
-  __syncthreads();
-  return t;
-}
-
-__device__ float gpt_block_max(float v, float *red) {
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  v = gpt_warp_max(v);
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float t = -INFINITY;
-  for (int w = 0; w < nw; w++) t = fmaxf(t, red[w]);
-  __syncthreads();
-  return t;
-}
+#include "block_reduce.cuh"
 
 // One query per sequence against cache positions 0..len-1:
 // y[b, h*Dh + d] = sum_t softmax_t(scale * q.k_t) v_t[d].
@@ -99,14 +68,14 @@ __global__ void attn_decode_f32(float *y, const float *qkv, const float *kc, con
       p[t] = s;
       m = fmaxf(m, s);
     }
-    m = gpt_block_max(m, red);
+    m = gt_block_max(m, red);
     float sum = 0.0f;
     for (int t = threadIdx.x; t < len; t += blockDim.x) {
       float e = expf(p[t] - m);
       p[t] = e;
       sum += e;
     }
-    sum = gpt_block_sum(sum, red);     // its barriers also publish p
+    sum = gt_block_sum(sum, red);     // its barriers also publish p
     float inv = 1.0f / sum;
     for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
       float acc = 0.0f;

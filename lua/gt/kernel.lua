@@ -193,6 +193,7 @@ return function(gt)
     return compile(src, opts, chunk)
   end
 
+  local expand_includes
   local function find_file(path)
     local f = io.open(path, "rb")
     if f then return f, path end
@@ -204,13 +205,38 @@ return function(gt)
     return nil
   end
 
+  -- `#include "name"` of a file beside the .cu is inlined (NVRTC is given no
+  -- include path, and the cpu backend compiles the text alone), with #line
+  -- directives so that messages name the right file and line.
+  local function line_name(p) return (p:gsub('[\\"]', "\\%0")) end
+  function expand_includes(src, full, shown)
+    if not src:find("#include", 1, true) then return src end
+    local dir = full:match("^(.*)/") or "."
+    local out, n = {}, 0
+    for line in (src .. "\n"):gmatch("([^\n]*)\n") do
+      n = n + 1
+      local name = line:match('^%s*#%s*include%s*"([^"]+)"')
+      local f = name and io.open(dir .. "/" .. name, "rb")
+      if f then
+        local inc = f:read("*a")
+        f:close()
+        out[#out + 1] = ('#line 1 "%s"'):format(line_name(name))
+        out[#out + 1] = expand_includes(inc, dir .. "/" .. name, name)
+        out[#out + 1] = ('#line %d "%s"'):format(n + 1, line_name(shown))
+      else
+        out[#out + 1] = line
+      end
+    end
+    return table.concat(out, "\n")
+  end
+
   local loaded = {}
   --- gt.load(path [, opts]) -> kernels of a .cu file (relative to the cwd, else to GTLUA_HOME); cached
   function gt.load(path, opts)
     if type(path) ~= "string" then error("gt.load expects a file path", 2) end
     local f, full = find_file(path)
     if not f then error("gt.load: cannot open '" .. path .. "' (looked here and under " .. gt.home() .. ")", 2) end
-    local src = f:read("*a")
+    local src = expand_includes(f:read("*a"), full, path)
     f:close()
     opts = opts or {}
     local key = full .. "\0" .. tostring(opts.options) .. "\0" .. tostring(opts.graph) .. "\0" .. src
