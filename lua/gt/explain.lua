@@ -77,10 +77,7 @@ return function(gt)
 
   -- The segment's last tensor made (its output, as a rule).
   local function output_text(tree)
-    local made = tree._made
-    for i = (tree._nw or 0) - 1, tree._seg0 or 0, -1 do
-      if made[i] then return tensor_text(made[i]) end
-    end
+    if (tree._nw or 0) > (tree._seg0 or 0) and tree._last then return tensor_text(tree._last) end
     return "(nothing made)"
   end
 

@@ -80,7 +80,7 @@ return function(gt)
       if not b then b = C.gt_tree_buf_ptr(tree._t, i); ptrs[i] = b end
       tree._nw = i + 1
       local t = wrap(b, 0, s, n, d, nil, tree, tree._gen)
-      tree._made[i] = t                                    -- a new node's shapes name its last tensor
+      tree._last = t                                       -- a new node's shapes name its last tensor
       return t
     end
     local b = C.gt_buf_new(rt, n * d.size)

@@ -88,7 +88,7 @@ return function(gt)
     local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
                                 _copy = opts.copy_inputs and true or false, _nwarn = 0,
                                 _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
-                                _nw = 0, _ptrs = {}, _gen = 0, _made = {}, _seg0 = 0,
+                                _nw = 0, _ptrs = {}, _gen = 0, _seg0 = 0,
                                 _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
     if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
       if opts.buckets then error("gt.tree: key and buckets cannot be combined yet; bucket the inputs before a keyed tree", 2) end
