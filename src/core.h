@@ -60,7 +60,7 @@ typedef struct gt_queue {
 } gt_queue;
 
 int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args);
-void gt_queue_clear(gt_queue *q);   /* drops the references the queue holds */
+void gt_queue_clear(gt_queue *q);
 void gt_queue_free(gt_queue *q);
 /* Launch i's arguments as values (addresses, scalar bits) into vals. */
 void gt_queue_resolve(const gt_queue *q, int i, uint64_t *vals);
@@ -74,6 +74,7 @@ int gt_queue_run(gt_backend *be, gt_queue *q, int i);
 typedef struct gt_segkey { uint64_t full, nostatic; } gt_segkey;   /* nostatic: the topology (no static addresses, no grids) */
 
 /* -- Runtime (runtime.c) ------------------------------------------------- */
+typedef struct gt_later { gt_buf **b; int n, cap; } gt_later;
 struct gt_runtime {
   gt_backend be;
   char err[GT_ERRLEN];
@@ -85,6 +86,8 @@ struct gt_runtime {
   int profile;
   int next_kernel_id;
   uint32_t zero_gen;         /* generation of ordinary buffers: never changes */
+  gt_later later[2];         /* during a tree call: buffers released [0] and handles collected [1] */
+  gt_buf **spare; int nspare, sparecap;   /* slab chunks of destroyed trees, for the next tree */
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
@@ -92,6 +95,8 @@ uint64_t gt_pool_reserve_default(gt_runtime *rt);  /* a tree pool's reservation 
 void gt_buf_retain(gt_buf *b);
 void gt_buf_unref(gt_buf *b);                      /* the core's reference */
 extern const uint32_t gt_released_gen;             /* what a released buffer's gen_now points at */
+uint32_t gt_gen_next(void);                        /* a new generation, unique in the process (until 2^32 calls) */
+void gt_buf_settle(gt_runtime *rt);                /* what gt_buf_release/gt_buf_free deferred in a tree call */
 
 /* -- Trees (tree.c) ------------------------------------------------------ */
 enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UPDATE };
@@ -133,7 +138,7 @@ struct gt_tree {
   gt_tree_opts opts;
   int refs;                          /* Lua's, and one per buffer that points here */
   int closed;
-  uint32_t gen;
+  uint32_t gen, prev_gen;        /* this call's generation; the one before it began (its outputs may be inputs) */
   gt_pool pool;
   gt_node root;                      /* sentinel: its kids are the first segments */
   gt_node **nodes; int nnodes, nodecap;

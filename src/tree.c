@@ -35,7 +35,7 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   t->opts.name = t->name;
   t->opts.where = t->where;
   t->refs = 1;
-  t->gen = 1;
+  t->gen = gt_gen_next();
   t->root.id = -1;
   t->root.depth = -1;
   const char *r = getenv("GTLUA_POOL_RESERVE");
@@ -63,6 +63,20 @@ static void drop_below(gt_tree *t, gt_node *n) {
 /* The call's buffers live in the slab: the next call reuses them. */
 static void release_call_bufs(gt_tree *t) { t->nbufs = 0; }
 
+/* The slab's structs may still be pointed at by Lua handles (tensors that
+   outlived their tree): they go to the runtime for the next tree, marked so
+   that every old view reads stale, never back to malloc. */
+static void give_slab(gt_tree *t) {
+  gt_runtime *rt = t->rt;
+  for (int i = 0; i < t->nslab; i++) {
+    gt_buf *chunk = t->slab[i];
+    for (int j = 0; j < GT_SLAB; j++) chunk[j] = (gt_buf){ .gen_now = &gt_released_gen, .relseg = -1 };
+    if (GROW(rt->spare, rt->sparecap, rt->nspare + 1)) continue;   /* out of host memory: leak the chunk, never free it */
+    rt->spare[rt->nspare++] = chunk;
+  }
+  free(t->slab);
+}
+
 static void tree_destroy(gt_tree *t) {
   gt_keyed_free_all(t);
   for (int i = 0; i < t->nnodes; i++) {
@@ -77,8 +91,7 @@ static void tree_destroy(gt_tree *t) {
   free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned);
   free(t->rels);
   gt_queue_free(&t->q);
-  for (int i = 0; i < t->nslab; i++) free(t->slab[i]);
-  free(t->slab);
+  give_slab(t);
   gt_pool_destroy(&t->pool);
   free(t->name); free(t->where);
   free(t);
@@ -94,7 +107,7 @@ void gt_tree_free(gt_tree *t) {
   gt_runtime *rt = t->rt;
   if (rt->active == t) gt_tree_abort(rt);
   t->closed = 1;
-  t->gen++;
+  t->gen = gt_gen_next();
   release_call_bufs(t);
   for (int i = 0; i < t->nstage; i++) if (t->stage[i]) gt_buf_unref(t->stage[i]);
   t->nstage = 0;
@@ -138,7 +151,8 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
     return gt_fail(rt, "tree '%s' was called inside a call of tree '%s': tree calls cannot nest", t->name, rt->active->name);
   if (t->closed) return gt_fail(rt, "tree '%s' was freed", t->name);
   release_call_bufs(t);
-  t->gen++;
+  t->prev_gen = t->gen;
+  t->gen = gt_gen_next();
   gt_pool_clear(&t->pool);
   t->state_node = NULL;
   t->cur = NULL;
@@ -158,18 +172,23 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   return GT_OK;
 }
 
-int gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
+static int grow_slab(gt_tree *t) {
+  gt_runtime *rt = t->rt;
+  gt_buf **ns = realloc(t->slab, (t->nslab + 1) * sizeof *ns);
+  if (!ns) return gt_fail(rt, "out of host memory");
+  t->slab = ns;
+  gt_buf *chunk = rt->nspare ? rt->spare[--rt->nspare] : malloc(GT_SLAB * sizeof *chunk);
+  if (!chunk) return gt_fail(rt, "out of host memory");
+  t->slab[t->nslab++] = chunk;
+  return GT_OK;
+}
+
+gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   gt_tree *t = rt->active;
-  if (!t) return gt_fail(rt, "gt_tree_buf_new outside a tree call");
+  if (!t) { gt_fail(rt, "gt_tree_buf_new outside a tree call"); return NULL; }
   int i = t->nbufs;
-  if (GROW(t->bufs, t->bufcap, i + 1)) return gt_fail(rt, "out of host memory");
-  if (i / GT_SLAB >= t->nslab) {
-    gt_buf **ns = realloc(t->slab, (t->nslab + 1) * sizeof *ns);
-    gt_buf *chunk = malloc(GT_SLAB * sizeof *chunk);
-    if (ns) t->slab = ns;
-    if (!ns || !chunk) { free(chunk); return gt_fail(rt, "out of host memory"); }
-    t->slab[t->nslab++] = chunk;
-  }
+  if (GROW(t->bufs, t->bufcap, i + 1)) { gt_fail(rt, "out of host memory"); return NULL; }
+  if (i / GT_SLAB >= t->nslab && grow_slab(t)) return NULL;
   gt_buf *b = &t->slab[i / GT_SLAB][i % GT_SLAB];
   memset(b, 0, sizeof *b);
   b->bytes = bytes;
@@ -183,7 +202,7 @@ int gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   b->relseg = -1;
   b->qpos = (uint32_t)t->q.n;
   t->bufs[t->nbufs++] = b;
-  return i;
+  return b;
 }
 
 gt_buf *gt_tree_buf_ptr(gt_tree *t, int i) {
@@ -191,6 +210,7 @@ gt_buf *gt_tree_buf_ptr(gt_tree *t, int i) {
 }
 
 uint32_t gt_tree_gen(gt_tree *t) { return t->gen; }
+uint32_t gt_tree_prev_gen(gt_tree *t) { return t->prev_gen; }
 
 /* b (a buffer of this call) is released here: launches queued from now on
    may reuse its memory.  Part of the segment's key. */
@@ -726,6 +746,7 @@ static int flush_eager_call(gt_tree *t, int first) {
   t->segstart[t->depth] = t->nbufs;
   t->nrels = 0;
   gt_queue_clear(&t->q);
+  gt_buf_settle(t->rt);
   return GT_OK;
 }
 
@@ -817,6 +838,7 @@ int gt_tree_flush(gt_runtime *rt) {
   t->segstart[t->depth] = t->nbufs;
   t->nrels = 0;
   gt_queue_clear(&t->q);
+  gt_buf_settle(t->rt);
   return GT_OK;
 }
 
@@ -835,6 +857,7 @@ void gt_tree_finish_call(gt_tree *t) {
   t->nlastpath = t->npath;
   note_call(t);
   t->rt->active = NULL;
+  gt_buf_settle(t->rt);
 }
 
 int gt_tree_end(gt_runtime *rt) {
@@ -854,10 +877,11 @@ void gt_tree_abort(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return;
   gt_queue_clear(&t->q);
+  gt_buf_settle(rt);
   t->nrels = 0;
   note_call(t);
   t->failed_gen = t->gen;
-  t->gen++;                           /* every tensor of the failed call is stale now */
+  t->gen = gt_gen_next();                         /* every tensor of the failed call is stale now */
   t->nlastpath = 0;
   rt->active = NULL;
 }
@@ -882,7 +906,7 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
   uint64_t end = 0;
   for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph && t->nodes[i]->plan_end > end) end = t->nodes[i]->plan_end;
   gt_pool_clear(&t->pool);
-  t->gen++;                           /* the last call's outputs may lie in trimmed memory */
+  t->gen = gt_gen_next();                         /* the last call's outputs may lie in trimmed memory */
   gt_pool_shrink(&t->pool, end);
   return dropped;
 }
