@@ -211,7 +211,7 @@ describe("report.lua", function()
   it("decodes JSON: escapes, nesting, numbers, null", function()
     local v = report.decode('{"a": [1, -2.5e3, true, null, "x\\"\\u00e9\\n"], "b": {}}')
     assert.are.same({ a = { 1, -2500, true, nil, 'x"é\n' }, b = {} }, v)
-    assert.has_error(function() report.decode('{"a": }') end)
+    assert.has_error(function() report.decode('{"a": }') end, "bad JSON: no valid JSON value at line 1, column 7")
   end)
 end)
 

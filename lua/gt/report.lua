@@ -1,7 +1,7 @@
 -- gt.report: pictures of graph trees: the terminal drawing, Graphviz DOT, JSON and a self-contained HTML report.
 -- One file per output: report/draw.lua, report/dot.lua, report/html.lua (with
 -- report/svg.lua for the tree and charts, report/el.lua, the element builder
--- that escapes); JSON through dkjson (Debian lua-dkjson).
+-- that escapes); JSON through gt.json (dkjson, Debian lua-dkjson).
 --
 --   print(tree)                 report.draw(tree): box drawing, 80 columns, colour on a terminal
 --   tree:dot([path])            report.dot(tree [, path]) -> Graphviz text
@@ -14,7 +14,7 @@
 --
 -- JSON fields (format "gtlua.tree/1"): everything in tree:stats(), same names.
 -- Objects have their keys in a fixed order; absent values are null, not left out;
--- numbers have 14 significant digits (dkjson).
+-- numbers have 14 significant digits (gt.json, through dkjson).
 --   format            "gtlua.tree/1"
 --   name, where       the tree's name and "file:line" of its gt.tree call
 --   calls             calls of the tree
@@ -104,59 +104,29 @@ local KEY_ORDER = { "format", "id", "name", "where", "parent", "depth", "childre
   "reserved", "in_use", "high_water", "record_us", "instantiate_us", "replay_cpu_us", "gpu_us", "planned_bytes",
   "checkpoint_bytes", "reusable_bytes", "last_call", "shapes", "why", "cut", "roots", "node" }
 
--- KEY_ORDER, then every other key of the objects in v, sorted: dkjson writes
--- keys in this order (the keys it is not given, in no fixed order).
-local function key_order(v)
-  local known, extra = {}, {}
-  for _, k in ipairs(KEY_ORDER) do known[k] = true end
-  local function scan(t)
-    for k, x in pairs(t) do
-      if type(k) == "string" and not known[k] then known[k] = true; extra[#extra + 1] = k end
-      if type(x) == "table" then scan(x) end
-    end
-  end
-  scan(v)
-  sort(extra)
-  local order = { unpack(KEY_ORDER) }
-  for _, k in ipairs(extra) do order[#order + 1] = k end
-  return order
-end
-
-local ARRAY, OBJECT = { __jsontype = "array" }, { __jsontype = "object" }
-
--- A copy of v that says which tables are arrays (dkjson would write an empty
--- object as []): a table with exactly the keys 1..#t, or marked ARRAY, is one.
-local function marked(v)
-  if type(v) ~= "table" then return v end
-  local c, n = {}, 0
-  for k, x in pairs(v) do c[k], n = marked(x), n + 1 end
-  local array = getmetatable(v) == ARRAY or (n > 0 and n == #v)
-  return setmetatable(c, array and ARRAY or OBJECT)
-end
-
 -- The stats table reshaped for JSON: node as an array by id, nulls kept.
-local function json_shape(s, null)
-  local r = marked(s)
+local function json_shape(s, json)
+  local r = {}
+  for k, v in pairs(s) do r[k] = v end
   r.format = "gtlua.tree/1"
+  r.roots = json.array({ unpack(s.roots) })
   local nodes = {}
   for _, id in ipairs(C.node_ids(s)) do
-    local c = r.node[id]
-    c.children = setmetatable(c.children, ARRAY)
-    for _, k in ipairs { "parent", "skip", "shapes", "why", "cut" } do if c[k] == nil then c[k] = null end end
+    local n, c = s.node[id], {}
+    for k, v in pairs(n) do c[k] = v end
+    c.children = json.array({ unpack(n.children) })
+    for _, k in ipairs { "parent", "skip", "shapes", "why", "cut" } do if c[k] == nil then c[k] = json.null end end
     nodes[#nodes + 1] = c
   end
-  r.roots = setmetatable(r.roots, ARRAY)
-  r.node = setmetatable(nodes, ARRAY)
+  r.node = json.array(nodes)
   return r
 end
 
 --- report.json(tree [, path]) -> JSON text of tree:stats() (fields at the top
 --- of this file); written to path if given.
 function M.json(tree, path)
-  local s = C.stats_of(tree, "json")
-  local json = require "dkjson"
-  local v = json_shape(s, json.null)
-  local text = json.encode(v, { indent = true, keyorder = key_order(v) }) .. "\n"
+  local json = require "gt.json"
+  local text = json.encode(json_shape(C.stats_of(tree, "json"), json), KEY_ORDER) .. "\n"
   if path then C.write_file(path, text) end
   return text
 end
