@@ -15,7 +15,10 @@ local ARRAY, OBJECT = { __jsontype = "array" }, { __jsontype = "object" }
 
 local function dkjson()
   local ok, lib = pcall(require, "dkjson")
-  if not ok then error("gtlua needs the Lua module dkjson for JSON: apt-get install lua-dkjson", 3) end
+  if not ok then
+    error("gtlua writes and reads JSON through the Lua module dkjson, which is not on package.path: " ..
+          "apt-get install lua-dkjson (or add the directory of dkjson.lua to LUA_PATH)", 0)
+  end
   M.null = lib.null
   return lib
 end
@@ -52,7 +55,7 @@ function M.decode(text)
   return v, pos
 end
 
-M.null = setmetatable({}, { __tojson = function() return "null" end })   -- until dkjson is loaded
+M.null = {}          -- dkjson's null once dkjson is loaded (below, or at the first call)
 pcall(dkjson)
 
 return M
