@@ -108,7 +108,8 @@ describe("gtlua_bench.lua as a script", function()
   end)
 
   it("rejects an unknown option with its usage", function()
-    assert.has_error(function() bench.parse_args { "--fast" } end)
+    assert.has_error(function() bench.parse_args { "--fast" } end,
+      "usage: gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only NAME,...]\nunknown argument: --fast")
     assert.are.same({ quick = true, json = "x.json" }, bench.parse_args { "--quick", "--json", "x.json" })
   end)
 end)

@@ -417,7 +417,7 @@ describe("tree:history", function()
     local x = gt.zeros{ N }
     local routes = { true, true, true, false, false, true }
     for _, r in ipairs(routes) do step(x, r) end
-    assert.has_error(function() step(x, "fail") end)
+    assert.has_error(function() step(x, "fail") end, "boom")
     local h = step:history()
     assert.are.same(7, #h)
     local want = { { 2, 0, 0 }, { 0, 2, 0 }, { 0, 0, 2 }, { 1, 0, 1 } }
