@@ -468,7 +468,7 @@ local COLORS = { ["gtlua eager"] = "#1f77b4", ["gtlua tree (replay)"] = "#2ca02c
   ["PyTorch eager"] = "#d62728", ["PyTorch reduce-overhead"] = "#ff7f0e", ["PyTorch CUDAGraph (hand-captured)"] = "#9467bd",
   ["raw CUDA eager (launch_floor)"] = "#8c564b", ["raw CUDA graph (launch_floor)"] = "#7f7f7f" }
 
-local function esc(s) return (tostring(s):gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" })) end
+local esc = require("gt.report.el").esc      -- the report's one escaper
 
 local function log10(v) return log(v) / log(10) end
 
@@ -530,8 +530,8 @@ end
 
 local function write_file(path, text)
   local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
+  assert(f:write(text))
+  assert(f:close())
 end
 
 --- write(dir [, out [, svg [, paths]]]) -> inputs: reads dir's files, writes RESULTS.md and steps.svg
