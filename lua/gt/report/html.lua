@@ -297,7 +297,7 @@ function M.page(trees)
   local body = {}
   if #trees == 0 then body[1] = el("section", nil, meta("No graph trees were made.")) end
   for i, t in ipairs(trees) do body[#body + 1] = tree_section(t, i) end
-  return E.html(E.lines {
+  local page = {
     raw("<!DOCTYPE html>"),
     raw('<html lang="en"><head><meta charset="utf-8">'),
     el("meta", { name = "viewport", content = "width=device-width, initial-scale=1" }),
@@ -306,12 +306,13 @@ function M.page(trees)
     raw("</head><body>"),
     { raw("<header>"), el("h1", nil, title) },
     meta(format("gtlua %s, backend %s; %d tree%s.", gt.version, gt.backend(), #trees, #trees == 1 and "" or "s")),
-    #trees > 1 and el("nav", nil, links) or {},
-    raw("</header>"),
-    E.lines(body),
-    el("footer", nil, "Made by gtlua's gt.report: tree:report(path) or gtlua --report=FILE script.lua."),
-    raw("</body></html>"),
-  }) .. "\n"
+  }
+  if #trees > 1 then page[#page + 1] = el("nav", nil, links) end
+  page[#page + 1] = raw("</header>")
+  page[#page + 1] = E.lines(body)
+  page[#page + 1] = el("footer", nil, "Made by gtlua's gt.report: tree:report(path) or gtlua --report=FILE script.lua.")
+  page[#page + 1] = raw("</body></html>")
+  return E.html(E.lines(page)) .. "\n"
 end
 
 return M
