@@ -146,7 +146,7 @@ local function memory_chart(s, ids, base)
     meta(format("planned: the bytes the planner gave the segment; checkpoint: the pool bytes live after it; " ..
       "reusable: what freeing each temporary after its last use would save (gt.scope). The pool reserved %s " ..
       "(high water %s)%s.", bytes(s.pool.reserved), bytes(s.pool.high_water),
-      #drawn < 2 and "; a dashed line far off the bars' scale is not drawn" or "")), raw("\n"), box(svg) }
+      #drawn < 2 and "; a dashed line far off the bars' scale is not drawn" or "")), "\n", box(svg) }
 end
 
 local function node_charts(s)
@@ -278,41 +278,37 @@ end
 
 local function tree_section(tree, i)
   local s = tree:stats()
-  local head = { raw(format('<section class="tree" id="tree-%d">', i)),
-                 el("h2", nil, "tree '" .. s.name .. "'", el("small", nil, s.where)) }
+  local parts = { el("h2", nil, "tree '" .. s.name .. "'", el("small", nil, s.where)) }
+  local function add(x) parts[#parts + 1] = x end
   if s.nodes == 0 then
-    return E.lines { head[1], head[2], cards(s), { meta(no_nodes(tree, s)), raw("</section>") } }
+    add(cards(s))
+    add(meta(no_nodes(tree, s)))
+  else
+    local picture, picture_box = tree_picture(s)
+    for _, x in ipairs { { el("h3", nil, "Advice"), M.findings(tree) }, cards(s), picture, picture_box, node_charts(s),
+                         call_charts(tree:history()), { el("h3", nil, "Nodes"), node_table(s) }, skips_table(s) } do
+      add(x)
+    end
   end
-  local picture, picture_box = tree_picture(s)
-  return E.lines { head[1], head[2], { el("h3", nil, "Advice"), M.findings(tree) }, cards(s), picture, picture_box,
-    node_charts(s), call_charts(tree:history()), { el("h3", nil, "Nodes"), node_table(s) }, skips_table(s),
-    raw("</section>") }
+  return el("section", { class = "tree", id = "tree-" .. i }, "\n", E.lines(parts), "\n")
 end
 
 --- html.page(trees) -> the page's text for a list of trees
 function M.page(trees)
   local title = #trees == 1 and ("gtlua: tree '" .. trees[1].name .. "'") or format("gtlua: %d graph trees", #trees)
-  local links = {}
+  local links, body = {}, {}
   for i, t in ipairs(trees) do links[i] = el("a", { href = "#tree-" .. i }, t.name) end
-  local body = {}
-  if #trees == 0 then body[1] = el("section", nil, meta("No graph trees were made.")) end
-  for i, t in ipairs(trees) do body[#body + 1] = tree_section(t, i) end
-  local page = {
-    raw("<!DOCTYPE html>"),
-    raw('<html lang="en"><head><meta charset="utf-8">'),
-    el("meta", { name = "viewport", content = "width=device-width, initial-scale=1" }),
-    el("title", nil, title),
-    el("style", nil, raw(CSS)),
-    raw("</head><body>"),
-    { raw("<header>"), el("h1", nil, title) },
+  local header = { el("h1", nil, title), "\n",
     meta(format("gtlua %s, backend %s; %d tree%s.", gt.version, gt.backend(), #trees, #trees == 1 and "" or "s")),
-  }
-  if #trees > 1 then page[#page + 1] = el("nav", nil, links) end
-  page[#page + 1] = raw("</header>")
-  page[#page + 1] = E.lines(body)
-  page[#page + 1] = el("footer", nil, "Made by gtlua's gt.report: tree:report(path) or gtlua --report=FILE script.lua.")
-  page[#page + 1] = raw("</body></html>")
-  return E.html(E.lines(page)) .. "\n"
+    #trees > 1 and { "\n", el("nav", nil, links) } }
+  body[1] = el("header", nil, header)
+  if #trees == 0 then body[2] = el("section", nil, meta("No graph trees were made.")) end
+  for i, t in ipairs(trees) do body[#body + 1] = tree_section(t, i) end
+  body[#body + 1] = el("footer", nil, "Made by gtlua's gt.report: tree:report(path) or gtlua --report=FILE script.lua.")
+  local head = el("head", nil, E.lines { el("meta", { charset = "utf-8" }),
+    el("meta", { name = "viewport", content = "width=device-width, initial-scale=1" }), el("title", nil, title),
+    el("style", nil, raw(CSS)) })
+  return "<!DOCTYPE html>\n" .. E.html(el("html", { lang = "en" }, head, el("body", nil, E.lines(body)))) .. "\n"
 end
 
 return M
