@@ -106,6 +106,10 @@ void gt_tree_unref(struct gt_tree *t);
 
 
 typedef struct gt_ckpt { int32_t seg, idx; uint64_t off, size; } gt_ckpt;
+/* What the key sees of one argument (role 0: a scalar), and of one release. */
+enum { GT_ROLE_INTERNAL = 1, GT_ROLE_PATH, GT_ROLE_STATIC, GT_ROLE_EXTERNAL };
+typedef struct gt_asig { uint64_t id; int64_t off, nbytes; int role; } gt_asig;
+typedef struct gt_rsig { uint32_t rel; int32_t seg, idx; } gt_rsig;
 typedef struct gt_skip { char *reason; int count; } gt_skip;
 
 typedef struct gt_node {
@@ -130,6 +134,9 @@ typedef struct gt_node {
   uint64_t kseq;                     /* hash of the kernels alone (no shapes, no grids) */
   uint64_t *statics; int nstatics;   /* static addresses in order of use */
   int why_sib;                       /* "new shape": the sibling compared with (-1: none) */
+  /* key.c: the recording as the cursor compares it (nsig launches, 0: none) */
+  struct gt_node *last_kid;          /* the child visited last: the cursor's prediction */
+  gt_asig *asig; uint64_t *bsig; gt_rsig *rsig; int nsig, nbsig, nrsig;
 } gt_node;
 
 struct gt_tree {
@@ -165,7 +172,18 @@ struct gt_tree {
   uint8_t *pinned;                   /* per slot: an input of this call lives there */
   uint64_t *scratch; void **pscratch; int scratchcap;
   struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
+  gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
+  uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
 };
+
+/* -- Keys and the cursor (key.c) ----------------------------------------- */
+int gt_role_of(const gt_tree *t, const gt_buf *b);  /* GT_ROLE_* of a tensor argument in the segment being queued */
+uint64_t gt_segment_key(gt_tree *t, int topology);  /* topology: without grids, static tensors by order */
+void gt_cursor_start(gt_tree *t, gt_node *parent);  /* a segment begins under parent */
+void gt_cursor_push(gt_tree *t);                    /* a launch was queued */
+gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its node if the cursor matched throughout */
+int gt_cursor_save(gt_tree *t, gt_node *n, int first);  /* n was recorded from the queue */
+void gt_cursor_forget(gt_node *n);
 
 /* -- Keyed calls (keyed.c) ------------------------------------------------ */
 void gt_keyed_free_all(gt_tree *t);
