@@ -85,6 +85,9 @@ struct gt_runtime {
   int profile;
   int next_kernel_id;
   uint32_t zero_gen;         /* generation of ordinary buffers: never changes */
+  int cond_bits;             /* cond.c: backend's conditional nodes + 1 (0: not asked yet) */
+  uint64_t watch_lo, watch_hi;  /* cond.c: eager writes into [lo, hi) are noted (hi = 0: none) */
+  int watch_hit;
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
@@ -161,6 +164,17 @@ struct gt_tree {
   uint64_t *scratch; void **pscratch; int scratchcap;
   struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
 };
+
+/* -- Device-side branches (cond.c) ---------------------------------------- */
+/* Runs the queue's launches in order, deciding each IF and WHILE on the host
+   (p read back: a sync on cuda).  *at: the launch that failed. */
+int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at);
+/* After build_nodes: lifts dependencies so that each joins two nodes of one
+   body (a body's outside dependencies go to its IF/WHILE); *deps is replaced. */
+int gt_cond_lift(const gt_queue *q, gt_gnode *g, int **deps);
+int gt_cond_any(const gt_queue *q);                /* the queue holds a cond entry */
+/* An eager launch (outside a tree call): notes a write into the watched range. */
+void gt_cond_saw(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args);
 
 /* -- Keyed calls (keyed.c) ------------------------------------------------ */
 void gt_keyed_free_all(gt_tree *t);

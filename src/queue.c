@@ -62,7 +62,7 @@ void gt_queue_gnode(const gt_queue *q, int i, uint64_t *vals, void **ptrs, gt_gn
     for (int j = 0; j < l->nargs; j++) ptrs[j] = &vals[j];
     out->args = ptrs;
   } else {
-    out->dst = vals[0];
+    out->dst = l->nargs ? vals[0] : 0;     /* a cond entry: p (ELSE and an IF's END have none) */
     out->src = l->kind == GT_GN_MEMCPY ? vals[1] : 0;
     out->bytes = l->bytes;
     out->value = (uint8_t)l->value;
@@ -81,7 +81,8 @@ int gt_queue_run(gt_backend *be, gt_queue *q, int i) {
   switch (g.kind) {
   case GT_GN_KERNEL: return be->launch(be, g.fn, g.grid, g.block, g.smem, g.args);
   case GT_GN_MEMCPY: return g.bytes ? be->dtod(be, g.dst, g.src, g.bytes) : GT_BOK;
-  default: return g.bytes ? be->memset8(be, g.dst, g.value, g.bytes) : GT_BOK;
+  case GT_GN_MEMSET: return g.bytes ? be->memset8(be, g.dst, g.value, g.bytes) : GT_BOK;
+  default: strcpy(be->err, "a cond entry runs only as part of its queue (gt_cond_run_queue)"); return GT_BERR;
   }
 }
 
