@@ -29,8 +29,10 @@ static char cond_why[512];             /* why the backend builds no conditional 
 int gt_cond_support(gt_runtime *rt) {
   gt_backend *be = &rt->be;
   if (!rt->cond_bits) {
-    int bits = be->cond_support ? be->cond_support(be) : 0;
-    if (!bits) snprintf(cond_why, sizeof cond_why, "%s", be->cond_support ? be->err : "this backend has no conditional nodes");
+    const char *off = getenv("GTLUA_NO_COND");   /* to try the host-branch fallback anywhere */
+    int bits = off && *off && strcmp(off, "0") ? 0 : be->cond_support ? be->cond_support(be) : 0;
+    if (off && *off && strcmp(off, "0")) snprintf(cond_why, sizeof cond_why, "GTLUA_NO_COND is set");
+    else if (!bits) snprintf(cond_why, sizeof cond_why, "%s", be->cond_support ? be->err : "this backend has no conditional nodes");
     rt->cond_bits = bits + 1;
   }
   if (rt->cond_bits == 1) gt_fail(rt, "%s", cond_why);
@@ -80,11 +82,14 @@ int gt_cond_writes(gt_runtime *rt, int from, gt_buf *p, int64_t off, int64_t nby
   return 0;
 }
 
-int gt_cond_watch(gt_runtime *rt, gt_buf *p, int64_t off, int64_t nbytes) {
-  int hit = rt->watch_hit;
-  rt->watch_hit = 0;
-  rt->watch_lo = p ? p->addr + (uint64_t)off : 0;
-  rt->watch_hi = p ? rt->watch_lo + (uint64_t)nbytes : 0;
+int gt_cond_watch(gt_runtime *rt, int slot, gt_buf *p, int64_t off, int64_t nbytes) {
+  if (slot < 0 || slot >= 16) return 1;          /* too deep to watch: no check */
+  int hit = rt->watch_hit[slot];
+  rt->watch_hit[slot] = 0;
+  rt->watch_lo[slot] = p ? p->addr + (uint64_t)off : 0;
+  rt->watch_hi[slot] = p ? rt->watch_lo[slot] + (uint64_t)nbytes : 0;
+  rt->watching = 0;
+  for (int s = 0; s < 16; s++) if (rt->watch_hi[s]) rt->watching = s + 1;
   return hit;
 }
 
@@ -93,7 +98,8 @@ void gt_cond_saw(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {
     const gt_arg *a = &args[j];
     if (!a->buf || !writes(l, j)) continue;
     uint64_t lo = a->buf->addr + (uint64_t)a->off, hi = lo + (uint64_t)(a->nbytes ? a->nbytes : 1);
-    if (lo < rt->watch_hi && rt->watch_lo < hi) rt->watch_hit = 1;
+    for (int s = 0; s < rt->watching; s++)
+      if (lo < rt->watch_hi[s] && rt->watch_lo[s] < hi) rt->watch_hit[s] = 1;
   }
 }
 

@@ -237,9 +237,10 @@ int gt_cond_support(gt_runtime *rt);
 int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, uint64_t max);
 /* 1 when a launch queued at or after position from writes bytes [off, off+nbytes) of p, else 0. */
 int gt_cond_writes(gt_runtime *rt, int from, gt_buf *p, int64_t off, int64_t nbytes);
-/* Outside tree calls: watch (p != NULL) or stop watching (NULL) eager writes
-   to p's bytes [off, off+nbytes); returns whether one was seen since the last call. */
-int gt_cond_watch(gt_runtime *rt, gt_buf *p, int64_t off, int64_t nbytes);
+/* Outside tree calls: watch slot (0..15) follows eager writes to p's bytes
+   [off, off+nbytes) (p NULL: stops); returns whether the slot saw one since
+   it was last set. */
+int gt_cond_watch(gt_runtime *rt, int slot, gt_buf *p, int64_t off, int64_t nbytes);
 
 /* -- Host --------------------------------------------------------------- */
 const char *gt_header_text(void);                 /* this file, for ffi.cdef */
