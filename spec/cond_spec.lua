@@ -283,3 +283,13 @@ describe("gt.cond on cuda #gpu", function()
     assert.is_true(ok, why)
   end)
 end)
+
+describe("the cond bench", function()
+  it("runs quick: item, gt.cond and the floor, gt.cond one node, the same outputs", function()
+    local status, out, err = S.gtlua("scripts/bench/cond_bench.lua --quick")
+    assert.equal(0, status, err)
+    for _, mode in ipairs { "eager", "item", "cond", "floor" } do assert.truthy(out:find(" " .. mode .. " ", 1, true), out) end
+    assert.truthy(out:find("cond: 1 node(s) (item: 3)", 1, true), out)
+    assert.truthy(out:find("max |diff| 0;", 1, true), out)
+  end)
+end)
