@@ -254,7 +254,7 @@ void gt_test_cond(void) {
     gt_qlaunch l = { .kind = kinds[i], .k = kinds[i] == GT_GN_KERNEL ? &k : NULL };
     GT_CHECK(gt_queue_push(&q, &l, &none) == GT_OK);
   }
-  int match[9], stack[9];
+  int match[10], stack[10];
   GT_CHECK(match_entries(&q, match, stack) == GT_OK);
   GT_CHECK(match[1] == 3 && match[3] == 7 && match[4] == 6 && match[6] == 4 && match[7] == 1);
   gt_gnode g[9];

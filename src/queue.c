@@ -24,7 +24,7 @@ int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args) {
   gt_qlaunch *d = &q->l[q->n++];
   *d = *l;
   d->arg0 = q->nargs;
-  memcpy(q->args + q->nargs, args, l->nargs * sizeof *args);
+  if (l->nargs) memcpy(q->args + q->nargs, args, l->nargs * sizeof *args);   /* args may be NULL with none */
   for (int j = 0; j < l->nargs; j++)          /* a tree call's own buffers are not counted */
     if (args[j].buf && !(args[j].buf->flags & GT_BUF_SLAB)) gt_buf_retain(args[j].buf);
   q->nargs += l->nargs;
