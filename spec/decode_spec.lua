@@ -136,11 +136,18 @@ describe("the weight file", function()
     assert.are.equal(11, cfg.vocab)
     assert.are.equal(10, cfg.eot)
     assert.are.same({ V, D }, w.wte.shape)
-    -- wte's first values, and the tied head is its transpose
+    -- wte's first values; the tied head is wte itself; matrices are kept {out, in}
     local wte = w.wte:tolist()
     assert.is_true(math.abs(wte[1][1] - 0.01) < 1e-7 and math.abs(wte[1][2] - 0.02) < 1e-7)
-    local lm = w.lm:tolist()
-    assert.are.equal(wte[3][5], lm[5][3])
+    assert.are.equal(w.wte, w.lm)
+    local qkv = w.layers[1].wqkv
+    assert.are.same({ 3 * D, D }, qkv.shape)
+    local first = V * D + c.ctx * D + 2 * D          -- file index of wqkv[0][0]
+    local function file_value(i) return ((first + i + 1) % 7) * 0.01 end
+    local q = qkv:tolist()
+    for _, e in ipairs { { 0, 0 }, { 2, 5 }, { 7, 23 } } do      -- wqkv[in = e[1]][out = e[2]] in the file
+      assert.is_true(math.abs(q[e[2] + 1][e[1] + 1] - file_value(e[1] * 3 * D + e[2])) < 1e-7)
+    end
     assert.is_true(math.abs(w.lnf_b:tolist()[D] - ((k % 7) * 0.01)) < 1e-7)
     local m = gpt.new(cfg, w)
     local r = gpt.generate(m, m.step, prompt, 4, { all = true })
