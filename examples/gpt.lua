@@ -11,7 +11,7 @@
 -- (pre-layernorm, fused QKV, attention of the one query over the KV cache,
 -- MLP with gelu), the final layernorm and the tied LM head, and picks the
 -- next token greedily: 5 kernels a layer and 3 more (m.kernels per step).
--- The matrix products are kernels/gpt.cu's rows_linear_f32, which reads each
+-- The matrix products are kernels/gpt.cu's rows_linear_m*_f32, which read each
 -- weight once per step and fuses the layernorm before it and the bias, gelu
 -- and residual add after it; attention also stores this position's K and V.
 -- The KV caches ([Bmax, T, D] per layer, K and V), the per-sequence end
@@ -70,11 +70,11 @@ local function flat(name)
   end
 end
 
--- rows_linear_f32's mode bits (kernels/gpt.cu).
+-- rows_linear_m*_f32's mode bits (kernels/gpt.cu).
 local LN, BIAS, GELU, RES = 1, 2, 4, 8
 M.LN, M.BIAS, M.GELU, M.RES = LN, BIAS, GELU, RES
 
--- Launch shape of rows_linear_f32 for M rows, N features of K (pure: the
+-- Launch shape of rows_linear_m<mt>_f32 for M rows, N features of K (pure: the
 -- same inputs give the same plan).  Warps per block nw (8; 2 on the cpu
 -- backend, whose threads are fibers); rows staged mt at a time, the
 -- smallest power of two >= M that keeps mt*K floats within 96 KiB (2 blocks
@@ -96,7 +96,7 @@ function M.rows_plan(Mr, N, Kd, sms, force)
 end
 
 local SMS                          -- multiprocessors (cpu: worker threads)
-local row_plans = {}               -- [N][K][M] -> { f = launcher, mt, S, shape }
+local row_plans = {}               -- [N][K][M] -> { f = launcher, S, shape }
 
 -- The cached plan and launcher for M rows x N features of K.
 local function rows_launcher(Mr, N, Kd)
@@ -108,7 +108,8 @@ local function rows_launcher(Mr, N, Kd)
   if not r then
     SMS = SMS or gt.device().sms
     local p = M.rows_plan(Mr, N, Kd, SMS)
-    r = { f = kernels().rows_linear_f32:config(p.grid, p.block, p.smem), mt = p.mt, S = p.S, shape = { Mr, N } }
+    r = { f = kernels()["rows_linear_m" .. p.mt .. "_f32"]:config(p.grid, p.block, p.smem), S = p.S,
+          shape = { Mr, N } }
     byK[Mr] = r
   end
   return r
@@ -131,12 +132,13 @@ function M.rows_linear(mode, x, W, bias, res, g, beta, force)
   if force then
     SMS = SMS or gt.device().sms
     local p = M.rows_plan(Mr, N, Kd, SMS, force)
-    r = { f = kernels().rows_linear_f32:config(p.grid, p.block, p.smem), mt = p.mt, S = p.S, shape = { Mr, N } }
+    r = { f = kernels()["rows_linear_m" .. p.mt .. "_f32"]:config(p.grid, p.block, p.smem), S = p.S,
+          shape = { Mr, N } }
   else
     r = rows_launcher(Mr, N, Kd)
   end
   local y = gt.tensor(r.shape)
-  r.f(y, x, W, bias or x, res or x, g or x, beta or x, Mr, N, Kd, r.mt, r.S, mode)
+  r.f(y, x, W, bias or x, res or x, g or x, beta or x, Mr, N, Kd, r.S, mode)
   return y
 end
 local rows_linear = M.rows_linear

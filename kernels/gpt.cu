@@ -46,9 +46,9 @@ __global__ void embed_pos_f32(float *y, const int *ids, const float *wte, const 
 // rounds of blockDim/32/S features; rows go MT at a time (the launcher picks
 // MT >= M when the staged rows fit, so W is read once).
 //
-// Requirements (gpt.lua's launcher checks them): K % 4 == 0; W, x, y 16-byte
-// aligned; blockDim.x a multiple of 32*S, at most 1024; mt in {1,2,4,8,16};
-// dynamic shared memory mt*K floats.
+// Requirements (gpt.lua's launcher checks them): K % 4 == 0; W 16-byte
+// aligned; blockDim.x a multiple of 32*S, at most 1024; dynamic shared
+// memory MT*K floats.
 
 #define GPT_LN 1      // mode bits: in = layernorm(x) with g, beta (eps 1e-5)
 #define GPT_BIAS 2    // + bias[n]
@@ -145,7 +145,7 @@ __device__ __forceinline__ float gpt_warp_sum_rows(float *acc, int lane, int *ro
   return v;
 }
 
-// The body of rows_linear_f32 for MT staged rows; xs: dynamic shared memory,
+// The body of rows_linear_m<MT>_f32; xs: dynamic shared memory,
 // stat: 32 floats, part: 512 floats (shared).
 template <int MT>
 __device__ void gpt_rows_linear(float *y, const float *x, const float *W, const float *bias, const float *res,
@@ -194,21 +194,35 @@ __device__ void gpt_rows_linear(float *y, const float *x, const float *W, const 
   }
 }
 
-// y [M, N] = epilogue(in @ W^T) with W [N, K] (see above); mode: GPT_* bits;
-// unused pointers (bias, res, g, beta) may be any f32 buffer.
-__global__ void rows_linear_f32(float *y, const float *x, const float *W, const float *bias, const float *res,
-                                const float *g, const float *beta, int M, int N, int K, int mt, int S,
-                                int mode) {
-  extern __shared__ float gpt_xs[];
-  __shared__ float stat[32];
-  __shared__ float part[512];
-  switch (mt) {
-  case 1: gpt_rows_linear<1>(y, x, W, bias, res, g, beta, M, N, K, S, mode, gpt_xs, stat, part); break;
-  case 2: gpt_rows_linear<2>(y, x, W, bias, res, g, beta, M, N, K, S, mode, gpt_xs, stat, part); break;
-  case 4: gpt_rows_linear<4>(y, x, W, bias, res, g, beta, M, N, K, S, mode, gpt_xs, stat, part); break;
-  case 8: gpt_rows_linear<8>(y, x, W, bias, res, g, beta, M, N, K, S, mode, gpt_xs, stat, part); break;
-  default: gpt_rows_linear<16>(y, x, W, bias, res, g, beta, M, N, K, S, mode, gpt_xs, stat, part); break;
-  }
+// y [M, N] = epilogue(in @ W^T) with W [N, K] (see above), rows staged MT at
+// a time: one kernel per MT, so that each gets the registers it needs
+// (48 for MT = 1, 72 for MT = 16); mode: GPT_* bits; unused pointers (bias,
+// res, g, beta) may be any f32 buffer.
+#define GPT_ROWS_BODY(MT) \
+  extern __shared__ float gpt_xs[]; \
+  __shared__ float stat[32]; \
+  __shared__ float part[512]; \
+  gpt_rows_linear<MT>(y, x, W, bias, res, g, beta, M, N, K, S, mode, gpt_xs, stat, part);
+
+__global__ void rows_linear_m1_f32(float *y, const float *x, const float *W, const float *bias, const float *res,
+                                   const float *g, const float *beta, int M, int N, int K, int S, int mode) {
+  GPT_ROWS_BODY(1)
+}
+__global__ void rows_linear_m2_f32(float *y, const float *x, const float *W, const float *bias, const float *res,
+                                   const float *g, const float *beta, int M, int N, int K, int S, int mode) {
+  GPT_ROWS_BODY(2)
+}
+__global__ void rows_linear_m4_f32(float *y, const float *x, const float *W, const float *bias, const float *res,
+                                   const float *g, const float *beta, int M, int N, int K, int S, int mode) {
+  GPT_ROWS_BODY(4)
+}
+__global__ void rows_linear_m8_f32(float *y, const float *x, const float *W, const float *bias, const float *res,
+                                   const float *g, const float *beta, int M, int N, int K, int S, int mode) {
+  GPT_ROWS_BODY(8)
+}
+__global__ void rows_linear_m16_f32(float *y, const float *x, const float *W, const float *bias, const float *res,
+                                    const float *g, const float *beta, int M, int N, int K, int S, int mode) {
+  GPT_ROWS_BODY(16)
 }
 
 // -- Attention over the KV cache ----------------------------------------------

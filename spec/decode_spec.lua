@@ -30,6 +30,85 @@ local function max_diff(a, b)
   return d, mag
 end
 
+-- -- A plain Lua reference (doubles) -------------------------------------------
+
+local function layernorm(x, g, b)
+  local n, mean, var = #x, 0, 0
+  for i = 1, n do mean = mean + x[i] end
+  mean = mean / n
+  for i = 1, n do var = var + (x[i] - mean) ^ 2 end
+  local r, y = 1 / math.sqrt(var / n + 1e-5), {}
+  for i = 1, n do y[i] = (x[i] - mean) * r * g[i] + b[i] end
+  return y
+end
+
+-- y[n] = x . W[n] (+ bias[n]); W a list of rows (a feature per row).
+local function matvec(W, x, bias)
+  local y = {}
+  for n = 1, #W do
+    local s, row = bias and bias[n] or 0, W[n]
+    for k = 1, #x do s = s + row[k] * x[k] end
+    y[n] = s
+  end
+  return y
+end
+
+local function gelu(v) return 0.5 * v * (1 + math.tanh(0.7978845608028654 * (v + 0.044715 * v ^ 3))) end
+
+-- The model's weights as Lua tables (matrices {out, in}, as gpt.lua keeps them).
+local function host_weights(m)
+  local w, r = m.w, { layers = {} }
+  for _, k in ipairs { "wte", "wpe", "lnf_g", "lnf_b" } do r[k] = w[k]:tolist() end
+  for l, L in ipairs(w.layers) do
+    local t = {}
+    for k, v in pairs(L) do t[k] = v:tolist() end
+    r.layers[l] = t
+  end
+  return r
+end
+
+-- A reference decoder over one sequence: step(id, pos) -> logits (a Lua table).
+local function reference(cfg, hw)
+  local D, H = cfg.hidden, cfg.heads
+  local Dh = D / H
+  local kc, vc = {}, {}
+  for l = 1, cfg.layers do kc[l], vc[l] = {}, {} end
+  return function(id, pos)
+    local x = {}
+    for d = 1, D do x[d] = hw.wte[id + 1][d] + hw.wpe[pos + 1][d] end
+    for l, L in ipairs(hw.layers) do
+      local qkv = matvec(L.wqkv, layernorm(x, L.ln1_g, L.ln1_b), L.bqkv)
+      local k, v = {}, {}
+      for d = 1, D do k[d], v[d] = qkv[D + d], qkv[2 * D + d] end
+      kc[l][pos + 1], vc[l][pos + 1] = k, v
+      local a = {}
+      for h = 0, H - 1 do
+        local sc, mx = {}, -math.huge
+        for t = 1, pos + 1 do
+          local s = 0
+          for d = 1, Dh do s = s + qkv[h * Dh + d] * kc[l][t][h * Dh + d] end
+          sc[t] = s / math.sqrt(Dh)
+          mx = math.max(mx, sc[t])
+        end
+        local sum = 0
+        for t = 1, pos + 1 do sc[t] = math.exp(sc[t] - mx); sum = sum + sc[t] end
+        for d = 1, Dh do
+          local s = 0
+          for t = 1, pos + 1 do s = s + sc[t] * vc[l][t][h * Dh + d] end
+          a[h * Dh + d] = s / sum
+        end
+      end
+      local p = matvec(L.wproj, a, L.bproj)
+      for d = 1, D do x[d] = x[d] + p[d] end
+      local f = matvec(L.wfc, layernorm(x, L.ln2_g, L.ln2_b), L.bfc)
+      for i = 1, #f do f[i] = gelu(f[i]) end
+      local o = matvec(L.wout, f, L.bout)
+      for d = 1, D do x[d] = x[d] + o[d] end
+    end
+    return matvec(hw.wte, layernorm(x, hw.lnf_g, hw.lnf_b))
+  end
+end
+
 describe("the GPT decoder (tiny config)", function()
   local m, step
   setup(function()
@@ -71,6 +150,30 @@ describe("the GPT decoder (tiny config)", function()
       local best, arg = -math.huge, nil
       for v, x in ipairs(t.logits[5][b]) do if x > best then best, arg = x, v - 1 end end
       assert.are.equal(arg, t.tokens[b][5])
+    end
+  end)
+
+  it("matches a plain Lua decoder logit by logit, eager (batch 3) and through the tree (padded to 4)", function()
+    local prompt = gpt.random_prompt(m.cfg, 3, 4, 31)
+    local hw = host_weights(m)
+    for _, run in ipairs { m.step, step } do
+      if run == step then trace(m, run, prompt, 10, { all = true }) end   -- warm up and record
+      local r = trace(m, run, prompt, 10, { all = true })
+      for b = 1, 3 do
+        local ref = reference(m.cfg, hw)
+        for pos = 0, #prompt[b] - 2 do ref(prompt[b][pos + 1], pos) end
+        local id = prompt[b][#prompt[b]]
+        for i = 1, 10 do
+          local want, got = ref(id, #prompt[b] - 2 + i), r.logits[i][b]
+          local d, mag = max_diff({ want }, { got })
+          assert.is_true(mag > 0.1, "reference logits near zero")
+          assert.is_true(d <= 1e-4 * mag, ("sequence %d step %d: max |diff| %g of %g"):format(b, i, d, mag))
+          local best = 1
+          for v = 2, #want do if want[v] > want[best] then best = v end end
+          assert.are.equal(best - 1, r.tokens[b][i])
+          id = r.tokens[b][i]
+        end
+      end
     end
   end)
 
