@@ -217,6 +217,84 @@ describe("the GPT decoder (tiny config)", function()
   end)
 end)
 
+describe("kernels/gpt.cu", function()
+  local function rand(shape, seed) return gt.randn(shape, { seed = seed, scale = 0.5 }) end
+
+  -- rows_linear against matvec/layernorm/gelu above, for one plan.
+  local function check_rows(Mr, N, Kd, mode, force)
+    local x, W, bias, res = rand({ Mr, Kd }, 1), rand({ N, Kd }, 2), rand({ N }, 3), rand({ Mr, N }, 4)
+    local g, beta = rand({ Kd }, 5), rand({ Kd }, 6)
+    local y = gpt.rows_linear(mode, x, W, bias, res, g, beta, force):tolist()
+    local X, Wl, bl, rl, gl, betal = x:tolist(), W:tolist(), bias:tolist(), res:tolist(), g:tolist(), beta:tolist()
+    local bit = require "bit"
+    local has = function(b) return bit.band(mode, b) ~= 0 end
+    local worst = 0
+    for i = 1, Mr do
+      local xin = has(gpt.LN) and layernorm(X[i], gl, betal) or X[i]
+      local want = matvec(Wl, xin, has(gpt.BIAS) and bl or nil)
+      for n = 1, N do
+        local v = want[n]
+        if has(gpt.GELU) then v = gelu(v) end
+        if has(gpt.RES) then v = v + rl[i][n] end
+        worst = math.max(worst, math.abs(v - y[i][n]) / (1 + math.abs(v)))
+      end
+    end
+    assert.is_true(worst < 2e-5, ("M %d N %d K %d mode %d: worst relative error %g"):format(Mr, N, Kd, mode, worst))
+  end
+
+  it("rows_linear: layernorm, bias, gelu and residual, any M (rows staged mt at a time), K split over warps", function()
+    local all = gpt.LN + gpt.BIAS + gpt.GELU + gpt.RES
+    check_rows(1, 37, 64, all)                                      -- the decode plan
+    check_rows(3, 50, 96, gpt.LN + gpt.BIAS)                         -- M between buckets: zero rows staged
+    check_rows(5, 21, 512, all, { mt = 2, S = 2, nw = 2 })          -- 3 row blocks (the last partial), 2 slices
+    check_rows(16, 9, 264, gpt.BIAS + gpt.RES, { S = 4, nw = 4 })    -- slices that end mid-pass, 16 rows
+    check_rows(20, 33, 32, gpt.LN, { nw = 3 })                      -- more rows than mt, 3 warps a block
+    check_rows(8, 70, 128, gpt.GELU, { S = 2, nw = 3 })              -- nw not a multiple of S: a warp idles
+  end)
+
+  it("rows_linear refuses a K that float4 rows cannot read, naming the fix", function()
+    local x, W = gt.zeros { 2, 6 }, gt.zeros { 4, 6 }
+    assert.has_error(function() gpt.rows_linear(0, x, W) end,
+      "gpt.rows_linear: K must be a multiple of 4 and x, W 16-byte aligned (float4 loads)")
+    assert.has_error(function() gpt.rows_linear(0, gt.zeros { 2, 8 }, W) end)
+  end)
+
+  it("attn_decode stores K and V at pos and attends over positions 0..pos (Dh 8 and 64, long contexts)", function()
+    local K = gt.load("kernels/gpt.cu")
+    for _, c in ipairs { { H = 3, Dh = 8, T = 48, pos = 40, B = 2, block = 32 },
+                         { H = 2, Dh = 64, T = 80, pos = 70, B = 1, block = 64 } } do
+      local D = c.H * c.Dh
+      local kc, vc = rand({ c.B, c.T, D }, 7), rand({ c.B, c.T, D }, 8)
+      local qkv = rand({ c.B, 3 * D }, 9)
+      local y = gt.zeros { c.B, D }
+      local scale = 1 / math.sqrt(c.Dh)
+      local K0, V0, Q = kc:tolist(), vc:tolist(), qkv:tolist()
+      K.attn_decode_f32(c.B * c.H - 1, c.block, y, kc, vc, qkv, c.B, c.H, c.Dh, c.T, c.pos, scale)  -- blocks stride
+      local Y, K1 = y:tolist(), kc:tolist()
+      for b = 1, c.B do
+        for d = 1, D do K0[b][c.pos + 1][d], V0[b][c.pos + 1][d] = Q[b][D + d], Q[b][2 * D + d] end
+        assert.are.same(K0[b][c.pos + 1], K1[b][c.pos + 1])
+        assert.are.same(K0[b][c.pos + 2], K1[b][c.pos + 2])        -- later positions untouched
+        for h = 0, c.H - 1 do
+          local sc, mx, sum = {}, -math.huge, 0
+          for t = 1, c.pos + 1 do
+            local s = 0
+            for d = 1, c.Dh do s = s + Q[b][h * c.Dh + d] * K0[b][t][h * c.Dh + d] end
+            sc[t] = s * scale
+            mx = math.max(mx, sc[t])
+          end
+          for t = 1, c.pos + 1 do sc[t] = math.exp(sc[t] - mx); sum = sum + sc[t] end
+          for d = 1, c.Dh do
+            local s = 0
+            for t = 1, c.pos + 1 do s = s + sc[t] * V0[b][t][h * c.Dh + d] end
+            assert.is_true(math.abs(s / sum - Y[b][h * c.Dh + d]) < 1e-5, "attention differs")
+          end
+        end
+      end
+    end
+  end)
+end)
+
 describe("the weight file", function()
   it("loads weights and the prompt written in the documented layout", function()
     local c = gpt.config(gpt.TINY, { layers = 1, hidden = 8, heads = 2, vocab = 11, ctx = 16, eot = 10 })
