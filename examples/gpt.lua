@@ -75,12 +75,15 @@ local LN, BIAS, GELU, RES = 1, 2, 4, 8
 M.LN, M.BIAS, M.GELU, M.RES = LN, BIAS, GELU, RES
 
 -- Launch shape of rows_linear_m<mt>_f32 for M rows, N features of K (pure: the
--- same inputs give the same plan).  Warps per block nw (8; 2 on the cpu
--- backend, whose threads are fibers); rows staged mt at a time, the
--- smallest power of two >= M that keeps mt*K floats within 96 KiB (2 blocks
--- a multiprocessor); K split over S warps while fewer than 2 blocks a
--- multiprocessor would be busy and each slice keeps >= 128 floats (one
--- float4 pass of a warp); at most 4 blocks a multiprocessor (blocks stride over the rest, staging x once).
+-- same inputs give the same plan).  Warps a block nw (8; 2 on the cpu
+-- backend, whose threads are fibers).  Rows are staged mt at a time: the
+-- smallest power of two >= M (at most 16) whose mt*K floats fit in 96 KiB.
+-- All blocks run in one wave: at most bps a multiprocessor (3 for mt <= 4,
+-- 2 above: the kernels use 72-78 and 90-105 registers a thread at 256
+-- threads; 96 KiB of rows fit twice), blocks striding over the features
+-- beyond.  K is split over S warps (S doubling while the blocks still fit in
+-- the wave and every slice keeps >= 128 floats, a warp's float4 pass), so
+-- that narrow matrices (N = 768) keep every multiprocessor streaming.
 function M.rows_plan(Mr, N, Kd, sms, force)
   force = force or {}
   local nw = force.nw or (CPU and 2 or 8)
@@ -88,10 +91,11 @@ function M.rows_plan(Mr, N, Kd, sms, force)
   while mt < 16 and mt < Mr do mt = mt * 2 end
   while mt > 1 and mt * Kd * 4 > 96 * 1024 do mt = mt / 2 end
   mt = force.mt or mt
+  local cap = (mt <= 4 and 3 or 2) * sms
   local S = 1
-  while S < nw and ceil(N / (nw / S)) < 2 * sms and Kd / (2 * S) >= 128 do S = S * 2 end
+  while 2 * S <= nw and ceil(N / (nw / (2 * S))) <= cap and Kd / (2 * S) >= 128 do S = S * 2 end
   S = force.S or S
-  local grid = max(1, min(ceil(N / (nw / S)), 4 * sms))
+  local grid = max(1, min(ceil(N / (nw / S)), cap))
   return { mt = mt, S = S, grid = grid, block = 32 * nw, smem = mt * Kd * 4 }
 end
 

@@ -39,7 +39,7 @@ __global__ void embed_pos_f32(float *y, const int *ids, const float *wte, const 
 // features, in = x or layernorm(x).  At decode a step is a matrix-vector
 // product whose cost is reading W once (GPT-2 small: ~500 MB a token), so a
 // warp streams one feature's row of W -- float4 loads, 512 contiguous bytes a
-// pass, four passes in flight -- against up to MT rows of `in` staged in
+// pass, eight passes in flight -- against up to MT rows of `in` staged in
 // shared memory: every loaded weight serves all rows.  S warps may split one
 // feature's K into S slices (partial sums combined in shared memory) so that
 // narrow matrices still keep every multiprocessor busy.  Blocks stride over
@@ -98,55 +98,74 @@ __device__ void gpt_stage(float *xs, float *stat, const float *x, const float *g
   __syncthreads();
 }
 
-// acc[m] += this lane's share of in[m, 4c..] . w[4c..] over float4 columns
-// c, c+32, ... below c_hi (the caller sums the warp's lanes).
+// A lane's weights: GPT_PASSES float4 loads of one feature's row, columns
+// c, c+32, ... (in float4s) below c_hi, zeros past it.  Issued together, so
+// a warp has GPT_PASSES x 512 bytes in flight.
+#define GPT_PASSES 8
+
+__device__ __forceinline__ void gpt_load_w(float4 *wr, const float4 *w4, int c, int c_hi) {
+#pragma unroll
+  for (int j = 0; j < GPT_PASSES; j++)
+    wr[j] = c + 32 * j < c_hi ? __ldg(w4 + c + 32 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+// acc[m] += wr . in[m, those columns] for every staged row m.
 template <int MT>
-__device__ __forceinline__ void gpt_rows_dot(float *acc, const float *xs, const float *w, int K, int c,
-                                             int c_hi) {
-  const float4 *w4 = (const float4 *)w;
+__device__ __forceinline__ void gpt_fma_w(float *acc, const float4 *wr, const float *xs, int K, int c, int c_hi) {
   const float4 *x4 = (const float4 *)xs;
   int K4 = K >> 2;
-  for (; c + 96 < c_hi; c += 128) {                // four 512-byte loads in flight per warp
-    float4 a = __ldg(w4 + c), b = __ldg(w4 + c + 32), d = __ldg(w4 + c + 64), e = __ldg(w4 + c + 96);
 #pragma unroll
-    for (int m = 0; m < MT; m++) {
-      const float4 *xm = x4 + m * K4 + c;
-      acc[m] = gpt_dot4(e, xm[96], gpt_dot4(d, xm[64], gpt_dot4(b, xm[32], gpt_dot4(a, xm[0], acc[m]))));
+  for (int j = 0; j < GPT_PASSES; j++) {
+    if (c + 32 * j < c_hi) {
+#pragma unroll
+      for (int m = 0; m < MT; m++) acc[m] = gpt_dot4(wr[j], x4[m * K4 + c + 32 * j], acc[m]);
     }
   }
-  for (; c < c_hi; c += 32) {
-    float4 a = __ldg(w4 + c);
+}
+
+// One exchange of the transposing butterfly: lanes with bit o set keep the
+// upper HALF of acc[0..2*HALF), the others the lower, each adding its
+// partner's copy; r counts the rows a lane skipped.  (acc is selected by
+// value, by constant indices, so it stays in registers.)
+template <int HALF>
+__device__ __forceinline__ void gpt_fold(float *acc, int lane, int o, int *r) {
+  bool up = (lane & o) != 0;
 #pragma unroll
-    for (int m = 0; m < MT; m++) acc[m] = gpt_dot4(a, x4[m * K4 + c], acc[m]);
+  for (int i = 0; i < HALF; i++) {
+    float a = acc[i], b = acc[i + HALF];
+    float send = up ? a : b, keep = up ? b : a;
+    acc[i] = keep + __shfl_xor_sync(0xffffffff, send, o);
+  }
+  if (up) *r += HALF;
+}
+
+template <int N>
+__device__ __forceinline__ void gpt_folds(float *acc, int lane, int o, int *r) {
+  if constexpr (N > 1) {
+    gpt_fold<N / 2>(acc, lane, o, r);
+    gpt_folds<N / 2>(acc, lane, o >> 1, r);
   }
 }
 
 // Sums acc[0..MT) over the warp's lanes with MT - 1 + 5 - log2(MT) shuffles
-// (a transposing butterfly: each exchange halves the values a lane keeps).
-// Returns the sum of row *row; lanes with (lane & (32/MT - 1)) == 0 hold
-// one row each (rows 0..MT-1 in lane order).
+// (each exchange halves the values a lane keeps).  Returns the sum of row
+// *row; lanes with (lane & (32/MT - 1)) == 0 hold one row each (rows
+// 0..MT-1 in lane order).
 template <int MT>
 __device__ __forceinline__ float gpt_warp_sum_rows(float *acc, int lane, int *row) {
-  int r = 0, o = 16;
-#pragma unroll
-  for (int n = MT; n > 1; n >>= 1, o >>= 1) {
-    int half = n >> 1;
-    bool up = (lane & o) != 0;
-#pragma unroll
-    for (int i = 0; i < half; i++) {
-      float send = up ? acc[i] : acc[i + half], keep = up ? acc[i + half] : acc[i];
-      acc[i] = keep + __shfl_xor_sync(0xffffffff, send, o);
-    }
-    if (up) r += half;
-  }
+  int r = 0;
+  gpt_folds<MT>(acc, lane, 16, &r);
   float v = acc[0];
-  for (; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+#pragma unroll
+  for (int o = 16 / MT; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
   *row = r;
   return v;
 }
 
 // The body of rows_linear_m<MT>_f32; xs: dynamic shared memory,
-// stat: 32 floats, part: 512 floats (shared).
+// stat: 32 floats, part: 512 floats (shared).  A warp's first weights are
+// loaded before the rows are staged, and the next feature's while this one's
+// sums are reduced, so DRAM latency overlaps the prologue and the epilogue.
 template <int MT>
 __device__ void gpt_rows_linear(float *y, const float *x, const float *W, const float *bias, const float *res,
                                 const float *g, const float *beta, int M, int N, int K, int S, int mode,
@@ -155,18 +174,30 @@ __device__ void gpt_rows_linear(float *y, const float *x, const float *W, const 
   int G = (blockDim.x >> 5) / S;                   // features per block per round
   int f = warp / S, s = warp - f * S;              // this warp: feature f of the round, slice s
   int ks = (((K + S - 1) / S) + 3) & ~3;           // slice length, whole float4s
-  int c_lo = min(K, s * ks) >> 2, c_hi = min(K, (s + 1) * ks) >> 2;
+  int c0 = (min(K, s * ks) >> 2) + lane, c_hi = min(K, (s + 1) * ks) >> 2;
+  int stride = gridDim.x * G;
   bool writer = (lane & (32 / MT - 1)) == 0;       // holds a row's sum after gpt_warp_sum_rows
+  float4 wr[GPT_PASSES];
   for (int m0 = 0; m0 < M; m0 += MT) {
     int mr = min(MT, M - m0);
+    int n = blockIdx.x * G + f;
+    if (f < G && n < N) gpt_load_w(wr, (const float4 *)(W + (long long)n * K), c0, c_hi);
     gpt_stage<MT>(xs, stat, x, g, beta, m0, M, K, mode);
-    for (int base = blockIdx.x * G; base < N; base += gridDim.x * G) {   // uniform over the block
-      int n = base + f;
+    for (int base = blockIdx.x * G; base < N; base += stride) {   // uniform over the block
+      n = base + f;
       bool mine = f < G && n < N;
       float acc[MT];
 #pragma unroll
       for (int m = 0; m < MT; m++) acc[m] = 0.0f;
-      if (mine) gpt_rows_dot<MT>(acc, xs, W + (long long)n * K, K, c_lo + lane, c_hi);
+      if (mine) {
+        const float4 *w4 = (const float4 *)(W + (long long)n * K);
+        gpt_fma_w<MT>(acc, wr, xs, K, c0, c_hi);
+        for (int c = c0 + 32 * GPT_PASSES; c < c_hi; c += 32 * GPT_PASSES) {   // slices over 8 passes
+          gpt_load_w(wr, w4, c, c_hi);
+          gpt_fma_w<MT>(acc, wr, xs, K, c, c_hi);
+        }
+        if (n + stride < N) gpt_load_w(wr, (const float4 *)(W + (long long)(n + stride) * K), c0, c_hi);
+      }
       int row;
       float sum = gpt_warp_sum_rows<MT>(acc, lane, &row);
       bool have = writer;
