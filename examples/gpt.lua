@@ -287,9 +287,16 @@ function M.new(c, w)
 
   local KK = kernels()
   local embed = flat("embed_pos_f32")
-  -- attention: a block per (sequence, head); argmax: a block per sequence
-  local attn_block, finish_block = CPU and 32 or 256, CPU and 32 or 1024
-  assert(attn_block >= Dh / 4, "gpt: hidden / heads at most " .. 4 * attn_block)
+  -- attention: a block per (sequence, head), 1024 threads while the blocks
+  -- fit on the multiprocessors at one each (54 registers a thread), else 512;
+  -- argmax: a block per sequence
+  local finish_block = CPU and 32 or 1024
+  assert(Dh / 4 <= 32, "gpt: hidden / heads at most 128")
+  local function attn_block(B)
+    if CPU then return 32 end
+    SMS = SMS or gt.device().sms
+    return B * H <= SMS and 1024 or 512
+  end
   local attn_cache, finish_cache = {}, {}
   local shapes = {}                       -- {B, D} per batch size
   local hstride = m.hist.shape[2]
@@ -314,7 +321,7 @@ function M.new(c, w)
     if pos < 0 or pos >= T then error("gpt: position " .. pos .. " outside the context of " .. T, 2) end
     if not shapes[B] then
       shapes[B] = { B, D }
-      attn_cache[B] = KK.attn_decode_f32:config(min(B * H, 65535), attn_block)
+      attn_cache[B] = KK.attn_decode_f32:config(min(B * H, 65535), attn_block(B))
       finish_cache[B] = KK.argmax_finish_f32:config(min(B, 65535), finish_block)
     end
     local x = gt.tensor(shapes[B])

@@ -261,17 +261,23 @@ __global__ void rows_linear_m16_f32(float *y, const float *x, const float *W, co
 // One query per sequence against cache positions 0..pos, after storing this
 // position's k and v (from qkv) at pos:
 //   y[b, h*Dh + d] = sum_t softmax_t(scale * q.k_t) v_t[d].
-// One block per (sequence, head), blocks striding over B*H.  The scores use
-// Q lanes per cached position (Dh/4 rounded up to a power of two, at most
-// 32: float4 loads of whole rows); the weighted sum of v splits the
-// positions over blockDim/(Dh/4) thread groups.  blockDim.x: a multiple of
-// 32, at most 256, at least Dh/4; Dh % 4 == 0; pos < min(T, GPT_MAX_T).
-__global__ void attn_decode_f32(float *y, float *kc, float *vc, const float *qkv, int B, int H, int Dh, int T,
-                                int pos, float scale) {
+// One block per (sequence, head), blocks striding over B*H.  Decode has few
+// blocks (B*H: 12 at batch 1), so each block puts its whole context's loads
+// in flight at once: the scores use Q lanes per cached position (Dh/4
+// rounded up to a power of two, at most 32: float4 loads of whole rows),
+// four positions a lane per round; the weighted sum of v splits the
+// positions over NG = blockDim/(Dh/4) thread groups, four a thread per
+// round, then adds the groups' sums as a tree.  blockDim.x: a multiple of
+// 32, at most 1024, at least Dh/4; Dh % 4 == 0; pos < min(T, GPT_MAX_T).
+#define GPT_ATTN_UNROLL 4
+
+__global__ void __launch_bounds__(1024) attn_decode_f32(float *y, float *kc, float *vc, const float *qkv,
+                                                        int B, int H, int Dh, int T, int pos, float scale) {
   __shared__ float p[GPT_MAX_T];
-  __shared__ float4 part[256];
+  __shared__ float4 part[1024];
   __shared__ float red[32];
-  int D = H * Dh, C = Dh >> 2;
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  int D = H * Dh, C = Dh >> 2, D4 = D >> 2;
   int len = min(pos + 1, min(T, GPT_MAX_T));
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   int Q = 1;
@@ -288,20 +294,33 @@ __global__ void attn_decode_f32(float *y, float *kc, float *vc, const float *qkv
       vb[(long long)(len - 1) * D + d] = q[2 * D + d];
     }
     __syncthreads();                               // the new row is visible to the block
+    // Scores: lane group `sub` of warp `warp` takes positions t0 + j*per_warp + sub.
+    const float4 *q4 = (const float4 *)q, *k4 = (const float4 *)kb;
     float m = -INFINITY;
-    const float4 *q4 = (const float4 *)q;
-    for (int t0 = warp * per_warp; t0 < len; t0 += nw * per_warp) {   // uniform over the warp
-      int t = t0 + sub;
-      float s = 0.0f;
-      if (t < len) {
-        const float4 *kr = (const float4 *)(kb + (long long)t * D);
-        for (int c = ql; c < C; c += Q) s = gpt_dot4(q4[c], kr[c], s);
+    for (int t0 = warp * per_warp * GPT_ATTN_UNROLL; t0 < len; t0 += nw * per_warp * GPT_ATTN_UNROLL) {
+      float s[GPT_ATTN_UNROLL];
+#pragma unroll
+      for (int j = 0; j < GPT_ATTN_UNROLL; j++) s[j] = 0.0f;
+      for (int c = ql; c < C; c += Q) {
+        float4 qv = q4[c], kv[GPT_ATTN_UNROLL];
+#pragma unroll
+        for (int j = 0; j < GPT_ATTN_UNROLL; j++) {
+          int t = t0 + j * per_warp + sub;
+          kv[j] = t < len ? k4[(long long)t * D4 + c] : zero;
+        }
+#pragma unroll
+        for (int j = 0; j < GPT_ATTN_UNROLL; j++) s[j] = gpt_dot4(qv, kv[j], s[j]);
       }
-      for (int o = Q >> 1; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-      s *= scale;
-      if (t < len) {
-        if (ql == 0) p[t] = s;
-        m = fmaxf(m, s);
+#pragma unroll
+      for (int j = 0; j < GPT_ATTN_UNROLL; j++) {
+        float v = s[j];
+        for (int o = Q >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+        v *= scale;
+        int t = t0 + j * per_warp + sub;
+        if (t < len) {
+          if (ql == 0) p[t] = v;
+          m = fmaxf(m, v);
+        }
       }
     }
     m = gt_block_max(m, red);                      // its barriers also publish p
@@ -313,27 +332,44 @@ __global__ void attn_decode_f32(float *y, float *kc, float *vc, const float *qkv
     }
     sum = gt_block_sum(sum, red);
     float inv = 1.0f / sum;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    // Weighted values: thread (grp, c4) sums positions grp, grp + NG, ...
+    const float4 *v4 = (const float4 *)vb;
+    float4 acc = zero;
     if (grp < NG) {
-      for (int t = grp; t < len; t += NG) {
-        float4 v = ((const float4 *)(vb + (long long)t * D))[c4];
-        float w = p[t];
-        acc.x = fmaf(w, v.x, acc.x);
-        acc.y = fmaf(w, v.y, acc.y);
-        acc.z = fmaf(w, v.z, acc.z);
-        acc.w = fmaf(w, v.w, acc.w);
+      for (int t0 = grp; t0 < len; t0 += NG * GPT_ATTN_UNROLL) {
+        float4 vv[GPT_ATTN_UNROLL];
+#pragma unroll
+        for (int j = 0; j < GPT_ATTN_UNROLL; j++) {
+          int t = t0 + j * NG;
+          vv[j] = t < len ? v4[(long long)t * D4 + c4] : zero;
+        }
+#pragma unroll
+        for (int j = 0; j < GPT_ATTN_UNROLL; j++) {
+          int t = t0 + j * NG;
+          float w = t < len ? p[t] : 0.0f;
+          acc.x = fmaf(w, vv[j].x, acc.x);
+          acc.y = fmaf(w, vv[j].y, acc.y);
+          acc.z = fmaf(w, vv[j].z, acc.z);
+          acc.w = fmaf(w, vv[j].w, acc.w);
+        }
       }
+      part[threadIdx.x] = acc;
     }
-    part[threadIdx.x] = acc;
     __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-      float4 s = part[c];
-      for (int j = 1; j < NG; j++) {
-        float4 o = part[j * C + c];
-        s.x += o.x; s.y += o.y; s.z += o.z; s.w += o.w;
+    for (int n = NG; n > 1;) {                     // add the groups' sums as a tree
+      int half = (n + 1) >> 1;
+      if (grp < n - half) {
+        float4 a = part[threadIdx.x], o = part[threadIdx.x + half * C];
+        a.x += o.x; a.y += o.y; a.z += o.z; a.w += o.w;
+        part[threadIdx.x] = a;
       }
-      float *yr = y + (long long)b * D + h * Dh + 4 * c;
-      yr[0] = s.x * inv; yr[1] = s.y * inv; yr[2] = s.z * inv; yr[3] = s.w * inv;
+      n = half;
+      __syncthreads();
+    }
+    if (threadIdx.x < C) {
+      float4 r = part[threadIdx.x];
+      float *yr = y + (long long)b * D + h * Dh + 4 * threadIdx.x;
+      yr[0] = r.x * inv; yr[1] = r.y * inv; yr[2] = r.z * inv; yr[3] = r.w * inv;
     }
     __syncthreads();                               // p and part are reused by the next (b, h)
   }

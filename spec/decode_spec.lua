@@ -259,17 +259,19 @@ describe("kernels/gpt.cu", function()
     assert.has_error(function() gpt.rows_linear(0, gt.zeros { 2, 8 }, W) end)
   end)
 
-  it("attn_decode stores K and V at pos and attends over positions 0..pos (Dh 8 and 64, long contexts)", function()
+  it("attn_decode stores K and V at pos and attends over positions 0..pos (Dh 8, 12, 64; long contexts)", function()
     local K = gt.load("kernels/gpt.cu")
     for _, c in ipairs { { H = 3, Dh = 8, T = 48, pos = 40, B = 2, block = 32 },
-                         { H = 2, Dh = 64, T = 80, pos = 70, B = 1, block = 64 } } do
+                         { H = 2, Dh = 64, T = 80, pos = 70, B = 1, block = 64 },
+                         { H = 2, Dh = 12, T = 40, pos = 0, B = 2, block = 32 },     -- 10 groups, one position
+                         { H = 1, Dh = 64, T = 300, pos = 299, B = 1, block = 128 } } do
       local D = c.H * c.Dh
       local kc, vc = rand({ c.B, c.T, D }, 7), rand({ c.B, c.T, D }, 8)
       local qkv = rand({ c.B, 3 * D }, 9)
       local y = gt.zeros { c.B, D }
       local scale = 1 / math.sqrt(c.Dh)
       local K0, V0, Q = kc:tolist(), vc:tolist(), qkv:tolist()
-      K.attn_decode_f32(c.B * c.H - 1, c.block, y, kc, vc, qkv, c.B, c.H, c.Dh, c.T, c.pos, scale)  -- blocks stride
+      K.attn_decode_f32(math.max(1, c.B * c.H - 1), c.block, y, kc, vc, qkv, c.B, c.H, c.Dh, c.T, c.pos, scale)  -- blocks stride
       local Y, K1 = y:tolist(), kc:tolist()
       for b = 1, c.B do
         for d = 1, D do K0[b][c.pos + 1][d], V0[b][c.pos + 1][d] = Q[b][D + d], Q[b][2 * D + d] end
