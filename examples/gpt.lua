@@ -100,7 +100,7 @@ function M.rows_plan(Mr, N, Kd, sms, force)
 end
 
 local SMS                          -- multiprocessors (cpu: worker threads)
-local row_plans = {}               -- [N][K][M] -> { f = launcher, S, shape }
+local row_plans = {}               -- [N][K][M] -> { f = launcher, S, M, N, K, shape }
 
 -- The cached plan and launcher for M rows x N features of K.
 local function rows_launcher(Mr, N, Kd)
@@ -113,7 +113,7 @@ local function rows_launcher(Mr, N, Kd)
     SMS = SMS or gt.device().sms
     local p = M.rows_plan(Mr, N, Kd, SMS)
     r = { f = kernels()["rows_linear_m" .. p.mt .. "_f32"]:config(p.grid, p.block, p.smem), S = p.S,
-          shape = { Mr, N } }
+          M = Mr, N = N, K = Kd, shape = { Mr, N } }
     byK[Mr] = r
   end
   return r
@@ -287,28 +287,49 @@ function M.new(c, w)
 
   local KK = kernels()
   local embed = flat("embed_pos_f32")
+  local tensor = gt.tensor
+  local hstride = m.hist.shape[2]
   -- attention: a block per (sequence, head), 1024 threads while the blocks
   -- fit on the multiprocessors at one each (54 registers a thread), else 512;
   -- argmax: a block per sequence
-  local finish_block = CPU and 32 or 1024
   assert(Dh / 4 <= 32, "gpt: hidden / heads at most 128")
   local function attn_block(B)
     if CPU then return 32 end
     SMS = SMS or gt.device().sms
     return B * H <= SMS and 1024 or 512
   end
-  local attn_cache, finish_cache = {}, {}
-  local shapes = {}                       -- {B, D} per batch size
-  local hstride = m.hist.shape[2]
+
+  -- What a step at batch B launches, made on its first call: the bound
+  -- launchers and the shapes of its tensors (the hot path looks nothing up).
+  local plans = {}
+  local function plan(B)
+    local P = {
+      x = { B, D }, tok = { B },
+      qkv = rows_launcher(B, 3 * D, D), proj = rows_launcher(B, D, D),
+      fc = rows_launcher(B, 4 * D, D), out = rows_launcher(B, D, 4 * D), lm = rows_launcher(B, V, D),
+      attn = KK.attn_decode_f32:config(min(B * H, 65535), attn_block(B)),
+      finish = KK.argmax_finish_f32:config(min(B, 65535), CPU and 32 or 1024),
+      embed = embed(B * D),
+    }
+    plans[B] = P
+    return P
+  end
+
+  -- y = rows_linear(mode, x, W, ...) through a prepared launcher r.
+  local function rows(r, mode, x, W, bias, res, g, beta)
+    local y = tensor(r.shape)
+    r.f(y, x, W, bias, res, g, beta, r.M, r.N, r.K, r.S, mode)
+    return y
+  end
 
   -- One transformer block on x {B, D} at position pos; returns the new x.
-  local function block(x, L, kc, vc, B, pos)
-    local qkv = rows_linear(LN + BIAS, x, L.wqkv, L.bqkv, nil, L.ln1_g, L.ln1_b)
-    local a = gt.tensor(shapes[B])
-    attn_cache[B](a, kc, vc, qkv, B, H, Dh, T, pos, scale)
-    x = rows_linear(BIAS + RES, a, L.wproj, L.bproj, x)
-    local h = rows_linear(LN + BIAS + GELU, x, L.wfc, L.bfc, nil, L.ln2_g, L.ln2_b)
-    return rows_linear(BIAS + RES, h, L.wout, L.bout, x)
+  local function block(x, L, kc, vc, P, B, pos)
+    local qkv = rows(P.qkv, LN + BIAS, x, L.wqkv, L.bqkv, x, L.ln1_g, L.ln1_b)
+    local a = tensor(P.x)
+    P.attn(a, kc, vc, qkv, B, H, Dh, T, pos, scale)
+    x = rows(P.proj, BIAS + RES, a, L.wproj, L.bproj, x, x, x)
+    local h = rows(P.fc, LN + BIAS + GELU, x, L.wfc, L.bfc, x, L.ln2_g, L.ln2_b)
+    return rows(P.out, BIAS + RES, h, L.wout, L.bout, x, x, x)
   end
 
   --- m.step(ids, pos [, live]) -> tok i32 {B}, logits {B, V}
@@ -319,18 +340,14 @@ function M.new(c, w)
     local B = ids.shape[1]
     if B > Bmax then error("gpt: batch " .. B .. " over the caches' " .. Bmax, 2) end
     if pos < 0 or pos >= T then error("gpt: position " .. pos .. " outside the context of " .. T, 2) end
-    if not shapes[B] then
-      shapes[B] = { B, D }
-      attn_cache[B] = KK.attn_decode_f32:config(min(B * H, 65535), attn_block(B))
-      finish_cache[B] = KK.argmax_finish_f32:config(min(B, 65535), finish_block)
-    end
-    local x = gt.tensor(shapes[B])
-    embed(B * D)(x, ids, w.wte, w.wpe, B, D, V, pos)
+    local P = plans[B] or plan(B)
+    local x = tensor(P.x)
+    P.embed(x, ids, w.wte, w.wpe, B, D, V, pos)
     local layers, kc, vc = w.layers, m.kc, m.vc
-    for l = 1, NL do x = scope(block, x, layers[l], kc[l], vc[l], B, pos) end
-    local logits = rows_linear(LN, x, w.lm, nil, nil, w.lnf_g, w.lnf_b)
-    local tok = gt.tensor({ B }, "i32")
-    finish_cache[B](tok, m.done, m.hist, logits, B, V, c.eot, live or 0, hstride, pos)
+    for l = 1, NL do x = scope(block, x, layers[l], kc[l], vc[l], P, B, pos) end
+    local logits = rows(P.lm, LN, x, w.lm, x, x, w.lnf_g, w.lnf_b)
+    local tok = tensor(P.tok, "i32")
+    P.finish(tok, m.done, m.hist, logits, B, V, c.eot, live or 0, hstride, pos)
     return tok, logits
   end
   return m
