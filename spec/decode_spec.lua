@@ -250,6 +250,9 @@ describe("kernels/gpt.cu", function()
     check_rows(16, 9, 264, gpt.BIAS + gpt.RES, { S = 4, nw = 4 })    -- slices that end mid-pass, 16 rows
     check_rows(20, 33, 32, gpt.LN, { nw = 3 })                      -- more rows than mt, 3 warps a block
     check_rows(8, 70, 128, gpt.GELU, { S = 2, nw = 3 })              -- nw not a multiple of S: a warp idles
+    check_rows(2, 40, 768, all, { S = 4, nw = 8 })                  -- the GPU's block: slices of 1.5 passes
+    check_rows(1, 300, 256, gpt.LN, { nw = 8 })                      -- many features a warp: the next one prefetched
+    check_rows(3, 20, 1280, all)                                    -- rows longer than the 8 passes loaded ahead
   end)
 
   it("rows_linear refuses a K that float4 rows cannot read, naming the fix", function()
