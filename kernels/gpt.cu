@@ -396,7 +396,19 @@ __global__ void argmax_finish_f32(int *tok, int *done, int *hist, const float *l
     const float *xr = logits + (long long)b * V;
     float v = -INFINITY;
     int i = 0x7fffffff;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) gpt_argmax_pick(&v, &i, xr[j], j);
+    for (int j0 = threadIdx.x; j0 < V; j0 += 8 * blockDim.x) {   // eight loads in flight a thread
+      float x8[8];
+#pragma unroll
+      for (int u = 0; u < 8; u++) {
+        int j = j0 + u * blockDim.x;
+        x8[u] = j < V ? xr[j] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < 8; u++) {
+        int j = j0 + u * blockDim.x;
+        if (j < V) gpt_argmax_pick(&v, &i, x8[u], j);
+      }
+    }
     for (int o = 16; o > 0; o >>= 1) {
       float ov = __shfl_xor_sync(0xffffffff, v, o);
       int oi = __shfl_xor_sync(0xffffffff, i, o);
