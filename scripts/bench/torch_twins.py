@@ -467,7 +467,7 @@ class Twins:
         """decode-B: the GPT decode step at batch B, the position cycling over the cache."""
         torch, d = self.torch, self.cfg["decode"]
         T = d["ctx"]
-        kernels = d["layers"] * 10 + 5           # gtlua's kernels per step (as gtlua_bench.lua counts)
+        kernels = d["layers"] * 5 + 3            # gtlua's kernels per step (examples/gpt.lua's kernels_per_step)
         s = self.res.scenario(f"decode-{B}", f"GPT decode step ({d['layers']} layers, hidden {d['hidden']}, "
                               f"vocab {d['vocab']}, KV cache {T}), batch {B}", kernels)
         s["batch"] = B
