@@ -109,7 +109,8 @@ describe("gtlua_bench.lua as a script", function()
 
   it("rejects an unknown option with its usage", function()
     assert.has_error(function() bench.parse_args { "--fast" } end,
-      "usage: gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only NAME,...]\nunknown argument: --fast")
+      "usage: gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only NAME,...]\n" ..
+      "       gtlua scripts/bench/gtlua_bench.lua --merge FILE... --json FILE\nunknown argument: --fast")
     assert.are.same({ quick = true, json = "x.json" }, bench.parse_args { "--quick", "--json", "x.json" })
   end)
 end)

@@ -31,14 +31,18 @@ function M.steps(cfg, m)
     return stack(h, P + 1, S, "relu", m.B)
   end
   local st = {}
+  -- The flag is computed on the device inside the step (p = sel * 1, as a
+  -- model computes its own), so the graph's condition reads the step's own
+  -- memory; sel, an input, is patched like any kernel argument.
   function st.item(x, sel)
     local h = stack(x, 1, P, "relu", m.B)
-    return suffix(h, sel:item() ~= 0)
+    return suffix(h, gt.ops.mul(sel, 1):item() ~= 0)
   end
   function st.cond(x, sel)
     local h = stack(x, 1, P, "relu", m.B)
+    local p = gt.ops.mul(sel, 1)
     local out = gt.tensor({ x.shape[1], cfg.hidden })
-    gt.cond(sel, function() out:copy(suffix(h, true)) end, function() out:copy(suffix(h, false)) end)
+    gt.cond(p, function() out:copy(suffix(h, true)) end, function() out:copy(suffix(h, false)) end)
     return out
   end
   return st
@@ -55,7 +59,7 @@ function M.run(cfg)
   local m = B.model(cfg)
   local st = M.steps(cfg, m)
   local x = gt.randn({ cfg.batch, cfg.hidden }, { seed = 7 })
-  local sels = { gt.from({ 0 }, "i32"), gt.from({ 1 }, "i32") }
+  local sels = { gt.from({ 0 }), gt.from({ 1 }) }
   local function args(i) return x, sels[(i - 1) % 2 + 1] end
   local kernels = cfg.prefix + cfg.suffix
   local reps, pipe = math.max(cfg.min_reps, cfg.reps), math.max(cfg.min_pipe, cfg.pipe)

@@ -207,6 +207,26 @@ function M.measure(step, warm, reps, pipe)
   return { cpu_us = median(cpu), step_us = median(full), pipe_us = p }
 end
 
+-- The collector's share of a step's host time: cpu_us medians over reps
+-- steps with the collector running and stopped (1 - stopped / running).
+function M.gc_share(step, reps)
+  local function run(stop)
+    collectgarbage()
+    if stop then collectgarbage("stop") end
+    local c = {}
+    for i = 1, reps do
+      local t0 = clock()
+      step(i)
+      c[i] = (clock() - t0) * 1e6
+    end
+    collectgarbage("restart")
+    gt.sync()
+    return median(c)
+  end
+  local on, off = run(false), run(true)
+  return max(0, 1 - off / on)
+end
+
 -- Ids of the nodes that hold a graph.
 local function recorded_ids(s)
   local r = {}
@@ -324,6 +344,7 @@ function M.run_scenario(cfg, sc, r)
   r.records = M.startup(tree, args, max(warm, 3 * sc.variants))
   r.record = main_record(r.records)
   r.modes.tree = M.measure(function(i) return tree(args(i)) end, warm, reps, pipe)
+  r.modes.tree.gc_share = M.gc_share(function(i) return tree(args(i)) end, reps)
   r.modes.floor = M.floor(tree, sc, reps, pipe)
   r.stats = stats_summary(tree:stats())
   r.agree = M.agree(tree, sc)
@@ -438,7 +459,37 @@ function M.run(cfg, only, log)
   return res
 end
 
-local USAGE = "usage: gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only NAME,...]"
+-- -- Several processes ------------------------------------------------------------
+
+-- LuaJIT's traces form differently from one process to the next, so run.sh
+-- runs the scenarios in several processes and merges them: every number of a
+-- mode becomes the median over the runs, and mode.spread[field] = {min, max}.
+function M.merge(runs)
+  local res = runs[1]
+  res.runs = #runs
+  for si, r in ipairs(res.scenarios) do
+    for name, m in pairs(r.modes or {}) do
+      m.spread = {}
+      for field, v in pairs(m) do
+        if type(v) == "number" then
+          local vals = {}
+          for _, other in ipairs(runs) do
+            local o = other.scenarios[si]
+            local om = o and o.name == r.name and o.modes and o.modes[name]
+            if om and type(om[field]) == "number" then vals[#vals + 1] = om[field] end
+          end
+          sort(vals)
+          m[field] = median(vals)
+          m.spread[field] = M.array { vals[1], vals[#vals] }
+        end
+      end
+    end
+  end
+  return res
+end
+
+local USAGE = "usage: gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only NAME,...]\n" ..
+  "       gtlua scripts/bench/gtlua_bench.lua --merge FILE... --json FILE"
 
 function M.parse_args(argv)
   local o, i = {}, 1
@@ -447,6 +498,9 @@ function M.parse_args(argv)
     if a == "--quick" then o.quick = true
     elseif a == "--json" then i = i + 1; o.json = argv[i]
     elseif a == "--only" then i = i + 1; o.only = argv[i]
+    elseif a == "--merge" then
+      o.merge = {}
+      while argv[i + 1] and argv[i + 1]:sub(1, 2) ~= "--" do i = i + 1; o.merge[#o.merge + 1] = argv[i] end
     elseif a == "-h" or a == "--help" then o.help = true
     else error(USAGE .. "\nunknown argument: " .. tostring(a), 0) end
     if (a == "--json" or a == "--only") and not argv[i] then error(USAGE .. "\n" .. a .. " needs a value", 0) end
@@ -459,6 +513,17 @@ function M.main(argv)
   io.stdout:setvbuf("line")
   local o = M.parse_args(argv)
   if o.help then print(USAGE) return end
+  if o.merge then
+    local runs = {}
+    for _, path in ipairs(o.merge) do
+      local f = io.open(path, "r")
+      if f then runs[#runs + 1] = json.decode(f:read("*a")); f:close() end
+    end
+    if #runs == 0 then error("gtlua_bench --merge: none of the files could be read", 0) end
+    write_file(assert(o.json, "--merge needs --json OUT"), M.encode(M.merge(runs)) .. "\n")
+    print(("merged %d runs into %s"):format(#runs, o.json))
+    return
+  end
   local res = M.run(o.quick and M.QUICK or M.FULL, o.only, function(s) io.stderr:write(s, "\n") end)
   print(M.table_text(res))
   if o.json then

@@ -16,9 +16,10 @@ M.TARGETS = {
   vs_reduce = 40,        -- reduce-overhead CPU / gtlua tree CPU, at least
   step = 1.05,           -- gtlua tree step / floor step, at most
   record_ms = 5,         -- wall time of the call that records a new ~100-kernel path, at most
-  record_heap_ms = 3,
+  record_heap_ms = 3,    -- the same for a 128-kernel path with 100 MB of live Lua heap (no GC at record time)
   keyed_cpu = 1.25,      -- gtlua keyed CPU / floor CPU, at most
-  vs_reduce_keyed = 50,  -- reduce-overhead CPU / gtlua keyed CPU, at least    -- the same for a 128-kernel path with 100 MB of live Lua heap (issue: no GC at record time)
+  vs_reduce_keyed = 50,  -- reduce-overhead CPU / gtlua keyed CPU, at least
+  cond_step = 1.10,      -- gt.cond tree step / its floor step, at most
 }
 
 --- decode(text) -> the value of a JSON text (null is nil; raises "bad JSON ..." on bad input)
@@ -73,6 +74,12 @@ function M.load(dir, paths)
     local ok, v = pcall(M.decode, text or "")
     if text and ok then inputs[key] = v
     else missing[#missing + 1] = name .. (text and (": " .. tostring(v)) or " (not found)") end
+  end
+  -- cond_bench.lua's scenario joins gtlua's (its modes: eager, item, cond, floor)
+  local ct = read_file(path("cond", "cond.json"))
+  local okc, cv = pcall(M.decode, ct or "")
+  if ct and okc and inputs.gtlua and cv.scenarios then
+    for _, sc in ipairs(cv.scenarios) do table.insert(inputs.gtlua.scenarios, sc) end
   end
   local ft = read_file(path("floor", "launch_floor.txt"))
   if ft and ft:find("nodes") then inputs.floor = M.parse_floor(ft) else missing[#missing + 1] = "launch_floor.txt" end
@@ -162,14 +169,21 @@ local function near_100(res)
 end
 
 --- targets(inputs) -> list of rows (what, scenario, value, target, verdict)
+-- The scenarios with a tree mode (the cond scenario has its own modes).
+local function tree_scenarios(inp)
+  local r = {}
+  for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do if mode(s, "tree") or s.error then r[#r + 1] = s end end
+  return r
+end
+
 function M.targets(inp)
   local T, rows = M.TARGETS, {}
-  for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
+  for _, s in ipairs(tree_scenarios(inp)) do
     local tr, fl = mode(s, "tree"), mode(s, "floor")
     local r = ratio(tr and tr.cpu_us, fl and fl.cpu_us)
     target_row(rows, "tree replay CPU / floor CPU", s.name, x(r), "≤ " .. T.replay_cpu .. "x", r and r <= T.replay_cpu)
   end
-  for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
+  for _, s in ipairs(tree_scenarios(inp)) do
     local ro = mode(by_name(inp.torch, s.name), "reduce_overhead")
     if ro or not s.name:find("+", 1, true) then
       local r = ratio(ro and ro.cpu_us, (mode(s, "tree") or {}).cpu_us)
@@ -187,9 +201,16 @@ function M.targets(inp)
         r2 and r2 >= T.vs_reduce_keyed)
     end
   end
-  for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
+  for _, s in ipairs(tree_scenarios(inp)) do
     local r = ratio((mode(s, "tree") or {}).step_us, (mode(s, "floor") or {}).step_us)
     target_row(rows, "tree step / floor step", s.name, x(r), "≤ " .. T.step .. "x", r and r <= T.step)
+  end
+  for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
+    local c = mode(s, "cond")
+    if c then
+      local r = ratio(c.step_us, (mode(s, "floor") or {}).step_us)
+      target_row(rows, "gt.cond tree step / floor step", s.name, x(r), "≤ " .. T.cond_step .. "x", r and r <= T.cond_step)
+    end
   end
   local g = near_100(inp.gtlua)
   local e = g and g.record
@@ -223,15 +244,23 @@ end
 -- The modes of one scenario as table rows.
 local MODES = {
   { "gtlua eager", "gtlua", "eager" }, { "gtlua tree (replay)", "gtlua", "tree" },
-  { "gtlua keyed (no body)", "gtlua", "keyed" }, { "gtlua floor", "gtlua", "floor" },
+  { "gtlua keyed (no body)", "gtlua", "keyed" }, { "gtlua item() + host branch (tree)", "gtlua", "item" },
+  { "gtlua gt.cond (tree)", "gtlua", "cond" }, { "gtlua floor", "gtlua", "floor" },
   { "PyTorch eager", "torch", "eager" }, { "PyTorch reduce-overhead", "torch", "reduce_overhead" },
   { "PyTorch CUDAGraph (hand-captured)", "torch", "cudagraph" },
 }
 
+-- A median with its spread over the processes that measured it: "12.3 (11.9–13.0)".
+local function spread_us(m, field)
+  local sp = m.spread and m.spread[field]
+  if not sp or not sp[1] or sp[1] == sp[2] then return us(m[field]) end
+  return format("%s (%s–%s)", us(m[field]), us(sp[1]), us(sp[2]))
+end
+
 local function mode_cells(m)
   if not m then return { DASH, DASH, DASH } end
   if m.skipped then return { "skipped: " .. m.skipped, DASH, DASH } end
-  return { us(m.cpu_us), us(m.step_us), us(m.pipe_us) }
+  return { spread_us(m, "cpu_us"), spread_us(m, "step_us"), us(m.pipe_us) }
 end
 
 local function plural(n, word) return format("%d %s%s", n, word, n == 1 and "" or "s") end
@@ -250,6 +279,16 @@ local function scenario_notes(gs, ts)
     notes[#notes + 1] = format("gtlua tree: %s, %s, %d recorded, %s, %s, %d eager; pool high-water %s.",
       plural(s.calls, "call"), plural(s.nodes, "node"), s.recorded, plural(s.replays, "replay"), plural(s.warmups, "warmup"),
       s.eager, require("gt.units").bytes(s.pool_high_water))
+  end
+  local tr_mode = gs and gs.modes and gs.modes.tree
+  if tr_mode and tr_mode.gc_share then
+    notes[#notes + 1] = format("gtlua tree: Lua's collector takes %.0f%% of a replayed step's host time " ..
+      "(cpu µs with the collector running vs stopped).", 100 * tr_mode.gc_share)
+  end
+  if gs and gs.nodes and gs.nodes.cond then
+    notes[#notes + 1] = format("gt.cond: %s per step (item() + host branch: %s); conditional nodes: %s; " ..
+      "item vs cond outputs max |diff| %.3g.", plural(gs.nodes.cond, "node"), plural(gs.nodes.item, "node"),
+      gs.cond_nodes and "yes" or "no (host branches)", gs.max_abs_diff or 0 / 0)
   end
   if gs and gs.agree then
     notes[#notes + 1] = format("eager and tree outputs: max |diff| %.3g over %d values (max |value| %.3g).",
@@ -275,7 +314,8 @@ local function scenario_section(inp, gs, name)
   local out = { format("### %s%s\n", name, label and label ~= "" and (" — " .. label) or ""),
                 header({ "mode", "cpu µs", "step µs", "pipe µs" }, { "---", "---:", "---:", "---:" }) }
   for _, m in ipairs(MODES) do
-    if src[m[2]] or m[2] == "gtlua" then
+    local optional = m[3] == "item" or m[3] == "cond"        -- the cond scenario's own modes
+    if (src[m[2]] or m[2] == "gtlua") and (not optional or mode(src[m[2]], m[3])) then
       local cells = mode_cells(mode(src[m[2]], m[3]))
       out[#out + 1] = row { m[1], cells[1], cells[2], cells[3] }
     end
@@ -428,7 +468,9 @@ function M.markdown(inp, svg_name)
     "# gtlua benchmark results",
     "Written by `scripts/bench/report.lua` from one run of `make bench` (`sh scripts/bench/run.sh`); " ..
     "what the scenarios and columns mean: [README.md](README.md). Medians in µs: **cpu** = host time to issue " ..
-    "one step (no sync), **step** = issue + `sync`, **pipe** = many steps, one sync, per step.",
+    "one step (no sync), **step** = issue + `sync`, **pipe** = many steps, one sync, per step." ..
+    (inp.gtlua and inp.gtlua.runs and format(" gtlua's figures are medians over %d processes (LuaJIT's traces " ..
+      "form differently in each), with the lowest and highest in brackets.", inp.gtlua.runs) or ""),
     header_lines(inp),
     "## Targets (shared/anchors/README.md)",
     targets_section(inp),

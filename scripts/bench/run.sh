@@ -42,11 +42,26 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     || rm -f "$dir/nvidia-smi.txt"
 fi
 
-say "1/4 gtlua scenarios (limit ${T_GTLUA} s)"
+RUNS=${BENCH_RUNS:-3}
+say "1/4 gtlua scenarios, $RUNS processes (limit ${T_GTLUA} s each), then the cond scenario"
+# LuaJIT's traces form differently in each process: every figure is the median
+# over RUNS processes, with their spread (gtlua_bench.lua --merge).
+gtlua_rc=0
+k=1
+while [ "$k" -le "$RUNS" ]; do
+  # shellcheck disable=SC2086
+  stage "$dir/gtlua.$k.log" "$T_GTLUA" "$BIN" scripts/bench/gtlua_bench.lua $quick $only --json "$dir/gtlua.$k.json" \
+    || { gtlua_rc=$?; say "gtlua run $k failed (status $gtlua_rc)"; }
+  k=$((k + 1))
+done
 # shellcheck disable=SC2086
-stage "$dir/gtlua.log" "$T_GTLUA" "$BIN" scripts/bench/gtlua_bench.lua $quick $only --json "$dir/gtlua.json"
-gtlua_rc=$?
-[ "$gtlua_rc" = 0 ] || say "gtlua stage failed (status $gtlua_rc)"
+"$BIN" scripts/bench/gtlua_bench.lua --merge $(ls "$dir"/gtlua.[0-9]*.json 2>/dev/null) --json "$dir/gtlua.json" \
+  || { gtlua_rc=1; say "merging the gtlua runs failed"; }
+if [ -z "$only" ] || echo ",$BENCH_ONLY," | grep -q ",cond,"; then
+  # shellcheck disable=SC2086
+  stage "$dir/cond.log" "$T_GTLUA" "$BIN" scripts/bench/cond_bench.lua $quick --json "$dir/cond.json" \
+    || say "cond stage failed (soft)"
+fi
 
 say "2/4 PyTorch twins (limit ${T_TORCH} s)"
 if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch' >/dev/null 2>&1; then
