@@ -2,6 +2,7 @@
 -- and the process (and the REPL) goes on: launch arguments, kernel names, faulting
 -- kernels on the cpu backend, address-space reservations, the soak script.
 local gt = require "gt"
+require "gt.busted"
 local S = require "spec.support"
 local shq, spit, gtlua = S.shq, S.spit, S.gtlua
 
@@ -242,6 +243,72 @@ describe("a kernel that faults on the cpu backend", function()
     assert.equal(0, status, err)
     assert.truthy(has(err, "kernel 'poke' made an invalid memory write"), err)
     assert.truthy(has(out, "> 1\n"), out)
+  end)
+end)
+
+describe("tree options", function()
+  local f = function(x) return gt.ops.relu(x) end
+  local function bad(opts, ...)
+    local e = error_of(function() local t = gt.tree(f, opts) return t end)
+    for _, part in ipairs({ ... }) do assert.truthy(has(e, part), e) end
+    assert.falsy(has(e, "cannot convert"), e)     -- not an FFI conversion error
+    return e
+  end
+
+  it("name the option, what it got and what is allowed, for every option", function()
+    bad({ warmup = "x" }, "option warmup must be a whole number in 0..2147483647", 'got "x" (a string)')
+    bad({ warmup = 1.5 }, "option warmup must be a whole number", "got 1.5")
+    bad({ warmup = -1 }, "option warmup", "got -1")
+    bad({ warmup = 0 / 0 }, "option warmup", "got nan")
+    bad({ max_recordings = 2 ^ 32 }, "option max_recordings must be a whole number in 0..2147483647 or math.huge", "got 4294967296")
+    bad({ max_recordings = 0.5 }, "option max_recordings", "got 0.5")
+    bad({ on_limit = "eagre" }, 'option on_limit must be "eager"', '"error"', 'got "eagre"')
+    bad({ on_limit = true }, "option on_limit", "got true")
+    bad({ copy_inputs = 1 }, "option copy_inputs must be true or false", "got 1")
+    bad({ name = 3 }, "option name must be a non-empty string", "got 3")
+    bad({ name = "" }, "option name must be a non-empty string", 'got "" (a string)')
+    bad({ warn_shapes = 0 }, "option warn_shapes must be a whole number >= 1", "or false", "got 0")
+    bad({ buckets = 3 }, "option buckets must be {dim = d, sizes = {...}} or a list of them", "got 3")
+    bad({ buckets = { dim = 0, sizes = { 1 } } }, "option buckets.dim must be a dimension", "got 0")
+    bad({ buckets = { sizes = { 4, 2 } } }, "option buckets.sizes[2] must be increasing", "the size before it is 4", "got 2")
+    bad({ buckets = { sizes = {} } }, "option buckets.sizes must be a non-empty list", "got a table")
+    bad({ buckets = { { sizes = { 1 } }, 5 } }, "option buckets[2] must be a table", "got 5")
+    bad({ buckets = { sizes = { 1 }, dims = 1 } }, 'option buckets has the unknown key "dims"')
+    bad({ key = 3 }, "option key must be a function", "got 3")
+    bad({ key = f, patch = { 0 } }, "option patch[1] must be an argument position", "got 0")
+    bad({ key = f, patch = 2 }, "option patch must be a list of argument positions", "got 2")
+    bad({ key = f, verify = 0.5 }, "option verify must be a whole number >= 1", "got 0.5")
+    bad({ patch = { 2 } }, "option patch needs key = function")
+    bad("fast", "the options must be a table", 'got "fast"')
+  end)
+
+  it("refuse unknown option names, with a did-you-mean", function()
+    bad({ warmpu = 1 }, "unknown option 'warmpu' (did you mean 'warmup'?)", "Options: name, warmup, max_recordings")
+    bad({ max_recording = 2 }, "did you mean 'max_recordings'?")
+    bad({ Buckets = {} }, "did you mean 'buckets'?")
+    local e = bad({ zzzzzzzz = 1 }, "unknown option 'zzzzzzzz'")
+    assert.falsy(has(e, "did you mean"), e)
+    bad({ 1 }, "options are named", "got the key 1")
+    bad({ pool = {} }, "option 'pool'", "not implemented yet")
+  end)
+
+  it("raise at the caller's line, and the next tree works", function()
+    local e = error_of(function() local t = gt.tree(f, { warmup = "x" }) return t end)
+    assert.truthy(e:find("hardening_spec.lua:%d+: gt.tree: option warmup"), e)
+    local t = gt.tree(f, { warmup = 0, max_recordings = math.huge, on_limit = "error", copy_inputs = false, name = "fine" })
+    local x = gt.from({ -1, 2 })
+    for _ = 1, 3 do assert.same({ 0, 2 }, t(x):tolist()) end
+    assert.recorded(t, 1)
+    assert.replayed(t, 2)
+  end)
+
+  it("are checked in the REPL too, which goes on", function()
+    local status, out, err = gtlua("-i", { stdin = "t = gt.tree(function() end, {warmup = 'x'})\n" ..
+      "t = gt.tree(function() end, {max_recordings = 2^32})\nprint(type(gt.tree(function() end, {warmup = 2})))\n" })
+    assert.equal(0, status, err)
+    assert.truthy(has(err, 'option warmup must be a whole number in 0..2147483647'), err)
+    assert.truthy(has(err, "got 4294967296"), err)
+    assert.truthy(has(out, "table"), out)
   end)
 end)
 

@@ -67,7 +67,8 @@ return function(gt)
   gt._trees = os.getenv("GTLUA_KEEP_TREES") == "1" and {} or setmetatable({}, { __mode = "v" })
   --- gt.tree(fn [, opts]) -> a callable tree.  opts: name, warmup (1),
   --- max_recordings (64), on_limit ("eager"|"error"), copy_inputs (false),
-  --- buckets ({dim=, sizes=} or a list of them), warn_shapes (8)
+  --- buckets ({dim=, sizes=} or a list of them), warn_shapes (8), key, patch, verify;
+  --- checked by gt.treeopts (a bad or unknown option raises naming it)
   function gt.tree(fn, opts)
     if type(fn) ~= "function" then gt._error("gt.tree expects a function (the step) as its first argument, got " .. (fn == nil and "nil" or "a " .. type(fn))) end
     opts = check_opts(opts, gt._error)
