@@ -332,13 +332,53 @@ describe("address-space reservations", function()
     assert.equal("16\n", out)
   end)
 
-  it("let 9000 trees live at once on the cpu backend", function()
-    -- (cuda reserves GTLUA_POOL_RESERVE = 16 GiB of device addresses per tree: the driver's
-    -- address space ends first, with a message naming the variable)
-    local status, out, err = gtlua([[-e 'local t = {} for i = 1, 9000 do t[i] = gt.tree(function() end) end print(#t)']],
-      { env = "GTLUA_BACKEND=cpu" })
+  -- 10^4 live trees, each with pool memory and a recorded graph: each pool reserves its
+  -- first range (64 MiB of addresses, less under ulimit -v) only when it first needs memory
+  local many = [[
+    local n = tonumber(arg[1])
+    local K = gt.compile("__global__ void add(float *y, const float *x, int i) { y[threadIdx.x] = x[threadIdx.x] + i; }")
+    local x, t = gt.ones({ 4 }), {}
+    for i = 1, n do
+      t[i] = gt.tree(function(v) local y = gt.tensor({ 4 }) K.add(1, 4, y, v, i) return y end, { warmup = 0 })
+      t[i](x)
+    end
+    local ok, recorded = 0, 0
+    for i = 1, n do
+      if t[i](x):tolist()[4] == 1 + i then ok = ok + 1 end
+      recorded = recorded + t[i]:stats().recorded
+    end
+    print(ok, recorded)
+  ]]
+
+  it("let 10^4 trees live at once, each with pool memory and a graph, on every backend", function()
+    local path = tmpfile(many)
+    local status, out, err = gtlua(shq(path) .. " 10000", { env = "GTLUA_BACKEND=" .. gt.backend() })
+    os.remove(path)
     assert.equal(0, status, err)
-    assert.equal("9000\n", out)
+    assert.equal("10000\t10000\n", out)
+  end)
+
+  it("let 2000 trees with pool memory live under ulimit -v 8000000 on the cpu backend", function()
+    if gt.backend() ~= "cpu" then return pending("cpu backend") end
+    if os.getenv("ASAN_OPTIONS") then return pending("ASan maps terabytes of shadow memory: no ulimit -v") end
+    local path = tmpfile(many)
+    local status, out, err = S.sh("ulimit -v 8000000 && GTLUA_BACKEND=cpu timeout 60 \"$GTLUA\" " .. shq(path) .. " 2000")
+    os.remove(path)
+    assert.equal(0, status, err)
+    assert.equal("2000\t2000\n", out)
+  end)
+
+  it("reserve no addresses for a tree until it first needs pool memory", function()
+    -- a first range of 10^8 GiB cannot be reserved: making the tree works, its first call says why
+    local status, out, err = gtlua([[-e 'local t = gt.tree(function(x) return gt.ops.relu(x) end); print("made")
+      print(pcall(t, gt.ones({2}))); print(pcall(t, gt.ones({2}))); print(gt.zeros({2}):tolist()[2])']],
+      { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_POOL_RESERVE=100000000" })
+    assert.equal(0, status, err)
+    assert.truthy(has(out, "made\n"), out)
+    local _, fails = out:gsub("false\t[^\n]*out of memory: request of %d+ bytes: reserving %d+ more bytes of addresses for the pool failed", "")
+    assert.equal(2, fails, out)
+    assert.truthy(has(out, "set GTLUA_POOL_RESERVE (GiB a tree's pool reserves first, set now) or GTLUA_MEM_RESERVE"), out)
+    assert.truthy(has(out, "\n0\n"), out)
   end)
 
   it("name GTLUA_MEM_RESERVE when ordinary memory cannot be reserved", function()
@@ -348,13 +388,49 @@ describe("address-space reservations", function()
     assert.truthy(has(err, "set GTLUA_MEM_RESERVE lower"), err)
   end)
 
-  it("name GTLUA_POOL_RESERVE when a tree's pool cannot be reserved, and the process goes on", function()
+  it("name GTLUA_POOL_RESERVE when its value is not a size, and the process goes on", function()
     local status, out, err = gtlua([[-e 'print(pcall(gt.tree, function() end)); print(gt.zeros({2}):tolist()[2])']],
-      { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_POOL_RESERVE=100000000" })
+      { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_POOL_RESERVE=lots" })
     assert.equal(0, status, err)
     assert.truthy(has(out, "false\t"), out)
-    assert.truthy(has(out, "GTLUA_POOL_RESERVE"), out)
+    assert.truthy(has(out, "GTLUA_POOL_RESERVE=lots is not a size"), out)
     assert.truthy(has(out, "\n0\n"), out)
+  end)
+
+  it("grow a tree's pool by further ranges without moving it: earlier graphs replay unchanged", function()
+    -- the first range is 1 MiB: a call that needs more adds a range; the small path's graph,
+    -- recorded in the first range, still replays with its addresses, and both give right values
+    local script = tmpfile([[
+      local K = gt.compile("__global__ void fill(float *y, float v, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = v; }")
+      local step = gt.tree(function(n, v)
+        local y = gt.tensor({ n })
+        K.fill(math.ceil(n / 256), 256, y, v, n)
+        return y
+      end, { warmup = 0 })
+      local small, big = 1000, 3 * 2^20 / 4           -- 4 KB, then 3 MiB
+      for i = 1, 3 do io.write(step(small, i):tolist()[small], " ") end
+      local before = step:stats().pool.reserved
+      for i = 1, 3 do local y = step(big, 10 + i); io.write(y:tolist()[big], " ") end
+      for i = 1, 3 do io.write(step(small, 20 + i):tolist()[small], " ") end
+      local s = step:stats()
+      print(); print(s.recorded, s.replays, before < s.pool.reserved)
+      -- a range added mid-call: the parent's tensor stays in the first range, the child reads it
+      local K2 = gt.compile("__global__ void spread(float *y, const float *a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a[i % 1000]; }")
+      local two = gt.tree(function(v)
+        local a = gt.tensor({ small })
+        K.fill(4, 256, a, v, small)
+        gt.cut()
+        local y = gt.tensor({ big })
+        K2.spread(math.ceil(big / 256), 256, y, a, big)
+        return y, a
+      end, { warmup = 0 })
+      for i = 1, 3 do local y, a = two(30 + i); io.write(y:tolist()[big], ",", a:tolist()[1], " ") end
+      print(two:stats().replays)
+    ]])
+    local status, out, err = gtlua(shq(script), { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_POOL_RESERVE=1M" })
+    os.remove(script)
+    assert.equal(0, status, err)
+    assert.equal("1 2 3 11 12 13 21 22 23 \n2\t7\ttrue\n31,31 32,32 33,33 4\n", out)
   end)
 end)
 
