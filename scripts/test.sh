@@ -31,7 +31,7 @@ fi
 echo "backend: $backend (excluding tags: ${tags:-none})"
 # shellcheck disable=SC2086
 $BIN "$BUSTED" --exclude-tags="$tags" ${BUSTED_ARGS:-} spec/ 2>&1 | tee "$out"
-summary=$(grep -E '[0-9]+ successes? / [0-9]+ failures? / [0-9]+ errors?' "$out" | tail -1)
+summary=$(grep -E '[0-9]+ success(es)? / [0-9]+ failures? / [0-9]+ errors?' "$out" | tail -1)
 ok=$(echo "$summary" | sed -n 's/^\([0-9]*\) success.*/\1/p')
 bad=$(echo "$summary" | sed -n 's/.* \([0-9]*\) failures\{0,1\} \/ \([0-9]*\) errors\{0,1\}.*/\1 \2/p')
 if [ -z "$ok" ]; then ok=0; bad="1 0"; echo "busted printed no summary (it crashed?)"; fi

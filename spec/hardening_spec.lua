@@ -448,3 +448,45 @@ describe("scripts/soak.sh", function()
     assert.truthy(has(out, "soak: flat"), out)
   end)
 end)
+
+describe("scripts/sanitize.sh", function()
+  -- the real tool runs on the GPU machine (scripts/device-test.sh memcheck); here a stand-in
+  -- that takes the options, writes a report where --log-file says and runs the program
+  it("runs each spec file in its own process and names the one that died, with its last words", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. shq(dir)) == 0)
+    spit(dir .. "/fake-cs", [[#!/bin/sh
+[ "$1" = --version ] && { echo "stand-in 1.0"; exit 0; }
+log=
+while [ $# -gt 0 ]; do case "$1" in --log-file) log=$2; shift 2;; --*) echo "$1 $2" >> "${0%/*}/opts"; shift 2;; *) break;; esac; done
+echo "========= ERROR SUMMARY: 0 errors" > "$(echo "$log" | sed "s/%p/$$/")"
+exec "$@"
+]])
+    spit(dir .. "/a_spec.lua", 'describe("a", function() it("passes", function() assert.equal(2, 1 + 1) end) end)\n')
+    spit(dir .. "/b_spec.lua", 'local ffi = require "ffi"\nffi.cdef "void abort(void);"\n' ..
+      'describe("b", function() it("aborts", function() io.stderr:write("last words\\n") ffi.C.abort() end) end)\n')
+    local status, out, err = S.sh(("chmod +x %s && OUT=%s COMPUTE_SANITIZER=%s SANITIZE_BACKEND=cpu GTLUA_BIN_UNDER_TEST=\"$GTLUA\" " ..
+      "SPECS=%s sh scripts/sanitize.sh memcheck"):format(shq(dir .. "/fake-cs"), shq(dir), shq(dir .. "/fake-cs"),
+      shq(dir .. "/a_spec.lua " .. dir .. "/b_spec.lua")))
+    local opts = S.slurp(dir .. "/opts", true)
+    local logs = io.popen("ls " .. shq(dir .. "/sanitize-memcheck")):read("*a")
+    os.execute("rm -rf " .. shq(dir))
+    assert.equal(1, status, out .. err)
+    assert.truthy(out:find("a_spec%s+ok%s+%d+s%s+1 success / 0 failures / 0 errors / 0 pending.-ERROR SUMMARY: 0 errors"), out)
+    assert.truthy(out:find("b_spec%s+died of signal 6"), out)
+    assert.truthy(has(out, "    | last words"), out)
+    assert.truthy(has(out, "sanitize memcheck: 2 files run, 1 not clean"), out)
+    for _, o in ipairs({ "--tool memcheck", "--show-backtrace device", "--report-api-errors no",
+                         "--target-processes application-only", "--require-cuda-init no", "--error-exitcode 86" }) do
+      assert.truthy(has(opts, o), opts)
+    end
+    assert.truthy(has(logs, "a_spec.log") and logs:find("a_spec%.%d+%.cs%.log"), logs)
+  end)
+
+  it("refuses an unknown tool", function()
+    local status, _, err = S.sh("sh scripts/sanitize.sh valgrind")
+    assert.equal(2, status)
+    assert.truthy(has(err, "usage: sh scripts/sanitize.sh memcheck|racecheck"), err)
+  end)
+end)
