@@ -303,6 +303,7 @@ static void gt_test_pool_growing(void) {
   GT_CHECK(gt_pool_init_growing(&p, &be, "8", err) == GT_OK);
   GT_CHECK(gt_pool_alloc(&p, 100, NULL, &a, err) == GT_ERR && p.nrng == 0);
   GT_CHECK(strstr(err, "GTLUA_POOL_RESERVE") && strstr(err, "GTLUA_MEM_RESERVE") && strstr(err, "no room"));
+  gt_pool_destroy(&p);
   /* the default first range is retried with just the request */
   GT_CHECK(gt_pool_init_growing(&p, &be, NULL, err) == GT_OK && p.growing == 1);
   p.first = 8ull << 30;
