@@ -12,7 +12,11 @@
 
 /* -- Pool (pool.c): reserved address ranges, grown by committing ---------- */
 typedef struct gt_block { uint64_t off, size; gt_buf *buf; } gt_block;
-typedef struct gt_range { uint64_t addr, size, committed; } gt_range;   /* committed: bytes from addr */
+typedef struct gt_range {
+  uint64_t addr, size;
+  uint64_t committed;        /* bytes committed from addr */
+  uint64_t high;             /* the highest end of a block ever placed, from addr */
+} gt_range;
 
 /* A block at offset off lives at address base + off.  A fixed pool
    (gt_pool_init, ordinary memory) is one range reserved at once, base its
@@ -26,7 +30,7 @@ typedef struct gt_pool {
   uint64_t base;             /* fixed: the range's address; growing: 0 */
   uint64_t reserve;          /* bytes reserved, all ranges */
   uint64_t committed;        /* bytes committed, all ranges */
-  uint64_t high_water;       /* largest end ever used, ranges laid end to end in address order */
+  uint64_t high_water;       /* the ranges' highs added up (one range: the largest end ever used) */
   uint64_t first;            /* growing: the first range's size */
   int growing;               /* 0: fixed; 1: growing; 2: growing, first set by the user (not retried smaller) */
   gt_range *rng;             /* sorted by address */
