@@ -26,7 +26,7 @@ EMBED = $(BUILD)/obj/gt_header.c $(BUILD)/obj/cpu_prelude.c
 OBJS = $(SRCS:src/%.c=$(BUILD)/obj/%.o) $(EMBED:.c=.o)
 DEPS = $(OBJS:.o=.d)
 
-.PHONY: all run test test-c asan bench install clean deps cuda-note
+.PHONY: all run test asan bench install clean deps cuda-note
 all: $(BUILD)/gtlua
 
 $(BUILD)/gtlua: $(OBJS) | cuda-note
@@ -61,8 +61,8 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/gtlua examples/quickstart.lua
 
-# The specs run inside gtlua (scripts/test.sh); GTLUA_BACKEND picks the backend.
-BUSTED ?= $(shell command -v busted || echo /usr/bin/busted)
+# The C checks, then the specs inside gtlua (scripts/test.sh; .busted's default
+# task); GTLUA_BACKEND picks the backend, BUSTED the busted script.
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/gtlua-test
 	@sh scripts/test.sh
@@ -88,10 +88,11 @@ bench: all
 # make install [PREFIX=/usr/local] [DESTDIR=]: PREFIX/bin/gtlua finds PREFIX/share/gtlua
 # (lua/, kernels/, examples/) by itself; a binary copied elsewhere needs GTLUA_HOME.
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/gtlua/lua/gt $(DESTDIR)$(PREFIX)/share/gtlua/kernels \
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/gtlua/lua/gt/report $(DESTDIR)$(PREFIX)/share/gtlua/kernels \
 	  $(DESTDIR)$(PREFIX)/share/gtlua/examples/kernels
 	install -m 755 $(BUILD)/gtlua $(DESTDIR)$(PREFIX)/bin/gtlua
 	install -m 644 lua/gt/*.lua $(DESTDIR)$(PREFIX)/share/gtlua/lua/gt/
+	install -m 644 lua/gt/report/*.lua $(DESTDIR)$(PREFIX)/share/gtlua/lua/gt/report/
 	install -m 644 kernels/*.cu kernels/*.cuh $(DESTDIR)$(PREFIX)/share/gtlua/kernels/
 	install -m 644 examples/*.lua $(DESTDIR)$(PREFIX)/share/gtlua/examples/
 	install -m 644 examples/kernels/*.cu $(DESTDIR)$(PREFIX)/share/gtlua/examples/kernels/

@@ -1,10 +1,11 @@
 #!/bin/sh
-# Installs the Debian/Ubuntu packages gtlua needs, if any are missing.
+# Installs the Debian/Ubuntu packages gtlua needs, if any are missing
+# (lua-dkjson: tree:json and the bench read and write JSON through it).
 # Says what to do when it cannot (no apt-get, not root and no sudo).
 set -eu
 need=""
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in luajit libluajit-5.1-dev lua-busted libedit-dev g++ make pkg-config; do
+for p in luajit libluajit-5.1-dev lua-busted lua-dkjson libedit-dev g++ make pkg-config; do
   have_pkg "$p" || need="$need $p"
 done
 [ -z "$need" ] && exit 0

@@ -63,8 +63,9 @@ else opts="$opts --target-processes application-only"; fi
 opts="$opts ${SANITIZER_OPTS:-}"
 jit=""
 [ "${SANITIZE_JIT:-on}" = off ] && jit="-e jit.off()"
-# timing specs cannot hold under a tool that serializes kernels; browser specs need Chromium
-tags="browser,timing"
+# timing specs cannot hold under a tool that serializes kernels; browser specs need Chromium;
+# slow ones (the big fuzz) would not fit the deadline
+tags="browser,slow,timing"
 
 echo "sanitize: $($cs --version 2>/dev/null | tail -1)"
 echo "sanitize: $cs $opts"

@@ -13,3 +13,15 @@ describe("trees against eager runs (fuzz)", function()
     assert.are.same({}, bad)
   end)
 end)
+
+describe("trees against eager runs, many seeds (fuzz) #slow", function()
+  it("agree on 2000 random step functions over 16 calls each", function()
+    local bad = {}
+    for seed = 61, 2060 do
+      local msg = F.check(seed, 16)
+      if msg then bad[#bad + 1] = msg end
+      if seed % 8 == 0 then collectgarbage() end
+    end
+    assert.are.same({}, bad)
+  end)
+end)

@@ -2,7 +2,7 @@
 local gt = require "gt"
 require "gt.busted"
 local report = require "gt.report"
-local json = require "dkjson"
+local json, units = require "dkjson", require "gt.units"
 
 local BIN = os.getenv("GTLUA_BIN")
 
@@ -89,7 +89,7 @@ describe("print(tree)", function()
     local s = t:stats()
     local expected = table.concat({
       "tree 'branchy' (" .. t.where .. "): 8 calls, 3 nodes, 3 recorded",
-      "pool " .. report._bytes(s.pool.reserved) .. " reserved, " .. report._bytes(s.pool.high_water) ..
+      "pool " .. units.bytes(s.pool.reserved) .. " reserved, " .. units.bytes(s.pool.high_water) ..
         " high water; 10 replays, 3 warmups, 0 eager",
       "                                       visits replays warmups   planned",
       "└─ [0] axpb                                 8       6       1     256 B  graph",
@@ -196,7 +196,7 @@ describe("tree:json", function()
     local j, _, err = json.decode(text)
     assert.is_nil(err)
     assert.are.equal("gtlua.tree/1", j.format)
-    assert.truthy(text:match('^{\n  "format": "gtlua.tree/1",\n  "name": '))
+    assert.truthy(text:match('^{\n  "format":"gtlua.tree/1",\n  "name":'), text:sub(1, 60))
     for _, k in ipairs { "name", "where", "calls", "nodes", "recorded", "warmups", "replays", "eager", "updates",
                          "skipped", "depth" } do
       assert.are.equal(s[k], j[k], k)
@@ -220,11 +220,11 @@ describe("tree:json", function()
     local t = known_tree()
     local j, text = check_against_stats(t)
     assert.is_nil(j.node[1].parent)
-    assert.truthy(text:find('"parent": null', 1, true))
+    assert.truthy(text:find('"parent":null', 1, true))
     assert.are.same({ 1, 2 }, j.node[1].children)
     assert.are.same({}, j.node[2].children)
-    assert.truthy(text:find('"children": []', 1, true))
-    assert.truthy(text:find('"skips": {}', 1, true))
+    assert.truthy(text:find('"children":[]', 1, true))
+    assert.truthy(text:find('"skips":{', 1, true))
   end)
 
   it("keeps skip reasons and writes the file when given a path", function()
@@ -238,12 +238,46 @@ describe("tree:json", function()
     assert.are.equal("kernel 'host_only' is not graphable", j.node[2].skip)
   end)
 
-  it("escapes strings and writes numbers that read back exactly", function()
-    local enc = report._encode
-    assert.are.equal('"a\\"b\\\\c\\n\\u0001é"', enc('a"b\\c\n\1é'))
-    assert.are.equal("[1, 2.5, -3, null, true]", enc({ 1, 2.5, -3, 0 / 0, true }))
-    assert.are.equal('{\n  "a": [],\n  "b": {}\n}', enc({ a = setmetatable({}, report._ARRAY), b = {} }))
-    for _, x in ipairs { 0.1, 1 / 3, 123456.789, 2 ^ 60, -1e-300 } do assert.are.equal(x, json.decode(enc(x))) end
+  it("writes keys in a fixed order, empty tables as what they are, and strings escaped", function()
+    local t = known_tree()
+    local text = t:json()
+    local keys = {}
+    for k in text:gmatch('\n  "([%w_]+)":') do keys[#keys + 1] = k end
+    assert.are.same({ "format", "name", "where", "depth", "calls", "nodes", "recorded", "warmups", "replays", "eager",
+                      "updates", "skipped", "skips", "pool", "roots", "node" }, keys)
+    local first = text:match('"node":%[(%b{})')
+    local nkeys = {}
+    for k in first:gmatch('\n%s+"([%w_]+)":') do nkeys[#nkeys + 1] = k end
+    assert.are.same({ "cut", "keyed", "records" }, { unpack(nkeys, #nkeys - 2) })   -- unlisted keys: sorted, last
+    assert.are.equal(text, t:json())
+    assert.are.equal("table", type(json.decode(text).skips))
+    assert.truthy(text:find('"skips":{%s*}'), "an empty skips table must be an object")
+    local odd = gt.tree(function(x) return axpb(x, 1, 0) end, { name = 'q"uote\\\n' })
+    odd(gt.from{ 1 })
+    assert.are.equal('q"uote\\\n', json.decode(odd:json()).name)
+  end)
+end)
+
+describe("gt.report.el, the element builder of the HTML report", function()
+  local E = require "gt.report.el"
+
+  it("escapes text and attribute values, and nothing that is markup already", function()
+    local m = E.el("text", { class = 'a"b', x = 8, y = 2.5, title = "<i>" }, "x < y & 'z'", E.el("b", nil, "ok"))
+    assert.are.equal('<text class="a&quot;b" title="&lt;i&gt;" x="8" y="2.5">x &lt; y &amp; &#39;z&#39;<b>ok</b></text>',
+      E.html(m))
+    assert.are.equal("<style>a>b{}</style>", E.html(E.el("style", nil, E.raw("a>b{}"))))
+  end)
+
+  it("leaves out nil and false attributes and children, closes empty SVG elements, not HTML's void ones", function()
+    assert.are.equal('<rect width="3"/>', E.html(E.el("rect", { width = 3, fill = false, stroke = nil })))
+    assert.are.equal('<meta charset="utf-8">', E.html(E.el("meta", { charset = "utf-8" })))
+    assert.are.equal("<p>ab</p>", E.html(E.el("p", nil, { "a", nil, false and "x" }, { { "b" } })))
+    assert.are.equal("<i></i>\n<b></b>", E.html(E.lines { E.el("i", nil, ""), E.el("b", nil, "") }))
+  end)
+
+  it("rejects a child that is not text, markup or a list", function()
+    assert.has_error(function() E.el("p", nil, print) end,
+      "gt.report.el: a child must be text, markup or a list, not a function")
   end)
 end)
 
@@ -383,7 +417,7 @@ describe("tree:history", function()
     local x = gt.zeros{ N }
     local routes = { true, true, true, false, false, true }
     for _, r in ipairs(routes) do step(x, r) end
-    assert.has_error(function() step(x, "fail") end)
+    assert.has_error(function() step(x, "fail") end, "boom")
     local h = step:history()
     assert.are.same(7, #h)
     local want = { { 2, 0, 0 }, { 0, 2, 0 }, { 0, 0, 2 }, { 1, 0, 1 } }

@@ -129,7 +129,8 @@ describe("a tree", function()
     assert.stale(y2)
     assert.has_error(function() y2:tolist() end, "tensor f32 2 returned by tree 'step' (" .. step.where ..
       ") was overwritten by a later call; :clone() it to keep it")
-    assert.has_error(function() axpb(y2, 1, 1) end)
+    assert.has_error(function() axpb(y2, 1, 1) end, "tensor f32 2 returned by tree 'step' (" .. step.where ..
+      ") was overwritten by a later call; :clone() it to keep it")
     local y4 = step(x)
     assert.stale(y3)
     assert.tensor_near({ 2, 3 }, y4)
@@ -235,7 +236,7 @@ describe("a tree", function()
     local x = gt.from{ 1, 2 }
     for _ = 1, 3 do step(x, false) end
     local before = step:stats()
-    assert.has_error(function() step(x, true) end)
+    assert.has_error(function() step(x, true) end, "boom in the model")
     local after = step:stats()
     assert.are.same(before.nodes, after.nodes)
     for id = 0, after.nodes - 1 do assert.is_true(after.node[id].visits > 0) end
@@ -243,7 +244,7 @@ describe("a tree", function()
     assert.tensor_near({ 3, 5 }, step(x, false))
     -- an error before any segment ended
     local t2 = gt.tree(function(x2) axpb(x2, 1, 1); error("early") end)
-    assert.has_error(function() t2(x) end)
+    assert.has_error(function() t2(x) end, "early")
     assert.nodes(t2, 0)
   end)
 
@@ -309,7 +310,8 @@ describe("a tree", function()
   it("rejects nested tree calls with a clear error", function()
     local inner = gt.tree(function(x) return axpb(x, 1, 1) end)
     local outer = gt.tree(function(x) return inner(x) end)
-    assert.has_error(function() outer(gt.from{ 1 }) end)
+    assert.has_error(function() outer(gt.from{ 1 }) end,
+      "tree 'inner' was called inside a call of tree 'outer': tree calls cannot nest")
     assert.tensor_near({ 2 }, inner(gt.from{ 1 }))
   end)
 

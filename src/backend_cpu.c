@@ -144,6 +144,7 @@ typedef struct cpu_backend {
   uint64_t prelude_hash;
   int cache;                    /* 0: not yet looked at, 1: cachedir is the kernel cache, -1: none (refused) */
   char cachedir[CPU_DIR];
+  int noexec;                        /* GTLUA_CPU_NOEXEC=1: graph launches run no kernels (host-cost profiling) */
 } cpu_backend;
 
 __attribute__((format(printf, 3, 4)))
@@ -948,7 +949,7 @@ static int cpu_graph_launch(gt_backend *b, gt_bgraph *g) {
   cpu_backend *cb = b->impl;
   int rc = GT_BOK;
   pthread_mutex_lock(&cb->launch_mu);
-  for (int i = 0; i < g->n && rc == GT_BOK; i++) {
+  for (int i = 0; i < g->n && rc == GT_BOK && !cb->noexec; i++) {
     gt_gnode *n = &g->nodes[i];
     if (n->kind == GT_GN_KERNEL) rc = exec_grid(b, n->fn, n->grid, n->block, n->smem, n->args);
     else if (n->kind == GT_GN_MEMCPY) cpu_dtod(b, n->dst, n->src, n->bytes);
@@ -1060,6 +1061,8 @@ int gt_backend_cpu_open(gt_backend *b) {
     w[i].ctx.sync = cpu_sync, w[i].ctx.syncwarp = cpu_syncwarp, w[i].ctx.shfl = cpu_shfl, w[i].ctx.vote = cpu_vote;
   }
   cb->w = w, cb->nworkers = (int)n;
+  const char *noexec = getenv("GTLUA_CPU_NOEXEC");
+  cb->noexec = noexec && !strcmp(noexec, "1");
   pthread_mutex_init(&cb->launch_mu, NULL), pthread_mutex_init(&cb->mu, NULL);
   pthread_cond_init(&cb->wake, NULL), pthread_cond_init(&cb->done, NULL);
   snprintf(cb->cxx, sizeof cb->cxx, "%s", cxx && *cxx ? cxx : "c++");

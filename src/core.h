@@ -87,7 +87,7 @@ typedef struct gt_queue {
 } gt_queue;
 
 int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args);
-void gt_queue_clear(gt_queue *q);   /* drops the references the queue holds */
+void gt_queue_clear(gt_queue *q);
 void gt_queue_free(gt_queue *q);
 /* Launch i's arguments as values (addresses, scalar bits) into vals. */
 void gt_queue_resolve(const gt_queue *q, int i, uint64_t *vals);
@@ -101,6 +101,7 @@ int gt_queue_run(gt_backend *be, gt_queue *q, int i);
 typedef struct gt_segkey { uint64_t full, nostatic; } gt_segkey;   /* nostatic: the topology (no static addresses, no grids) */
 
 /* -- Runtime (runtime.c) ------------------------------------------------- */
+typedef struct gt_later { gt_buf **b; int n, cap; } gt_later;
 struct gt_runtime {
   gt_backend be;
   char err[GT_ERRLEN];
@@ -112,12 +113,16 @@ struct gt_runtime {
   int profile;
   int next_kernel_id;
   uint32_t zero_gen;         /* generation of ordinary buffers: never changes */
+  gt_later later[2];         /* during a tree call: buffers released [0] and handles collected [1] */
+  gt_buf **spare; int nspare, sparecap;   /* slab chunks of destroyed trees, for the next tree */
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
 void gt_buf_retain(gt_buf *b);
 void gt_buf_unref(gt_buf *b);                      /* the core's reference */
 extern const uint32_t gt_released_gen;             /* what a released buffer's gen_now points at */
+uint32_t gt_gen_next(void);                        /* a new generation, unique in the process (until 2^32 calls) */
+void gt_buf_settle(gt_runtime *rt);                /* what gt_buf_release/gt_buf_free deferred in a tree call */
 
 /* -- Trees (tree.c) ------------------------------------------------------ */
 enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UPDATE };
@@ -127,6 +132,10 @@ void gt_tree_unref(struct gt_tree *t);
 
 
 typedef struct gt_ckpt { int32_t seg, idx; uint64_t off, size; } gt_ckpt;
+/* What the key sees of one argument (role 0: a scalar), and of one release. */
+enum { GT_ROLE_INTERNAL = 1, GT_ROLE_PATH, GT_ROLE_STATIC, GT_ROLE_EXTERNAL };
+typedef struct gt_asig { uint64_t id; int64_t off, nbytes; int role; } gt_asig;
+typedef struct gt_rsig { uint32_t rel; int32_t seg, idx; } gt_rsig;
 typedef struct gt_skip { char *reason; int count; } gt_skip;
 
 typedef struct gt_node {
@@ -151,6 +160,9 @@ typedef struct gt_node {
   uint64_t kseq;                     /* hash of the kernels alone (no shapes, no grids) */
   uint64_t *statics; int nstatics;   /* static addresses in order of use */
   int why_sib;                       /* "new shape": the sibling compared with (-1: none) */
+  /* key.c: the recording as the cursor compares it (nsig launches, 0: none) */
+  struct gt_node *last_kid;          /* the child visited last: the cursor's prediction */
+  gt_asig *asig; uint64_t *bsig; gt_rsig *rsig; int nsig, nbsig, nrsig;
 } gt_node;
 
 struct gt_tree {
@@ -159,7 +171,7 @@ struct gt_tree {
   gt_tree_opts opts;
   int refs;                          /* Lua's, and one per buffer that points here */
   int closed;
-  uint32_t gen;
+  uint32_t gen, prev_gen;        /* this call's generation; the one before it began (its outputs may be inputs) */
   gt_pool pool;
   gt_node root;                      /* sentinel: its kids are the first segments */
   gt_node **nodes; int nnodes, nodecap;
@@ -186,7 +198,18 @@ struct gt_tree {
   uint8_t *pinned;                   /* per slot: an input of this call lives there */
   uint64_t *scratch; void **pscratch; int scratchcap;
   struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
+  gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
+  uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
 };
+
+/* -- Keys and the cursor (key.c) ----------------------------------------- */
+int gt_role_of(const gt_tree *t, const gt_buf *b);  /* GT_ROLE_* of a tensor argument in the segment being queued */
+uint64_t gt_segment_key(gt_tree *t, int topology);  /* topology: without grids, static tensors by order */
+void gt_cursor_start(gt_tree *t, gt_node *parent);  /* a segment begins under parent */
+void gt_cursor_push(gt_tree *t);                    /* a launch was queued */
+gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its node if the cursor matched throughout */
+int gt_cursor_save(gt_tree *t, gt_node *n, int first);  /* n was recorded from the queue */
+void gt_cursor_forget(gt_node *n);
 
 /* -- Keyed calls (keyed.c) ------------------------------------------------ */
 void gt_keyed_free_all(gt_tree *t);

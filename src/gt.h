@@ -27,9 +27,8 @@ enum {
 
 /* Buffer flags. */
 /* RELEASED: freed by gt_buf_free (gt.scope, t:free(), an op's temporary);
-   LUA_GONE: Lua's handle was collected; KEEP: a scope's return value. */
-enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_RELEASED = 4, GT_BUF_STAGING = 8, GT_BUF_KEEP = 16, GT_BUF_SLAB = 32,
-       GT_BUF_LUA_GONE = 64 };
+   KEEP: a scope's return value. */
+enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_RELEASED = 4, GT_BUF_STAGING = 8, GT_BUF_KEEP = 16, GT_BUF_SLAB = 32 };
 
 typedef struct gt_device_info {
   char backend[16];        /* "cpu" or "cuda" */
@@ -87,6 +86,22 @@ typedef struct gt_kernel {
   void *fn;                    /* backend function */
 } gt_kernel;
 
+/* A tensor: Lua's handle, a view (offset, shape, dtype) onto a buffer.  It
+   is all a replayed op allocates (a fresh one per op: a recycled handle would
+   make a user's stale reference live again).  Shapes and strides are
+   interned on the Lua side (_sid, _vid); a handle of ordinary memory holds a
+   reference on its buffer (gt_buf_retain / gt_buf_release), a handle of a
+   tree call's buffer none (the tree's slab owns the struct). */
+typedef struct gt_tensor {
+  gt_buf *_b;
+  double _off;             /* byte offset into the buffer */
+  double _nb;              /* bytes of the elements (numel * dtype size) */
+  uint32_t _gen;           /* the buffer's generation when the view was made */
+  uint32_t _sid;           /* interned shape */
+  uint32_t _dt;            /* dtype code (GT_F32 ...) */
+  uint32_t _vid;           /* 0: contiguous; else interned strides */
+} gt_tensor;
+
 typedef struct gt_tree_opts {
   const char *name;            /* for messages and pictures */
   const char *where;           /* "file:line" of the definition */
@@ -135,9 +150,9 @@ int gt_device(gt_runtime *rt, gt_device_info *out);
 int gt_sync(gt_runtime *rt);                     /* ends the segment in a tree call, then waits for the device */
 int gt_profile(gt_runtime *rt, int on);          /* GPU time per node; returns the previous setting */
 uint64_t gt_mem_in_use(gt_runtime *rt);          /* ordinary (non-tree) memory in use, bytes */
-double gt_clock_us(void);
+double gt_clock_us(void);                        /* a monotonic wall clock, microseconds */
 const char *gt_take_warning(void);               /* a runtime warning not yet shown (e.g. the kernel cache refused), once; NULL when none */
-int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits); /* cuda: NVRTC runs and CUBIN cache hits; GT_ERR elsewhere */                        /* a monotonic wall clock, microseconds */
+int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits); /* cuda: NVRTC runs and CUBIN cache hits; GT_ERR elsewhere */
 
 /* -- Buffers ------------------------------------------------------------ */
 gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* ordinary memory; refs = 1 (the caller's); NULL on error (out of memory) */
@@ -145,10 +160,12 @@ gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* ordinary memory; refs = 
    segment).  The struct lives in the tree (reused by later calls; compare
    generations to tell stale views); its memory stays the call's until the
    call ends unless gt_buf_free releases it earlier. */
-int gt_tree_buf_new(gt_runtime *rt, uint64_t bytes);  /* its index i in the call; GT_ERR on error */
-gt_buf *gt_tree_buf_ptr(gt_tree *t, int i);              /* the struct of index i (stable for the tree's life) */
+gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes);  /* its index in the call is ->ci; NULL on error */
+gt_buf *gt_tree_buf_ptr(gt_tree *t, int i);              /* the struct of index i of the current (or last) call */
 uint32_t gt_tree_gen(gt_tree *t);                        /* the generation of the current (or last) call */
-void gt_buf_release(gt_buf *b);                      /* Lua's handle was collected: drop its reference */
+uint32_t gt_tree_prev_gen(gt_tree *t);                   /* in a call: the previous call's generation */
+void gt_buf_retain(gt_buf *b);                       /* one more Lua handle (a view) holds b */
+void gt_buf_release(gt_buf *b);                      /* a Lua handle of b was collected: drop its reference */
 /* Release b now (gt.scope, t:free()): every view of it is stale from here on.
    In a tree call the release takes effect in queue order: launches queued
    before it still use the memory, only later ones may reuse it.  Ordinary

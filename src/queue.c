@@ -15,8 +15,9 @@ static int grow(void **p, int *cap, int need, size_t elem) {
   return GT_OK;
 }
 
-/* Appends a launch; the queue takes a reference on every tensor argument
-   until gt_queue_clear.  GT_ERR only when host memory runs out. */
+/* Appends a launch.  No references are taken: a buffer whose Lua handle is
+   collected, or which is released, during a tree call keeps its memory until
+   the call's queue has run (gt_buf_settle).  GT_ERR only when host memory runs out. */
 int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args) {
   if (grow((void **)&q->l, &q->cap, q->n + 1, sizeof *q->l) ||
       grow((void **)&q->args, &q->argcap, q->nargs + l->nargs, sizeof *q->args))
@@ -25,17 +26,11 @@ int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args) {
   *d = *l;
   d->arg0 = q->nargs;
   memcpy(q->args + q->nargs, args, l->nargs * sizeof *args);
-  for (int j = 0; j < l->nargs; j++)          /* a tree call's own buffers are not counted */
-    if (args[j].buf && !(args[j].buf->flags & GT_BUF_SLAB)) gt_buf_retain(args[j].buf);
   q->nargs += l->nargs;
   return GT_OK;
 }
 
-void gt_queue_clear(gt_queue *q) {
-  for (int j = 0; j < q->nargs; j++)
-    if (q->args[j].buf && !(q->args[j].buf->flags & GT_BUF_SLAB)) gt_buf_unref(q->args[j].buf);
-  q->n = q->nargs = 0;
-}
+void gt_queue_clear(gt_queue *q) { q->n = q->nargs = 0; }
 
 void gt_queue_free(gt_queue *q) {
   gt_queue_clear(q);
@@ -93,14 +88,14 @@ void gt_test_queue(void) {
   gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = &k, .grid = { 2, 1, 1 }, .block = { 32, 1, 1 }, .nargs = 2 };
   gt_arg a[2] = { { .buf = &b, .off = 16, .nbytes = 32 }, { .v.f32 = 1.5f } };
   for (int i = 0; i < 100; i++) GT_CHECK(gt_queue_push(&q, &l, a) == GT_OK);
-  GT_CHECK(q.n == 100 && q.nargs == 200 && b.refs == 101);
+  GT_CHECK(q.n == 100 && q.nargs == 200 && b.refs == 1);
   uint64_t vals[2];
   gt_queue_resolve(&q, 99, vals);
   float f;
   memcpy(&f, &vals[1], 4);
   GT_CHECK(vals[0] == 4096 + 16 && f == 1.5f);
   gt_queue_clear(&q);
-  GT_CHECK(q.n == 0 && b.refs == 1);
+  GT_CHECK(q.n == 0 && q.nargs == 0);
   gt_queue_free(&q);
 }
 #endif

@@ -353,27 +353,55 @@ void gt_buf_retain(gt_buf *b) { if (!(b->flags & GT_BUF_SLAB)) b->refs++; }
 
 const uint32_t gt_released_gen = UINT32_MAX;    /* no view is ever made in this generation */
 
-/* Ordinary memory goes back to the allocator when it is released and no
-   queued launch holds it any more; the struct lives while Lua's handle does. */
+/* Generations come from one counter for the whole process, so a buffer
+   struct that moves to another tree (a collected tree's slab) never meets a
+   view of its old life with a matching generation. */
+static uint32_t gen_counter;
+uint32_t gt_gen_next(void) {
+  if (++gen_counter == 0 || gen_counter == gt_released_gen) gen_counter = 1;
+  return gen_counter;
+}
+
+/* Ordinary memory goes back to the allocator when it is released; the struct
+   lives while Lua's handles do. */
 static void return_memory(gt_buf *b) {
   if (b->block && g_rt) mem_free(g_rt, b->block - 1, b->bytes);
   b->block = 0;
 }
 
 void gt_buf_unref(gt_buf *b) {
-  if (b->flags & GT_BUF_SLAB) return;
-  if (--b->refs > 0) {
-    if (b->refs == 1 && (b->flags & GT_BUF_RELEASED) && !(b->flags & GT_BUF_LUA_GONE)) return_memory(b);
-    return;
-  }
+  if ((b->flags & GT_BUF_SLAB) || --b->refs > 0) return;
   if (b->tree) gt_tree_unref(b->tree);
   else return_memory(b);
   free(b);
 }
 
-/* Lua's handle is gone (the tensor was collected). */
+/* During a tree call a launch may be queued on b: what would free its
+   memory waits until the queue has run (gt_buf_settle). */
+static int later(gt_runtime *rt, gt_buf *b, int unref) {
+  gt_later *l = &rt->later[unref];
+  if (l->n == l->cap) {
+    int cap = l->cap ? l->cap * 2 : 16;
+    gt_buf **nb = realloc(l->b, cap * sizeof *nb);
+    if (!nb) return 0;                /* out of host memory: settle now */
+    l->b = nb;
+    l->cap = cap;
+  }
+  l->b[l->n++] = b;
+  return 1;
+}
+
+void gt_buf_settle(gt_runtime *rt) {
+  gt_later *r = &rt->later[0], *u = &rt->later[1];
+  for (int i = 0; i < r->n; i++) if (r->b[i]->flags & GT_BUF_RELEASED) return_memory(r->b[i]);
+  for (int i = 0; i < u->n; i++) gt_buf_unref(u->b[i]);
+  r->n = u->n = 0;
+}
+
+/* One Lua handle of b was collected. */
 void gt_buf_release(gt_buf *b) {
-  b->flags |= GT_BUF_LUA_GONE;
+  if (b->flags & GT_BUF_SLAB) return;
+  if (g_rt && g_rt->active && later(g_rt, b, 1)) return;
   gt_buf_unref(b);
 }
 
@@ -383,7 +411,8 @@ int gt_buf_free(gt_runtime *rt, gt_buf *b) {
   b->gen_now = &gt_released_gen;
   gt_tree *t = rt->active;
   if ((b->flags & GT_BUF_SLAB) && b->tree == t && t && b->gen == t->gen) return gt_tree_release(t, b);
-  if (!b->tree && b->refs == 1) return_memory(b);  /* else when the queue lets go of it */
+  if (b->tree) return GT_OK;          /* staging: the memory is the tree's slot */
+  if (!t || !later(rt, b, 0)) return_memory(b);
   return GT_OK;
 }
 

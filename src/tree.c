@@ -35,7 +35,7 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   t->opts.name = t->name;
   t->opts.where = t->where;
   t->refs = 1;
-  t->gen = 1;
+  t->gen = gt_gen_next();
   t->root.id = -1;
   t->root.depth = -1;
   int nomem = !t->name || !t->where;
@@ -51,6 +51,7 @@ static void drop_graph(gt_tree *t, gt_node *n) {
   if (n->graph) { t->rt->be.graph_destroy(&t->rt->be, n->graph); n->graph = NULL; t->recorded--; }
   free(n->argvals); free(n->plan); free(n->ckpt); free(n->launches);
   n->argvals = NULL; n->plan = NULL; n->ckpt = NULL; n->launches = NULL; n->nckpt = n->nargvals = 0;
+  gt_cursor_forget(n);
 }
 
 /* Drops the graphs below n: their plans started from n's old checkpoint. */
@@ -60,6 +61,20 @@ static void drop_below(gt_tree *t, gt_node *n) {
 
 /* The call's buffers live in the slab: the next call reuses them. */
 static void release_call_bufs(gt_tree *t) { t->nbufs = 0; }
+
+/* The slab's structs may still be pointed at by Lua handles (tensors that
+   outlived their tree): they go to the runtime for the next tree, marked so
+   that every old view reads stale, never back to malloc. */
+static void give_slab(gt_tree *t) {
+  gt_runtime *rt = t->rt;
+  for (int i = 0; i < t->nslab; i++) {
+    gt_buf *chunk = t->slab[i];
+    for (int j = 0; j < GT_SLAB; j++) chunk[j] = (gt_buf){ .gen_now = &gt_released_gen, .relseg = -1 };
+    if (GROW(rt->spare, rt->sparecap, rt->nspare + 1)) continue;   /* out of host memory: leak the chunk, never free it */
+    rt->spare[rt->nspare++] = chunk;
+  }
+  free(t->slab);
+}
 
 static void tree_destroy(gt_tree *t) {
   gt_keyed_free_all(t);
@@ -75,8 +90,7 @@ static void tree_destroy(gt_tree *t) {
   free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned);
   free(t->rels);
   gt_queue_free(&t->q);
-  for (int i = 0; i < t->nslab; i++) free(t->slab[i]);
-  free(t->slab);
+  give_slab(t);
   gt_pool_destroy(&t->pool);
   free(t->name); free(t->where);
   free(t);
@@ -92,7 +106,7 @@ void gt_tree_free(gt_tree *t) {
   gt_runtime *rt = t->rt;
   if (rt->active == t) gt_tree_abort(rt);
   t->closed = 1;
-  t->gen++;
+  t->gen = gt_gen_next();
   release_call_bufs(t);
   for (int i = 0; i < t->nstage; i++) if (t->stage[i]) gt_buf_unref(t->stage[i]);
   t->nstage = 0;
@@ -136,7 +150,8 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
     return gt_fail(rt, "tree '%s' was called inside a call of tree '%s': tree calls cannot nest", t->name, rt->active->name);
   if (t->closed) return gt_fail(rt, "tree '%s' was freed", t->name);
   release_call_bufs(t);
-  t->gen++;
+  t->prev_gen = t->gen;
+  t->gen = gt_gen_next();
   gt_pool_clear(&t->pool);
   t->state_node = NULL;
   t->cur = NULL;
@@ -146,6 +161,8 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   t->nrels = 0;
   t->eager_call = eager != NULL;
   if (eager) gt_tree_note_skip(t, eager);
+  gt_cursor_start(t, &t->root);
+  t->cmiss |= t->eager_call;
   if (t->nstage) memset(t->pinned, 0, t->nstage);
   if (GROW(t->segstart, t->segcap, 1)) return gt_fail(rt, "out of host memory");
   t->segstart[0] = 0;
@@ -156,18 +173,23 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   return GT_OK;
 }
 
-int gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
+static int grow_slab(gt_tree *t) {
+  gt_runtime *rt = t->rt;
+  gt_buf **ns = realloc(t->slab, (t->nslab + 1) * sizeof *ns);
+  if (!ns) return gt_fail(rt, "out of host memory");
+  t->slab = ns;
+  gt_buf *chunk = rt->nspare ? rt->spare[--rt->nspare] : malloc(GT_SLAB * sizeof *chunk);
+  if (!chunk) return gt_fail(rt, "out of host memory");
+  t->slab[t->nslab++] = chunk;
+  return GT_OK;
+}
+
+gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   gt_tree *t = rt->active;
-  if (!t) return gt_fail(rt, "gt_tree_buf_new outside a tree call");
+  if (!t) { gt_fail(rt, "gt_tree_buf_new outside a tree call"); return NULL; }
   int i = t->nbufs;
-  if (GROW(t->bufs, t->bufcap, i + 1)) return gt_fail(rt, "out of host memory");
-  if (i / GT_SLAB >= t->nslab) {
-    gt_buf **ns = realloc(t->slab, (t->nslab + 1) * sizeof *ns);
-    gt_buf *chunk = malloc(GT_SLAB * sizeof *chunk);
-    if (ns) t->slab = ns;
-    if (!ns || !chunk) { free(chunk); return gt_fail(rt, "out of host memory"); }
-    t->slab[t->nslab++] = chunk;
-  }
+  if (GROW(t->bufs, t->bufcap, i + 1)) { gt_fail(rt, "out of host memory"); return NULL; }
+  if (i / GT_SLAB >= t->nslab && grow_slab(t)) return NULL;
   gt_buf *b = &t->slab[i / GT_SLAB][i % GT_SLAB];
   memset(b, 0, sizeof *b);
   b->bytes = bytes;
@@ -181,7 +203,7 @@ int gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   b->relseg = -1;
   b->qpos = (uint32_t)t->q.n;
   t->bufs[t->nbufs++] = b;
-  return i;
+  return b;
 }
 
 gt_buf *gt_tree_buf_ptr(gt_tree *t, int i) {
@@ -189,6 +211,7 @@ gt_buf *gt_tree_buf_ptr(gt_tree *t, int i) {
 }
 
 uint32_t gt_tree_gen(gt_tree *t) { return t->gen; }
+uint32_t gt_tree_prev_gen(gt_tree *t) { return t->prev_gen; }
 
 /* b (a buffer of this call) is released here: launches queued from now on
    may reuse its memory.  Part of the segment's key. */
@@ -203,7 +226,9 @@ int gt_tree_release(gt_tree *t, gt_buf *b) {
 uint32_t gt_tree_failed_gen(gt_tree *t) { return t->failed_gen; }
 
 int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {
-  if (gt_queue_push(&rt->active->q, l, args) != GT_OK) return gt_fail(rt, "out of host memory");
+  gt_tree *t = rt->active;
+  if (gt_queue_push(&t->q, l, args) != GT_OK) return gt_fail(rt, "out of host memory");
+  gt_cursor_push(t);
   return GT_OK;
 }
 
@@ -271,71 +296,6 @@ int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t out
   return GT_OK;
 }
 
-/* -- Keys ---------------------------------------------------------------- */
-
-static inline uint64_t mix(uint64_t h, uint64_t v) {
-  h = (h ^ v) * 0x9e3779b97f4a7c15ull;
-  return h ^ (h >> 29);
-}
-
-/* Numbers buffers in order of first appearance within one key computation
-   (serial): O(1) per argument through a mark on the buffer. */
-static uint32_t ordinal(uint32_t serial, uint32_t *nseen, gt_buf *b) {
-  if (b->kmark != serial) { b->kmark = serial; b->kord = (*nseen)++; }
-  return b->kord;
-}
-
-enum { ROLE_INTERNAL = 1, ROLE_PATH, ROLE_STATIC, ROLE_EXTERNAL };
-
-static int role_of(gt_tree *t, const gt_buf *b) {
-  if (b->flags & GT_BUF_STAGING) return ROLE_EXTERNAL;
-  if ((b->flags & GT_BUF_TREE) && b->tree == t && b->gen == t->gen) return b->seg == t->depth ? ROLE_INTERNAL : ROLE_PATH;
-  return (b->flags & GT_BUF_STATIC) ? ROLE_STATIC : ROLE_EXTERNAL;
-}
-
-/* Everything the graph bakes in: launches (kernel, grid, block, shared
-   bytes), each tensor argument's role and identity, offset and extent, and the
-   sizes of the buffers the segment makes.  Scalars are patched, not keyed.
-   nostatic (the topology): the same without launch dimensions and with static
-   tensors by order, not address: a miss that matches a sibling's topology
-   (a moved weight, a new grid) updates that sibling's graph in place. */
-static uint64_t segment_key(gt_tree *t, int topology) {
-  gt_queue *q = &t->q;
-  static uint32_t serial;
-  uint32_t nseen = 0, ser = ++serial ? serial : ++serial;
-  int first = t->segstart[t->depth];
-  uint64_t h = mix(0x51ed270b27f1a3ull + (uint64_t)topology, (uint64_t)(t->nbufs - first));
-  for (int i = first; i < t->nbufs; i++) h = mix(h, t->bufs[i]->bytes);
-  for (int i = 0; i < q->n; i++) {
-    const gt_qlaunch *l = &q->l[i];
-    h = mix(h, ((uint64_t)l->kind << 62) ^ ((uint64_t)l->smem << 32) ^ (l->k ? (uint64_t)l->k->id : l->bytes));
-    if (!topology) {
-      h = mix(h, ((uint64_t)l->grid[0] << 40) ^ ((uint64_t)l->grid[1] << 20) ^ l->grid[2]);
-      h = mix(h, ((uint64_t)l->block[0] << 40) ^ ((uint64_t)l->block[1] << 20) ^ l->block[2]);
-    }
-    const gt_arg *a = q->args + l->arg0;
-    for (int j = 0; j < l->nargs; j++) {
-      if (!a[j].buf) continue;
-      gt_buf *b = a[j].buf;
-      int role = role_of(t, b);
-      uint64_t id;
-      switch (role) {
-      case ROLE_INTERNAL: id = (uint64_t)b->idx; break;
-      case ROLE_PATH: id = ((uint64_t)b->seg << 32) | (uint32_t)b->idx; break;
-      case ROLE_STATIC: id = topology ? ordinal(ser, &nseen, b) : b->addr; break;
-      default: id = ordinal(ser, &nseen, b); break;
-      }
-      h = mix(h, ((uint64_t)role << 60) ^ ((uint64_t)j << 52) ^ (uint64_t)a[j].off);
-      h = mix(mix(h, (uint64_t)a[j].nbytes), id);
-    }
-  }
-  for (int i = 0; i < t->nrels; i++) {   /* releases plan memory: the same launches released otherwise are another node */
-    gt_buf *b = t->rels[i];
-    h = mix(mix(h, 0x7e1ea5eull ^ ((uint64_t)b->rel << 20)), ((uint64_t)b->seg << 32) | (uint32_t)b->idx);
-  }
-  return h;
-}
-
 /* -- Memory of a segment ------------------------------------------------- */
 
 /* The pool holds what is live at this point of the call: a replayed node's
@@ -399,7 +359,7 @@ static int plan_segment(gt_tree *t, int first, uint64_t *plan, plan_info *info) 
     const gt_arg *a = q->args + q->l[i].arg0;
     for (int j = 0; j < q->l[i].nargs; j++) {
       gt_buf *b = a[j].buf;
-      if (b && role_of(t, b) == ROLE_INTERNAL && ideal[b->idx].end < (uint32_t)i + 1) ideal[b->idx].end = (uint32_t)i + 1;
+      if (b && gt_role_of(t, b) == GT_ROLE_INTERNAL && ideal[b->idx].end < (uint32_t)i + 1) ideal[b->idx].end = (uint32_t)i + 1;
     }
   }
   if (info) {
@@ -612,6 +572,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
   n->launches = malloc((t->q.n ? t->q.n : 1) * sizeof *n->launches);
   if (!n->launches) return gt_fail(t->rt, "out of host memory");
   memcpy(n->launches, t->q.l, t->q.n * sizeof *n->launches);
+  if (gt_cursor_save(t, n, first)) return GT_ERR;
   if (gt_tree_launch_graph(t, n)) return GT_ERR;
   n->instantiate_us = t2 - t1;
   n->record_us = gt_now_us() - t0;
@@ -724,6 +685,7 @@ static int flush_eager_call(gt_tree *t, int first) {
   t->segstart[t->depth] = t->nbufs;
   t->nrels = 0;
   gt_queue_clear(&t->q);
+  gt_buf_settle(t->rt);
   return GT_OK;
 }
 
@@ -734,10 +696,11 @@ int gt_tree_flush(gt_runtime *rt) {
   if (t->q.n == 0 && t->nbufs == first && t->nrels == 0) return GT_OK;
   if (t->eager_call) return flush_eager_call(t, first);
   double t0 = gt_now_us();
-  gt_segkey key = { segment_key(t, 0), 0 };
   gt_node *parent = t->cur ? t->cur : &t->root;
-  gt_node *n = find_kid(parent, key.full, 0), *upd = NULL;
-  if (!n) key.nostatic = segment_key(t, 1);    /* the topology: needed only off the replay path */
+  gt_node *n = gt_cursor_hit(t, first), *upd = NULL;
+  gt_segkey key = { n ? n->key : 0, 0 };
+  if (!n) n = find_kid(parent, key.full = gt_segment_key(t, 0), 0);   /* off the cursor: by key */
+  if (!n) key.nostatic = gt_segment_key(t, 1);    /* the topology: needed only off the replay path */
   int parent_ok = !t->cur || t->cur_mode == GT_V_RECORD || t->cur_mode == GT_V_REPLAY || t->cur_mode == GT_V_UPDATE;
   int mode;
   const char *skip = NULL;
@@ -807,6 +770,8 @@ int gt_tree_flush(gt_runtime *rt) {
   }
   n->visits++;
   n->last_call = (uint64_t)t->calls;
+  parent->last_kid = n;
+  gt_cursor_start(t, n);
   if (!GROW(t->path, t->pathcap, t->npath + 1)) t->path[t->npath++] = n;
   t->cur = n;
   t->cur_mode = plan_eager ? GT_V_REPLAY : mode;   /* planned memory: children may record */
@@ -815,6 +780,7 @@ int gt_tree_flush(gt_runtime *rt) {
   t->segstart[t->depth] = t->nbufs;
   t->nrels = 0;
   gt_queue_clear(&t->q);
+  gt_buf_settle(t->rt);
   return GT_OK;
 }
 
@@ -833,6 +799,7 @@ void gt_tree_finish_call(gt_tree *t) {
   t->nlastpath = t->npath;
   note_call(t);
   t->rt->active = NULL;
+  gt_buf_settle(t->rt);
 }
 
 int gt_tree_end(gt_runtime *rt) {
@@ -852,10 +819,11 @@ void gt_tree_abort(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return;
   gt_queue_clear(&t->q);
+  gt_buf_settle(rt);
   t->nrels = 0;
   note_call(t);
   t->failed_gen = t->gen;
-  t->gen++;                           /* every tensor of the failed call is stale now */
+  t->gen = gt_gen_next();                         /* every tensor of the failed call is stale now */
   t->nlastpath = 0;
   rt->active = NULL;
 }
@@ -880,7 +848,7 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
   uint64_t end = 0;
   for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph && t->nodes[i]->plan_end > end) end = t->nodes[i]->plan_end;
   gt_pool_clear(&t->pool);
-  t->gen++;                           /* the last call's outputs may lie in trimmed memory */
+  t->gen = gt_gen_next();                         /* the last call's outputs may lie in trimmed memory */
   gt_pool_shrink(&t->pool, end);
   return dropped;
 }

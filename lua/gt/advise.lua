@@ -23,7 +23,7 @@ local max, min, floor = math.max, math.min, math.floor
 
 local M = {}
 
-local function bytes(n) return gt._bytes(n or 0) end
+local bytes = require("gt.units").bytes
 
 -- µs in plain numbers: "812 µs", "12.4 ms".
 local function us(v)

@@ -1,7 +1,6 @@
 -- gt.buckets: pad inputs of a tree to a few fixed sizes so that few recordings serve many shapes.
-local ffi = require "ffi"
 local gt = require "gt"
-local C, rt, Tensor = gt._C, gt._rt, gt.Tensor
+local C, rt, is_tensor = gt._C, gt._rt, gt.is_tensor
 
 local M = {}
 
@@ -58,8 +57,7 @@ local function pad(self, x, dim, p, slot)
   for i = 1, #shape do s[i] = shape[i] end
   s[dim] = p
   local sb = self._out[0]
-  return setmetatable({ _b = ffi.gc(sb, C.gt_buf_release), _off = 0, shape = s, numel = x.numel / shape[dim] * p,
-                        dtype = x.dtype, _nb = outer * p * inner, _gen = sb.gen }, Tensor)
+  return gt._view(sb, 0, gt._shape_id(s, 5), x._dt, sb.gen, 0, true)
 end
 
 -- The run's argument preparation: bucketed inputs padded, others staged as usual.
@@ -70,7 +68,7 @@ local function prep(self, n, ...)
   for i = 1, n do
     local x = args[i]
     local spec
-    if getmetatable(x) == Tensor then
+    if is_tensor(x) then
       for _, sp in ipairs(specs) do
         if sp.arg == i or (sp.arg == nil and #x.shape >= sp.dim and x.shape[sp.dim] == real[1]) then spec = sp break end
       end
@@ -79,16 +77,16 @@ local function prep(self, n, ...)
       gt._check_input(self, x)
       args[i] = pad(self, x, spec.dim, bucket_of(spec.sizes, x.shape[spec.dim]), slot)
       slot = slot + 1
-    elseif getmetatable(x) == Tensor then
+    elseif is_tensor(x) then
       args[i], slot = gt._stage(self, x, slot)
     end
   end
   return args
 end
 
-local function narrow_one(x, dim, p, n)
-  if getmetatable(x) == Tensor and #x.shape >= dim and x.shape[dim] == p and not x:is_stale() then
-    return x:narrow(dim, 1, n)
+local function narrow_one(self, x, dim, p, n)
+  if is_tensor(x) and #x.shape >= dim and x.shape[dim] == p and not x:is_stale() then
+    return gt._anchor(self, x:narrow(dim, 1, n))
   end
   return x
 end
@@ -102,10 +100,10 @@ local function narrow_all(self, ...)
     local x = r[i]
     if type(x) == "table" and getmetatable(x) == nil then
       local c = {}
-      for k, v in pairs(x) do c[k] = narrow_one(v, dim, p, n) end
+      for k, v in pairs(x) do c[k] = narrow_one(self, v, dim, p, n) end
       r[i] = c
     else
-      r[i] = narrow_one(x, dim, p, n)
+      r[i] = narrow_one(self, x, dim, p, n)
     end
   end
   return unpack(r, 1, nres)
@@ -117,7 +115,7 @@ local function bucket_call(self, ...)
   local n
   for i = 1, select("#", ...) do
     local x = select(i, ...)
-    if getmetatable(x) == Tensor and (first.arg == nil or first.arg == i) and #x.shape >= first.dim then
+    if is_tensor(x) and (first.arg == nil or first.arg == i) and #x.shape >= first.dim then
       n = x.shape[first.dim]
       break
     end

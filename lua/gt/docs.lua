@@ -369,8 +369,8 @@ end
 local function name_of(v)
   if v == gt then return "gt" end
   local mt = getmetatable(v)
+  if gt.is_tensor(v) then return "tensor" end
   if type(v) == "table" or type(v) == "cdata" then
-    if mt == gt.Tensor then return "tensor" end
     if mt == gt.Tree then return "tree" end
     if mt == gt.Kernel then return "kernel" end
   end

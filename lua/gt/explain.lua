@@ -64,10 +64,10 @@ return function(gt)
     local args = { tree._in1, tree._in2, tree._in3, tree._in4 }
     for i = 1, math.min(tree._inn or 0, 4) do
       local x, nm = args[i], names[i] or ("arg" .. i)
-      if getmetatable(x) == gt.Tensor then parts[#parts + 1] = nm .. " " .. tensor_text(x)
+      if gt.is_tensor(x) then parts[#parts + 1] = nm .. " " .. tensor_text(x)
       elseif type(x) == "table" and getmetatable(x) == nil then
         local keys = {}
-        for k, v in pairs(x) do if getmetatable(v) == gt.Tensor then keys[#keys + 1] = k end end
+        for k, v in pairs(x) do if gt.is_tensor(v) then keys[#keys + 1] = k end end
         table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
         for _, k in ipairs(keys) do parts[#parts + 1] = nm .. "." .. tostring(k) .. " " .. tensor_text(x[k]) end
       end

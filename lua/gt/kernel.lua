@@ -53,7 +53,7 @@ return function(gt)
     local where = "kernel '" .. name .. "': argument #" .. i .. " ('" .. pname .. "', " .. ptext .. ")"
     local pt = k.ptype[i - 1]
     if pt == PTR_IN or pt == PTR_OUT then
-      if getmetatable(v) ~= Tensor then error(where .. " expects a tensor, got " .. type(v), level + 1) end
+      if not gt.is_tensor(v) then error(where .. " expects a tensor, got " .. type(v), level + 1) end
       if v:is_stale() then gt._stale_error(v, level + 1) end
       if v._strides then error(where .. ": the tensor is a non-contiguous view; :clone() it first", level + 1) end
       local want = gt._dtype_of_code[k.pdtype[i - 1]]
@@ -77,9 +77,9 @@ return function(gt)
       local s = "args[" .. (i - 1) .. "]"
       if pt == PTR_IN or pt == PTR_OUT then
         local want = gt._dtype_of_code[k.pdtype[i - 1]]
-        local dcheck = want and DT[want] and (" or a%d.dtype ~= %q"):format(i, want) or ""
-        body[#body + 1] = ("do local t = a%d; if getmetatable(t) ~= T then fail(%d, t) end; local b = t._b; " ..
-          "if t._gen ~= b.gen_now[0] or t._strides%s then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
+        local dcheck = want and DT[want] and (" or t._dt ~= %d"):format(DT[want].code) or ""
+        body[#body + 1] = ("do local t = a%d; if not istype(T, t) then fail(%d, t) end; local b = t._b; " ..
+          "if t._gen ~= b.gen_now[0] or t._vid ~= 0%s then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
           :format(i, i, dcheck, i, s, s, s)
       else
         local st = SCALAR[pt]
@@ -100,7 +100,7 @@ return function(gt)
     -- too few arguments leave the last one nil; too many arrive in ...
     local count = "if select('#', ...) > 0 " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
       "then count_error(select('#', ...)" .. (n > 0 and ", " .. plist or "") .. ") end\n"
-    local src = "local C, rt, k, args, T, fail, floor, getmetatable, type, raise, select, count_error = ...\n" ..
+    local src = "local C, rt, k, args, T, fail, floor, istype, type, raise, select, count_error = ...\n" ..
       "return function(gx, gy, gz, bx, by, bz, sm" .. (n > 0 and ", " .. plist or "") .. ", ...)\n" .. count ..
       table.concat(body, "\n") .. "\n" ..
       "if C.gt_launch(rt, k, gx, gy, gz, bx, by, bz, sm, args) ~= 0 then raise() end\nend"
@@ -119,7 +119,7 @@ return function(gt)
         sig, n, miss, ffi.string(k.pname[miss - 1]), ffi.string(k.ptext[miss - 1])), 4)
     end
     local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name)))
-    return f(C, rt, k, args, Tensor, fail, math.floor, getmetatable, type, raise, select, count_error), plist
+    return f(C, rt, k, args, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, select, count_error), plist
   end
 
   local function new_kernel(k, module)

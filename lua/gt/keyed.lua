@@ -7,11 +7,12 @@
 local ffi = require "ffi"
 local bit = require "bit"
 local gt = require "gt"
-local C, rt, Tensor = gt._C, gt._rt, gt.Tensor
+local C, rt = gt._C, gt._rt
 local select, type, getmetatable, rawequal = select, type, getmetatable, rawequal
+local is_tensor, view = gt.is_tensor, gt._view
 local band = bit.band
 local STATIC, STAGING = C.GT_BUF_STATIC, C.GT_BUF_STAGING
-local DT = gt._dtypes
+local function anchor(tree, t) return gt._anchor(tree, t) end
 
 local M = {}
 
@@ -39,7 +40,7 @@ local function walk_args(self, node, n, ...)
     local a = ins[i - 1]
     a.buf = nil
     kinds[i - 1] = 0
-    if getmetatable(x) == Tensor then
+    if is_tensor(x) then
       local b = x._b
       if x._strides then return nil, "a non-contiguous tensor argument" end
       node = child(child(child(node, TENSOR), x.dtype), #x.shape)
@@ -87,24 +88,22 @@ local function describe_outputs(self, args, n, ...)
   for r = 1, select("#", ...) do
     local y = select(r, ...)
     local o
-    if getmetatable(y) == Tensor then
+    if is_tensor(y) then
       local b = y._b
       for i = 1, n do if rawequal(args[i], y) then o = { kind = "arg", i = i } break end end
-      if not o and y._tree == self and y._gen == self._gen and b.tree == self._t then
+      if not o and y._gen == self._gen and b.tree == self._t then
         if band(b.flags, STAGING) ~= 0 then
           local staged = self._staged
           for i = 1, n do
-            if staged and getmetatable(staged[i]) == Tensor and staged[i]._b == b then
-              o = { kind = "staged", i = i, off = y._off, shape = y.shape, numel = y.numel, dtype = DT[y.dtype],
-                    strides = y._strides }
+            if staged and is_tensor(staged[i]) and staged[i]._b == b then
+              o = { kind = "staged", i = i, off = y._off, sid = y._sid, dt = y._dt, vid = y._vid }
               break
             end
           end
           if not o then return nil, "it returns a staged view it cannot place" end
         else
           cis[#cis + 1] = b.ci
-          o = { kind = "buf", ci = b.ci, off = y._off, shape = y.shape, numel = y.numel, dtype = DT[y.dtype],
-                strides = y._strides }
+          o = { kind = "buf", ci = b.ci, off = y._off, sid = y._sid, dt = y._dt, vid = y._vid }
         end
       end
       o = o or { kind = "value", v = y }
@@ -122,11 +121,11 @@ end
 local function rebuild(self, o, staged, ...)
   local k = o.kind
   if k == "buf" then
-    return gt._wrap(self._ptrs[o.ci], o.off, o.shape, o.numel, o.dtype, o.strides, self, self._gen)
+    return anchor(self, view(C.gt_tree_buf_ptr(self._t, o.ci), o.off, o.sid, o.dt, self._gen, o.vid))
   elseif k == "arg" then return (select(o.i, ...))
   elseif k == "staged" then
     local s = staged[o.i]
-    return gt._wrap(s._b, o.off, o.shape, o.numel, o.dtype, o.strides, nil, s._gen)
+    return view(s._b, o.off, o.sid, o.dt, s._gen, o.vid)
   end
   return o.v
 end
@@ -146,7 +145,7 @@ local function fill_staged(self, staged, n)
   local ins, kinds = self._ins, self._kinds
   for i = 1, n do
     local s = staged[i]
-    if kinds[i - 1] == 1 and getmetatable(s) == Tensor then ins[i - 1].buf, ins[i - 1].off = s._b, s._off end
+    if kinds[i - 1] == 1 and is_tensor(s) then ins[i - 1].buf, ins[i - 1].off = s._b, s._off end
   end
 end
 
@@ -235,7 +234,7 @@ end
 local function needs_stage(self, n, ...)
   for i = 1, n do
     local x = select(i, ...)
-    if getmetatable(x) == Tensor and (self._copy or x._b.tree == self._t) then return true end
+    if is_tensor(x) and (self._copy or x._b.tree == self._t) then return true end
   end
   return false
 end

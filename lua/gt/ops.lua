@@ -103,20 +103,28 @@ local function fail(level, op, fmt, ...)
   error("gt.ops." .. op .. ": " .. format(fmt, ...), level + 1)
 end
 
--- A tensor of the given dtype (default f32); returns its shape.  level: as
--- fail's, counted from check's caller (default 2: called from an op body).
-local function check(op, name, t, dtype, level)
-  dtype = dtype or "f32"
+local DT = gt._dtypes
+local F32 = DT.f32
+local SHAPES, NUMEL, shape_id, new_sid = gt._shapes, gt._numel, gt._shape_id, gt._new_sid
+
+-- The slow path of check: says what is wrong with t.
+local function check_failed(op, name, t, dtype, level)
   if not is_tensor(t) then
-    fail((level or 2) + 1, op, "%s must be a %s tensor, got %s", name, dtype, describe(t))
+    fail(level + 1, op, "%s must be a %s tensor, got %s", name, dtype, describe(t))
   end
   if t.dtype ~= dtype then
-    fail((level or 2) + 1, op, "%s must be %s, got %s %s", name, dtype, t.dtype, shape_str(t.shape))
+    fail(level + 1, op, "%s must be %s, got %s %s", name, dtype, t.dtype, shape_str(t.shape))
   end
-  if t._strides then   -- a strided view (gt.tensor's narrow of an inner dimension)
-    fail((level or 2) + 1, op, "%s is a non-contiguous view; :clone() it first", name)
-  end
-  return t.shape
+  -- a strided view (gt.tensor's narrow of an inner dimension)
+  fail(level + 1, op, "%s is a non-contiguous view; :clone() it first", name)
+end
+
+-- A contiguous tensor of the given dtype (default f32); returns its shape.
+-- level: as fail's, counted from check's caller (default 2: an op body).
+local function check(op, name, t, dtype, level)
+  local d = dtype and DT[dtype] or F32
+  if not is_tensor(t) or t._dt ~= d.code or t._vid ~= 0 then check_failed(op, name, t, d.name, (level or 2) + 1) end
+  return SHAPES[t._sid]
 end
 
 local function same_shape(a, b)
@@ -125,39 +133,27 @@ local function same_shape(a, b)
   return true
 end
 
--- gt.tensor copies the shape it is given, so an input's shape table can be passed as is.
 local function copy_shape(s)
   local r = {}
   for i = 1, #s do r[i] = s[i] end
   return r
 end
 
--- Shapes derived from an input's shape are interned by value: a trie over
--- the leading sizes, so a model's step reuses the same few shape tables each
--- call and builds none (bounded by the distinct shapes a program sees, unlike
--- a cache keyed by table identity).  Child tables sit under the sizes (>= 0),
--- results under negative keys and "rows".
-local shape_trie = {}
-local function leading(s)
-  local node = shape_trie
-  for i = 1, #s - 1 do
-    local d = s[i]
-    local nx = node[d]
-    if not nx then nx = {}; node[d] = nx end
-    node = nx
-  end
-  return node
-end
+-- Shapes derived from an input's shape, by shape id (gt.tensor interns
+-- shapes): a model's step finds the few it uses in one lookup each and
+-- builds no table.
+local last_cache, rows_cache = {}, {}
 
--- s with its last size replaced by n (shared; never change it).
-local function shape_with_last(s, n)
-  local node = leading(s)
-  local r = node[-1 - n]
-  if not r then
-    r = copy_shape(s)
-    r[#r] = n
-    node[-1 - n] = r
-  end
+-- The id of shape sid with its last size replaced by n.
+local function with_last(sid, n)
+  local c = last_cache[sid]
+  local r = c and c[n]
+  if r then return r end
+  local s = copy_shape(SHAPES[sid])
+  s[#s] = n
+  r = shape_id(s, 1)
+  c = c or {}
+  last_cache[sid], c[n] = c, r
   return r
 end
 
@@ -170,14 +166,15 @@ local function rows(s, numel)
   return m, n
 end
 
--- Shape with the last dimension dropped ({M} for {M, N}, {1} for {N}); shared.
-local function row_shape(s)
-  local node = leading(s)
-  local r = node.rows
-  if not r then
-    if #s <= 1 then r = { 1 } else r = {} for i = 1, #s - 1 do r[i] = s[i] end end
-    node.rows = r
-  end
+-- The id of shape sid with the last dimension dropped ({M} for {M, N}, {1} for {N}).
+local function row_shape(sid)
+  local r = rows_cache[sid]
+  if r then return r end
+  local s = SHAPES[sid]
+  local t = { 1 }
+  if #s > 1 then t = {} for i = 1, #s - 1 do t[i] = s[i] end end
+  r = shape_id(t, 1)
+  rows_cache[sid] = r
   return r
 end
 
@@ -196,8 +193,8 @@ local launch_copy = elementwise("elementwise", "copy_f32")
 local function binary(op, a, b, launch_same, launch_rows)
   if type(a) == "number" then a, b = b, a end
   local as = check(op, "a", a, "f32", 3)
-  local n = a.numel
-  local y = gt.tensor(as)
+  local n = NUMEL[a._sid]
+  local y = new_sid(a._sid, F32, 3)
   if type(b) == "number" then
     local s, t = 1, b                     -- add: x + b
     if op == "mul" then s, t = b, 0 end
@@ -236,7 +233,7 @@ function ops.axpby(a, x, b, y)
   if not same_shape(xs, ys) then
     fail(2, "axpby", "x is %s but y is %s: shapes differ", shape_str(xs), shape_str(ys))
   end
-  local n = y.numel
+  local n = NUMEL[y._sid]
   launch_axpby(n)(y, x, n, a, b)
   return y
 end
@@ -247,7 +244,7 @@ function ops.copy(dst, src)
   if not same_shape(ds, ss) then
     fail(2, "copy", "dst is %s but src is %s: shapes differ", shape_str(ds), shape_str(ss))
   end
-  local n = dst.numel
+  local n = NUMEL[dst._sid]
   launch_copy(n)(dst, src, n)
   return dst
 end
@@ -256,9 +253,9 @@ end
 for _, name in ipairs { "relu", "gelu", "tanh", "sigmoid" } do
   local launch = elementwise("elementwise", name .. "_f32")
   ops[name] = function(x)
-    local xs = check(name, "x", x)
-    local n = x.numel
-    local y = gt.tensor(xs)
+    check(name, "x", x)
+    local n = NUMEL[x._sid]
+    local y = new_sid(x._sid, F32, 2)
     launch(n)(y, x, n)
     return y
   end
@@ -296,8 +293,8 @@ function ops.linear(x, W, b, act)
         type(act) == "string" and format("%q", act) or describe(act))
     end
   end
-  local M = rows(xs, x.numel)
-  local y = gt.tensor(shape_with_last(xs, N))
+  local M = rows(xs, NUMEL[x._sid])
+  local y = new_sid(with_last(x._sid, N), F32, 2)
   launch_linear(M, N)(y, x, W, b or W, M, N, K, has_bias, a)
   return y
 end
@@ -325,8 +322,8 @@ local launch_softmax = rowwise("reduce", "softmax_f32")
 --- ops.softmax(x) -> softmax over the last dimension.
 function ops.softmax(x)
   local xs = check("softmax", "x", x)
-  local m, n = rows(xs, x.numel)
-  local y = gt.tensor(xs)
+  local m, n = rows(xs, NUMEL[x._sid])
+  local y = new_sid(x._sid, F32, 2)
   launch_softmax(m, n)(y, x, m, n)
   return y
 end
@@ -351,11 +348,11 @@ local launch_layernorm = rowwise("reduce", "layernorm_f32")
 --- ops.layernorm(x, gamma, beta [, eps = 1e-5]) over the last dimension.
 function ops.layernorm(x, gamma, beta, eps)
   local xs = check("layernorm", "x", x)
-  local m, n = rows(xs, x.numel)
+  local m, n = rows(xs, NUMEL[x._sid])
   check_vec("layernorm", "gamma", gamma, n, xs)
   check_vec("layernorm", "beta", beta, n, xs)
   eps = check_eps("layernorm", eps, 1e-5)
-  local y = gt.tensor(xs)
+  local y = new_sid(x._sid, F32, 2)
   launch_layernorm(m, n)(y, x, gamma, beta, m, n, eps)
   return y
 end
@@ -365,10 +362,10 @@ local launch_rmsnorm = rowwise("reduce", "rmsnorm_f32")
 --- ops.rmsnorm(x, w [, eps = 1e-6]) = x / sqrt(mean(x^2) + eps) * w over the last dimension.
 function ops.rmsnorm(x, w, eps)
   local xs = check("rmsnorm", "x", x)
-  local m, n = rows(xs, x.numel)
+  local m, n = rows(xs, NUMEL[x._sid])
   check_vec("rmsnorm", "w", w, n, xs)
   eps = check_eps("rmsnorm", eps, 1e-6)
-  local y = gt.tensor(xs)
+  local y = new_sid(x._sid, F32, 2)
   launch_rmsnorm(m, n)(y, x, w, m, n, eps)
   return y
 end
@@ -379,9 +376,9 @@ for name, spec in pairs { sum = { "rowsum_f32", "f32" }, max = { "rowmax_f32", "
   local launch, dtype = rowwise("reduce", spec[1]), spec[2]
   ops[name] = function(x)
     local xs = check(name, "x", x)
-    local m, n = rows(xs, x.numel)
+    local m, n = rows(xs, NUMEL[x._sid])
     if n == 0 and name ~= "sum" then fail(2, name, "x is %s: rows are empty", shape_str(xs)) end
-    local y = gt.tensor(row_shape(xs), dtype)
+    local y = new_sid(row_shape(x._sid), DT[dtype], 2)
     launch(m, n)(y, x, m, n)
     return y
   end

@@ -1,27 +1,35 @@
 -- gt.tensor: device tensors as views (offset, shape) onto core buffers.
+--
+-- A tensor is a gt_tensor (src/gt.h): an FFI struct of 40 bytes, the only
+-- object a replayed op allocates.  Its shape and strides are interned here
+-- (the struct holds their ids), so that an op that passes its input's shape
+-- on builds no table; `shape`, `numel` and `dtype` read through the interned
+-- tables.  This file is the one place that makes tensors (gt._view).
 local ffi = require "ffi"
 local bit = require "bit"
 
 return function(gt)
   local C, rt = gt._C, gt._rt
   local error = gt._error   -- every error names the user's file:line (init.lua)
-  local floor, concat, type, setmetatable, getmetatable = math.floor, table.concat, type, setmetatable, getmetatable
+  local floor, concat, type = math.floor, table.concat, type
+  local istype = ffi.istype
 
   local DT = {
-    f32 = { code = 1, size = 4, ct = ffi.typeof("float[?]"), int = false },
-    i32 = { code = 2, size = 4, ct = ffi.typeof("int32_t[?]"), int = true },
-    i64 = { code = 3, size = 8, ct = ffi.typeof("int64_t[?]"), int = true },
-    u8  = { code = 4, size = 1, ct = ffi.typeof("uint8_t[?]"), int = true },
+    f32 = { code = C.GT_F32, size = 4, ct = ffi.typeof("float[?]"), int = false },
+    i32 = { code = C.GT_I32, size = 4, ct = ffi.typeof("int32_t[?]"), int = true },
+    i64 = { code = C.GT_I64, size = 8, ct = ffi.typeof("int64_t[?]"), int = true },
+    u8  = { code = C.GT_U8, size = 1, ct = ffi.typeof("uint8_t[?]"), int = true },
   }
-  for name, d in pairs(DT) do d.name = name end
-  local BY_CODE = { [1] = "f32", [2] = "i32", [3] = "i64", [4] = "u8", [5] = "f64", [6] = "u32", [7] = "u64" }
+  local BY_CODE = { [C.GT_F32] = "f32", [C.GT_I32] = "i32", [C.GT_I64] = "i64", [C.GT_U8] = "u8",
+                    [C.GT_F64] = "f64", [C.GT_U32] = "u32", [C.GT_U64] = "u64" }
+  local DT_OF = {}       -- code -> DT entry
+  for name, d in pairs(DT) do d.name = name; DT_OF[d.code] = d end
   gt._dtypes, gt._dtype_of_code = DT, BY_CODE
 
-  local Tensor = {}
-  Tensor.__index = Tensor
+  local Tensor = {}      -- the methods
   gt.Tensor = Tensor
-
-  local function is_tensor(x) return getmetatable(x) == Tensor end
+  local TT = ffi.typeof("gt_tensor")
+  local function is_tensor(x) return istype(TT, x) end
   gt.is_tensor = is_tensor
 
   local function dtype_of(dtype, level)
@@ -33,68 +41,162 @@ return function(gt)
   local function shape_str(shape) return #shape == 0 and "scalar" or concat(shape, "x") end
   gt._shape_str = shape_str
 
-  -- Validates a shape and returns it with its element count.  The table is
-  -- kept, not copied (shapes are read-only: ops pass their inputs' shapes on).
-  local function check_shape(shape, level)
+  -- -- Interned shapes and strides -----------------------------------------
+
+  -- SHAPES[sid] is a shape table shared by every tensor of that shape (never
+  -- change it); NUMEL[sid] its element count.  A trie over the sizes finds a
+  -- shape's id by value; interned tables themselves are found in one lookup.
+  local SHAPES, NUMEL, nshapes = {}, {}, 0
+  local trie, sid_of = {}, {}
+  local SID = -1                              -- the trie's key for "a shape ends here" (sizes are >= 0)
+  local MAX_BYTES = 2 ^ 53                    -- beyond this, byte counts are not exact numbers
+  gt._shapes, gt._numel = SHAPES, NUMEL
+
+  local function intern_new(node, shape, n)
+    nshapes = nshapes + 1
+    local s = {}
+    for i = 1, #shape do s[i] = shape[i] end
+    SHAPES[nshapes], NUMEL[nshapes] = s, n
+    node[SID] = nshapes
+    sid_of[s] = nshapes
+    return nshapes
+  end
+
+  local function size_ok(d) return type(d) == "number" and d >= 0 and d == floor(d) and d < MAX_BYTES end
+
+  -- The id of a shape (a table of sizes, or one number); raises on a bad one.
+  local function shape_id_slow(shape, level)
     if type(shape) ~= "table" then
       if type(shape) == "number" then shape = { shape }
       else error("a shape is a table of sizes, e.g. {8, 256}", level + 1) end
     end
-    local n = 1
+    local node, n = trie, 1
     for i = 1, #shape do
       local d = shape[i]
-      if type(d) ~= "number" or d < 0 or d ~= floor(d) then
+      if type(d) ~= "number" or d < 0 or d ~= floor(d) or d >= MAX_BYTES then
         error("bad shape: dimension " .. i .. " is " .. tostring(d) .. ", not a size", level + 1)
       end
       n = n * d
+      local nx = node[d]
+      if not nx then nx = {}; node[d] = nx end
+      node = nx
     end
-    return shape, n
+    if n >= MAX_BYTES then
+      error("bad shape: " .. shape_str(shape) .. " has " .. ("%.17g"):format(n) .. " elements, more than any memory holds", level + 1)
+    end
+    return node[SID] or intern_new(node, shape, n)
   end
 
-  -- A view of buffer b made in generation gen.  Views of a tree's buffers keep
-  -- the tree alive (_tree): the buffer's struct lives in it.
-  local function wrap(b, off, shape, numel, d, strides, tree, gen)
-    -- eight keys make the smallest hash part; rare fields are added after
-    local t = setmetatable({ _b = b, _off = off, shape = shape, numel = numel, dtype = d.name,
-                             _nb = numel * d.size, _gen = gen, _tree = tree }, Tensor)
-    if strides then t._strides = strides end
-    return t
+  -- The same, without a loop for shapes of up to three sizes already seen (a
+  -- loop here would be unrolled into the trace of every op that makes a tensor).
+  local function shape_id(shape, level)
+    local id = sid_of[shape]
+    if id then return id end
+    if type(shape) == "table" then
+      local n, a, b, c = #shape, shape[1], shape[2], shape[3]
+      local node
+      if n == 2 then
+        if size_ok(a) and size_ok(b) then node = trie[a]; node = node and node[b] end
+      elseif n == 1 then
+        if size_ok(a) then node = trie[a] end
+      elseif n == 3 then
+        if size_ok(a) and size_ok(b) and size_ok(c) then node = trie[a]; node = node and node[b]; node = node and node[c] end
+      end
+      id = node and node[SID]
+      if id then return id end
+    end
+    return shape_id_slow(shape, level + 1)
   end
-  gt._wrap = wrap
+  gt._shape_id = shape_id
 
-  -- Scopes outside tree calls: per nesting level, the buffers made in it.
+  -- Strides of non-contiguous views, interned the same way (in elements).
+  local STRIDES, vtrie, nstrides = { [0] = false }, {}, 0
+  local function strides_id(st)
+    local node = vtrie
+    for i = 1, #st do
+      local nx = node[st[i]]
+      if not nx then nx = {}; node[st[i]] = nx end
+      node = nx
+    end
+    local id = node[SID]
+    if not id then
+      nstrides = nstrides + 1
+      local s = {}
+      for i = 1, #st do s[i] = st[i] end
+      STRIDES[nstrides], node[SID], id = s, nstrides, nstrides
+    end
+    return id
+  end
+
+  -- -- Handles ---------------------------------------------------------------
+
+  local SLAB, STATIC_FLAG = C.GT_BUF_SLAB, C.GT_BUF_STATIC
+  local band, bor, bnot = bit.band, bit.bor, bit.bnot
+  local gc, retain = ffi.gc, C.gt_buf_retain
+  local function drop(t) C.gt_buf_release(t._b) end
+
+  -- The one tensor constructor: a view of buffer b at byte offset off, shape
+  -- sid, dtype code dt, made in generation gen (vid: strides, 0 contiguous).
+  -- A view of ordinary memory holds a reference on it (new: the buffer's
+  -- first reference is the caller's, taken over by this handle).
+  local function view(b, off, sid, dt, gen, vid, new)
+    local t = TT(b, off, NUMEL[sid] * DT_OF[dt].size, gen, sid, dt, vid or 0)
+    if band(b.flags, SLAB) ~= 0 then return t end
+    if not new then retain(b) end
+    return gc(t, drop)
+  end
+  gt._view = view
+
+  local GET = {
+    shape = function(t) return SHAPES[t._sid] end,
+    numel = function(t) return NUMEL[t._sid] end,
+    dtype = function(t) return BY_CODE[t._dt] end,
+    _strides = function(t) return STRIDES[t._vid] or nil end,
+  }
+  local function index(t, k)
+    local g = GET[k]
+    if g then return g(t) end
+    return Tensor[k]
+  end
+
+  -- Scopes outside tree calls: per nesting level, the tensors made in it.
   local plain, nplain = {}, 0
 
-  -- A new tensor over a new buffer: in a tree call the buffer belongs to the
-  -- call (no finalizer: its memory is the call's until the call ends or it is
-  -- released), else ordinary memory (freed when released or collected).
-  local function new(shape, dtype, level)
-    local d = dtype_of(dtype, level + 1)
-    local s, n = check_shape(shape, level + 1)
+  -- A new tensor of shape id sid over a new buffer: in a tree call the
+  -- buffer belongs to the call (no finalizer: its memory is the call's until
+  -- the call ends or it is released), else ordinary memory (freed when
+  -- released or when its last handle is collected).
+  local function new_sid(sid, d, level)
+    local nb = NUMEL[sid] * d.size
     local tree = gt._active
     if tree then
-      local i = C.gt_tree_buf_new(rt, n * d.size)
-      if i < 0 then error(gt._errmsg(), level + 1) end
-      local ptrs = tree._ptrs
-      local b = ptrs[i]
-      if not b then b = C.gt_tree_buf_ptr(tree._t, i); ptrs[i] = b end
-      tree._nw = i + 1
-      local t = wrap(b, 0, s, n, d, nil, tree, tree._gen)
+      local b = C.gt_tree_buf_new(rt, nb)
+      if b == nil then error(gt._errmsg(), level + 1) end
+      tree._nw = b.ci + 1
+      local t = TT(b, 0, nb, tree._gen, sid, d.code, 0)
       tree._last = t                                       -- a new node's shapes name its last tensor
       return t
     end
-    local b = C.gt_buf_new(rt, n * d.size)
+    local b = C.gt_buf_new(rt, nb)
     if b == nil then error(gt._errmsg(), level + 1) end
-    if nplain > 0 then local l = plain[nplain]; l[#l + 1] = b end
-    return wrap(ffi.gc(b, C.gt_buf_release), 0, s, n, d, nil, nil, 0)
+    local t = gc(TT(b, 0, nb, 0, sid, d.code, 0), drop)
+    if nplain > 0 then local l = plain[nplain]; l[#l + 1] = t end
+    return t
+  end
+  gt._new_sid = new_sid
+
+  local function new(shape, dtype, level)
+    local d = DT[dtype or "f32"] or dtype_of(dtype, level + 1)
+    return new_sid(shape_id(shape, level + 1), d, level + 1)
   end
 
   -- Where each released buffer was released: a gt.scope's function or a
-  -- ":free() at file:line" string, keyed by the buffer's pointer object
-  -- (shared by every view; a tree's buffer structs are reused call to call).
-  local released_by = setmetatable({}, { __mode = "k" })
+  -- ":free() at file:line" string, keyed by the buffer struct's address
+  -- (shared by every view; a tree's buffer structs are reused call to call,
+  -- so the table stays as small as the structs are few).
+  local released_by = {}
   local RELEASED, KEEP = C.GT_BUF_RELEASED, C.GT_BUF_KEEP
-  local band, bor, bnot = bit.band, bit.bor, bit.bnot
+  local function addr(b) return tonumber(ffi.cast("uintptr_t", b)) end
 
   local function site_text(site)
     if type(site) == "function" then
@@ -109,7 +211,7 @@ return function(gt)
     local b = t._b
     local what = "tensor " .. t.dtype .. " " .. shape_str(t.shape)
     if band(b.flags, RELEASED) ~= 0 and b.gen == t._gen then
-      local by, advice = site_text(released_by[b])
+      local by, advice = site_text(released_by[addr(b)])
       error(what .. " was released by " .. by .. "; " .. advice, level + 1)
     end
     if b.tree ~= nil then
@@ -119,6 +221,10 @@ return function(gt)
       end
       error(what .. " returned by tree '" .. name .. "' (" .. where ..
             ") was overwritten by a later call; :clone() it to keep it", level + 1)
+    end
+    if t._gen ~= 0 then
+      error(what .. " is no longer valid: the tree that made it was garbage-collected; keep the tree while " ..
+            "you use its tensors, or :clone() them", level + 1)
     end
     error(what .. " is no longer valid", level + 1)
   end
@@ -354,34 +460,35 @@ return function(gt)
       s[i] = shape[i]
     end
     if hole then s[hole] = known > 0 and self.numel / known or 0 end
-    local s2, n = check_shape(s, 2)
-    if n ~= self.numel then
-      error("view: " .. shape_str(s2) .. " has " .. n .. " elements, the tensor " .. self.numel, 2)
+    local sid = shape_id(s, 2)
+    if NUMEL[sid] ~= self.numel then
+      error("view: " .. shape_str(s) .. " has " .. NUMEL[sid] .. " elements, the tensor " .. self.numel, 2)
     end
-    return wrap(self._b, self._off, s2, n, DT[self.dtype], nil, self._tree, self._gen)
+    return view(self._b, self._off, sid, self._dt, self._gen)
   end
 
   --- t:narrow(dim, start, len): a view of len entries of dim from start (1-based)
   function Tensor:narrow(dim, start, len)
     live(self, 2)
     local shape = self.shape
-    if type(dim) ~= "number" or dim < 1 or dim > #shape then error("narrow: dim " .. tostring(dim) .. " out of 1.." .. #shape, 2) end
-    if type(start) ~= "number" or type(len) ~= "number" or start < 1 or len < 0 or start + len - 1 > shape[dim] then
+    if type(dim) ~= "number" or dim ~= floor(dim) or dim < 1 or dim > #shape then error("narrow: dim " .. tostring(dim) .. " out of 1.." .. #shape, 2) end
+    if type(start) ~= "number" or type(len) ~= "number" or start ~= floor(start) or len ~= floor(len) or
+       start < 1 or len < 0 or start + len - 1 > shape[dim] then
       error("narrow: " .. tostring(start) .. "+" .. tostring(len) .. " outside dim " .. dim .. " of size " .. shape[dim], 2)
     end
-    local d = DT[self.dtype]
+    local d = DT_OF[self._dt]
     local st = self._strides
     if not st then
       st = {}
       local s = 1
       for i = #shape, 1, -1 do st[i] = s; s = s * shape[i] end
     end
-    local ns, n = {}, 1
-    for i = 1, #shape do ns[i] = i == dim and len or shape[i]; n = n * ns[i] end
+    local ns = {}
+    for i = 1, #shape do ns[i] = i == dim and len or shape[i] end
     local contiguous = not self._strides
     if contiguous then for i = 1, dim - 1 do if shape[i] ~= 1 then contiguous = false end end end
     local off = self._off + (start - 1) * st[dim] * d.size
-    return wrap(self._b, off, ns, n, d, (not contiguous) and st or nil, self._tree, self._gen)
+    return view(self._b, off, shape_id(ns, 2), self._dt, self._gen, (not contiguous) and strides_id(st) or 0)
   end
 
   --- t:contiguous() -> t itself when contiguous, else a contiguous copy
@@ -404,16 +511,16 @@ return function(gt)
     local b = live(self, 2)
     if C.gt_buf_free(rt, b) ~= 0 then gt._fail(2) end
     local i = debug.getinfo(2, "Sl")
-    released_by[b] = ":free() at " .. (i and (i.short_src .. ":" .. (i.currentline or 0)) or "?")
+    released_by[addr(b)] = ":free() at " .. (i and (i.short_src .. ":" .. (i.currentline or 0)) or "?")
   end
 
   -- Marks x (a tensor, or tensors in a plain table) as returned from a scope.
   local function keep(x)
-    if getmetatable(x) == Tensor then
+    if istype(TT, x) then
       local b = x._b
       if x._gen == b.gen_now[0] then b.flags = bor(b.flags, KEEP) end
     elseif type(x) == "table" and getmetatable(x) == nil then
-      for _, v in pairs(x) do if getmetatable(v) == Tensor then keep(v) end end
+      for _, v in pairs(x) do if istype(TT, v) then keep(v) end end
     end
   end
 
@@ -423,7 +530,7 @@ return function(gt)
     if band(f, KEEP) ~= 0 then b.flags = band(f, bnot(KEEP)); return true end
     if band(f, RELEASED) == 0 then
       C.gt_buf_free(rt, b)
-      released_by[b] = fn
+      released_by[addr(b)] = fn
     end
     return false
   end
@@ -431,8 +538,8 @@ return function(gt)
   -- In a tree call: the call's buffers first..(now) are the scope's.
   local function end_tree_scope(tree, first, fn, ...)
     for i = 1, select("#", ...) do keep((select(i, ...))) end
-    local ptrs = tree._ptrs
-    for i = first, tree._nw - 1 do settle(ptrs[i], fn) end
+    local t = tree._t
+    for i = first, tree._nw - 1 do settle(C.gt_tree_buf_ptr(t, i), fn) end
     return ...
   end
 
@@ -443,7 +550,7 @@ return function(gt)
       for i = 1, select("#", ...) do keep((select(i, ...))) end
       local outer = plain[nplain]
       for i = 1, #list do
-        if settle(list[i], fn) and outer then outer[#outer + 1] = list[i] end
+        if settle(list[i]._b, fn) and outer then outer[#outer + 1] = list[i] end
       end
     end
     for i = #list, 1, -1 do list[i] = nil end
@@ -464,7 +571,7 @@ return function(gt)
     return end_plain_scope(fn, pcall(fn, ...))
   end
 
-  function Tensor:dim() return #self.shape end
+  function Tensor:dim() return #SHAPES[self._sid] end
   function Tensor:size(d) if d then return self.shape[d] end local s = {} for i, v in ipairs(self.shape) do s[i] = v end return s end
 
   -- -- Printing -------------------------------------------------------------
@@ -500,4 +607,10 @@ return function(gt)
     end
     return render(1, 0, "") .. "\n" .. tail .. "]"
   end
+
+  ffi.metatype(TT, { __index = index, __tostring = function(t) return Tensor.__tostring(t) end,
+                     __newindex = function(t, k)
+                       error("a tensor has no field '" .. tostring(k) .. "' to set (tensors are views: shape, dtype, " ..
+                             "numel are read-only)", 2)
+                     end })
 end

@@ -3,7 +3,7 @@ local ffi = require "ffi"
 local bit = require "bit"
 
 return function(gt)
-  local C, rt, Tensor = gt._C, gt._rt, gt.Tensor
+  local C, rt, is_tensor = gt._C, gt._rt, gt.is_tensor
   local STAGING = C.GT_BUF_STAGING
   local select, getmetatable, type, pairs, next = select, getmetatable, type, pairs, next
 
@@ -88,7 +88,7 @@ return function(gt)
     local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
                                 _copy = opts.copy_inputs and true or false, _nwarn = 0,
                                 _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
-                                _nw = 0, _ptrs = {}, _gen = 0, _seg0 = 0,
+                                _nw = 0, _gen = 0, _seg0 = 0,
                                 _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
     if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
       if opts.buckets then error("gt.tree: key and buckets cannot be combined yet; bucket the inputs before a keyed tree", 2) end
@@ -107,8 +107,10 @@ return function(gt)
   -- generation back) is too: it is copied before this call reuses its memory.
   -- Returns whether x lives in this tree's pool.
   local function check_input(self, x)
-    local own = x._b.tree == self._t
-    if x._gen + (own and 1 or 0) ~= x._b.gen_now[0] then gt._stale_error(x, 5) end
+    local b = x._b
+    local own = b.tree == self._t
+    local g, now = x._gen, b.gen_now[0]
+    if g ~= now and not (own and now == self._gen and g == C.gt_tree_prev_gen(self._t)) then gt._stale_error(x, 5) end
     return own
   end
   gt._check_input = check_input
@@ -119,19 +121,17 @@ return function(gt)
     if x._strides then error("a non-contiguous view as a tree input: :clone() it first", 4) end
     if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then error(gt._errmsg(), 4) end
     local sb = self._out[0]
-    local s = setmetatable({ _b = ffi.gc(sb, C.gt_buf_release), _off = 0, shape = x.shape,
-                             numel = x.numel, dtype = x.dtype, _nb = x._nb, _gen = sb.gen }, Tensor)
-    return s, slot + 1
+    return gt._view(sb, 0, x._sid, x._dt, sb.gen, 0, true), slot + 1
   end
 
   local function needs_stage(self, x)
-    if getmetatable(x) ~= Tensor then return false end
+    if not is_tensor(x) then return false end
     return self._copy or x._b.tree == self._t
   end
 
   -- A previous call's staged tensor fed back in keeps its slot for this call.
   local function pin(self, x)
-    if getmetatable(x) == Tensor then
+    if is_tensor(x) then
       local b = x._b
       if b.tree == self._t and bit.band(b.flags, STAGING) ~= 0 then C.gt_tree_stage_pin(rt, b) end
     end
@@ -153,7 +153,7 @@ return function(gt)
     pin_inputs(self, args, n)
     for i = 1, n do
       local x = args[i]
-      if getmetatable(x) == Tensor then
+      if is_tensor(x) then
         args[i], slot = stage(self, x, slot)
       elseif type(x) == "table" and getmetatable(x) == nil then
         local copy
@@ -172,6 +172,28 @@ return function(gt)
     return args
   end
 
+  -- A tensor a call returns keeps its tree alive (the tree's pool holds its
+  -- memory) for as long as the tensor lives: a weak-keyed table, one entry
+  -- per returned tensor, never one per op.  The value is the tree's C handle,
+  -- not the Lua tree: the Lua tree holds tensors (its last one, its inputs), and
+  -- LuaJIT's weak keys are not ephemerons, so tree -> tensor -> tree would never go.
+  local anchors = setmetatable({}, { __mode = "k" })
+  local function anchor(self, x)
+    if is_tensor(x) then
+      if x._b.tree == self._t then anchors[x] = self._t end
+    elseif type(x) == "table" and getmetatable(x) == nil then
+      for _, v in pairs(x) do if is_tensor(v) and v._b.tree == self._t then anchors[v] = self._t end end
+    end
+    return x
+  end
+  gt._anchor = anchor
+
+  local function warned(self)
+    local last = ffi.new("const char*[1]")
+    self._nwarn = C.gt_tree_warnings(self._t, last)
+    gt.on_warning(ffi.string(last[0]))
+  end
+
   local function finish(self, ok, ...)
     if not ok then
       abort()
@@ -180,21 +202,30 @@ return function(gt)
     flush(2, "return")
     gt._active = nil
     if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 2) end
-    local nw = C.gt_tree_warnings(self._t, nil)
-    if nw ~= self._nwarn then
-      local last = ffi.new("const char*[1]")
-      C.gt_tree_warnings(self._t, last)
-      self._nwarn = nw
-      gt.on_warning(ffi.string(last[0]))
-    end
+    if C.gt_tree_warnings(self._t, nil) ~= self._nwarn then warned(self) end
+    local n = select("#", ...)
+    if n == 1 then anchor(self, (...))
+    else for i = 1, n do anchor(self, (select(i, ...))) end end
     return ...
+  end
+
+  -- pcall(fn, ...) with a fixed number of arguments where it can (a vararg
+  -- pcall does not compile).
+  local function call(fn, n, a1, a2, a3, a4, ...)
+    if n <= 1 then
+      if n == 1 then return pcall(fn, a1) end
+      return pcall(fn)
+    elseif n == 2 then return pcall(fn, a1, a2)
+    elseif n == 3 then return pcall(fn, a1, a2, a3)
+    elseif n == 4 then return pcall(fn, a1, a2, a3, a4) end
+    return pcall(fn, a1, a2, a3, a4, ...)
   end
 
   local function shapes_of(...)
     local parts = {}
     for i = 1, select("#", ...) do
       local x = select(i, ...)
-      if getmetatable(x) == Tensor then parts[#parts + 1] = x.dtype .. " " .. gt._shape_str(x.shape) end
+      if is_tensor(x) then parts[#parts + 1] = x.dtype .. " " .. gt._shape_str(x.shape) end
     end
     return table.concat(parts, ", ")
   end
@@ -233,13 +264,13 @@ return function(gt)
     self._inn = n                                           -- the inputs, for a new first node's shapes
     if not staged then
       self._in1, self._in2, self._in3, self._in4 = ...
-      return finish(self, pcall(self.fn, ...))
+      return finish(self, call(self.fn, n, ...))
     end
     local ok, args = pcall(prep or stage_args, self, n, ...)
     if not ok then abort(); error(args, 0) end
     self._staged = args
     self._in1, self._in2, self._in3, self._in4 = args[1], args[2], args[3], args[4]
-    return finish(self, pcall(self.fn, unpack(args, 1, n)))
+    return finish(self, call(self.fn, n, unpack(args, 1, n)))
   end
   Tree._run = run
   Tree._finish, Tree._abort, Tree._stage_args = finish, abort, stage_args

@@ -341,43 +341,11 @@ end
 
 -- -- Output --------------------------------------------------------------------------
 
-local ARRAY = {}
-function M.array(t) return setmetatable(t, ARRAY) end
-
-local function json_string(s)
-  return '"' .. s:gsub('[%c"\\]', function(c)
-    return ({ ['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n', ['\t'] = '\\t' })[c] or format("\\u%04x", c:byte())
-  end) .. '"'
-end
-
-local function json_number(x)
-  if x ~= x or x == 1 / 0 or x == -1 / 0 then return "null" end
-  if x == floor(x) and math.abs(x) < 2 ^ 53 then return format("%d", x) end
-  return format("%.7g", x)
-end
-
---- encode(v) -> JSON text: a table is an array when t[1] ~= nil or it was
---- made with M.array, else an object with sorted keys.
-function M.encode(v, indent)
-  indent = indent or ""
-  local tv = type(v)
-  if tv == "nil" then return "null" end
-  if tv == "boolean" then return tostring(v) end
-  if tv == "number" then return json_number(v) end
-  if tv ~= "table" then return json_string(tostring(v)) end
-  local inner, parts = indent .. "  ", {}
-  if v[1] ~= nil or getmetatable(v) == ARRAY then
-    for i = 1, #v do parts[i] = M.encode(v[i], inner) end
-    if #parts == 0 then return "[]" end
-    return "[\n" .. inner .. concat(parts, ",\n" .. inner) .. "\n" .. indent .. "]"
-  end
-  local keys = {}
-  for k in pairs(v) do keys[#keys + 1] = tostring(k) end
-  sort(keys)
-  for i, k in ipairs(keys) do parts[i] = json_string(k) .. ": " .. M.encode(v[k], inner) end
-  if #parts == 0 then return "{}" end
-  return "{\n" .. inner .. concat(parts, ",\n" .. inner) .. "\n" .. indent .. "}"
-end
+-- JSON through gt.json (dkjson): M.array(t) marks an array (an empty one is []);
+-- M.encode(v) -> indented text, objects' keys sorted.
+local json = require "gt.json"
+M.array = json.array
+function M.encode(v) return json.encode(v) end
 
 local function fmt(x) return x and format("%10.1f", x) or format("%10s", "-") end
 

@@ -21,91 +21,8 @@ M.TARGETS = {
   vs_reduce_keyed = 50,  -- reduce-overhead CPU / gtlua keyed CPU, at least    -- the same for a 128-kernel path with 100 MB of live Lua heap (issue: no GC at record time)
 }
 
--- -- JSON --------------------------------------------------------------------------
-
-local NULL = {}   -- JSON null while parsing (decoded as nil)
-local WORDS = { ["true"] = true, ["false"] = false, null = NULL, NaN = 0 / 0, Infinity = 1 / 0, ["-Infinity"] = -1 / 0 }
-local ESC = { b = "\b", f = "\f", n = "\n", r = "\r", t = "\t", ['"'] = '"', ["\\"] = "\\", ["/"] = "/" }
-
-local function utf8_char(c)
-  if c < 0x80 then return string.char(c) end
-  if c < 0x800 then return string.char(0xC0 + floor(c / 64), 0x80 + c % 64) end
-  return string.char(0xE0 + floor(c / 4096), 0x80 + floor(c / 64) % 64, 0x80 + c % 64)
-end
-
---- decode(text) -> the value of a JSON text (null is nil; raises on bad input)
-function M.decode(text)
-  local pos = 1
-  local value
-  local function fail(what) error(format("bad JSON at byte %d: %s", pos, what), 0) end
-  local function skip() pos = text:find("[^ \t\r\n]", pos) or #text + 1 end
-  local function str()
-    local out, i = {}, pos + 1
-    while true do
-      local j = text:find('["\\]', i)
-      if not j then fail("unterminated string") end
-      out[#out + 1] = text:sub(i, j - 1)
-      if text:sub(j, j) == '"' then pos = j + 1 return concat(out) end
-      local e = text:sub(j + 1, j + 1)
-      if e == "u" then
-        out[#out + 1] = utf8_char(tonumber(text:sub(j + 2, j + 5), 16) or fail("bad \\u escape"))
-        i = j + 6
-      else
-        out[#out + 1] = ESC[e] or fail("bad escape")
-        i = j + 2
-      end
-    end
-  end
-  local function list(open, close, item)
-    local t = {}
-    pos = pos + 1
-    skip()
-    if text:sub(pos, pos) == close then pos = pos + 1 return t end
-    while true do
-      item(t)
-      skip()
-      local c = text:sub(pos, pos)
-      pos = pos + 1
-      if c == close then return t end
-      if c ~= "," then fail("expected ',' or '" .. close .. "' in " .. open .. close) end
-    end
-  end
-  function value()
-    skip()
-    local c = text:sub(pos, pos)
-    if c == "{" then
-      return list("{", "}", function(t)
-        skip()
-        if text:sub(pos, pos) ~= '"' then fail("expected a key") end
-        local k = str()
-        skip()
-        if text:sub(pos, pos) ~= ":" then fail("expected ':'") end
-        pos = pos + 1
-        t[k] = value()
-      end)
-    elseif c == "[" then
-      local n = 0   -- an explicit count keeps the places after a null
-      return list("[", "]", function(t) n = n + 1; t[n] = value() end)
-    elseif c == '"' then
-      return str()
-    end
-    for word, v in pairs(WORDS) do
-      if text:sub(pos, pos + #word - 1) == word then
-        pos = pos + #word
-        if v == NULL then return nil end
-        return v
-      end
-    end
-    local num = text:match("^-?%d+%.?%d*[eE]?[-+]?%d*", pos)
-    if not num or num == "" or num == "-" then fail("unexpected '" .. c .. "'") end
-    pos = pos + #num
-    return tonumber(num) or fail("bad number " .. num)
-  end
-  local v = value()
-  skip()
-  if pos <= #text then fail("trailing text") end
-  return v
-end
+--- decode(text) -> the value of a JSON text (null is nil; raises "bad JSON ..." on bad input)
+M.decode = require("gt.json").decode
 
 -- -- Reading the run's files -----------------------------------------------------------
 
@@ -330,9 +247,9 @@ local function scenario_notes(gs, ts)
   end
   if gs and gs.stats then
     local s = gs.stats
-    notes[#notes + 1] = format("gtlua tree: %s, %s, %d recorded, %s, %s, %d eager; pool high-water %.1f KiB.",
+    notes[#notes + 1] = format("gtlua tree: %s, %s, %d recorded, %s, %s, %d eager; pool high-water %s.",
       plural(s.calls, "call"), plural(s.nodes, "node"), s.recorded, plural(s.replays, "replay"), plural(s.warmups, "warmup"),
-      s.eager, s.pool_high_water / 1024)
+      s.eager, require("gt.units").bytes(s.pool_high_water))
   end
   if gs and gs.agree then
     notes[#notes + 1] = format("eager and tree outputs: max |diff| %.3g over %d values (max |value| %.3g).",
@@ -551,7 +468,7 @@ local COLORS = { ["gtlua eager"] = "#1f77b4", ["gtlua tree (replay)"] = "#2ca02c
   ["PyTorch eager"] = "#d62728", ["PyTorch reduce-overhead"] = "#ff7f0e", ["PyTorch CUDAGraph (hand-captured)"] = "#9467bd",
   ["raw CUDA eager (launch_floor)"] = "#8c564b", ["raw CUDA graph (launch_floor)"] = "#7f7f7f" }
 
-local function esc(s) return (tostring(s):gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" })) end
+local esc = require("gt.report.el").esc      -- the report's one escaper
 
 local function log10(v) return log(v) / log(10) end
 
@@ -613,8 +530,8 @@ end
 
 local function write_file(path, text)
   local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
+  assert(f:write(text))
+  assert(f:close())
 end
 
 --- write(dir [, out [, svg [, paths]]]) -> inputs: reads dir's files, writes RESULTS.md and steps.svg

@@ -1,65 +1,37 @@
 -- gt.report.html: one self-contained HTML page of graph trees: the advisor's findings, the tree, charts, tables.
 --
--- Layout rules (spec/browser_spec.lua checks them in Chromium):
---   * the page's content is at most 1060 px wide; nothing drawn is wider;
---   * a tree whose top-down drawing fits draws top-down, any wider one as
---     indented rows (depth to the right, one row per node), so every root is
---     in view and a 100-node tree reads at 1280 px;
---   * each node shows its kernels and shapes; its <title> has every number;
---   * charts over calls are stacked columns or areas (no lines that cross);
---   * µs axes are plain numbers; tables wrap; legends list only what is drawn.
+-- The page has no scripts and loads nothing; its content is at most
+-- svg.CONTENT_W px wide; tables wrap.  Every element is built with
+-- report/el.lua, which escapes; the pictures are report/svg.lua's.
 local gt = require "gt"
-local R = require "gt.report"
-local H = R._h
+local C = require "gt.report.common"
+local E = require "gt.report.el"
+local S = require "gt.report.svg"
+local units = require "gt.units"
 
-local format, concat, sort = string.format, table.concat, table.sort
-local floor, max, min, log10 = math.floor, math.max, math.min, math.log10
-local bytes, truncate, plural, records, state = H.bytes, H.truncate, H.plural, H.records, H.state
-local node_ids, walk, heat, BORDER = H.node_ids, H.walk, H.heat, H.BORDER
+local format, sort, floor = string.format, table.sort, math.floor
+local el, raw = E.el, E.raw
+local bytes, plain_us, state = units.bytes, units.plain_us, C.state
 
 local M = {}
-
-local CONTENT_W = 1060          -- header, section: max-width 1100 minus padding
-
--- -- Helpers ---------------------------------------------------------------------
-
-local function esc(s)
-  return (tostring(s):gsub("[&<>\"']", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["'"] = "&#39;" }))
-end
 
 local function num(x)
   if x == floor(x) then return format("%d", x) end
   return format("%.1f", x)
 end
 
--- Time in plain numbers, never an exponent: "850 µs", "12.5 ms", "3 s".
-local function plain_us(v)
-  v = v or 0
-  if v >= 1e6 then return format("%s s", (format("%.3f", v / 1e6):gsub("%.?0+$", ""))) end
-  if v >= 1e3 then return format("%s ms", (format("%.2f", v / 1e3):gsub("%.?0+$", ""))) end
-  if v >= 10 or v == floor(v) then return format("%d µs", floor(v + 0.5)) end
-  return format("%s µs", (format("%.2f", v):gsub("%.?0+$", "")))
-end
-M._plain_us = plain_us
-
--- A round axis maximum, at least v: 1, 2 or 5 times a power of ten, or for
--- bytes a power of two.
-local function nice_max(v, binary)
-  if v <= 0 then return 1 end
-  if binary then return 2 ^ math.ceil(math.log(v) / math.log(2)) end
-  local p = 10 ^ floor(log10(v))
-  for _, m in ipairs { 1, 2, 5, 10 } do if m * p >= v then return m * p end end
-  return 10 * p
-end
-
+-- items: { name, fill [, border] }
 local function legend(items)
-  local out = { '<div class="legend">' }
-  for _, it in ipairs(items) do
-    out[#out + 1] = format('<span><i style="background:%s;border:1px solid %s"></i>%s</span>', it[2], it[3] or it[2], esc(it[1]))
+  local spans = {}
+  for i, it in ipairs(items) do
+    spans[i] = el("span", nil, el("i", { style = format("background:%s;border:1px solid %s", it[2], it[3] or it[2]) }, ""),
+      it[1])
   end
-  out[#out + 1] = "</div>"
-  return concat(out)
+  return el("div", { class = "legend" }, spans)
 end
+
+local function box(x) return el("div", { class = "box" }, x) end
+local function meta(text) return el("p", { class = "meta" }, text) end
 
 local CSS = [[
 *{box-sizing:border-box}
@@ -106,242 +78,19 @@ footer{color:#9ca3af;font-size:12px;padding:24px 20px}
 
 -- -- The advisor's findings --------------------------------------------------------
 
-local function findings_html(tree)
+--- html.findings(tree) -> markup of the advisor's findings for tree
+function M.findings(tree)
   local ok, a = pcall(function() return require("gt.advise").tree(tree) end)
-  if not ok then return format('<p class="meta">The advisor failed: %s</p>', esc(a)) end
-  local out = { '<div class="findings">' }
-  for _, f in ipairs(a.findings) do
-    out[#out + 1] = format('<div class="finding %s"><b class="q">Q%d</b><b>%s</b><p>%s</p><p class="advice">→ %s</p></div>',
-      esc(f.level or "info"), f.q, esc(f.title), esc(f.text), esc(f.advice))
+  if not ok then return meta("The advisor failed: " .. tostring(a)) end
+  local items = {}
+  for i, f in ipairs(a.findings) do
+    items[i] = el("div", { class = "finding " .. (f.level or "info") }, el("b", { class = "q" }, "Q" .. f.q),
+      el("b", nil, f.title), el("p", nil, f.text), el("p", { class = "advice" }, "→ " .. f.advice))
   end
-  out[#out + 1] = "</div>"
-  return concat(out)
-end
-M.findings_html = findings_html
-
--- -- The tree --------------------------------------------------------------------------
-
--- The text of a node's hover box: every number, the full label, shapes, why, cut.
-local function node_tip(n)
-  return format("[%d] %s\nshapes: %s\nwhy: %s\ncut: %s\nstate: %s%s\nvisits %d: %d replays, %d records, %d warmups, %d updates, %d eager\n" ..
-    "kernels %d, depth %d, last call %d\nrecord %s, instantiate %s, replay cpu %s (mean), gpu %s (mean)\n" ..
-    "planned %s, checkpoint %s, reusable %s", n.id, n.label, n.shapes or "?", n.why or "?", n.cut or "?", state(n),
-    n.skip and (" (" .. n.skip .. ")") or "", n.visits, n.replays, records(n), n.warmups, n.updates, n.eager, n.kernels,
-    n.depth, n.last_call or 0, plain_us(n.record_us), plain_us(n.instantiate_us), plain_us(n.replay_cpu_us),
-    plain_us(n.gpu_us), bytes(n.planned_bytes), bytes(n.checkpoint_bytes), bytes(n.reusable_bytes))
+  return el("div", { class = "findings" }, items)
 end
 
--- Characters of 11 px text that fit w px (a conservative 6.6 px per character).
-local function fit(s, w, px) return truncate(s or "", max(floor(w / (px or 6.6)), 4)) end
-
-local function short_why(n)
-  local w = n.why or ""
-  return (w:gsub(" %(sibling %[%d+%]%)$", ""))
-end
-
-local function node_box(n, x, y, w, h, most, lines)
-  local st = state(n)
-  local share = n.visits > 0 and n.replays / n.visits or 0
-  local out = {
-    format('<g class="node" data-id="%d"%s transform="translate(%d,%d)">', n.id, n.parent and "" or ' data-root="1"', x, y),
-    "<title>", esc(node_tip(n)), "</title>",
-    format('<rect width="%d" height="%d" rx="6" fill="%s" stroke="%s" stroke-width="2"/>', w, h,
-      heat(H.replay_share(n, most)), BORDER[st]),
-  }
-  for i, l in ipairs(lines) do
-    out[#out + 1] = format('<text%s x="8" y="%d">%s</text>', i == 1 and ' class="label"' or (i == 2 and ' class="sub"' or ""),
-      2 + 14 * i, esc(l))
-  end
-  out[#out + 1] = format('<rect x="8" y="%d" width="%d" height="3" fill="#e5e7eb"/>', h - 7, w - 16)
-  out[#out + 1] = format('<rect x="8" y="%d" width="%.1f" height="3" fill="#1d4ed8"/>', h - 7, (w - 16) * share)
-  out[#out + 1] = "</g>"
-  return concat(out)
-end
-
-local NW, NH, HGAP, VGAP, MARGIN = 176, 72, 18, 40, 12
-
--- A tidy layered layout: leaves take consecutive slots left to right, a
--- parent sits centred over its first and last child; y is the depth.
-local function layout(s)
-  local pos, slot = {}, 0
-  local function place(id)
-    local n = s.node[id]
-    if #n.children == 0 then
-      pos[id] = slot
-      slot = slot + 1
-    else
-      for _, c in ipairs(n.children) do place(c) end
-      pos[id] = (pos[n.children[1]] + pos[n.children[#n.children]]) / 2
-    end
-  end
-  for _, r in ipairs(s.roots) do place(r) end
-  return pos, slot
-end
-
-local function edge(n, x1, y1, x2, y2, most_visits, d)
-  return format('<path class="edge" stroke-width="%.1f" d="%s"><title>%s</title></path>', 1 + 3 * n.visits / most_visits, d,
-    esc(format("[%d] -> [%d]: %d visits", n.parent, n.id, n.visits)))
-end
-
-local function top_down(s, pos, slots, most, most_visits)
-  local deepest = 0
-  for _, id in ipairs(node_ids(s)) do deepest = max(deepest, s.node[id].depth) end
-  local w = MARGIN * 2 + max(slots, 1) * (NW + HGAP) - HGAP
-  local h = MARGIN * 2 + (deepest + 1) * (NH + VGAP) - VGAP
-  local function xy(id) return MARGIN + pos[id] * (NW + HGAP), MARGIN + s.node[id].depth * (NH + VGAP) end
-  local edges, nodes = {}, {}
-  for _, id in ipairs(node_ids(s)) do
-    local n = s.node[id]
-    local x, y = xy(id)
-    if n.parent then
-      local px, py = xy(n.parent)
-      local x1, y1, x2, y2 = px + NW / 2, py + NH, x + NW / 2, y
-      local ym = (y1 + y2) / 2
-      edges[#edges + 1] = edge(n, x1, y1, x2, y2, most_visits, format("M%d %d C%d %d,%d %d,%d %d", x1, y1, x1, ym, x2, ym, x2, y2))
-    end
-    nodes[#nodes + 1] = node_box(n, x, y, NW, NH, most, {
-      fit(format("[%d] %s", id, n.label), NW - 16, 7.2),
-      fit(n.shapes, NW - 16),
-      fit(short_why(n), NW - 16),
-      format("%s · %s · %s", plural(n.visits, "visit"), plural(n.replays, "replay"), state(n)),
-    })
-  end
-  return format('<svg class="tree" data-layout="top-down" width="%d" height="%d" viewBox="0 0 %d %d">', w, h, w, h) ..
-    concat(edges) .. concat(nodes) .. "</svg>"
-end
-
--- Indented rows: depth to the right, one node per row in drawing order.
-local RH, RGAP = 44, 8
-local function rows(s, most, most_visits)
-  local order, deepest = {}, 0
-  walk(s, function(n) order[#order + 1] = n.id; deepest = max(deepest, n.depth) end)
-  local width = CONTENT_W - 14                        -- the .box padding and border
-  local indent = deepest > 0 and min(24, floor((width - 2 * MARGIN - 420) / deepest)) or 24
-  indent = max(indent, 6)
-  local row, edges, nodes = {}, {}, {}
-  for i, id in ipairs(order) do row[id] = i - 1 end
-  local function y_of(id) return MARGIN + row[id] * (RH + RGAP) end
-  local function x_of(id) return MARGIN + s.node[id].depth * indent end
-  for _, id in ipairs(order) do
-    local n = s.node[id]
-    local x, y = x_of(id), y_of(id)
-    local w = width - MARGIN - x
-    if n.parent then
-      local px, py = x_of(n.parent) + 6, y_of(n.parent) + RH
-      edges[#edges + 1] = edge(n, px, py, x, y + RH / 2, most_visits, format("M%d %d V%d H%d", px, py, y + RH / 2, x))
-    end
-    local cut = n.cut and n.cut ~= "return" and (" · cut: " .. n.cut) or ""
-    nodes[#nodes + 1] = node_box(n, x, y, w, RH, most, {
-      fit(format("[%d] %s  ·  %s", id, n.label, n.shapes or ""), w - 16, 7.2),
-      fit(format("%s%s · %s, %s · %s · planned %s", n.why or "", cut, plural(n.visits, "visit"), plural(n.replays, "replay"),
-        state(n), bytes(n.planned_bytes)), w - 16),
-    })
-  end
-  local h = MARGIN * 2 + #order * (RH + RGAP) - RGAP
-  return format('<svg class="tree" data-layout="rows" width="%d" height="%d" viewBox="0 0 %d %d">', width, h, width, h) ..
-    concat(edges) .. concat(nodes) .. "</svg>"
-end
-
-local function tree_svg(s)
-  local pos, slots = layout(s)
-  local most, most_visits = H.most_replays(s), 1
-  for _, id in ipairs(node_ids(s)) do most_visits = max(most_visits, s.node[id].visits) end
-  if MARGIN * 2 + slots * (NW + HGAP) - HGAP <= CONTENT_W - 14 then return top_down(s, pos, slots, most, most_visits), "top-down" end
-  return rows(s, most, most_visits), "rows"
-end
-
--- -- Bar charts per node -----------------------------------------------------------
-
--- Horizontal bars, one row per node.  o: rows (labels), tips (full labels),
--- series ({name, colour, values}), stacked, log, fmt, markers ({name, value,
--- colour}: dashed vertical lines).  Returns the SVG and the markers drawn.
-local function bar_chart(o)
-  local LW, PW, BH = 250, 600, 13
-  local per_row = o.stacked and 1 or #o.series
-  local RHB = per_row * BH + 8
-  local top, nrows = 8, #o.rows
-  local h = top + nrows * RHB + 30
-  local hi = 0
-  for r = 1, nrows do
-    local sum = 0
-    for _, se in ipairs(o.series) do
-      local v = se[3][r] or 0
-      sum = sum + v
-      hi = max(hi, v)
-    end
-    if o.stacked then hi = max(hi, sum) end
-  end
-  local markers = {}
-  for _, m in ipairs(o.markers or {}) do   -- a marker far off the bars' scale would squash them
-    if m[2] > 0 and (m[2] <= 2 * hi or hi == 0) then markers[#markers + 1] = m; hi = max(hi, m[2]) end
-  end
-  local lo = 0.1
-  local scale
-  if o.log then
-    hi = 10 ^ math.ceil(log10(max(hi, 1)))
-    scale = function(v) return v <= lo and 0 or PW * (log10(v) - log10(lo)) / (log10(hi) - log10(lo)) end
-  elseif o.integer then                               -- counts: whole ticks
-    hi = max(4, math.ceil(hi / 4) * 4)
-    scale = function(v) return PW * v / hi end
-  else
-    hi = nice_max(hi, o.binary)
-    scale = function(v) return PW * v / hi end
-  end
-  local W = LW + PW + 70
-  local out = { format('<svg class="chart" width="%d" height="%d" viewBox="0 0 %d %d">', W, h, W, h) }
-  local ticks = {}
-  if o.log then
-    local d = lo
-    while d <= hi * 1.0001 do ticks[#ticks + 1] = d; d = d * 10 end
-  else
-    for i = 0, 4 do ticks[#ticks + 1] = hi * i / 4 end
-  end
-  local ybot = top + nrows * RHB
-  for _, t in ipairs(ticks) do
-    local x = LW + scale(t)
-    if o.log and t <= lo then x = LW end
-    out[#out + 1] = format('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#e5e7eb"/>', x, top, x, ybot)
-    out[#out + 1] = format('<text x="%.1f" y="%d" font-size="10" fill="#6b7280" text-anchor="middle">%s</text>',
-      x, ybot + 13, esc(o.fmt(t)))
-  end
-  if o.axis then
-    out[#out + 1] = format('<text x="%d" y="%d" font-size="10" fill="#6b7280" text-anchor="end">%s</text>',
-      LW + PW, ybot + 26, esc(o.axis))
-  end
-  for r, label in ipairs(o.rows) do
-    local y = top + (r - 1) * RHB + 4
-    out[#out + 1] = format('<text x="%d" y="%.1f" font-size="11" text-anchor="end">%s<title>%s</title></text>', LW - 8,
-      y + per_row * BH / 2 + 4, esc(label), esc(o.tips and o.tips[r] or label))
-    local x = LW
-    for i, se in ipairs(o.series) do
-      local v = se[3][r] or 0
-      local bw = scale(v)
-      local by = o.stacked and y or y + (i - 1) * BH
-      if bw > 0 then
-        out[#out + 1] = format('<rect class="bar" x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s</title></rect>',
-          o.stacked and x or LW, by, max(bw, 1), BH - 2, se[2], esc(format("%s: %s = %s", label, se[1], o.fmt(v))))
-      end
-      if o.stacked then x = x + bw
-      elseif v ~= 0 then
-        out[#out + 1] = format('<text x="%.1f" y="%d" font-size="10" fill="#374151">%s</text>', LW + bw + 4,
-          by + BH - 3, esc(o.fmt(v)))
-      end
-    end
-    if o.stacked then
-      local total = 0
-      for _, se in ipairs(o.series) do total = total + (se[3][r] or 0) end
-      out[#out + 1] = format('<text x="%.1f" y="%d" font-size="10" fill="#374151">%s</text>', x + 4, y + BH - 3,
-        esc(o.fmt(total)))
-    end
-  end
-  for _, m in ipairs(markers) do
-    local x = LW + scale(m[2])
-    out[#out + 1] = format('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-width="2" stroke-dasharray="4 3">' ..
-      '<title>%s</title></line>', x, top - 4, x, ybot, m[3], esc(m[1] .. ": " .. o.fmt(m[2])))
-  end
-  out[#out + 1] = "</svg>"
-  return concat(out), markers
-end
+-- -- Charts per node -------------------------------------------------------------
 
 local function column(s, ids, f)
   local v = {}
@@ -351,7 +100,7 @@ end
 
 local VISIT_SERIES = {
   { "replays", "#2563eb", function(n) return n.replays end },
-  { "records", "#16a34a", records },
+  { "records", "#16a34a", C.records },
   { "updates", "#0d9488", function(n) return n.updates end },
   { "warmups", "#f59e0b", function(n) return n.warmups end },
   { "eager", "#dc2626", function(n) return n.eager end },
@@ -384,120 +133,40 @@ local function row_label(n)
   if not n.parent and sh:sub(1, 2) ~= "->" then shape = sh:match("^(%S+ %S+)") or shape
   else shape = "→ " .. (sh:match("%-> (%S+)") or "?") end
   local head = format("[%d] ", n.id)
-  return head .. truncate(n.label, max(38 - #head - #shape - 1, 6)) .. " " .. shape
+  return head .. C.truncate(n.label, math.max(38 - #head - #shape - 1, 6)) .. " " .. shape
+end
+
+local function memory_chart(s, ids, base)
+  local series, items = series_of(s, ids, MEM_SERIES)
+  base.series, base.fmt, base.binary, base.axis = series, bytes, true, "bytes"
+  base.markers = { { "pool reserved", s.pool.reserved, "#374151" }, { "pool high water", s.pool.high_water, "#dc2626" } }
+  local svg, drawn = S.bars(base)
+  for _, m in ipairs(drawn) do items[#items + 1] = { m[1] .. " (dashed)", "#fff", m[3] } end
+  return { el("h3", nil, "Pool memory per node"), legend(items),
+    meta(format("planned: the bytes the planner gave the segment; checkpoint: the pool bytes live after it; " ..
+      "reusable: what freeing each temporary after its last use would save (gt.scope). The pool reserved %s " ..
+      "(high water %s)%s.", bytes(s.pool.reserved), bytes(s.pool.high_water),
+      #drawn < 2 and "; a dashed line far off the bars' scale is not drawn" or "")), "\n", box(svg) }
 end
 
 local function node_charts(s)
-  local ids = node_ids(s)
-  local rows_ = column(s, ids, row_label)
+  local ids = C.node_ids(s)
+  local labels = column(s, ids, row_label)
   local tips = column(s, ids, function(n) return format("[%d] %s\n%s\n%s", n.id, n.label, n.shapes or "", n.why or "") end)
-  local out = {}
-  local series, items = series_of(s, ids, VISIT_SERIES)
-  out[#out + 1] = "<h3>Visits per node: replay, record, update, warmup, eager</h3>" .. legend(items)
-  out[#out + 1] = '<div class="box">' .. bar_chart { rows = rows_, tips = tips, series = series, stacked = true, integer = true, fmt = num } .. "</div>"
-  series, items = series_of(s, ids, TIME_SERIES)
-  out[#out + 1] = "<h3>Host and device time per node</h3>" .. legend(items) ..
-    '<p class="meta">record and instantiate: once per recording; replay_cpu_us and gpu_us: mean per launch' ..
-    ' (gpu_us is 0 unless gt.profile(true)). Log scale, in µs.</p>'
-  out[#out + 1] = '<div class="box">' .. bar_chart { rows = rows_, tips = tips, series = series, log = true, axis = "µs (log scale)",
-    fmt = plain_us } .. "</div>"
-  series, items = series_of(s, ids, MEM_SERIES)
-  local svg, drawn = bar_chart { rows = rows_, tips = tips, series = series, fmt = bytes, binary = true, axis = "bytes",
-    markers = { { "pool reserved", s.pool.reserved, "#374151" }, { "pool high water", s.pool.high_water, "#dc2626" } } }
-  for _, m in ipairs(drawn) do items[#items + 1] = { m[1] .. " (dashed)", "#fff", m[3] } end
-  out[#out + 1] = "<h3>Pool memory per node</h3>" .. legend(items) ..
-    format('<p class="meta">planned: the bytes the planner gave the segment; checkpoint: the pool bytes live after it; ' ..
-      'reusable: what freeing each temporary after its last use would save (gt.scope). The pool reserved %s ' ..
-      '(high water %s)%s.</p>', bytes(s.pool.reserved), bytes(s.pool.high_water),
-      #drawn < 2 and "; a dashed line far off the bars' scale is not drawn" or "")
-  out[#out + 1] = '<div class="box">' .. svg .. "</div>"
-  return concat(out, "\n")
+  local visits, vitems = series_of(s, ids, VISIT_SERIES)
+  local times, titems = series_of(s, ids, TIME_SERIES)
+  return E.lines {
+    { el("h3", nil, "Visits per node: replay, record, update, warmup, eager"), legend(vitems) },
+    box(S.bars { rows = labels, tips = tips, series = visits, stacked = true, integer = true, fmt = num }),
+    { el("h3", nil, "Host and device time per node"), legend(titems),
+      meta("record and instantiate: once per recording; replay_cpu_us and gpu_us: mean per launch" ..
+        " (gpu_us is 0 unless gt.profile(true)). Log scale, in µs.") },
+    box(S.bars { rows = labels, tips = tips, series = times, log = true, axis = "µs (log scale)", fmt = plain_us }),
+    memory_chart(s, ids, { rows = labels, tips = tips }),
+  }
 end
 
 -- -- Charts over calls -------------------------------------------------------------
-
-local CW, CH, CL, CB, CT = 1000, 170, 80, 24, 10
-
-local function y_axis(out, hi, fmt, py)
-  for i = 0, 4 do
-    local v = hi * i / 4
-    out[#out + 1] = format('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e7eb"/>' ..
-      '<text x="%d" y="%.1f" font-size="10" fill="#6b7280" text-anchor="end">%s</text>',
-      CL, py(v), CW - 10, py(v), CL - 4, py(v) + 3, esc(fmt(v)))
-  end
-end
-
--- Stacked columns over calls (binned to at most 200 columns): o.x call
--- numbers, o.series {name, colour, values}.
-local function column_chart(o)
-  local n = #o.x
-  local per = math.ceil(n / 200)
-  local bins = math.ceil(n / per)
-  local sums, hi = {}, 0
-  for b = 1, bins do
-    local col, tot = {}, 0
-    for i, se in ipairs(o.series) do
-      local v = 0
-      for k = (b - 1) * per + 1, min(b * per, n) do v = v + (se[3][k] or 0) end
-      col[i] = v
-      tot = tot + v
-    end
-    sums[b] = col
-    hi = max(hi, tot)
-  end
-  hi = max(4, math.ceil(hi / 4) * 4)
-  local pw = CW - CL - 10
-  local bw = pw / bins
-  local function py(v) return CT + (CH - CT - CB) * (1 - v / hi) end
-  local out = { format('<svg class="chart calls" width="%d" height="%d" viewBox="0 0 %d %d">', CW, CH, CW, CH) }
-  y_axis(out, hi, num, py)
-  for b = 1, bins do
-    local x, base = CL + (b - 1) * bw, 0
-    local c0, c1 = o.x[(b - 1) * per + 1], o.x[min(b * per, n)]
-    for i, se in ipairs(o.series) do
-      local v = sums[b][i]
-      if v > 0 then
-        out[#out + 1] = format('<rect class="col" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s</title></rect>',
-          x, py(base + v), max(bw - (bw >= 4 and 1 or 0), 0.5), py(base) - py(base + v), se[2],
-          esc(format("call%s %s: %s %d", c0 == c1 and "" or "s", c0 == c1 and c0 or (c0 .. ".." .. c1), se[1], v)))
-        base = base + v
-      end
-    end
-  end
-  out[#out + 1] = format('<text x="%d" y="%d" font-size="10" fill="#6b7280" text-anchor="end">call %d .. %d%s</text>',
-    CW - 10, CH - 6, o.x[1] or 0, o.x[n] or 0, per > 1 and format(" (%d calls per column)", per) or "")
-  out[#out + 1] = "</svg>"
-  return concat(out)
-end
-
--- Filled areas over calls, drawn in order (each series at most the one before,
--- e.g. reserved then in use): nothing crosses.  A single series is a line.
-local function area_chart(o)
-  local n, hi = #o.x, 0
-  for _, se in ipairs(o.series) do for i = 1, n do hi = max(hi, se[3][i] or 0) end end
-  hi = nice_max(hi, o.binary)
-  local x0, x1 = o.x[1] or 0, o.x[n] or 1
-  if x1 == x0 then x1 = x0 + 1 end
-  local function px(v) return CL + (CW - CL - 10) * (v - x0) / (x1 - x0) end
-  local function py(v) return CT + (CH - CT - CB) * (1 - (hi > 0 and v / hi or 0)) end
-  local out = { format('<svg class="chart calls" width="%d" height="%d" viewBox="0 0 %d %d">', CW, CH, CW, CH) }
-  y_axis(out, hi, o.fmt, py)
-  out[#out + 1] = format('<text x="%d" y="%d" font-size="10" fill="#6b7280" text-anchor="end">call %d .. %d</text>',
-    CW - 10, CH - 6, x0, o.x[n] or x0)
-  for _, se in ipairs(o.series) do
-    local pts = {}
-    for i = 1, n do pts[i] = format("%.1f,%.1f", px(o.x[i]), py(se[3][i] or 0)) end
-    if o.fill then
-      out[#out + 1] = format('<polygon class="area" fill="%s" fill-opacity="0.8" stroke="%s" points="%.1f,%.1f %s %.1f,%.1f"><title>%s</title></polygon>',
-        se[2], se[2], px(x0), py(0), concat(pts, " "), px(o.x[n] or x0), py(0), esc(se[1]))
-    else
-      out[#out + 1] = format('<polyline class="series" fill="none" stroke="%s" stroke-width="1.5" points="%s"><title>%s</title></polyline>',
-        se[2], concat(pts, " "), esc(se[1]))
-    end
-  end
-  out[#out + 1] = "</svg>"
-  return concat(out)
-end
 
 local function call_charts(h)
   if #h == 0 then return "" end
@@ -512,19 +181,19 @@ local function call_charts(h)
     end
     return out, items
   end
-  local out = {}
-  local s, items = series { { "replays", "#2563eb" }, { "records", "#16a34a" }, { "updates", "#0d9488" },
-                            { "warmups", "#f59e0b" }, { "eager", "#dc2626" } }
-  out[#out + 1] = "<h3>Visits per call: replay, record, update, warmup, eager</h3>" .. legend(items)
-  out[#out + 1] = '<div class="box">' .. column_chart { x = x, series = s } .. "</div>"
-  s, items = series { { "cpu_us", "#9333ea" } }
-  out[#out + 1] = "<h3>Host time per call</h3>" .. legend(items) ..
-    '<p class="meta">From the call\'s start to its end (gt.clock): the Lua body, queueing, and replay or recording.</p>'
-  out[#out + 1] = '<div class="box">' .. area_chart { x = x, series = s, fmt = plain_us } .. "</div>"
-  s, items = series { { "reserved", "#d1d5db" }, { "in_use", "#2563eb" } }
-  out[#out + 1] = "<h3>Pool memory over calls</h3>" .. legend(items)
-  out[#out + 1] = '<div class="box">' .. area_chart { x = x, series = s, fmt = bytes, binary = true, fill = true } .. "</div>"
-  return concat(out, "\n")
+  local visits, vitems = series { { "replays", "#2563eb" }, { "records", "#16a34a" }, { "updates", "#0d9488" },
+                                  { "warmups", "#f59e0b" }, { "eager", "#dc2626" } }
+  local cpu, citems = series { { "cpu_us", "#9333ea" } }
+  local mem, mitems = series { { "reserved", "#d1d5db" }, { "in_use", "#2563eb" } }
+  return E.lines {
+    { el("h3", nil, "Visits per call: replay, record, update, warmup, eager"), legend(vitems) },
+    box(S.columns { x = x, series = visits, fmt = num }),
+    { el("h3", nil, "Host time per call"), legend(citems),
+      meta("From the call's start to its end (gt.clock): the Lua body, queueing, and replay or recording.") },
+    box(S.areas { x = x, series = cpu, fmt = plain_us }),
+    { el("h3", nil, "Pool memory over calls"), legend(mitems) },
+    box(S.areas { x = x, series = mem, fmt = bytes, binary = true, fill = true }),
+  }
 end
 
 -- -- Tables and sections -------------------------------------------------------------
@@ -540,7 +209,7 @@ local TABLE_COLS = {
 
 local function cell(n, key)
   if key == "state" then return state(n) .. (n.skip and (": " .. n.skip) or "") end
-  if key == "records" then return tostring(records(n)) end
+  if key == "records" then return tostring(C.records(n)) end
   local v = n[key]
   if v == nil then return "–" end
   if key:match("_us$") then return plain_us(v) end
@@ -548,21 +217,17 @@ local function cell(n, key)
   return tostring(v)
 end
 
+local function left(c) return c[3] and { class = "l" } or nil end
+
 local function node_table(s)
-  local out = { '<table class="nodes"><thead><tr>' }
-  for _, c in ipairs(TABLE_COLS) do
-    out[#out + 1] = format('<th%s title="%s">%s</th>', c[3] and ' class="l"' or "", esc(c[1]), esc(c[2]))
-  end
-  out[#out + 1] = "</tr></thead><tbody>"
-  walk(s, function(n)
-    out[#out + 1] = "<tr>"
-    for _, c in ipairs(TABLE_COLS) do
-      out[#out + 1] = format('<td%s>%s</td>', c[3] and ' class="l"' or "", esc(cell(n, c[1])))
-    end
-    out[#out + 1] = "</tr>"
+  local head, body = {}, {}
+  for i, c in ipairs(TABLE_COLS) do head[i] = el("th", { class = c[3] and "l", title = c[1] }, c[2]) end
+  C.walk(s, function(n)
+    local tds = {}
+    for i, c in ipairs(TABLE_COLS) do tds[i] = el("td", left(c), cell(n, c[1])) end
+    body[#body + 1] = el("tr", nil, tds)
   end)
-  out[#out + 1] = "</tbody></table>"
-  return concat(out)
+  return el("table", { class = "nodes" }, el("thead", nil, el("tr", nil, head)), el("tbody", nil, body))
 end
 
 local function skips_table(s)
@@ -570,10 +235,10 @@ local function skips_table(s)
   for r in pairs(s.skips) do reasons[#reasons + 1] = r end
   if #reasons == 0 then return "" end
   sort(reasons)
-  local out = { '<h3>Eager visits by reason</h3><table class="skips"><thead><tr><th class="l">reason</th><th>visits</th></tr></thead><tbody>' }
-  for _, r in ipairs(reasons) do out[#out + 1] = format('<tr><td class="l">%s</td><td>%d</td></tr>', esc(r), s.skips[r]) end
-  out[#out + 1] = "</tbody></table>"
-  return concat(out)
+  local body = {}
+  for i, r in ipairs(reasons) do body[i] = el("tr", nil, el("td", { class = "l" }, r), el("td", nil, s.skips[r])) end
+  return { el("h3", nil, "Eager visits by reason"), el("table", { class = "skips" },
+    el("thead", nil, el("tr", nil, el("th", { class = "l" }, "reason"), el("th", nil, "visits"))), el("tbody", nil, body)) }
 end
 
 local function cards(s)
@@ -583,72 +248,67 @@ local function cards(s)
     { "pool reserved", bytes(s.pool.reserved) }, { "high water", bytes(s.pool.high_water) },
     { "in use", bytes(s.pool.in_use) },
   }
-  local out = { '<div class="cards">' }
-  for _, it in ipairs(items) do out[#out + 1] = format('<div class="card"><b>%s</b><span>%s</span></div>', esc(it[2]), esc(it[1])) end
-  out[#out + 1] = "</div>"
-  return concat(out)
+  local out = {}
+  for i, it in ipairs(items) do out[i] = el("div", { class = "card" }, el("b", nil, it[2]), el("span", nil, it[1])) end
+  return el("div", { class = "cards" }, out)
+end
+
+local STATE_NAME = { warmup = "warmup only", keyed = "keyed (replayed without the body)" }
+
+local function tree_picture(s)
+  local svg, how = S.tree(s)
+  local states, seen = {}, {}
+  for _, id in ipairs(C.node_ids(s)) do seen[state(s.node[id])] = true end
+  for _, k in ipairs { "graph", "keyed", "warmup", "eager", "trimmed" } do
+    if seen[k] then states[#states + 1] = { STATE_NAME[k] or k, "#fff", C.BORDER[k] } end
+  end
+  states[#states + 1] = { "few replays", C.heat(0.1) }
+  states[#states + 1] = { "most replays", C.heat(1) }
+  return { el("h3", nil, "Tree"), legend(states),
+    meta(format("Border: state. Fill: replays (log scale). Bar in a node: replays / visits. Edge width: visits. " ..
+      "Each node: its kernels, shapes (inputs of a first segment -> its last tensor) and why it exists%s. " ..
+      "Hover a node for all its numbers.", how == "rows" and
+      "; too wide to draw top-down, the tree is drawn as rows, depth to the right" or "")) }, box(svg)
+end
+
+local function no_nodes(tree, s)
+  return "No nodes: " .. (s.calls == 0 and "the tree has no calls yet." or
+    (C.raised(tree) and "a call raised an error before its first segment ended." or "the calls launched no kernels."))
 end
 
 local function tree_section(tree, i)
   local s = tree:stats()
-  local out = {
-    format('<section class="tree" id="tree-%d">', i),
-    format("<h2>tree '%s'<small>%s</small></h2>", esc(s.name), esc(s.where)),
-  }
+  local parts = { el("h2", nil, "tree '" .. s.name .. "'", el("small", nil, s.where)) }
+  local function add(x) parts[#parts + 1] = x end
   if s.nodes == 0 then
-    out[#out + 1] = cards(s)
-    out[#out + 1] = '<p class="meta">No nodes: ' .. (s.calls == 0 and "the tree has no calls yet." or
-      (R.raised(tree) and "a call raised an error before its first segment ended." or
-      "the calls launched no kernels.")) .. '</p></section>'
-    return concat(out, "\n")
+    add(cards(s))
+    add(meta(no_nodes(tree, s)))
+  else
+    local picture, picture_box = tree_picture(s)
+    for _, x in ipairs { { el("h3", nil, "Advice"), M.findings(tree) }, cards(s), picture, picture_box, node_charts(s),
+                         call_charts(tree:history()), { el("h3", nil, "Nodes"), node_table(s) }, skips_table(s) } do
+      add(x)
+    end
   end
-  out[#out + 1] = "<h3>Advice</h3>" .. findings_html(tree)
-  out[#out + 1] = cards(s)
-  local svg, how = tree_svg(s)
-  local states, seen = {}, {}
-  for _, id in ipairs(node_ids(s)) do seen[state(s.node[id])] = true end
-  for _, k in ipairs { "graph", "keyed", "warmup", "eager", "trimmed" } do
-    if seen[k] then states[#states + 1] = { k == "warmup" and "warmup only" or k == "keyed" and "keyed (replayed without the body)" or k, "#fff", BORDER[k] } end
-  end
-  states[#states + 1] = { "few replays", heat(0.1) }
-  states[#states + 1] = { "most replays", heat(1) }
-  out[#out + 1] = "<h3>Tree</h3>" .. legend(states) ..
-    format('<p class="meta">Border: state. Fill: replays (log scale). Bar in a node: replays / visits. Edge width: visits. ' ..
-      'Each node: its kernels, shapes (inputs of a first segment -> its last tensor) and why it exists%s. ' ..
-      'Hover a node for all its numbers.</p>', how == "rows" and "; too wide to draw top-down, the tree is drawn as rows, depth to the right" or "")
-  out[#out + 1] = '<div class="box">' .. svg .. "</div>"
-  out[#out + 1] = node_charts(s)
-  out[#out + 1] = call_charts(tree:history())
-  out[#out + 1] = "<h3>Nodes</h3>" .. node_table(s)
-  out[#out + 1] = skips_table(s)
-  out[#out + 1] = "</section>"
-  return concat(out, "\n")
+  return el("section", { class = "tree", id = "tree-" .. i }, "\n", E.lines(parts), "\n")
 end
 
+--- html.page(trees) -> the page's text for a list of trees
 function M.page(trees)
   local title = #trees == 1 and ("gtlua: tree '" .. trees[1].name .. "'") or format("gtlua: %d graph trees", #trees)
-  local out = {
-    "<!DOCTYPE html>",
-    '<html lang="en"><head><meta charset="utf-8">',
-    '<meta name="viewport" content="width=device-width, initial-scale=1">',
-    "<title>" .. esc(title) .. "</title>",
-    "<style>" .. CSS .. "</style>",
-    "</head><body>",
-    "<header><h1>" .. esc(title) .. "</h1>",
-    format('<p class="meta">gtlua %s, backend %s; %d tree%s.</p>', esc(gt.version), esc(gt.backend()), #trees,
-      #trees == 1 and "" or "s"),
-  }
-  if #trees > 1 then
-    local links = {}
-    for i, t in ipairs(trees) do links[i] = format('<a href="#tree-%d">%s</a>', i, esc(t.name)) end
-    out[#out + 1] = "<nav>" .. concat(links) .. "</nav>"
-  end
-  out[#out + 1] = "</header>"
-  if #trees == 0 then out[#out + 1] = '<section><p class="meta">No graph trees were made.</p></section>' end
-  for i, t in ipairs(trees) do out[#out + 1] = tree_section(t, i) end
-  out[#out + 1] = '<footer>Made by gtlua\'s gt.report: tree:report(path) or gtlua --report=FILE script.lua.</footer>'
-  out[#out + 1] = "</body></html>"
-  return concat(out, "\n") .. "\n"
+  local links, body = {}, {}
+  for i, t in ipairs(trees) do links[i] = el("a", { href = "#tree-" .. i }, t.name) end
+  local header = { el("h1", nil, title), "\n",
+    meta(format("gtlua %s, backend %s; %d tree%s.", gt.version, gt.backend(), #trees, #trees == 1 and "" or "s")),
+    #trees > 1 and { "\n", el("nav", nil, links) } }
+  body[1] = el("header", nil, header)
+  if #trees == 0 then body[2] = el("section", nil, meta("No graph trees were made.")) end
+  for i, t in ipairs(trees) do body[#body + 1] = tree_section(t, i) end
+  body[#body + 1] = el("footer", nil, "Made by gtlua's gt.report: tree:report(path) or gtlua --report=FILE script.lua.")
+  local head = el("head", nil, E.lines { el("meta", { charset = "utf-8" }),
+    el("meta", { name = "viewport", content = "width=device-width, initial-scale=1" }), el("title", nil, title),
+    el("style", nil, raw(CSS)) })
+  return "<!DOCTYPE html>\n" .. E.html(el("html", { lang = "en" }, head, el("body", nil, E.lines(body)))) .. "\n"
 end
 
 return M

@@ -1,0 +1,116 @@
+-- gt.report.common: what the drawing, DOT and HTML share: node states, the walk, text width, colours.
+local gt = require "gt"
+
+local format, concat, rep = string.format, table.concat, string.rep
+local floor, max, min = math.floor, math.max, math.min
+
+local M = {}
+
+-- Display width of UTF-8 text (one column per code point: enough for the
+-- box-drawing characters, "…" and ASCII labels).
+function M.width(s)
+  local _, n = s:gsub("[^\128-\191]", "")
+  return n
+end
+local width = M.width
+
+--- truncate(s, w) -> s cut to w columns, "…" marking the cut
+function M.truncate(s, w)
+  if width(s) <= w then return s end
+  if w <= 0 then return "" end
+  local out, n = {}, 0
+  for ch in s:gmatch("[%z\1-\127\192-\253][\128-\191]*") do
+    if n == w - 1 then break end
+    out[#out + 1] = ch
+    n = n + 1
+  end
+  return concat(out) .. "…"
+end
+
+function M.plural(k, word) return k .. " " .. word .. (k == 1 and "" or "s") end
+function M.pad_right(s, w) return s .. rep(" ", w - width(s)) end
+function M.pad_left(s, w) return rep(" ", w - width(s)) .. s end
+
+--- records(n) -> visits that recorded the node's graph (the record launch is not a replay)
+function M.records(n)
+  return max(0, n.visits - n.warmups - n.replays - n.eager - n.updates)
+end
+
+--- state(n) -> one word for a node's state: graph, keyed (a graph on a path
+--- that keyed calls replay without the body), warmup (no graph yet), eager
+--- (skipped or over max_recordings), trimmed (had a graph, dropped by tree:trim).
+function M.state(n)
+  if n.skip then return "eager" end
+  if n.recorded then return n.keyed and "keyed" or "graph" end
+  if M.records(n) + n.replays + n.updates > 0 then return "trimmed" end
+  if n.eager > 0 then return "eager" end
+  return "warmup"
+end
+
+--- node_ids(s) -> the ids of s.node in order
+function M.node_ids(s)
+  local ids = {}
+  for id = 0, s.nodes - 1 do if s.node[id] then ids[#ids + 1] = id end end
+  return ids
+end
+
+--- walk(s, visit): calls visit(node, prefix, last) in drawing order (depth
+--- first from the roots); prefix: the tree lines left of the node's branch.
+function M.walk(s, visit)
+  local function go(id, prefix, last)
+    local n = s.node[id]
+    visit(n, prefix, last)
+    for i, c in ipairs(n.children) do go(c, prefix .. (last and "   " or "│  "), i == #n.children) end
+  end
+  for i, r in ipairs(s.roots) do go(r, "", i == #s.roots) end
+end
+
+--- write_file(path, text): raises at the caller's caller (the user's
+--- tree:dot(path) line) on failure.
+function M.write_file(path, text)
+  local f, err = io.open(path, "wb")
+  if not f then error("gt.report: cannot write " .. tostring(err), 3) end
+  f:write(text)
+  f:close()
+end
+
+function M.is_tree(x) return type(x) == "table" and getmetatable(x) == gt.Tree end
+
+--- stats_of(tree, fn) -> tree:stats(); raises at the user's line for a non-tree
+function M.stats_of(tree, fn)
+  if not M.is_tree(tree) then error("gt.report." .. fn .. ": expected a tree (from gt.tree)", 3) end
+  return tree:stats()
+end
+
+--- raised(tree) -> whether a call of the tree raised (its buffers were dropped)
+function M.raised(tree)
+  return tree._t ~= nil and gt._C.gt_tree_failed_gen(tree._t) ~= 0
+end
+
+-- -- Colours shared by DOT and HTML ---------------------------------------------
+
+--- heat(f) -> a fill from pale grey (f = 0) to blue (f = 1), light enough for black text
+function M.heat(f)
+  f = min(max(f or 0, 0), 1)
+  local a, b = { 0xf3, 0xf4, 0xf6 }, { 0x60, 0xa5, 0xfa }
+  local c = {}
+  for i = 1, 3 do c[i] = floor(a[i] + (b[i] - a[i]) * f + 0.5) end
+  return format("#%02x%02x%02x", c[1], c[2], c[3])
+end
+
+M.BORDER = { graph = "#15803d", keyed = "#0e7490", warmup = "#b45309", eager = "#b91c1c", trimmed = "#7e22ce" }
+
+--- replay_share(n, most) -> replays relative to the busiest node, on a log
+--- scale (1 replay is visible next to 10^5)
+function M.replay_share(n, most)
+  if most <= 0 then return 0 end
+  return math.log(1 + n.replays) / math.log(1 + most)
+end
+
+function M.most_replays(s)
+  local m = 0
+  for _, id in ipairs(M.node_ids(s)) do m = max(m, s.node[id].replays) end
+  return m
+end
+
+return M

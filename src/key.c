@@ -1,0 +1,167 @@
+/* key.c - what a graph bakes in: segment keys, and the replay cursor.
+
+   A segment's key hashes everything its graph bakes in (launches, each
+   tensor argument's role and identity, the sizes of the buffers it makes,
+   its releases); scalars and external addresses are patched, not keyed.
+   The key finds a node among its siblings.  On the replay path no key is
+   computed: the cursor compares each launch as it is queued with what the
+   predicted node recorded next (the same fields the key hashes, compared
+   instead of hashed), and a segment that matched to its end is that node.
+   A mismatch falls back to the key (and may switch the prediction to a
+   sibling whose recording matches what was queued so far). */
+#include <stdlib.h>
+#include <string.h>
+#include "core.h"
+#include "gt_test.h"
+
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+  h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+  return h ^ (h >> 29);
+}
+
+static uint32_t serial_counter;
+static uint32_t next_serial(void) { return ++serial_counter ? serial_counter : ++serial_counter; }
+
+/* Numbers buffers in order of first appearance within one key computation
+   (serial): O(1) per argument through a mark on the buffer. */
+static uint32_t ordinal(uint32_t serial, uint32_t *nseen, gt_buf *b) {
+  if (b->kmark != serial) { b->kmark = serial; b->kord = (*nseen)++; }
+  return b->kord;
+}
+
+int gt_role_of(const gt_tree *t, const gt_buf *b) {
+  if (b->flags & GT_BUF_STAGING) return GT_ROLE_EXTERNAL;
+  if ((b->flags & GT_BUF_TREE) && b->tree == t && b->gen == t->gen) return b->seg == t->depth ? GT_ROLE_INTERNAL : GT_ROLE_PATH;
+  return (b->flags & GT_BUF_STATIC) ? GT_ROLE_STATIC : GT_ROLE_EXTERNAL;
+}
+
+/* One tensor argument as the key sees it.  topology: static tensors by order
+   of use, not address. */
+static gt_asig arg_sig(const gt_tree *t, const gt_arg *a, int topology, uint32_t serial, uint32_t *nseen) {
+  gt_buf *b = a->buf;
+  gt_asig s = { 0, a->off, a->nbytes, gt_role_of(t, b) };
+  switch (s.role) {
+  case GT_ROLE_INTERNAL: s.id = (uint64_t)b->idx; break;
+  case GT_ROLE_PATH: s.id = ((uint64_t)b->seg << 32) | (uint32_t)b->idx; break;
+  case GT_ROLE_STATIC: s.id = topology ? ordinal(serial, nseen, b) : b->addr; break;
+  default: s.id = ordinal(serial, nseen, b); break;
+  }
+  return s;
+}
+
+uint64_t gt_segment_key(gt_tree *t, int topology) {
+  gt_queue *q = &t->q;
+  uint32_t nseen = 0, ser = next_serial();
+  int first = t->segstart[t->depth];
+  uint64_t h = mix(0x51ed270b27f1a3ull + (uint64_t)topology, (uint64_t)(t->nbufs - first));
+  for (int i = first; i < t->nbufs; i++) h = mix(h, t->bufs[i]->bytes);
+  for (int i = 0; i < q->n; i++) {
+    const gt_qlaunch *l = &q->l[i];
+    h = mix(h, ((uint64_t)l->kind << 62) ^ ((uint64_t)l->smem << 32) ^ (l->k ? (uint64_t)l->k->id : l->bytes));
+    if (!topology) {
+      h = mix(h, ((uint64_t)l->grid[0] << 40) ^ ((uint64_t)l->grid[1] << 20) ^ l->grid[2]);
+      h = mix(h, ((uint64_t)l->block[0] << 40) ^ ((uint64_t)l->block[1] << 20) ^ l->block[2]);
+    }
+    const gt_arg *a = q->args + l->arg0;
+    for (int j = 0; j < l->nargs; j++) {
+      if (!a[j].buf) continue;
+      gt_asig s = arg_sig(t, &a[j], topology, ser, &nseen);
+      h = mix(h, ((uint64_t)s.role << 60) ^ ((uint64_t)j << 52) ^ (uint64_t)s.off);
+      h = mix(mix(h, (uint64_t)s.nbytes), s.id);
+    }
+  }
+  for (int i = 0; i < t->nrels; i++) {   /* releases plan memory: the same launches released otherwise are another node */
+    gt_buf *b = t->rels[i];
+    h = mix(mix(h, 0x7e1ea5eull ^ ((uint64_t)b->rel << 20)), ((uint64_t)b->seg << 32) | (uint32_t)b->idx);
+  }
+  return h;
+}
+
+/* -- The cursor ------------------------------------------------------------ */
+
+static int same_launch(const gt_qlaunch *a, const gt_qlaunch *b) {
+  return a->kind == b->kind && a->k == b->k && a->nargs == b->nargs && a->smem == b->smem && a->bytes == b->bytes &&
+         a->value == b->value && !memcmp(a->grid, b->grid, sizeof a->grid) && !memcmp(a->block, b->block, sizeof a->block);
+}
+
+/* Launch i of the queue against launch i of n's recording. */
+static int match_at(gt_tree *t, const gt_node *n, int i) {
+  if (i >= n->nsig) return 0;
+  const gt_qlaunch *l = &t->q.l[i], *r = &n->launches[i];
+  if (!same_launch(l, r)) return 0;
+  const gt_arg *a = t->q.args + l->arg0;
+  const gt_asig *s = n->asig + r->arg0;
+  for (int j = 0; j < l->nargs; j++) {
+    if (!a[j].buf) { if (s[j].role) return 0; continue; }
+    gt_asig x = arg_sig(t, &a[j], 0, t->cserial, &t->cseen);
+    if (x.role != s[j].role || x.id != s[j].id || x.off != s[j].off || x.nbytes != s[j].nbytes) return 0;
+  }
+  return 1;
+}
+
+/* A segment begins under parent: predict the child visited there last. */
+void gt_cursor_start(gt_tree *t, gt_node *parent) {
+  t->cand = parent->last_kid;
+  t->cmiss = !t->cand;
+  t->cserial = next_serial();
+  t->cseen = 0;
+}
+
+/* The prediction missed at launch i: a sibling whose recording matches the
+   whole queue so far takes over (its ordinals numbered afresh). */
+static void switch_cand(gt_tree *t, int i) {
+  gt_node *p = t->cand->parent, *miss = t->cand;
+  t->cmiss = 1;
+  for (int k = 0; k < p->nkids; k++) {
+    gt_node *c = p->kids[k];
+    if (c == miss || c->nsig <= i) continue;
+    t->cserial = next_serial();
+    t->cseen = 0;
+    int j = 0;
+    while (j <= i && match_at(t, c, j)) j++;
+    if (j > i) { t->cand = c; t->cmiss = 0; return; }
+  }
+}
+
+void gt_cursor_push(gt_tree *t) {
+  if (t->cmiss) return;
+  int i = t->q.n - 1;
+  if (!match_at(t, t->cand, i)) switch_cand(t, i);
+}
+
+/* At the segment's end: the predicted node, if everything matched. */
+gt_node *gt_cursor_hit(gt_tree *t, int first) {
+  gt_node *n = t->cand;
+  if (t->cmiss || t->q.n != n->nsig || t->nbufs - first != n->nbsig || t->nrels != n->nrsig) return NULL;
+  for (int i = 0; i < n->nbsig; i++) if (t->bufs[first + i]->bytes != n->bsig[i]) return NULL;
+  for (int i = 0; i < t->nrels; i++) {
+    const gt_buf *b = t->rels[i];
+    const gt_rsig *r = &n->rsig[i];
+    if (b->rel != r->rel || b->seg != r->seg || b->idx != r->idx) return NULL;
+  }
+  return n;
+}
+
+/* After n's graph was built from the queue: what the cursor compares with. */
+int gt_cursor_save(gt_tree *t, gt_node *n, int first) {
+  gt_queue *q = &t->q;
+  int nb = t->nbufs - first;
+  gt_asig *as = malloc((q->nargs ? q->nargs : 1) * sizeof *as);
+  uint64_t *bs = malloc((nb ? nb : 1) * sizeof *bs);
+  gt_rsig *rs = malloc((t->nrels ? t->nrels : 1) * sizeof *rs);
+  if (!as || !bs || !rs) { free(as); free(bs); free(rs); return gt_fail(t->rt, "out of host memory"); }
+  uint32_t nseen = 0, ser = next_serial();
+  for (int i = 0; i < q->nargs; i++) as[i] = q->args[i].buf ? arg_sig(t, &q->args[i], 0, ser, &nseen) : (gt_asig){ 0 };
+  for (int i = 0; i < nb; i++) bs[i] = t->bufs[first + i]->bytes;
+  for (int i = 0; i < t->nrels; i++) rs[i] = (gt_rsig){ t->rels[i]->rel, t->rels[i]->seg, t->rels[i]->idx };
+  gt_cursor_forget(n);
+  n->asig = as; n->bsig = bs; n->rsig = rs;
+  n->nsig = q->n; n->nbsig = nb; n->nrsig = t->nrels;
+  return GT_OK;
+}
+
+void gt_cursor_forget(gt_node *n) {
+  free(n->asig); free(n->bsig); free(n->rsig);
+  n->asig = NULL; n->bsig = NULL; n->rsig = NULL;
+  n->nsig = n->nbsig = n->nrsig = 0;
+}
