@@ -434,6 +434,32 @@ describe("address-space reservations", function()
   end)
 end)
 
+describe("dropped trees", function()
+  it("are collected, also after returning tensors and taking their own outputs back", function()
+    local K = gt.compile("__global__ void cp(float *y, const float *x) { y[threadIdx.x] = x[threadIdx.x] + 1; }")
+    local alive = setmetatable({}, { __mode = "k" })
+    local kept
+    for i = 1, 6 do
+      local t = gt.tree(function(v) local y = gt.tensor({ 4 }) K.cp(1, 4, y, v) return y end)
+      local h = gt.zeros({ 4 })
+      for _ = 1, 3 do h = t(h) end              -- feeds its own output back (staged)
+      if i == 6 then kept = h:clone() end
+      alive[t] = true
+    end
+    for _ = 1, 4 do collectgarbage() end
+    assert.equal(nil, next(alive))
+    assert.same({ 3, 3, 3, 3 }, kept:tolist())
+  end)
+
+  it("keep a returned tensor valid while it is held", function()
+    local t = gt.tree(function(v) return gt.ops.relu(v) end)
+    local y = t(gt.from({ -1, 2 }))
+    t = nil   -- luacheck: ignore
+    for _ = 1, 4 do collectgarbage() end
+    assert.same({ 0, 2 }, y:tolist())
+  end)
+end)
+
 describe("scripts/soak.sh", function()
   it("replays a tree and drops trees, printing RSS and pool bytes at start and end", function()
     local status, out, err = S.sh("GTLUA_BIN_UNDER_TEST=\"$GTLUA\" GTLUA_BACKEND=" .. gt.backend() ..
