@@ -1,7 +1,10 @@
 -- decode.lua: greedy autoregressive decoding with a GPT-2-shaped model
 -- (examples/gpt.lua), eagerly and through one gt.tree with batch buckets
 -- {1, 2, 4, 8, 16}: tokens/s, host µs per step, and the tree (one node per
--- bucket, whatever the position).
+-- bucket, whatever the position).  A batch that is a bucket size also runs
+-- through a keyed tree (key = function() return 0 end, patch = {pos, live}:
+-- a known step replays without running the Lua body; keyed trees take no
+-- buckets yet).
 --
 --   gtlua examples/decode.lua                       (full GPT-2 small on cuda, tiny on cpu)
 --   gtlua examples/decode.lua --tiny|--full [--batches 1,3,8] [--prompt 8] [--steps 64]
@@ -12,8 +15,8 @@
 -- writes one); --dump then writes the tree's tokens and logits of every
 -- generated step to OUT (see write_dump) for the check against PyTorch.
 -- Each batch size runs eagerly, then through the tree twice (the first
--- generation warms up and records; the second is timed); the tokens of the
--- eager run and the tree runs must be identical.
+-- generation warms up and records; the second is timed), and the same for
+-- the keyed tree; the tokens of every run must be identical.
 local gt = require "gt"
 local here = (arg and arg[0] and arg[0]:match("^(.*)/[^/]*$")) or "examples"
 local gpt = dofile(here .. "/gpt.lua")
@@ -75,9 +78,11 @@ local function main(argv)
   end
   local m = gpt.new(cfg, w)
   local step = gt.tree(m.step, { name = "decode", buckets = { dim = 1, sizes = cfg.buckets }, warn_shapes = false })
-  print(("gpt decode: backend %s, %s config: %d layers, hidden %d, %d heads, vocab %d, context %d, eot %d; %s")
+  local keyed = gt.tree(m.step, { name = "decode-keyed", warn_shapes = false, key = function() return 0 end,
+                                  patch = { 2, 3 } })
+  print(("gpt decode: backend %s, %s config: %d layers, hidden %d, %d heads, vocab %d, context %d, eot %d; %s; %d kernels a step")
     :format(gt.backend(), o.weights and "file" or size, cfg.layers, cfg.hidden, cfg.heads, cfg.vocab, cfg.ctx,
-            cfg.eot, source))
+            cfg.eot, source, m.kernels))
 
   if o.dump then
     assert(file_prompt and #file_prompt > 0, "--dump needs --weights with a prompt")
@@ -104,21 +109,34 @@ local function main(argv)
     local e = gpt.generate(m, m.step, prompt, steps, { check_every = k })
     gpt.generate(m, step, prompt, steps, { check_every = k })   -- warm up, record
     local t = gpt.generate(m, step, prompt, steps, { check_every = k })
-    local same = e.steps == t.steps
-    for b = 1, B do for i = 1, e.steps do same = same and e.tokens[b][i] == t.tokens[b][i] end end
-    ok = ok and same
-    local function rate(r) return B * r.steps / r.seconds end
     local bucket = B
     for _, sz in ipairs(cfg.buckets) do if sz >= B then bucket = sz break end end
+    local kd
+    if bucket == B then
+      gpt.generate(m, keyed, prompt, steps, { check_every = k })   -- warm up, record, replay once
+      gpt.generate(m, keyed, prompt, steps, { check_every = k })
+      kd = gpt.generate(m, keyed, prompt, steps, { check_every = k })
+    end
+    local function agree(r)
+      local same = e.steps == r.steps
+      for b = 1, B do for i = 1, e.steps do same = same and e.tokens[b][i] == r.tokens[b][i] end end
+      ok = ok and same
+      return same
+    end
+    local same = agree(t) and (not kd or agree(kd))
+    local function rate(r) return B * r.steps / r.seconds end
     print(("batch %2d (bucket %2d): %d prompt + %d generated tokens per sequence%s"):format(B, bucket, #prompt[1], t.steps, t.steps < steps and " (all sequences ended with eot)" or ""))
     print(("  eager %10.1f tokens/s  %8.1f host us/step   tree %10.1f tokens/s  %8.1f host us/step  (%.1fx)  tokens %s")
       :format(rate(e), e.host_us, rate(t), t.host_us, rate(t) / rate(e), same and "agree" or "DIFFER"))
+    if kd then
+      print(("  keyed %10.1f tokens/s  %8.1f host us/step"):format(rate(kd), kd.host_us))
+    end
     print("  sequence 1: " .. table.concat(t.tokens[1], " "))
   end
   print(step)
-  local s = step:stats()
-  print(("%d calls, %d nodes (one per batch bucket), %d replays; eager and tree tokens %s")
-    :format(s.calls, s.nodes, s.replays, ok and "agree" or "DIFFER"))
+  local s, ks = step:stats(), keyed:stats()
+  print(("%d calls, %d nodes (one per batch bucket), %d replays; keyed tree: %d calls, %d keyed hits; eager and tree tokens %s")
+    :format(s.calls, s.nodes, s.replays, ks.calls, ks.keyed and ks.keyed.hits or 0, ok and "agree" or "DIFFER"))
   if not ok then os.exit(1) end
 end
 

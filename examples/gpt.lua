@@ -10,14 +10,19 @@
 -- A step embeds one token per sequence at position pos, runs the layers
 -- (pre-layernorm, fused QKV, attention of the one query over the KV cache,
 -- MLP with gelu), the final layernorm and the tied LM head, and picks the
--- next token greedily.  The KV caches ([Bmax, T, D] per layer, K and V), the
--- per-sequence end flags and the token history are ordinary tensors made
--- here, outside any tree; kernels inside the step write them at pos, which
--- is a scalar argument: a recorded step replays at every position (one node
--- per batch bucket).  Batches up to the last bucket use the caches' first rows.
+-- next token greedily: 5 kernels a layer and 3 more (m.kernels per step).
+-- The matrix products are kernels/gpt.cu's rows_linear_m*_f32, which read each
+-- weight once per step and fuses the layernorm before it and the bias, gelu
+-- and residual add after it; attention also stores this position's K and V.
+-- The KV caches ([Bmax, T, D] per layer, K and V), the per-sequence end
+-- flags and the token history are ordinary tensors made here, outside any
+-- tree; kernels inside the step write them at pos, a scalar argument, so a
+-- recorded step replays at every position (one node per batch bucket), and
+-- pos and live flow unchanged into kernel scalars (a keyed tree may patch
+-- them: key = function() return 0 end, patch = {2, 3}).  Batches up to the
+-- last bucket use the caches' first rows.
 local gt = require "gt"
 local ffi = require "ffi"
-local ops = gt.ops
 local scope = gt.scope
 
 local M = {}
@@ -36,9 +41,13 @@ function M.config(cfg, over)
   for k, v in pairs(cfg) do c[k] = v end
   for k, v in pairs(over or {}) do c[k] = v end
   assert(c.hidden % c.heads == 0, "gpt: hidden must be a multiple of heads")
+  assert((c.hidden / c.heads) % 4 == 0, "gpt: hidden / heads must be a multiple of 4 (float4 rows)")
   assert(c.ctx <= M.MAX_CTX, "gpt: ctx at most " .. M.MAX_CTX)
   return c
 end
+
+--- kernels_per_step(cfg) -> kernels one step launches
+function M.kernels_per_step(c) return 5 * c.layers + 3 end
 
 -- -- Kernels ---------------------------------------------------------------------
 
@@ -47,6 +56,8 @@ local function kernels()
   if not K then K = gt.load("kernels/gpt.cu") end
   return K
 end
+
+local CPU = gt.backend() == "cpu"
 
 -- A launcher over n elements (1-D grid of 256-thread blocks), cached per grid.
 local function flat(name)
@@ -58,6 +69,83 @@ local function flat(name)
     return f
   end
 end
+
+-- rows_linear_m*_f32's mode bits (kernels/gpt.cu).
+local LN, BIAS, GELU, RES = 1, 2, 4, 8
+M.LN, M.BIAS, M.GELU, M.RES = LN, BIAS, GELU, RES
+
+-- Launch shape of rows_linear_m<mt>_f32 for M rows, N features of K (pure: the
+-- same inputs give the same plan).  Warps a block nw (8; 2 on the cpu
+-- backend, whose threads are fibers).  Rows are staged mt at a time: the
+-- smallest power of two >= M (at most 16) whose mt*K floats fit in 96 KiB.
+-- All blocks run in one wave: at most bps a multiprocessor (3 for mt <= 4,
+-- 2 above: the kernels use 72-78 and 90-105 registers a thread at 256
+-- threads; 96 KiB of rows fit twice), blocks striding over the features
+-- beyond.  K is split over S warps (S doubling while the blocks still fit in
+-- the wave and every slice keeps >= 128 floats, a warp's float4 pass), so
+-- that narrow matrices (N = 768) keep every multiprocessor streaming.
+function M.rows_plan(Mr, N, Kd, sms, force)
+  force = force or {}
+  local nw = force.nw or (CPU and 2 or 8)
+  local mt = 1
+  while mt < 16 and mt < Mr do mt = mt * 2 end
+  while mt > 1 and mt * Kd * 4 > 96 * 1024 do mt = mt / 2 end
+  mt = force.mt or mt
+  local cap = (mt <= 4 and 3 or 2) * sms
+  local S = 1
+  while 2 * S <= nw and ceil(N / (nw / (2 * S))) <= cap and Kd / (2 * S) >= 128 do S = S * 2 end
+  S = force.S or S
+  local grid = max(1, min(ceil(N / (nw / S)), cap))
+  return { mt = mt, S = S, grid = grid, block = 32 * nw, smem = mt * Kd * 4 }
+end
+
+local SMS                          -- multiprocessors (cpu: worker threads)
+local row_plans = {}               -- [N][K][M] -> { f = launcher, S, M, N, K, shape }
+
+-- The cached plan and launcher for M rows x N features of K.
+local function rows_launcher(Mr, N, Kd)
+  local byN = row_plans[N]
+  if not byN then byN = {}; row_plans[N] = byN end
+  local byK = byN[Kd]
+  if not byK then byK = {}; byN[Kd] = byK end
+  local r = byK[Mr]
+  if not r then
+    SMS = SMS or gt.device().sms
+    local p = M.rows_plan(Mr, N, Kd, SMS)
+    r = { f = kernels()["rows_linear_m" .. p.mt .. "_f32"]:config(p.grid, p.block, p.smem), S = p.S,
+          M = Mr, N = N, K = Kd, shape = { Mr, N } }
+    byK[Mr] = r
+  end
+  return r
+end
+
+--- rows_linear(mode, x, W [, bias, res, g, beta [, force]]) -> y {M, N}
+--- y = epilogue(in @ W^T): x {M, K}, W {N, K} (a feature per row), in =
+--- layernorm(x; g, beta) when mode has M.LN, then + bias (M.BIAS), gelu
+--- (M.GELU), + res {M, N} (M.RES).  force = {mt=, S=, nw=} overrides the
+--- plan (tests).
+function M.rows_linear(mode, x, W, bias, res, g, beta, force)
+  local Mr, Kd, N = x.shape[1], W.shape[2], W.shape[1]
+  if x.shape[2] ~= Kd or #x.shape ~= 2 then
+    error(("gpt.rows_linear: x is %s, W is %dx%d: x must be {M, %d}"):format(table.concat(x.shape, "x"), N, Kd, Kd), 2)
+  end
+  if Kd % 4 ~= 0 or W._off % 16 ~= 0 or x._off % 16 ~= 0 then
+    error("gpt.rows_linear: K must be a multiple of 4 and x, W 16-byte aligned (float4 loads)", 2)
+  end
+  local r
+  if force then
+    SMS = SMS or gt.device().sms
+    local p = M.rows_plan(Mr, N, Kd, SMS, force)
+    r = { f = kernels()["rows_linear_m" .. p.mt .. "_f32"]:config(p.grid, p.block, p.smem), S = p.S,
+          shape = { Mr, N } }
+  else
+    r = rows_launcher(Mr, N, Kd)
+  end
+  local y = gt.tensor(r.shape)
+  r.f(y, x, W, bias or x, res or x, g or x, beta or x, Mr, N, Kd, r.S, mode)
+  return y
+end
+local rows_linear = M.rows_linear
 
 -- -- Host <-> device of raw arrays ------------------------------------------------------
 
@@ -78,7 +166,9 @@ end
 
 -- -- Weights -----------------------------------------------------------------------------
 
--- The parameter list in file order: name, shape, init = {scale, shift}.
+-- The parameter list in file order: name, shape in the file, init = {scale,
+-- shift}, and true for a matrix (file {in, out}; kept on the device as
+-- {out, in}, a feature per row, for rows_linear).
 local function layout(c)
   local D, V, T, L = c.hidden, c.vocab, c.ctx, c.layers
   -- matrices 1/sqrt(fan_in) (GPT-2's 0.02 with a tied head makes greedy
@@ -89,24 +179,21 @@ local function layout(c)
     local p = "h" .. l .. "."
     for _, e in ipairs {
       { "ln1_g", { D }, 0, 1 }, { "ln1_b", { D }, 0 },
-      { "wqkv", { D, 3 * D }, std }, { "bqkv", { 3 * D }, 0 },
-      { "wproj", { D, D }, proj }, { "bproj", { D }, 0 },
+      { "wqkv", { D, 3 * D }, std, 0, true }, { "bqkv", { 3 * D }, 0 },
+      { "wproj", { D, D }, proj, 0, true }, { "bproj", { D }, 0 },
       { "ln2_g", { D }, 0, 1 }, { "ln2_b", { D }, 0 },
-      { "wfc", { D, 4 * D }, std }, { "bfc", { 4 * D }, 0 },
-      { "wout", { 4 * D, D }, fc }, { "bout", { D }, 0 },
-    } do list[#list + 1] = { p .. e[1], e[2], e[3], e[4] } end
+      { "wfc", { D, 4 * D }, std, 0, true }, { "bfc", { 4 * D }, 0 },
+      { "wout", { 4 * D, D }, fc, 0, true }, { "bout", { D }, 0 },
+    } do list[#list + 1] = { p .. e[1], e[2], e[3], e[4], e[5] } end
   end
   list[#list + 1] = { "lnf_g", { D }, 0, 1 }
   list[#list + 1] = { "lnf_b", { D }, 0 }
   return list
 end
 
--- Tied LM head: lm = wte^T {D, V}, so the logits are one gt.ops.linear.
+-- Per-layer tables; the tied LM head is wte itself ({V, D}: a token per row).
 local function finish_weights(c, w)
-  local D, V = c.hidden, c.vocab
-  w.lm = gt.tensor { D, V }
-  flat("transpose_f32")(V * D)(w.lm, w.wte, V, D)
-  w.lm:static()
+  w.lm = w.wte
   w.layers = {}
   for l = 1, c.layers do
     local L, p = {}, "h" .. l .. "."
@@ -124,7 +211,7 @@ function M.random_weights(c, seed)
   seed = seed or 1
   local w, fill = {}, flat("randn_f32")
   for i, e in ipairs(layout(c)) do
-    local t = gt.tensor(e[2])
+    local t = gt.tensor(e[5] and { e[2][2], e[2][1] } or e[2])
     local scale, shift = e[3], e[4] or 0
     if scale == 0 then t:fill(shift) else fill(t.numel)(t, t.numel, seed * 1000 + i, scale, shift) end
     w[e[1]] = t:static()
@@ -137,7 +224,8 @@ end
 --   the prompt, int32 [batch, prompt_len]; then every parameter as f32 in
 --   layout() order: wte [V, D], wpe [ctx, D], per layer ln1_g, ln1_b,
 --   wqkv [D, 3D], bqkv, wproj [D, D], bproj, ln2_g, ln2_b, wfc [D, 4D], bfc,
---   wout [4D, D], bout; lnf_g, lnf_b.  Matrices are {in, out} (x @ W).
+--   wout [4D, D], bout; lnf_g, lnf_b.  Matrices are {in, out} (x @ W); load
+--   transposes them to {out, in}.
 M.MAGIC = "GTGPT001"
 
 --- load(path [, over]) -> cfg, weights, prompt (a Lua table of batch rows of token ids)
@@ -160,12 +248,20 @@ function M.load(path, over)
       for t = 1, P do prompt[b][t] = ids[(b - 1) * P + t - 1] end
     end
   end
-  local w = {}
+  local w, transpose = {}, flat("transpose_f32")
   for _, e in ipairs(layout(c)) do
     local t = gt.tensor(e[2])
     local s = f:read(t._nb)
     if not s or #s ~= t._nb then error("gpt.load: " .. path .. " ends inside " .. e[1], 2) end
-    w[e[1]] = upload(t, s):static()
+    upload(t, s)
+    if e[5] then                                   -- {in, out} -> {out, in}
+      local r, cn = e[2][1], e[2][2]
+      local tt = gt.tensor { cn, r }
+      transpose(r * cn)(tt, t, r, cn)
+      t:free()
+      t = tt
+    end
+    w[e[1]] = t:static()
   end
   f:close()
   return c, finish_weights(c, w), prompt
@@ -173,7 +269,7 @@ end
 
 -- -- The model -------------------------------------------------------------------------------
 
---- new(cfg [, weights]) -> model: { cfg, w, kc, vc, done, hist, step = fn(ids, pos, live) }
+--- new(cfg [, weights]) -> model: { cfg, w, kc, vc, done, hist, kernels, step = fn(ids, pos, live) }
 function M.new(c, w)
   c = M.config(c)
   w = w or M.random_weights(c, c.seed)
@@ -181,60 +277,77 @@ function M.new(c, w)
   local Dh = D / H
   local Bmax = c.buckets[#c.buckets]
   local scale = 1 / sqrt(Dh)
-  local m = { cfg = c, w = w, kc = {}, vc = {}, bmax = Bmax }
+  local m = { cfg = c, w = w, kc = {}, vc = {}, bmax = Bmax, kernels = M.kernels_per_step(c) }
   for l = 1, NL do
     m.kc[l] = gt.zeros { Bmax, T, D }
     m.vc[l] = gt.zeros { Bmax, T, D }
   end
   m.done = gt.zeros({ Bmax }, "i32")      -- 1 once a sequence has produced eot
-  m.hist = gt.zeros({ Bmax, T }, "i32")   -- generated tokens [b, step] (one size: one tree key)
+  m.hist = gt.zeros({ Bmax, T }, "i32")   -- hist[b, pos]: the token generated at pos
 
   local KK = kernels()
-  local embed, store = flat("embed_pos_f32"), flat("kv_store_f32")
-  local attn_block = max(32, ceil(Dh / 32) * 32)
-  local attn_cache = {}
-  local function attn(B)
-    local f = attn_cache[B]
-    if not f then f = KK.attn_decode_f32:config(B * H, attn_block); attn_cache[B] = f end
-    return f
+  local embed = flat("embed_pos_f32")
+  local tensor = gt.tensor
+  local hstride = m.hist.shape[2]
+  -- attention: a block per (sequence, head), 1024 threads while the blocks
+  -- fit on the multiprocessors at one each (54 registers a thread), else 512;
+  -- argmax: a block per sequence
+  assert(Dh / 4 <= 32, "gpt: hidden / heads at most 128")
+  local function attn_block(B)
+    if CPU then return 32 end
+    SMS = SMS or gt.device().sms
+    return B * H <= SMS and 1024 or 512
   end
-  local finish = KK.finish_i32:config(1, 32)
-  local finish_big = {}
-  local layernorm, linear, add, argmax = ops.layernorm, ops.linear, ops.add, ops.argmax
+
+  -- What a step at batch B launches, made on its first call: the bound
+  -- launchers and the shapes of its tensors (the hot path looks nothing up).
+  local plans = {}
+  local function plan(B)
+    local P = {
+      x = { B, D }, tok = { B },
+      qkv = rows_launcher(B, 3 * D, D), proj = rows_launcher(B, D, D),
+      fc = rows_launcher(B, 4 * D, D), out = rows_launcher(B, D, 4 * D), lm = rows_launcher(B, V, D),
+      attn = KK.attn_decode_f32:config(min(B * H, 65535), attn_block(B)),
+      finish = KK.argmax_finish_f32:config(min(B, 65535), CPU and 32 or 1024),
+      embed = embed(B * D),
+    }
+    plans[B] = P
+    return P
+  end
+
+  -- y = rows_linear(mode, x, W, ...) through a prepared launcher r.
+  local function rows(r, mode, x, W, bias, res, g, beta)
+    local y = tensor(r.shape)
+    r.f(y, x, W, bias, res, g, beta, r.M, r.N, r.K, r.S, mode)
+    return y
+  end
 
   -- One transformer block on x {B, D} at position pos; returns the new x.
-  local function block(x, L, kc, vc, B, pos)
-    local qkv = linear(layernorm(x, L.ln1_g, L.ln1_b), L.wqkv, L.bqkv)
-    store(B * D)(kc, vc, qkv, B, D, T, pos)
-    local a = gt.tensor { B, D }
-    attn(B)(a, qkv, kc, vc, B, H, Dh, T, pos + 1, scale)
-    x = add(x, linear(a, L.wproj, L.bproj))
-    local h = linear(layernorm(x, L.ln2_g, L.ln2_b), L.wfc, L.bfc, "gelu")
-    return add(x, linear(h, L.wout, L.bout))
+  local function block(x, L, kc, vc, P, B, pos)
+    local qkv = rows(P.qkv, LN + BIAS, x, L.wqkv, L.bqkv, x, L.ln1_g, L.ln1_b)
+    local a = tensor(P.x)
+    P.attn(a, kc, vc, qkv, B, H, Dh, T, pos, scale)
+    x = rows(P.proj, BIAS + RES, a, L.wproj, L.bproj, x, x, x)
+    local h = rows(P.fc, LN + BIAS + GELU, x, L.wfc, L.bfc, x, L.ln2_g, L.ln2_b)
+    return rows(P.out, BIAS + RES, h, L.wout, L.bout, x, x, x)
   end
 
   --- m.step(ids, pos [, live]) -> tok i32 {B}, logits {B, V}
   -- ids: this position's token per sequence; live = 1 once generating (an
   -- eot then ends the sequence; its later tokens are eot) and the token is
-  -- written to m.hist[b, pos - m.hist_base].
+  -- written to m.hist[b, pos].
   function m.step(ids, pos, live)
     local B = ids.shape[1]
     if B > Bmax then error("gpt: batch " .. B .. " over the caches' " .. Bmax, 2) end
     if pos < 0 or pos >= T then error("gpt: position " .. pos .. " outside the context of " .. T, 2) end
-    local x = gt.tensor { B, D }
-    embed(B * D)(x, ids, w.wte, w.wpe, B, D, V, pos)
+    local P = plans[B] or plan(B)
+    local x = tensor(P.x)
+    P.embed(x, ids, w.wte, w.wpe, B, D, V, pos)
     local layers, kc, vc = w.layers, m.kc, m.vc
-    for l = 1, NL do x = scope(block, x, layers[l], kc[l], vc[l], B, pos) end
-    local logits = linear(layernorm(x, w.lnf_g, w.lnf_b), w.lm)
-    local tok = gt.tensor({ B }, "i32")
-    local f = finish
-    if B > 32 then
-      f = finish_big[B] or KK.finish_i32:config(ceil(B / 32), 32)
-      finish_big[B] = f
-    end
-    local hist = m.hist
-    local slot = pos - (m.hist_base or 0)
-    f(tok, m.done, hist, argmax(logits), B, c.eot, live or 0, hist.shape[2], slot)
+    for l = 1, NL do x = scope(block, x, layers[l], kc[l], vc[l], P, B, pos) end
+    local logits = rows(P.lm, LN, x, w.lm, x, x, w.lnf_g, w.lnf_b)
+    local tok = tensor(P.tok, "i32")
+    P.finish(tok, m.done, m.hist, logits, B, V, c.eot, live or 0, hstride, pos)
     return tok, logits
   end
   return m
@@ -271,7 +384,6 @@ function M.generate(m, run, prompt, steps, opts)
   end
   m.done:fill(0)
   m.hist:fill(0)
-  m.hist_base = P - 1
   gt.sync()
   local t0 = gt.clock()
   local tok, n, host, clock = nil, 0, 0, gt.clock
@@ -293,7 +405,7 @@ function M.generate(m, run, prompt, steps, opts)
   local tokens = {}
   for b = 1, B do
     tokens[b] = {}
-    for i = 1, n do tokens[b][i] = h[b][i] end
+    for i = 1, n do tokens[b][i] = h[b][P - 1 + i] end
   end
   return { steps = n, tokens = tokens, seconds = secs, calls = P - 1 + n, host_us = host * 1e6 / (P - 1 + n) }
 end

@@ -44,9 +44,30 @@ describe("examples", function()
     assert.truthy(out:find("s wall", 1, true), out)
   end)
 
+  it("early_exit and refine: device-side branches give the host's answers, each tree one node", function()
+    local status, out, err = gtlua("examples/early_exit.lua", { env = "-u GTLUA_NO_GT" })
+    assert.equal(0, status, err)
+    local n = 0
+    for le, lt in out:gmatch("(%d+) of %d+ layers ran %(tree: (%d+)%); max difference 0\n") do
+      assert.equal(le, lt)
+      n = n + 1
+    end
+    assert.equal(6, n, out)
+    assert.truthy(out:find("6 calls, 1 node, 1 recorded", 1, true), out)
+    status, out, err = gtlua("examples/refine.lua", { env = "-u GTLUA_NO_GT" })
+    assert.equal(0, status, err)
+    n = 0
+    for d, h in out:gmatch("(%d+) sweeps on the device, +(%d+) on the host; max difference 0\n") do
+      assert.equal(d, h)
+      n = n + 1
+    end
+    assert.equal(5, n, out)
+    assert.truthy(out:find("5 calls, 1 node, 1 recorded", 1, true), out)
+  end)
+
   it("use only the public API (no gt._ names) and say gt.compile or gt.load somewhere", function()
     local any_compile = false
-    for _, name in ipairs { "quickstart", "branchy", "dynamic_batch", "custom_kernel" } do
+    for _, name in ipairs { "quickstart", "branchy", "dynamic_batch", "custom_kernel", "early_exit", "refine" } do
       local src = slurp("examples/" .. name .. ".lua", true)
       assert.falsy(src:find("gt%._"), name)
       assert.falsy(src:find("os%.clock%(%)"), name)

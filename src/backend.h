@@ -27,7 +27,16 @@ typedef struct gt_ksig {
 /* One node of a graph to build.  Kernel args: args[i] points at the value of
    parameter i (as cuLaunchKernel's kernelParams); values are little-endian,
    pointers are 8 bytes. */
-enum { GT_GN_KERNEL = 0, GT_GN_MEMCPY = 1, GT_GN_MEMSET = 2 };
+enum { GT_GN_KERNEL = 0, GT_GN_MEMCPY = 1, GT_GN_MEMSET = 2,
+       /* Conditional nodes (gt.cond, gt.loop), flat: the nodes between an IF
+          or WHILE and its END are its body; an ELSE splits an IF's body into
+          then and else.  IF/WHILE (and a WHILE's END, which re-evaluates):
+          dst = address of p, value = p's dtype (GT_F32, GT_I32, GT_I64,
+          GT_U8; nonzero is true), bytes = a WHILE's iteration bound (0: none).
+          After cond.c has lifted them, every dependency joins two nodes of
+          the same body (a body node never waits on a node outside it: its
+          IF/WHILE does).  ELSE and an IF's END are markers, no work. */
+       GT_GN_IF = GT_COND_IF, GT_GN_ELSE = GT_COND_ELSE, GT_GN_WHILE = GT_COND_WHILE, GT_GN_END = GT_COND_END };
 typedef struct gt_gnode {
   int kind;
   gt_bfunc *fn;               /* GT_GN_KERNEL */
@@ -100,6 +109,12 @@ struct gt_backend {
   void (*event_destroy)(gt_backend *b, gt_bevent *ev);
 
   int (*sync)(gt_backend *b);
+
+  /* Conditional nodes this backend can build into graphs: GT_COND_NODES
+     (IF and WHILE), plus GT_COND_ELSE_NODES (an IF with an else body).  0
+     when there are none (the runtime then branches on the host); why in
+     b->err.  The first call may compile a helper kernel. */
+  int (*cond_support)(gt_backend *b);
 };
 
 /* Constructors: fill *b (name, err, function pointers, impl).  GT_BERR with

@@ -54,7 +54,9 @@ struct gt_bfunc {
   uint8_t *argsz;     /* bytes of each parameter's value, then nparams ptype codes */
   char **pname;       /* parameter names (one allocation with the texts) */
 };
-struct gt_bgraph { int n; gt_gnode *nodes; };   /* copied nodes: args point at their own values */
+/* copied nodes: args point at their own values; match: conditional structure
+   (IF -> its ELSE or END, WHILE and ELSE -> END, END -> IF/WHILE), iters: a WHILE's passes */
+struct gt_bgraph { int n; gt_gnode *nodes; int *match, *iters; };
 struct gt_bevent { double t; };
 
 typedef struct cpu_job {
@@ -936,24 +938,71 @@ static int copy_nodes(gt_backend *b, const gt_gnode *src, int n, int first, gt_g
   return GT_BOK;
 }
 
+/* The conditional structure of n nodes into match (and a scratch stack);
+   GT_BERR when it does not nest. */
+static int cond_match(gt_backend *b, const gt_gnode *nodes, int n, int *match, int *stack) {
+  int top = 0;
+  for (int i = 0; i < n; i++) {
+    int k = nodes[i].kind;
+    match[i] = -1;
+    if (k == GT_GN_IF || k == GT_GN_WHILE) stack[top++] = i;
+    else if (k == GT_GN_ELSE) {
+      if (!top || nodes[stack[top - 1]].kind != GT_GN_IF || match[stack[top - 1]] >= 0) break;
+      match[stack[top - 1]] = i;
+    } else if (k == GT_GN_END) {
+      if (!top) { top = -1; break; }
+      int s = stack[--top];
+      if (match[s] >= 0) match[match[s]] = i;
+      else match[s] = i;
+      match[i] = s;
+    }
+  }
+  return top ? cpu_fail(b, GT_BERR, "cpu: a graph's conditional nodes do not nest (an IF or WHILE without its END).") : GT_BOK;
+}
+
 static int cpu_graph_create(gt_backend *b, const gt_gnode *nodes, int n, gt_bgraph **out) {
   gt_bgraph *g = calloc(1, sizeof *g);
-  int rc = g ? copy_nodes(b, nodes, n, 0, &g->nodes) : cpu_fail(b, GT_BOOM, "cpu: out of host memory for a graph.");
-  if (rc != GT_BOK) { free(g); return rc; }
+  int *m = calloc(3 * (size_t)(n > 0 ? n : 1), sizeof *m);
+  int rc = g && m ? copy_nodes(b, nodes, n, 0, &g->nodes) : cpu_fail(b, GT_BOOM, "cpu: out of host memory for a graph.");
+  if (rc == GT_BOK && (rc = cond_match(b, nodes, n, m, m + n)) != GT_BOK) free_nodes(g->nodes, n);
+  if (rc != GT_BOK) { free(g); free(m); return rc; }
   g->n = n;
+  g->match = m, g->iters = m + 2 * (size_t)(n > 0 ? n : 1);
   *out = g;
   return GT_BOK;
 }
 
+/* A conditional node's condition, read where it lies (host memory here). */
+static int cond_true(const gt_gnode *n) {
+  const void *p = (const void *)(uintptr_t)n->dst;
+  switch (n->value) {
+  case GT_F32: return *(const float *)p != 0;
+  case GT_I32: return *(const int32_t *)p != 0;
+  case GT_I64: return *(const int64_t *)p != 0;
+  default: return *(const uint8_t *)p != 0;
+  }
+}
+
+/* Runs the nodes in order; IF and WHILE decide at launch from p, as a
+   conditional node decides on the device. */
 static int cpu_graph_launch(gt_backend *b, gt_bgraph *g) {
   cpu_backend *cb = b->impl;
-  int rc = GT_BOK;
+  int rc = GT_BOK, s;
   pthread_mutex_lock(&cb->launch_mu);
-  for (int i = 0; i < g->n && rc == GT_BOK && !cb->noexec; i++) {
+  for (int i = 0; i < g->n && rc == GT_BOK && !cb->noexec;) {
     gt_gnode *n = &g->nodes[i];
-    if (n->kind == GT_GN_KERNEL) rc = exec_grid(b, n->fn, n->grid, n->block, n->smem, n->args);
-    else if (n->kind == GT_GN_MEMCPY) cpu_dtod(b, n->dst, n->src, n->bytes);
-    else cpu_memset8(b, n->dst, n->value, n->bytes);
+    switch (n->kind) {
+    case GT_GN_KERNEL: rc = exec_grid(b, n->fn, n->grid, n->block, n->smem, n->args); i++; break;
+    case GT_GN_MEMCPY: cpu_dtod(b, n->dst, n->src, n->bytes); i++; break;
+    case GT_GN_MEMSET: cpu_memset8(b, n->dst, n->value, n->bytes); i++; break;
+    case GT_GN_IF: i = cond_true(n) ? i + 1 : g->match[i] + 1; break;
+    case GT_GN_ELSE: i = g->match[i] + 1; break;
+    case GT_GN_WHILE: g->iters[i] = 0; i = cond_true(n) ? i + 1 : g->match[i] + 1; break;
+    default:                                       /* END: a WHILE's decides again */
+      s = g->match[i];
+      if (g->nodes[s].kind == GT_GN_WHILE && cond_true(n) && (!n->bytes || (size_t)++g->iters[s] < n->bytes)) i = s + 1;
+      else i++;
+    }
   }
   pthread_mutex_unlock(&cb->launch_mu);
   return rc;
@@ -986,7 +1035,7 @@ static int cpu_graph_update(gt_backend *b, gt_bgraph *g, const gt_gnode *nodes, 
 
 static void cpu_graph_destroy(gt_backend *b, gt_bgraph *g) {
   (void)b;
-  if (g) free_nodes(g->nodes, g->n), free(g);
+  if (g) free_nodes(g->nodes, g->n), free(g->match), free(g);
 }
 
 /* -- Events, info, lifetime --------------------------------------------- */
@@ -1002,6 +1051,7 @@ static int cpu_event_elapsed_us(gt_backend *b, gt_bevent *s, gt_bevent *e, doubl
 }
 static void cpu_event_destroy(gt_backend *b, gt_bevent *ev) { (void)b; free(ev); }
 static int cpu_sync_all(gt_backend *b) { (void)b; return GT_BOK; }   /* everything is synchronous */
+static int cpu_cond_support(gt_backend *b) { (void)b; return GT_COND_NODES | GT_COND_ELSE_NODES; }
 
 static int cpu_device_info(gt_backend *b, gt_device_info *o) {
   cpu_backend *cb = b->impl;
@@ -1080,6 +1130,7 @@ int gt_backend_cpu_open(gt_backend *b) {
   b->event_create = cpu_event_create, b->event_record = cpu_event_record;
   b->event_elapsed_us = cpu_event_elapsed_us, b->event_destroy = cpu_event_destroy;
   b->sync = cpu_sync_all;
+  b->cond_support = cpu_cond_support;
   return GT_BOK;
 }
 #ifdef GT_TEST

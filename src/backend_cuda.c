@@ -53,7 +53,7 @@ void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits) {
   X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) \
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) \
   X(cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetAttribute) \
-  X(cuFuncSetAttribute) X(cuLaunchKernel) \
+  X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) \
   X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemcpyNode) \
   X(cuGraphAddMemsetNode) X(cuGraphAddEmptyNode) X(cuGraphKernelNodeSetParams) \
   X(cuGraphMemcpyNodeSetParams) X(cuGraphMemsetNodeSetParams) X(cuGraphInstantiateWithFlags) \
@@ -72,6 +72,9 @@ void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits) {
 #define FIELD(f) __typeof__(&f) f;
 
 struct cuda_api { CUDA_FUNCS(FIELD) };
+/* Conditional nodes (CUDA 12.4+): optional, a driver without them branches on the host. */
+#define COND_FUNCS(X) X(cuGraphConditionalHandleCreate) X(cuGraphAddNode)
+struct cond_api { COND_FUNCS(FIELD) };
 struct nvrtc_api { NVRTC_FUNCS(FIELD) };
 
 /* -- State ------------------------------------------------------------- */
@@ -93,9 +96,11 @@ struct gt_bgraph {
   CUgraph graph;                /* the graph exec was instantiated from: its nodes name exec's nodes */
   CUgraphExec exec;
   int n;
-  CUgraphNode *nodes;
+  CUgraphNode *nodes;           /* per node; an IF/WHILE: its conditional node; a WHILE's END: the re-setting kernel */
   uint8_t *kind;                /* GT_GN_* per node, or KIND_EMPTY */
   gt_bfunc **fn;                /* kernel nodes: the function (an update may not change it) */
+  int conds;                    /* conditional nodes in it (an update is refused then) */
+  CUdeviceptr counters;         /* a pass counter per bounded WHILE (0: none) */
 };
 
 struct gt_bevent { CUevent e; };
@@ -142,6 +147,11 @@ typedef struct cuda_impl {
   cuda_resv *resv; int nresv, capresv;
   CUgraphNode *deps; int *stamp; int capdeps, capstamp;
   char cachedir[3072];          /* "" until the first compile; "-" when there is none */
+  struct cond_api cond;         /* NULL fields: the driver has no conditional nodes */
+  int cond_bits;                /* -1 until asked: GT_COND_NODES | GT_COND_ELSE_NODES, or 0 */
+  char cond_why[512];           /* why there are none */
+  gt_bmodule *cond_mod;
+  gt_bfunc *cond_set;           /* gt_cond_set: reads p, sets the conditional handle */
   gt_device_info info;
   int compiles, cache_hits;
 } cuda_impl;
@@ -266,6 +276,12 @@ static int load_libcuda(cuda_impl *I) {
 #define RESOLVE(f) if (resolve(I, #f, XSTR(f), (void **)&I->cu.f)) return GT_BERR;
   CUDA_FUNCS(RESOLVE)
 #undef RESOLVE
+  /* optional: a missing one means "no conditional nodes", said by cond_support */
+#define RESOLVE_OPT(f) if (resolve(I, #f, XSTR(f), (void **)&I->cond.f)) I->cond.f = NULL;
+  COND_FUNCS(RESOLVE_OPT)
+#undef RESOLVE_OPT
+  b->err[0] = 0;
+  I->cond_bits = -1;
   return GT_BOK;
 }
 
@@ -770,7 +786,7 @@ static int cuda_launch(gt_backend *b, gt_bfunc *fn, const unsigned grid[3], cons
 /* -- Graphs ------------------------------------------------------------ */
 
 static int node_kind(const gt_gnode *n) {
-  return n->kind != GT_GN_KERNEL && n->bytes == 0 ? KIND_EMPTY : n->kind;
+  return (n->kind == GT_GN_MEMCPY || n->kind == GT_GN_MEMSET) && n->bytes == 0 ? KIND_EMPTY : n->kind;
 }
 
 static void kernel_params(CUDA_KERNEL_NODE_PARAMS *p, const gt_gnode *n) {
@@ -801,18 +817,89 @@ static int bad_node(gt_backend *b, int i, int n, const char *why) {
   return GT_BERR;
 }
 
+/* One open conditional node while its body is built. */
+typedef struct cond_frame {
+  CUgraph parent, body[2];
+  CUgraphConditionalHandle handle;
+  int begin, branch, nodes[2];
+  unsigned counter;             /* a bounded WHILE's counter slot, else ~0u */
+} cond_frame;
+
+/* A kernel node running gt_cond_set (cuda_cond_support compiled it): sets
+   handle from p (nonzero is true); a bounded WHILE's pass counter is reset
+   (first) or advanced, and ends the loop at max passes. */
+static int add_cond_set(cuda_impl *I, CUgraph g, const gt_gnode *nd, const cond_frame *f, CUdeviceptr counters,
+                        int first, const CUgraphNode *deps, size_t ndeps, CUgraphNode *out) {
+  CUDA_KERNEL_NODE_PARAMS p;
+  unsigned long long handle = f->handle;
+  CUdeviceptr cond = nd->dst, cnt = f->counter != ~0u ? counters + 4ull * f->counter : 0;
+  int dtype = nd->value, fst = first;
+  unsigned max = (unsigned)nd->bytes;
+  void *args[] = { &handle, &cond, &dtype, &cnt, &max, &fst };
+  memset(&p, 0, sizeof p);
+  p.func = I->cond_set->f;
+  p.gridDimX = p.gridDimY = p.gridDimZ = p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+  p.kernelParams = args;
+  return CU(I, cuGraphAddKernelNode, out, g, deps, ndeps, &p);
+}
+
+/* IF/WHILE i: its handle, the setting kernel (after the node's dependencies)
+   and the conditional node after it, whose body graphs f receives. */
+static int open_cond(cuda_impl *I, CUgraph g, const gt_gnode *nodes, int i, int n, CUdeviceptr counters,
+                     unsigned *nwhile, size_t ndeps, cond_frame *f, CUgraphNode *out) {
+  const gt_gnode *nd = &nodes[i];
+  CUgraphNode setter;
+  CUgraphNodeParams np;
+  int rc, has_else = 0;
+  if (!I->cond_set) return bad_node(I->b, i, n, "is a conditional node, which this driver cannot build");
+  for (int j = i + 1, depth = 0; nd->kind == GT_GN_IF && j < n; j++) {
+    if (nodes[j].kind == GT_GN_IF || nodes[j].kind == GT_GN_WHILE) depth++;
+    else if (nodes[j].kind == GT_GN_END && depth-- == 0) break;
+    else if (nodes[j].kind == GT_GN_ELSE && depth == 0) { has_else = 1; break; }
+  }
+  memset(f, 0, sizeof *f);
+  f->parent = g, f->begin = i, f->counter = ~0u;
+  if (nd->kind == GT_GN_WHILE && nd->bytes) f->counter = (*nwhile)++;
+  if ((rc = cu_check(I, "cuGraphConditionalHandleCreate", I->cond.cuGraphConditionalHandleCreate(&f->handle, g, I->ctx, 0, 0))) ||
+      (rc = add_cond_set(I, g, nd, f, counters, 1, I->deps, ndeps, &setter)))
+    return rc;
+  memset(&np, 0, sizeof np);
+  np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  np.conditional.handle = f->handle;
+  np.conditional.type = nd->kind == GT_GN_IF ? CU_GRAPH_COND_TYPE_IF : CU_GRAPH_COND_TYPE_WHILE;
+  np.conditional.size = has_else ? 2 : 1;
+  np.conditional.ctx = I->ctx;
+#if CUDA_VERSION >= 12030
+  rc = cu_check(I, "cuGraphAddNode", I->cond.cuGraphAddNode(out, g, &setter, NULL, 1, &np));
+#else
+  rc = cu_check(I, "cuGraphAddNode", I->cond.cuGraphAddNode(out, g, &setter, 1, &np));
+#endif
+  if (rc) {
+    if (has_else) err_append(I->b, " (an IF with an else body needs CUDA 12.8)");
+    return rc;
+  }
+  f->body[0] = np.conditional.phGraph_out[0];
+  f->body[1] = has_else ? np.conditional.phGraph_out[1] : NULL;
+  return GT_BOK;
+}
+
 /* Builds a CUgraph of n nodes; *hout gets one handle per node.  Duplicate
-   dependencies are dropped (the driver refuses them). */
-static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUgraph *gout, CUgraphNode **hout) {
+   dependencies are dropped (the driver refuses them).  Nodes between an
+   IF/WHILE and its END go into the conditional node's body graphs (their
+   dependencies already lie within their body: cond.c lifted them). */
+static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr counters, CUgraph *gout, CUgraphNode **hout) {
   gt_backend *b = I->b;
-  CUgraph g = NULL;
+  CUgraph g = NULL, cur;
   CUgraphNode *h = calloc((size_t)(n > 0 ? n : 1), sizeof *h);
-  int rc;
-  if (!h || grow((void **)&I->stamp, &I->capstamp, n, sizeof *I->stamp)) {
-    free(h);
+  cond_frame *fr = calloc((size_t)(n > 0 ? n : 1), sizeof *fr);
+  int rc, top = 0;
+  unsigned nwhile = 0;
+  if (!h || !fr || grow((void **)&I->stamp, &I->capstamp, n, sizeof *I->stamp)) {
+    free(h), free(fr);
     return no_memory(b, "graph nodes");
   }
-  if ((rc = CU(I, cuGraphCreate, &g, 0))) { free(h); return rc; }
+  if ((rc = CU(I, cuGraphCreate, &g, 0))) { free(h), free(fr); return rc; }
+  cur = g;
   for (int i = 0; i < n; i++) I->stamp[i] = -1;
   for (int i = 0; i < n && !rc; i++) {
     const gt_gnode *nd = &nodes[i];
@@ -824,39 +911,63 @@ static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUgraph *gout
     for (int k = 0; k < nd->ndeps; k++) {
       int d = nd->deps[k];
       if (d < 0 || d >= i) { rc = bad_node(b, i, n, "depends on a node that does not come before it"); break; }
-      if (I->stamp[d] != i) I->stamp[d] = i, I->deps[nd_deps++] = h[d];
+      if (I->stamp[d] != i && h[d]) I->stamp[d] = i, I->deps[nd_deps++] = h[d];
     }
     if (rc) break;
-    switch (node_kind(nd)) {
+    int kind = node_kind(nd);
+    if (top && kind != GT_GN_ELSE && kind != GT_GN_END) fr[top - 1].nodes[fr[top - 1].branch]++;
+    switch (kind) {
     case GT_GN_KERNEL: {
       CUDA_KERNEL_NODE_PARAMS p;
       if (!nd->fn) { rc = bad_node(b, i, n, "is a kernel node without a function"); break; }
       if ((rc = ensure_smem(I, nd->fn, nd->smem))) break;
       kernel_params(&p, nd);
-      if ((rc = CU(I, cuGraphAddKernelNode, &h[i], g, I->deps, nd_deps, &p)))
+      if ((rc = CU(I, cuGraphAddKernelNode, &h[i], cur, I->deps, nd_deps, &p)))
         launch_context(b, nd->fn, nd->grid, nd->block, nd->smem);
       break;
     }
     case GT_GN_MEMCPY: {
       CUDA_MEMCPY3D c;
       memcpy_params(&c, nd);
-      rc = CU(I, cuGraphAddMemcpyNode, &h[i], g, I->deps, nd_deps, &c, I->ctx);
+      rc = CU(I, cuGraphAddMemcpyNode, &h[i], cur, I->deps, nd_deps, &c, I->ctx);
       break;
     }
     case GT_GN_MEMSET: {
       CUDA_MEMSET_NODE_PARAMS m;
       memset_params(&m, nd);
-      rc = CU(I, cuGraphAddMemsetNode, &h[i], g, I->deps, nd_deps, &m, I->ctx);
+      rc = CU(I, cuGraphAddMemsetNode, &h[i], cur, I->deps, nd_deps, &m, I->ctx);
       break;
     }
     case KIND_EMPTY:
-      rc = CU(I, cuGraphAddEmptyNode, &h[i], g, I->deps, nd_deps);
+      rc = CU(I, cuGraphAddEmptyNode, &h[i], cur, I->deps, nd_deps);
       break;
+    case GT_GN_IF: case GT_GN_WHILE:
+      if (!(rc = open_cond(I, cur, nodes, i, n, counters, &nwhile, nd_deps, &fr[top], &h[i]))) cur = fr[top++].body[0];
+      break;
+    case GT_GN_ELSE:
+      if (!top || !fr[top - 1].body[1]) { rc = bad_node(b, i, n, "is an ELSE outside an IF"); break; }
+      fr[top - 1].branch = 1;
+      cur = fr[top - 1].body[1];
+      break;
+    case GT_GN_END: {
+      cond_frame *f = top ? &fr[top - 1] : NULL;
+      CUgraphNode empty;
+      if (!f) { rc = bad_node(b, i, n, "is an END without its IF or WHILE"); break; }
+      if (nodes[f->begin].kind == GT_GN_WHILE)    /* the condition again, for the next pass */
+        rc = add_cond_set(I, cur, nd, f, counters, 0, I->deps, nd_deps, &h[i]);
+      for (int k = 0; k < 2 && !rc; k++)          /* a body graph is never empty */
+        if (f->body[k] && !f->nodes[k] && !(k == 0 && h[i])) rc = CU(I, cuGraphAddEmptyNode, &empty, f->body[k], NULL, 0);
+      cur = f->parent;
+      top--;
+      break;
+    }
     default:
       rc = bad_node(b, i, n, "has an unknown kind");
     }
     if (rc && strncmp(b->err, "cuda: graph node", 16)) err_append(b, " (graph node %d of %d)", i, n);
   }
+  if (!rc && top) rc = bad_node(b, n - 1, n, "ends inside a conditional body (an IF or WHILE without its END)");
+  free(fr);
   if (rc) {
     I->cu.cuGraphDestroy(g);
     free(h);
@@ -871,6 +982,10 @@ static void cuda_graph_destroy(gt_backend *b, gt_bgraph *g) {
   if (!g) return;
   if (g->exec) I->cu.cuGraphExecDestroy(g->exec);
   if (g->graph) I->cu.cuGraphDestroy(g->graph);
+  if (g->counters) {                 /* a launch still running may count in them */
+    I->cu.cuStreamSynchronize(I->stream);
+    I->cu.cuMemFree(g->counters);
+  }
   free(g->nodes);
   free(g->kind);
   free(g->fn);
@@ -888,8 +1003,14 @@ static int cuda_graph_create(gt_backend *b, const gt_gnode *nodes, int n, gt_bgr
     return no_memory(b, "graph");
   }
   g->n = n;
-  for (int i = 0; i < n; i++) g->kind[i] = (uint8_t)node_kind(&nodes[i]), g->fn[i] = nodes[i].fn;
-  if ((rc = graph_build(I, nodes, n, &g->graph, &g->nodes))) { cuda_graph_destroy(b, g); return rc; }
+  unsigned bounded = 0;
+  for (int i = 0; i < n; i++) {
+    g->kind[i] = (uint8_t)node_kind(&nodes[i]), g->fn[i] = nodes[i].fn;
+    g->conds += nodes[i].kind == GT_GN_IF || nodes[i].kind == GT_GN_WHILE;
+    bounded += nodes[i].kind == GT_GN_WHILE && nodes[i].bytes;
+  }
+  if (bounded && (rc = CU(I, cuMemAlloc, &g->counters, 4ull * bounded))) { cuda_graph_destroy(b, g); return rc; }
+  if ((rc = graph_build(I, nodes, n, g->counters, &g->graph, &g->nodes))) { cuda_graph_destroy(b, g); return rc; }
   if ((rc = CU(I, cuGraphInstantiateWithFlags, &g->exec, g->graph, 0)))
     err_append(b, " (instantiating a graph of %d nodes)", n);
   else if ((rc = CU(I, cuGraphUpload, g->exec, I->stream)))
@@ -913,6 +1034,14 @@ static int cuda_graph_set_kernel(gt_backend *b, gt_bgraph *g, int i, const gt_gn
   if (node->fn != g->fn[i]) return bad_node(b, i, g->n, "runs another kernel; a patch keeps the function");
   if ((rc = ensure_smem(I, node->fn, node->smem))) return rc;
   kernel_params(&p, node);
+  if (g->conds) {                    /* a node in a conditional body: if the driver will not patch it, */
+    CUresult r = I->cu.cuGraphExecKernelNodeSetParams(g->exec, g->nodes[i], &p);   /* the graph is rebuilt */
+    if (r != CUDA_SUCCESS) {
+      cu_fail(I, "cuGraphExecKernelNodeSetParams", r);
+      return sticky_error(r) ? GT_BERR : GT_BREFUSED;
+    }
+    return CU(I, cuGraphKernelNodeSetParams, g->nodes[i], &p);
+  }
   if ((rc = CU(I, cuGraphExecKernelNodeSetParams, g->exec, g->nodes[i], &p)) ||
       (rc = CU(I, cuGraphKernelNodeSetParams, g->nodes[i], &p)))  /* keep the graph the truth */
     launch_context(b, node->fn, node->grid, node->block, node->smem);
@@ -941,12 +1070,16 @@ static int cuda_graph_update(gt_backend *b, gt_bgraph *g, const gt_gnode *nodes,
     snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: %d nodes instead of %d", n, g->n);
     return GT_BREFUSED;
   }
+  if (g->conds) {                    /* conditional nodes: instantiated anew (their bodies and handles are new graphs) */
+    snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: the graph holds conditional nodes");
+    return GT_BREFUSED;
+  }
   for (int i = 0; i < n; i++)
     if (node_kind(&nodes[i]) != g->kind[i] || (g->kind[i] == GT_GN_KERNEL && nodes[i].fn != g->fn[i])) {
       snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: node %d changed its kind or kernel", i);
       return GT_BREFUSED;
     }
-  if ((rc = graph_build(I, nodes, n, &ng, &nh))) return rc;
+  if ((rc = graph_build(I, nodes, n, 0, &ng, &nh))) return rc;
   memset(&info, 0, sizeof info);
   r = I->cu.cuGraphExecUpdate(g->exec, ng, &info);
   if (r != CUDA_SUCCESS) {
@@ -983,6 +1116,59 @@ static int cuda_graph_update(gt_backend *b, gt_bgraph *g, const gt_gnode *nodes,
   I->cu.cuGraphDestroy(ng);
   free(nh);
   return rc ? rc : CU(I, cuGraphUpload, g->exec, I->stream);
+}
+
+/* -- Conditional nodes --------------------------------------------------- */
+
+/* Sets a conditional node's handle from p on the device.  cudaGraphSetConditional
+   is a device-runtime builtin that the driver resolves when the module loads
+   (no -rdc, no libcudadevrt); it is declared here because NVRTC has no
+   include path.  first: a WHILE's pass counter starts (the node's setter) or
+   advances (the body's last node), and a bounded loop stops at max passes. */
+static const char cond_src[] =
+  "extern \"C\" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);\n"
+  "extern \"C\" __global__ void gt_cond_set(unsigned long long h, const void *p, int dtype, unsigned *cnt,\n"
+  "                                          unsigned max, int first) {\n"
+  "  unsigned v;\n"
+  "  switch (dtype) {\n"
+  "  case 1: v = *(const float *)p != 0.0f; break;\n"
+  "  case 2: v = *(const int *)p != 0; break;\n"
+  "  case 3: v = *(const long long *)p != 0; break;\n"
+  "  default: v = *(const unsigned char *)p != 0; break;\n"
+  "  }\n"
+  "  if (cnt) {\n"
+  "    unsigned c = first ? 0u : *cnt + 1u;\n"
+  "    *cnt = c;\n"
+  "    if (c >= max) v = 0;\n"
+  "  }\n"
+  "  cudaGraphSetConditional(h, v);\n"
+  "}\n";
+
+/* GT_COND_NODES (IF, WHILE: CUDA 12.4) and GT_COND_ELSE_NODES (an IF with
+   two bodies: CUDA 12.8) when the driver has the entry points and the
+   setting kernel compiles and loads; else 0 with the reason in b->err.
+   Decided once; the kernel's compile is not counted in gt.compile_counts. */
+static int cuda_cond_support(gt_backend *b) {
+  cuda_impl *I = b->impl;
+  if (I->cond_bits < 0) {
+    static const uint8_t pt[] = { GT_P_U64, GT_P_IN, GT_P_I32, GT_P_OUT, GT_P_U32, GT_P_I32 };
+    static const char *const tx[] = { "unsigned long long", "const void *", "int", "unsigned *", "unsigned", "int" };
+    static const char *const nm[] = { "h", "p", "dtype", "cnt", "max", "first" };
+    gt_ksig sig = { "gt_cond_set", 6, pt, tx, nm };
+    int compiles = I->compiles, hits = I->cache_hits;
+    I->cond_bits = 0;
+    if (!I->cond.cuGraphConditionalHandleCreate || !I->cond.cuGraphAddNode)
+      snprintf(I->cond_why, sizeof I->cond_why, "the NVIDIA driver (CUDA %d.%d) has no conditional graph nodes "
+               "(cuGraphConditionalHandleCreate, cuGraphAddNode: CUDA 12.4)", I->driver / 1000, I->driver % 1000 / 10);
+    else if (cuda_compile(b, cond_src, NULL, &sig, 1, &I->cond_mod, &I->cond_set) != GT_BOK) {
+      snprintf(I->cond_why, sizeof I->cond_why, "the kernel that sets a conditional node's handle did not build: %.400s", b->err);
+      I->cond_set = NULL;
+    } else
+      I->cond_bits = GT_COND_NODES | (I->driver >= 12080 ? GT_COND_ELSE_NODES : 0);
+    I->compiles = compiles, I->cache_hits = hits;
+  }
+  if (!I->cond_bits) snprintf(b->err, GT_ERRLEN, "%s", I->cond_why);
+  return I->cond_bits;
 }
 
 /* -- Events ------------------------------------------------------------ */
@@ -1028,6 +1214,7 @@ static void cuda_close(cuda_impl *I) {
     while (I->nresv) resv_free(I, I->nresv - 1);
     I->cu.cuStreamDestroy(I->stream);
   }
+  if (I->cond_mod) cuda_module_free(I->b, I->cond_mod);
   if (I->ctx_retained) I->cu.cuDevicePrimaryCtxRelease(I->dev);
   if (I->libnvrtc) dlclose(I->libnvrtc);
   /* libcuda stays loaded: the driver's threads may outlive the context. */
@@ -1133,6 +1320,7 @@ int gt_backend_cuda_open(gt_backend *b) {
   b->event_create = cuda_event_create, b->event_record = cuda_event_record;
   b->event_elapsed_us = cuda_event_elapsed_us, b->event_destroy = cuda_event_destroy;
   b->sync = cuda_sync;
+  b->cond_support = cuda_cond_support;
   return GT_BOK;
 }
 

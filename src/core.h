@@ -115,6 +115,9 @@ struct gt_runtime {
   uint32_t zero_gen;         /* generation of ordinary buffers: never changes */
   gt_later later[2];         /* during a tree call: buffers released [0] and handles collected [1] */
   gt_buf **spare; int nspare, sparecap;   /* slab chunks of destroyed trees, for the next tree */
+  int cond_bits;             /* cond.c: backend's conditional nodes + 1 (0: not asked yet) */
+  uint64_t watch_lo[16], watch_hi[16];  /* cond.c: eager writes into [lo, hi) are noted (hi = 0: none) */
+  int watch_hit[16], watching;          /* watching: slots in use */
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
@@ -210,6 +213,16 @@ void gt_cursor_push(gt_tree *t);                    /* a launch was queued */
 gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its node if the cursor matched throughout */
 int gt_cursor_save(gt_tree *t, gt_node *n, int first);  /* n was recorded from the queue */
 void gt_cursor_forget(gt_node *n);
+/* -- Device-side branches (cond.c) ---------------------------------------- */
+/* Runs the queue's launches in order, deciding each IF and WHILE on the host
+   (p read back: a sync on cuda).  *at: the launch that failed. */
+int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at);
+/* After build_nodes: lifts dependencies so that each joins two nodes of one
+   body (a body's outside dependencies go to its IF/WHILE); *deps is replaced. */
+int gt_cond_lift(const gt_queue *q, gt_gnode *g, int **deps);
+int gt_cond_any(const gt_queue *q);                /* the queue holds a cond entry */
+/* An eager launch (outside a tree call): notes a write into the watched range. */
+void gt_cond_saw(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args);
 
 /* -- Keyed calls (keyed.c) ------------------------------------------------ */
 void gt_keyed_free_all(gt_tree *t);

@@ -240,6 +240,25 @@ int gt_tree_keyed_differs(gt_tree *t, gt_keyed *k);
    scalars follow the `patch` numbers.  GT_ERR if the call took another path. */
 int gt_tree_keyed_confirm(gt_runtime *rt, gt_keyed *k, const gt_arg *ins);
 
+/* -- Device-side branches (cond.c) --------------------------------------- */
+/* Entries of the launch queue that give it structure: IF p {then} [ELSE
+   {else}] END, WHILE p {body} END.  p: a one-element tensor view (f32, i32,
+   i64 or u8; nonzero is true). */
+enum { GT_COND_IF = 4, GT_COND_ELSE = 5, GT_COND_WHILE = 6, GT_COND_END = 7 };
+enum { GT_COND_NODES = 1, GT_COND_ELSE_NODES = 2 };
+/* What the backend builds: GT_COND_NODES | GT_COND_ELSE_NODES, or 0 (why in gt_errmsg). */
+int gt_cond_support(gt_runtime *rt);
+/* In a tree call: queues one structure entry (what: GT_COND_*; p, off, dtype:
+   the condition for IF, WHILE and a WHILE's END, else NULL; max: a WHILE's
+   iteration bound, 0 = none).  Returns the entry's queue position, GT_ERR on failure. */
+int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, uint64_t max);
+/* 1 when a launch queued at or after position from writes bytes [off, off+nbytes) of p, else 0. */
+int gt_cond_writes(gt_runtime *rt, int from, gt_buf *p, int64_t off, int64_t nbytes);
+/* Outside tree calls: watch slot (0..15) follows eager writes to p's bytes
+   [off, off+nbytes) (p NULL: stops); returns whether the slot saw one since
+   it was last set. */
+int gt_cond_watch(gt_runtime *rt, int slot, gt_buf *p, int64_t off, int64_t nbytes);
+
 /* -- Host --------------------------------------------------------------- */
 const char *gt_header_text(void);                 /* this file, for ffi.cdef */
 #endif

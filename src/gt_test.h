@@ -12,5 +12,6 @@ void gt_test_pool(void);
 void gt_test_queue(void);
 void gt_test_kernel(void);
 void gt_test_backend_cpu(void);
+void gt_test_cond(void);
 #endif
 #endif

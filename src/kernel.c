@@ -325,6 +325,7 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
   void *ptrs[64];
   q.vals = vals; q.ptrs = ptrs; q.valcap = q.ptrcap = 64;
   rt->be.fault_addr = 0;
+  if (rt->watching) gt_cond_saw(rt, &l, args);     /* gt.loop outside a tree: does its body write p? */
   if (gt_queue_run(&rt->be, &q, 0) != GT_BOK) {
     gt_fail_be(rt, k->name);
     fault_sizes(rt, k, args);

@@ -19,6 +19,7 @@ int main(void) {
   gt_test_queue();
   gt_test_kernel();
   gt_test_backend_cpu();
+  gt_test_cond();
   printf("C tests: %d passed, %d failed\n", gt_test_passed, gt_test_failed);
   return gt_test_failed != 0;
 }

@@ -25,7 +25,7 @@ int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args) {
   gt_qlaunch *d = &q->l[q->n++];
   *d = *l;
   d->arg0 = q->nargs;
-  memcpy(q->args + q->nargs, args, l->nargs * sizeof *args);
+  if (l->nargs) memcpy(q->args + q->nargs, args, l->nargs * sizeof *args);   /* args may be NULL with none */
   q->nargs += l->nargs;
   return GT_OK;
 }
@@ -57,7 +57,7 @@ void gt_queue_gnode(const gt_queue *q, int i, uint64_t *vals, void **ptrs, gt_gn
     for (int j = 0; j < l->nargs; j++) ptrs[j] = &vals[j];
     out->args = ptrs;
   } else {
-    out->dst = vals[0];
+    out->dst = l->nargs ? vals[0] : 0;     /* a cond entry: p (ELSE and an IF's END have none) */
     out->src = l->kind == GT_GN_MEMCPY ? vals[1] : 0;
     out->bytes = l->bytes;
     out->value = (uint8_t)l->value;
@@ -76,7 +76,8 @@ int gt_queue_run(gt_backend *be, gt_queue *q, int i) {
   switch (g.kind) {
   case GT_GN_KERNEL: return be->launch(be, g.fn, g.grid, g.block, g.smem, g.args);
   case GT_GN_MEMCPY: return g.bytes ? be->dtod(be, g.dst, g.src, g.bytes) : GT_BOK;
-  default: return g.bytes ? be->memset8(be, g.dst, g.value, g.bytes) : GT_BOK;
+  case GT_GN_MEMSET: return g.bytes ? be->memset8(be, g.dst, g.value, g.bytes) : GT_BOK;
+  default: strcpy(be->err, "a cond entry runs only as part of its queue (gt_cond_run_queue)"); return GT_BERR;
   }
 }
 

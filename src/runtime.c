@@ -441,6 +441,7 @@ int gt_buf_copy(gt_runtime *rt, gt_buf *dst, uint64_t doff, gt_buf *src, uint64_
   gt_arg a[2] = { { .buf = dst, .off = doff, .nbytes = bytes }, { .buf = src, .off = soff, .nbytes = bytes } };
   if (rt->active) return gt_tree_queue(rt, &l, a);
   if (check_range(rt, dst, doff, bytes, "copy") || check_range(rt, src, soff, bytes, "copy")) return GT_ERR;
+  if (rt->watching) gt_cond_saw(rt, &l, a);
   if (bytes && rt->be.dtod(&rt->be, dst->addr + doff, src->addr + soff, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
   return GT_OK;
 }
@@ -451,6 +452,7 @@ int gt_buf_memset(gt_runtime *rt, gt_buf *dst, uint64_t off, int value, uint64_t
   gt_arg a[1] = { { .buf = dst, .off = off, .nbytes = bytes } };
   if (rt->active) return gt_tree_queue(rt, &l, a);
   if (check_range(rt, dst, off, bytes, "fill")) return GT_ERR;
+  if (rt->watching) gt_cond_saw(rt, &l, a);
   if (bytes && rt->be.memset8(&rt->be, dst->addr + off, (uint8_t)value, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
   return GT_OK;
 }

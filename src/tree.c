@@ -434,7 +434,7 @@ static int accesses(const gt_queue *q, int i, const uint64_t *vals, access_t *ac
   int n = 0;
   for (int j = 0; j < l->nargs; j++) {
     if (!a[j].buf) continue;
-    int write = l->kind == GT_GN_KERNEL ? l->k->ptype[j] == GT_P_OUT : j == 0;
+    int write = l->kind == GT_GN_KERNEL ? l->k->ptype[j] == GT_P_OUT : l->kind <= GT_GN_MEMSET && j == 0;  /* cond entries read p */
     acc[n++] = (access_t){ vals[j], vals[j] + (a[j].nbytes ? a[j].nbytes : 1), write };
   }
   return n;
@@ -489,6 +489,7 @@ static int build_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, voi
   }
   for (int i = 0; i < q->n; i++) g[i].deps = deps ? deps + (intptr_t)g[i].deps : NULL;
   free(mark); free(rec);
+  if (gt_cond_any(q) && gt_cond_lift(q, g, &deps)) { rec = NULL; mark = NULL; goto oom; }
   *out = g;
   *depmem = deps;
   *ptrmem = ptrs;
@@ -516,11 +517,11 @@ int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
 static int run_eager(gt_tree *t, gt_node *n) {
   gt_backend *be = &t->rt->be;
   double t0 = t->rt->profile ? gt_now_us() : 0;
-  for (int i = 0; i < t->q.n; i++)
-    if (gt_queue_run(be, &t->q, i) != GT_BOK) {
-      const gt_qlaunch *l = &t->q.l[i];
-      return gt_fail_be(t->rt, l->k ? l->k->name : "copy");
-    }
+  int at;
+  if (gt_cond_run_queue(be, &t->q, &at) != GT_BOK) {   /* a cond is decided on the host here */
+    const gt_qlaunch *l = at >= 0 ? &t->q.l[at] : NULL;
+    return gt_fail_be(t->rt, l && l->k ? l->k->name : l && l->kind > GT_GN_MEMSET ? "gt.cond" : "copy");
+  }
   if (t->rt->profile && n) {
     if (be->sync(be) != GT_BOK) return gt_fail_be(t->rt, NULL);
     n->gpu_us_sum += gt_now_us() - t0;
@@ -596,7 +597,9 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     if (l->kind != GT_GN_KERNEL) { refused = 1; continue; }
     gt_gnode g;
     gt_queue_gnode(q, i, now, t->pscratch, &g);
-    if (be->graph_set_kernel(be, n->graph, i, &g) != GT_BOK) return gt_fail_be(t->rt, "graph patch");
+    int pst = be->graph_set_kernel(be, n->graph, i, &g);
+    if (pst == GT_BREFUSED) { refused = 1; continue; }   /* (a node in a conditional body the driver will not patch) */
+    if (pst != GT_BOK) return gt_fail_be(t->rt, "graph patch");
     memcpy(was, now, l->nargs * sizeof *now);
   }
   if (refused) {                      /* a copy node moved: update the whole exec */
@@ -627,7 +630,8 @@ static char *make_label(const gt_queue *q) {
   char buf[96] = "", item[64];
   size_t len = 0;
   for (int i = 0; i < q->n;) {
-    const char *nm = q->l[i].k ? q->l[i].k->name : q->l[i].kind == GT_GN_MEMCPY ? "copy" : "fill";
+    static const char *const other[] = { "?", "copy", "fill", "?", "if", "else", "while", "end" };
+    const char *nm = q->l[i].k ? q->l[i].k->name : other[q->l[i].kind & 7];
     int j = i + 1;
     while (j < q->n && q->l[j].kind == q->l[i].kind && (!q->l[j].k || !strcmp(q->l[j].k->name, nm))) j++;
     if (j - i > 1) snprintf(item, sizeof item, "%s%s x%d", i ? " " : "", nm, j - i);

@@ -23,6 +23,7 @@ gt: CUDA graph trees scripted from Lua (require "gt"; preloaded by gtlua).
   kernels   gt.compile gt.load; K.name(grid, block, ...); K.name:config(grid, block [, smem])
   ops       gt.ops.linear matmul add mul axpby relu gelu tanh sigmoid softmax layernorm rmsnorm sum max argmax embedding
   trees     gt.tree; tree(...); tree:stats trim floor dot json report; gt.cut gt.sync
+  branches  gt.cond(p, then_fn [, else_fn]), gt.loop(p, body_fn [, {max = n}]) decided on the device
   lifetimes gt.scope; t:free()
   looking   print(tree), gt.profile, gt.help
   misc      gt.backend gt.device gt.clock gt.memory; gt.buckets.pow2 linear
@@ -226,6 +227,32 @@ print(tree), tostring(tree) -> the tree drawn for a terminal
   A header (calls, nodes, recorded, pool), then one line per node: id, label,
   visits, replays, warmups, planned bytes and its state (graph, warmup,
   eager, trimmed); colour only when stdout is a terminal (NO_COLOR turns it off).]],
+
+  -- device-side branches
+  ["gt.cond"] = [[
+gt.cond(p, then_fn [, else_fn]): then_fn() when p is nonzero, else else_fn()
+  p: a one-element tensor (f32, i32, i64 or u8) that kernels write. In a tree
+  call both bodies are recorded once into a conditional node of the same
+  graph: no cut, no host sync, the device picks the body at replay. Outside a
+  tree (and in warmups) p is read on the host and one body runs: the same
+  results. Bodies launch kernels and may nest conds and loops, but must not
+  read the device on the host (item, tolist, host copies, gt.cut, gt.sync
+  raise). Write results into tensors made before the cond (y:copy(...)): a
+  tensor made in a body is only valid after it if both ways write it. Nothing
+  is returned. Without conditional nodes (a driver before CUDA 12.4, or 12.8
+  for an else body; GTLUA_NO_COND=1) a tree call branches on the host: a
+  sync, and a child node per way (one warning says so). See gt.cond_nodes().]],
+  ["gt.loop"] = [[
+gt.loop(p, body_fn [, {max = n}]): body_fn() while p is nonzero, at most n times
+  p as for gt.cond, checked before each pass. The body must write p (a kernel
+  that computes the condition) unless max is given; a body that never writes
+  it raises. In a tree call the loop is one conditional WHILE node, the pass
+  count decided on the device. Outside a tree p is read (a sync) per pass.]],
+  ["gt.cond_nodes"] = [[
+gt.cond_nodes() -> ok [, why]
+  true when tree calls record gt.cond and gt.loop as conditional graph nodes
+  (cpu: always; cuda: a driver with CUDA 12.8 conditional nodes); else false
+  and why (they then branch on the host).]],
 
   -- control and information
   ["gt.cut"] = [[

@@ -142,6 +142,8 @@ function gt.cut()
   if C.gt_tree_active(rt) ~= nil then gt._flush(3) end
 end
 
+require("gt.cond")(gt)   -- gt.cond, gt.loop (wraps gt.sync and gt._flush: no syncs inside a body)
+
 --- gt.profile(on) -> previous: GPU time per node (events on cuda, wall time on cpu).
 function gt.profile(on) return C.gt_profile(rt, on and 1 or 0) ~= 0 end
 

@@ -242,6 +242,7 @@ return function(gt)
   -- A sync point: in a tree call, the segment ends first.  what: the host
   -- read or write it is (a keyed tree cannot replay a path holding one).
   local function sync_point(level, what)
+    if gt._in_body then gt._in_body(what, level + 1) end   -- inside a gt.cond/gt.loop body: an error (cond.lua)
     if C.gt_tree_active(rt) ~= nil then
       gt._note_sync(what, level + 1)
       gt._flush(level + 1)

@@ -174,7 +174,7 @@ function M.decode_scenarios(cfg)
     sc.setup = function()
       setup()
       ids = gt.from(gpt.random_prompt(c, 1, B, B)[1], "i32")
-      sc.kernels = c.layers * 10 + 5
+      sc.kernels = gm.kernels
       sc.label = format("GPT decode step (%s: %d layers, hidden %d, vocab %d, KV cache %d), batch %d, buckets 1..16",
         d.model == "FULL" and "GPT-2 small" or "tiny", c.layers, c.hidden, c.vocab, d.ctx, B)
     end

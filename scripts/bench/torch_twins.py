@@ -7,6 +7,10 @@ Scenarios (as scripts/bench/gtlua_bench.lua):
   branch    8-layer prefix, host branch (a graph break), then suffix a
             (relu(x @ W + b), layers 8..15) or suffix b (tanh(x @ W - b),
             layers 16..23), alternating a, b, a, b...
+  cond      the branch scenario with its branch decided on the device: a
+            one-element tensor sel (alternating 0, 1) is read with .item()
+            after the prefix (a graph break in reduce-overhead), as gtlua's
+            scripts/bench/cond_bench.lua does with item() (and with gt.cond)
   shapes    the chain over batch sizes 1, 2, 4, ..., 64, cycling
   grow-N    chains of N = 8, 32, 128, 512 layers (weights cycling over 32)
   decode-B  one greedy decode step of a GPT-2-small-shaped model (12 layers,
@@ -407,6 +411,25 @@ class Twins:
         if self.first_calls(s, lambda: [cf(x, i % 2) for i in range(6)]):
             self.row(s, "reduce_overhead", lambda i: cf(x, i % 2))
 
+    def cond(self) -> None:
+        """cond: branch with the route read from a device tensor (.item(): a sync and a graph break)."""
+        c, x, torch = self.cfg, self.x, self.torch
+        s = self.res.scenario("cond", f"{c['prefix']}-layer prefix, .item() of a device flag picks one of two "
+                              f"{c['suffix']}-layer suffixes, alternating", c["prefix"] + c["suffix"])
+        P, S = c["prefix"], c["suffix"]
+        prefix, sa, sb = self.stack_fn(0, P, "relu"), self.stack_fn(P, S, "relu"), self.stack_fn(P + S, S, "tanh")
+        sels = [torch.tensor([k], device=self.dev, dtype=torch.int32) for k in (0, 1)]
+
+        def condy(x, sel):
+            h = prefix(x)
+            if sel.item() != 0:              # a host sync; under torch.compile a graph break
+                return sb(h)
+            return sa(h)
+        self.row(s, "eager", lambda i: condy(x, sels[i % 2]))
+        cf = self.compiled(condy)
+        if self.first_calls(s, lambda: [cf(x, sels[i % 2]) for i in range(6)]):
+            self.row(s, "reduce_overhead", lambda i: cf(x, sels[i % 2]))
+
     def shapes(self) -> None:
         c, xs = self.cfg, self.xs
         n = len(xs)
@@ -444,7 +467,7 @@ class Twins:
         """decode-B: the GPT decode step at batch B, the position cycling over the cache."""
         torch, d = self.torch, self.cfg["decode"]
         T = d["ctx"]
-        kernels = d["layers"] * 10 + 5           # gtlua's kernels per step (as gtlua_bench.lua counts)
+        kernels = d["layers"] * 5 + 3            # gtlua's kernels per step (examples/gpt.lua's kernels_per_step)
         s = self.res.scenario(f"decode-{B}", f"GPT decode step ({d['layers']} layers, hidden {d['hidden']}, "
                               f"vocab {d['vocab']}, KV cache {T}), batch {B}", kernels)
         s["batch"] = B
@@ -474,7 +497,7 @@ class Twins:
             torch.cuda.empty_cache()
 
     def run(self, only: str | None = None) -> None:
-        steps = [("chain", self.chain), ("branch", self.branch), ("shapes", self.shapes)]
+        steps = [("chain", self.chain), ("branch", self.branch), ("cond", self.cond), ("shapes", self.shapes)]
         steps += [(f"grow-{n}", (lambda n=n: self.grow(n))) for n in self.cfg["grow"]]
         steps += [(f"decode-{b}", (lambda b=b: self.decode(b))) for b in self.cfg["decode"]["batches"]]
         if only:

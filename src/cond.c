@@ -1,0 +1,278 @@
+/* cond.c - device-side branches: cond structure in the launch queue, host-decided runs, dependency lifting. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core.h"
+#include "gt_test.h"
+
+/* A gt.cond / gt.loop inside a tree call is queued as entries among the
+   launches: IF p, then-launches, [ELSE, else-launches,] END; or WHILE p,
+   body, END p.  So the segment key, the planner and replay see it like any
+   other launch, and the backend builds one conditional node from it. */
+
+static int is_begin(int kind) { return kind == GT_GN_IF || kind == GT_GN_WHILE; }
+static int is_cond(int kind) { return kind >= GT_GN_IF && kind <= GT_GN_END; }
+
+static int dtype_size(int dtype) {
+  switch (dtype) {
+  case GT_F32: case GT_I32: return 4;
+  case GT_I64: return 8;
+  case GT_U8: return 1;
+  default: return 0;
+  }
+}
+
+/* -- The public entry points -------------------------------------------- */
+
+static char cond_why[512];             /* why the backend builds no conditional nodes */
+
+int gt_cond_support(gt_runtime *rt) {
+  gt_backend *be = &rt->be;
+  if (!rt->cond_bits) {
+    const char *off = getenv("GTLUA_NO_COND");   /* to try the host-branch fallback anywhere */
+    int bits = off && *off && strcmp(off, "0") ? 0 : be->cond_support ? be->cond_support(be) : 0;
+    if (off && *off && strcmp(off, "0")) snprintf(cond_why, sizeof cond_why, "GTLUA_NO_COND is set");
+    else if (!bits) snprintf(cond_why, sizeof cond_why, "%s", be->cond_support ? be->err : "this backend has no conditional nodes");
+    rt->cond_bits = bits + 1;
+  }
+  if (rt->cond_bits == 1) gt_fail(rt, "%s", cond_why);
+  return rt->cond_bits - 1;
+}
+
+/* Queues one structure entry; its position in the queue, or GT_ERR. */
+int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, uint64_t max) {
+  gt_tree *t = rt->active;
+  if (!t) return gt_fail(rt, "gt.cond: a cond entry outside a tree call");
+  if (what < GT_COND_IF || what > GT_COND_END) return gt_fail(rt, "gt.cond: unknown entry %d", what);
+  gt_qlaunch l = { .kind = what };
+  gt_arg a = { 0 };
+  if (p) {
+    int sz = dtype_size(dtype);
+    if (!sz) return gt_fail(rt, "gt.cond: the condition must be f32, i32, i64 or u8");
+    if (p->gen != *p->gen_now) return gt_fail(rt, "gt.cond: the condition is a stale tensor");
+    a = (gt_arg){ .buf = p, .off = off, .nbytes = sz };
+    l.nargs = 1;
+    l.value = dtype;
+    l.bytes = max;
+  }
+  int pos = t->q.n;
+  if (gt_tree_queue(rt, &l, &a) != GT_OK) return GT_ERR;
+  return pos;
+}
+
+static int writes(const gt_qlaunch *l, int j) {
+  if (l->kind == GT_GN_KERNEL) return l->k->ptype[j] == GT_P_OUT;
+  return (l->kind == GT_GN_MEMCPY || l->kind == GT_GN_MEMSET) && j == 0;
+}
+
+static int overlaps(const gt_arg *a, const gt_buf *p, int64_t off, int64_t nbytes) {
+  if (!a->buf) return 0;
+  if (a->buf == p) return a->off < off + nbytes && off < a->off + (a->nbytes ? a->nbytes : 1);
+  uint64_t lo = a->buf->addr + (uint64_t)a->off, plo = p->addr + (uint64_t)off;   /* views of one memory */
+  return a->buf->addr && p->addr && lo < plo + (uint64_t)nbytes && plo < lo + (uint64_t)(a->nbytes ? a->nbytes : 1);
+}
+
+int gt_cond_writes(gt_runtime *rt, int from, gt_buf *p, int64_t off, int64_t nbytes) {
+  gt_tree *t = rt->active;
+  if (!t) return 0;
+  const gt_queue *q = &t->q;
+  for (int i = from < 0 ? 0 : from; i < q->n; i++)
+    for (int j = 0; j < q->l[i].nargs; j++)
+      if (writes(&q->l[i], j) && overlaps(&q->args[q->l[i].arg0 + j], p, off, nbytes)) return 1;
+  return 0;
+}
+
+int gt_cond_watch(gt_runtime *rt, int slot, gt_buf *p, int64_t off, int64_t nbytes) {
+  if (slot < 0 || slot >= 16) return 1;          /* too deep to watch: no check */
+  int hit = rt->watch_hit[slot];
+  rt->watch_hit[slot] = 0;
+  rt->watch_lo[slot] = p ? p->addr + (uint64_t)off : 0;
+  rt->watch_hi[slot] = p ? rt->watch_lo[slot] + (uint64_t)nbytes : 0;
+  rt->watching = 0;
+  for (int s = 0; s < 16; s++) if (rt->watch_hi[s]) rt->watching = s + 1;
+  return hit;
+}
+
+void gt_cond_saw(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {
+  for (int j = 0; j < l->nargs; j++) {
+    const gt_arg *a = &args[j];
+    if (!a->buf || !writes(l, j)) continue;
+    uint64_t lo = a->buf->addr + (uint64_t)a->off, hi = lo + (uint64_t)(a->nbytes ? a->nbytes : 1);
+    for (int s = 0; s < rt->watching; s++)
+      if (lo < rt->watch_hi[s] && rt->watch_lo[s] < hi) rt->watch_hit[s] = 1;
+  }
+}
+
+/* -- Structure ----------------------------------------------------------- */
+
+int gt_cond_any(const gt_queue *q) {
+  for (int i = 0; i < q->n; i++) if (is_cond(q->l[i].kind)) return 1;
+  return 0;
+}
+
+/* match[i]: for an IF its ELSE (or END), for a WHILE or an ELSE its END, for
+   an END its IF/WHILE.  GT_ERR when the structure does not nest. */
+static int match_entries(const gt_queue *q, int *match, int *stack) {
+  int top = 0;
+  for (int i = 0; i < q->n; i++) {
+    int k = q->l[i].kind;
+    match[i] = -1;
+    if (is_begin(k)) stack[top++] = i;
+    else if (k == GT_GN_ELSE) {
+      if (!top || q->l[stack[top - 1]].kind != GT_GN_IF || match[stack[top - 1]] >= 0) return GT_ERR;
+      match[stack[top - 1]] = i;
+    } else if (k == GT_GN_END) {
+      if (!top) return GT_ERR;
+      int b = stack[--top];
+      if (match[b] >= 0) match[match[b]] = i;   /* an IF with an ELSE: the ELSE leads here */
+      else match[b] = i;
+      match[i] = b;
+    }
+  }
+  return top ? GT_ERR : GT_OK;
+}
+
+/* -- Running with the branch decided on the host ------------------------- */
+
+static int truth(gt_backend *be, const gt_queue *q, int i, int *out) {
+  const gt_qlaunch *l = &q->l[i];
+  const gt_arg *a = &q->args[l->arg0];
+  union { float f; int32_t i; int64_t l; uint8_t u; uint64_t raw; } v = { .raw = 0 };
+  int sz = dtype_size(l->value);
+  if (l->nargs != 1 || !a->buf || !sz) { strcpy(be->err, "gt.cond: a cond entry without its condition"); return GT_BERR; }
+  if (be->dtoh(be, &v, a->buf->addr + (uint64_t)a->off, (size_t)sz) != GT_BOK) return GT_BERR;
+  *out = l->value == GT_F32 ? v.f != 0 : l->value == GT_I32 ? v.i != 0 : l->value == GT_I64 ? v.l != 0 : v.u != 0;
+  return GT_BOK;
+}
+
+int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at) {
+  int n = q->n, st = GT_BOK;
+  *at = -1;
+  if (!gt_cond_any(q)) {
+    for (int i = 0; i < n; i++) if ((st = gt_queue_run(be, q, i)) != GT_BOK) { *at = i; return st; }
+    return GT_BOK;
+  }
+  int *match = malloc(3 * (size_t)n * sizeof *match), *stack = match + n, *iters = stack + n;
+  if (!match) { strcpy(be->err, "out of host memory"); return GT_BOOM; }
+  if (match_entries(q, match, stack) != GT_OK) {
+    free(match);
+    strcpy(be->err, "gt.cond: the queued cond entries do not nest (an IF or WHILE without its END)");
+    return GT_BERR;
+  }
+  for (int i = 0; i < n && st == GT_BOK;) {
+    const gt_qlaunch *l = &q->l[i];
+    int yes = 0;
+    *at = i;
+    switch (l->kind) {
+    case GT_GN_IF:
+      if ((st = truth(be, q, i, &yes)) == GT_BOK) i = yes ? i + 1 : match[i] + 1;
+      break;
+    case GT_GN_ELSE: i = match[i] + 1; break;                /* the then body ran: skip the else body */
+    case GT_GN_WHILE:
+      iters[i] = 0;
+      if ((st = truth(be, q, i, &yes)) == GT_BOK) i = yes ? i + 1 : match[i] + 1;
+      break;
+    case GT_GN_END: {
+      int b = match[i];
+      if (b < 0 || q->l[b].kind != GT_GN_WHILE) { i++; break; }
+      iters[b]++;
+      if ((st = truth(be, q, i, &yes)) == GT_BOK) i = yes && (!l->bytes || (uint64_t)iters[b] < l->bytes) ? b + 1 : i + 1;
+      break;
+    }
+    default:
+      st = gt_queue_run(be, q, i);
+      i++;
+    }
+  }
+  free(match);
+  if (st == GT_BOK) *at = -1;
+  return st;
+}
+
+/* -- Dependencies -------------------------------------------------------- */
+
+typedef struct { int a, b; } edge_t;
+
+static int by_edge(const void *x, const void *y) {
+  const edge_t *p = x, *q = y;
+  return p->a != q->a ? (p->a > q->a) - (p->a < q->a) : (p->b > q->b) - (p->b < q->b);
+}
+
+/* Each node's body: the innermost IF/WHILE it lies in (cond, -1 at the top),
+   the branch (0 then or loop body, 1 else) and the nesting depth.  An
+   IF/WHILE itself lies in its parent's body. */
+int gt_cond_lift(const gt_queue *q, gt_gnode *g, int **deps) {
+  int n = q->n, nd = 0;
+  for (int i = 0; i < n; i++) nd += g[i].ndeps;
+  int *cond = malloc((5 * (size_t)n + 1) * sizeof *cond), *branch = cond + n, *depth = branch + n, *stack = depth + n;
+  edge_t *e = malloc(((size_t)nd + 1) * sizeof *e);
+  int *nd2 = malloc(((size_t)nd + 1) * sizeof *nd2);
+  if (!cond || !e || !nd2) { free(cond); free(e); free(nd2); return GT_ERR; }
+  int cur = -1, br = 0, dep = 0, top = 0;
+  for (int i = 0; i < n; i++) {
+    int k = q->l[i].kind;
+    cond[i] = cur, branch[i] = br, depth[i] = dep;
+    if (is_begin(k)) { stack[top++] = cur; stack[top++] = br; cur = i; br = 0; dep++; }
+    else if (k == GT_GN_ELSE) br = 1;
+    else if (k == GT_GN_END && top) { br = stack[--top]; cur = stack[--top]; dep--; }
+  }
+  int ne = 0;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g[i].ndeps; k++) {
+      int a = i, b = g[i].deps[k];
+      while (cond[a] != cond[b] || branch[a] != branch[b]) {
+        int da = depth[a], db = depth[b];
+        if (da >= db) a = cond[a];
+        if (db >= da) b = cond[b];
+        if (a < 0 || b < 0) break;             /* cannot happen in a well nested queue */
+      }
+      if (a >= 0 && b >= 0 && a != b && b < a) e[ne++] = (edge_t){ a, b };
+    }
+  qsort(e, ne, sizeof *e, by_edge);
+  int m = 0;
+  for (int i = 0; i < ne; i++) if (!m || e[i].a != e[m - 1].a || e[i].b != e[m - 1].b) e[m++] = e[i];
+  for (int i = 0, j = 0; i < n; i++) {
+    int j0 = j;
+    while (j < m && e[j].a == i) nd2[j] = e[j].b, j++;
+    g[i].ndeps = j - j0;
+    g[i].deps = j > j0 ? nd2 + j0 : NULL;
+  }
+  free(*deps);
+  *deps = nd2;
+  free(cond); free(e);
+  return GT_OK;
+}
+
+#ifdef GT_TEST
+/* x: [0] k; [1] IF; [2] k; [3] ELSE; [4] IF; [5] k; [6] END; [7] END; [8] k */
+void gt_test_cond(void) {
+  gt_kernel k = { .name = "k" };
+  gt_queue q = { 0 };
+  gt_arg none = { 0 };
+  int kinds[] = { GT_GN_KERNEL, GT_GN_IF, GT_GN_KERNEL, GT_GN_ELSE, GT_GN_IF, GT_GN_KERNEL, GT_GN_END, GT_GN_END, GT_GN_KERNEL };
+  for (int i = 0; i < 9; i++) {
+    gt_qlaunch l = { .kind = kinds[i], .k = kinds[i] == GT_GN_KERNEL ? &k : NULL };
+    GT_CHECK(gt_queue_push(&q, &l, &none) == GT_OK);
+  }
+  int match[10], stack[10];
+  GT_CHECK(match_entries(&q, match, stack) == GT_OK);
+  GT_CHECK(match[1] == 3 && match[3] == 7 && match[4] == 6 && match[6] == 4 && match[7] == 1);
+  gt_gnode g[9];
+  memset(g, 0, sizeof g);
+  /* 2 <- 0 (lifted to 1 <- 0), 5 <- 2 (other branch: dropped), 5 <- 0 (to 1 <- 0 again), 8 <- 5 (to 8 <- 1), 8 <- 0 */
+  int *d = malloc(5 * sizeof *d);
+  d[0] = 0; d[1] = 2; d[2] = 0; d[3] = 5; d[4] = 0;
+  g[2].deps = d, g[2].ndeps = 1;
+  g[5].deps = d + 1, g[5].ndeps = 2;
+  g[8].deps = d + 3, g[8].ndeps = 2;
+  GT_CHECK(gt_cond_lift(&q, g, &d) == GT_OK);
+  GT_CHECK(g[1].ndeps == 1 && g[1].deps[0] == 0);
+  GT_CHECK(g[2].ndeps == 0 && g[5].ndeps == 0);
+  GT_CHECK(g[8].ndeps == 2 && g[8].deps[0] == 0 && g[8].deps[1] == 1);
+  free(d);
+  gt_qlaunch bad = { .kind = GT_GN_END };
+  GT_CHECK(gt_queue_push(&q, &bad, &none) == GT_OK);
+  GT_CHECK(match_entries(&q, match, stack) == GT_ERR);
+  gt_queue_free(&q);
+}
+#endif
