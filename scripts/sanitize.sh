@@ -10,7 +10,8 @@
 #                                 limit is 600 s): a file is cut at the deadline, and
 #                                 none starts in its last 30 s; the rest are listed
 #   SANITIZE_FILE_TIMEOUT=300     seconds for one file at most
-#   SANITIZER_OPTS="..."          more compute-sanitizer options (after ours: they win)
+#   SANITIZER_OPTS="..."          more compute-sanitizer options; one of ours given here
+#                                 replaces ours (e.g. "--show-backtrace yes")
 #   SANITIZE_CHILDREN=1           check the gtlua processes specs start, too
 #   SANITIZE_JIT=off              run the specs with LuaJIT's compiler off
 #   COMPUTE_SANITIZER=path        default /usr/local/cuda/bin/compute-sanitizer
@@ -56,10 +57,15 @@ out=${OUT:-.devout}/sanitize-$tool
 mkdir -p "$out"
 export GTLUA_BACKEND="${SANITIZE_BACKEND:-cuda}" GTLUA_BIN_UNDER_TEST="$BIN"
 
-opts="--tool $tool --show-backtrace device --require-cuda-init no --launch-timeout 0 --error-exitcode 86"
-if [ "${SANITIZE_CHILDREN:-0}" = 1 ]; then opts="$opts --target-processes all"
-else opts="$opts --target-processes application-only"; fi
-[ "$tool" = memcheck ] && opts="$opts --report-api-errors no --check-api-memory-access yes"
+# ours, except those SANITIZER_OPTS gives itself (the tool may refuse an option twice)
+extra=" ${SANITIZER_OPTS:-} " opts="--tool $tool"
+add() { case "$extra" in *" $1 "*|*" $1="*) ;; *) opts="$opts $1 $2" ;; esac; }
+add --show-backtrace device
+add --require-cuda-init no
+add --launch-timeout 0
+add --error-exitcode 86
+if [ "${SANITIZE_CHILDREN:-0}" = 1 ]; then add --target-processes all; else add --target-processes application-only; fi
+[ "$tool" = memcheck ] && add --report-api-errors no && add --check-api-memory-access yes
 opts="$opts ${SANITIZER_OPTS:-}"
 jit=""
 [ "${SANITIZE_JIT:-on}" = off ] && jit="-e jit.off()"
@@ -80,7 +86,7 @@ for f in ${SPECS:-spec/*_spec.lua}; do
   rm -f "$out/$name".*
   # shellcheck disable=SC2086
   timeout -k 5 "$limit" "$cs" $opts --log-file "$out/$name.%p.cs.log" \
-    "$BIN" $jit "$BUSTED" --exclude-tags="$tags" "$f" > "$out/$name.log" 2>&1
+    "$BIN" $jit "$BUSTED" --run=gpu --exclude-tags="$tags" "$f" > "$out/$name.log" 2>&1
   rc=$?
   ran=$((ran + 1))
   summary=$(grep -E '[0-9]+ success(es)? / [0-9]+ failures? / [0-9]+ errors?' "$out/$name.log" | tail -1)
