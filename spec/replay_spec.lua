@@ -1,0 +1,70 @@
+-- replay_spec: what a replayed step costs in Lua memory (DESIGN section 5,
+-- "Replay cost": no allocation per op beyond the fresh handle each op returns).
+local gt = require "gt"
+
+describe("a replayed op", function()
+  it("allocates at most one small object: <= 64 bytes of Lua memory per op over 1000 replays of a 32-op step", function()
+    local W = gt.randn({ 4, 4 }, { seed = 1 }):static()
+    local b = gt.randn({ 4 }, { seed = 2 }):static()
+    local linear = gt.ops.linear
+    local step = gt.tree(function(x)
+      for _ = 1, 32 do x = linear(x, W, b, "relu") end
+      return x
+    end)
+    local x = gt.randn({ 1, 4 }, { seed = 3 })
+    for _ = 1, 20 do step(x) end                        -- warm: recorded, replayed, traces formed
+    assert.are.equal(1, step:stats().recorded)
+    collectgarbage()
+    collectgarbage("stop")
+    local before = collectgarbage("count")
+    for _ = 1, 1000 do step(x) end
+    local per_op = (collectgarbage("count") - before) * 1024 / (1000 * 32)
+    collectgarbage("restart")
+    assert.is_true(per_op <= 64, ("%.1f bytes of Lua memory per replayed op (at most 64)"):format(per_op))
+    assert.are.equal(1020, step:stats().calls)
+  end)
+
+  it("returns a fresh handle each call: a kept output goes stale, the new one is live", function()
+    local step = gt.tree(function(x) return gt.ops.relu(x) end)
+    local x = gt.from({ -1, 2 })
+    local a = step(x)
+    local b = step(x)
+    assert.are_not.equal(a, b)
+    assert.is_true(a:is_stale())
+    assert.is_false(b:is_stale())
+    assert.are.same({ 0, 2 }, b:tolist())
+    assert.has_error(function() a:tolist() end,
+      ("tensor f32 2 returned by tree 'step' (%s) was overwritten by a later call; :clone() it to keep it"):format(step.where))
+  end)
+
+  it("keeps an output valid while the tensor lives, though its tree is garbage", function()
+    local y = gt.tree(function(x) return gt.ops.mul(x, 2) end)(gt.from({ 1, 2, 3 }))
+    collectgarbage()
+    collectgarbage()
+    assert.are.same({ 2, 4, 6 }, y:tolist())
+  end)
+
+  it("follows the branch a call takes: the cursor switches to the sibling that matches, results stay right", function()
+    local W = gt.randn({ 4, 4 }, { seed = 5 }):static()
+    local step = gt.tree(function(x, r)
+      x = gt.ops.linear(x, W)
+      if r == 1 then x = gt.ops.relu(x) elseif r == 2 then x = gt.ops.tanh(x) else x = gt.ops.mul(x, 3) end
+      return gt.ops.linear(x, W)
+    end)
+    local x = gt.randn({ 2, 4 }, { seed = 6 })
+    local want = {}
+    for r = 1, 3 do
+      local h = gt.ops.linear(x, W)
+      h = r == 1 and gt.ops.relu(h) or r == 2 and gt.ops.tanh(h) or gt.ops.mul(h, 3)
+      want[r] = gt.ops.linear(h, W):tolist()
+    end
+    for i = 1, 30 do
+      local r = (i * 7) % 3 + 1
+      local got = step(x, r):tolist()
+      for a = 1, 2 do for c = 1, 4 do assert.is_true(math.abs(got[a][c] - want[r][a][c]) < 1e-5) end end
+    end
+    local s = step:stats()
+    assert.are.equal(3, s.nodes)
+    assert.is_true(s.replays >= 24)
+  end)
+end)
