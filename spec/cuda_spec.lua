@@ -55,7 +55,7 @@ describe("the cuda backend #gpu", function()
     assert.replayed(step, 3)
   end)
 
-  it("runs independent kernels of one segment concurrently (edges from read/write sets)", function()
+  it("runs independent kernels of one segment concurrently (edges from read/write sets) #timing", function()
     local K = gt.compile([[
       __global__ void spin(float *out, const float *in, long long cycles) {
         long long start = clock64();

@@ -63,7 +63,7 @@ describe("dynamic shapes", function()
     assert.are.same({ 1, 2, 4, 6 }, gt.buckets.pow2(6))
     assert.are.same({ 8, 16, 24, 30 }, gt.buckets.linear(8, 30))
     assert.has_error(function() gt.tree(function() end, { buckets = { dim = 1, sizes = { 4, 2 } } }) end,
-      "gt.tree: buckets.sizes must be increasing positive integers")
+      "gt.tree: option buckets.sizes[2] must be increasing whole numbers >= 1 (the size before it is 4), got 2")
   end)
 
   it("pads along a later dimension and narrows the outputs back (views, no copy)", function()

@@ -2,6 +2,7 @@
 -- and the process (and the REPL) goes on: launch arguments, kernel names, faulting
 -- kernels on the cpu backend, address-space reservations, the soak script.
 local gt = require "gt"
+require "gt.busted"
 local S = require "spec.support"
 local shq, spit, gtlua = S.shq, S.spit, S.gtlua
 
@@ -245,6 +246,72 @@ describe("a kernel that faults on the cpu backend", function()
   end)
 end)
 
+describe("tree options", function()
+  local f = function(x) return gt.ops.relu(x) end
+  local function bad(opts, ...)
+    local e = error_of(function() local t = gt.tree(f, opts) return t end)
+    for _, part in ipairs({ ... }) do assert.truthy(has(e, part), e) end
+    assert.falsy(has(e, "cannot convert"), e)     -- not an FFI conversion error
+    return e
+  end
+
+  it("name the option, what it got and what is allowed, for every option", function()
+    bad({ warmup = "x" }, "option warmup must be a whole number in 0..2147483647", 'got "x" (a string)')
+    bad({ warmup = 1.5 }, "option warmup must be a whole number", "got 1.5")
+    bad({ warmup = -1 }, "option warmup", "got -1")
+    bad({ warmup = 0 / 0 }, "option warmup", "got nan")
+    bad({ max_recordings = 2 ^ 32 }, "option max_recordings must be a whole number in 0..2147483647 or math.huge", "got 4294967296")
+    bad({ max_recordings = 0.5 }, "option max_recordings", "got 0.5")
+    bad({ on_limit = "eagre" }, 'option on_limit must be "eager"', '"error"', 'got "eagre"')
+    bad({ on_limit = true }, "option on_limit", "got true")
+    bad({ copy_inputs = 1 }, "option copy_inputs must be true or false", "got 1")
+    bad({ name = 3 }, "option name must be a non-empty string", "got 3")
+    bad({ name = "" }, "option name must be a non-empty string", 'got "" (a string)')
+    bad({ warn_shapes = 0 }, "option warn_shapes must be a whole number >= 1", "or false", "got 0")
+    bad({ buckets = 3 }, "option buckets must be {dim = d, sizes = {...}} or a list of them", "got 3")
+    bad({ buckets = { dim = 0, sizes = { 1 } } }, "option buckets.dim must be a dimension", "got 0")
+    bad({ buckets = { sizes = { 4, 2 } } }, "option buckets.sizes[2] must be increasing", "the size before it is 4", "got 2")
+    bad({ buckets = { sizes = {} } }, "option buckets.sizes must be a non-empty list", "got a table")
+    bad({ buckets = { { sizes = { 1 } }, 5 } }, "option buckets[2] must be a table", "got 5")
+    bad({ buckets = { sizes = { 1 }, dims = 1 } }, 'option buckets has the unknown key "dims"')
+    bad({ key = 3 }, "option key must be a function", "got 3")
+    bad({ key = f, patch = { 0 } }, "option patch[1] must be an argument position", "got 0")
+    bad({ key = f, patch = 2 }, "option patch must be a list of argument positions", "got 2")
+    bad({ key = f, verify = 0.5 }, "option verify must be a whole number >= 1", "got 0.5")
+    bad({ patch = { 2 } }, "option patch needs key = function")
+    bad("fast", "the options must be a table", 'got "fast"')
+  end)
+
+  it("refuse unknown option names, with a did-you-mean", function()
+    bad({ warmpu = 1 }, "unknown option 'warmpu' (did you mean 'warmup'?)", "Options: name, warmup, max_recordings")
+    bad({ max_recording = 2 }, "did you mean 'max_recordings'?")
+    bad({ Buckets = {} }, "did you mean 'buckets'?")
+    local e = bad({ zzzzzzzz = 1 }, "unknown option 'zzzzzzzz'")
+    assert.falsy(has(e, "did you mean"), e)
+    bad({ 1 }, "options are named", "got the key 1")
+    bad({ pool = {} }, "option 'pool'", "not implemented yet")
+  end)
+
+  it("raise at the caller's line, and the next tree works", function()
+    local e = error_of(function() local t = gt.tree(f, { warmup = "x" }) return t end)
+    assert.truthy(e:find("hardening_spec.lua:%d+: gt.tree: option warmup"), e)
+    local t = gt.tree(f, { warmup = 0, max_recordings = math.huge, on_limit = "error", copy_inputs = false, name = "fine" })
+    local x = gt.from({ -1, 2 })
+    for _ = 1, 3 do assert.same({ 0, 2 }, t(x):tolist()) end
+    assert.recorded(t, 1)
+    assert.replayed(t, 2)
+  end)
+
+  it("are checked in the REPL too, which goes on", function()
+    local status, out, err = gtlua("-i", { stdin = "t = gt.tree(function() end, {warmup = 'x'})\n" ..
+      "t = gt.tree(function() end, {max_recordings = 2^32})\nprint(type(gt.tree(function() end, {warmup = 2})))\n" })
+    assert.equal(0, status, err)
+    assert.truthy(has(err, 'option warmup must be a whole number in 0..2147483647'), err)
+    assert.truthy(has(err, "got 4294967296"), err)
+    assert.truthy(has(out, "table"), out)
+  end)
+end)
+
 describe("address-space reservations", function()
   local script = [[
     local K = gt.compile("__global__ void inc(float *y) { y[threadIdx.x] += 1; }")
@@ -265,13 +332,53 @@ describe("address-space reservations", function()
     assert.equal("16\n", out)
   end)
 
-  it("let 9000 trees live at once on the cpu backend", function()
-    -- (cuda reserves GTLUA_POOL_RESERVE = 16 GiB of device addresses per tree: the driver's
-    -- address space ends first, with a message naming the variable)
-    local status, out, err = gtlua([[-e 'local t = {} for i = 1, 9000 do t[i] = gt.tree(function() end) end print(#t)']],
-      { env = "GTLUA_BACKEND=cpu" })
+  -- 10^4 live trees, each with pool memory and a recorded graph: each pool reserves its
+  -- first range (64 MiB of addresses, less under ulimit -v) only when it first needs memory
+  local many = [[
+    local n = tonumber(arg[1])
+    local K = gt.compile("__global__ void add(float *y, const float *x, int i) { y[threadIdx.x] = x[threadIdx.x] + i; }")
+    local x, t = gt.ones({ 4 }), {}
+    for i = 1, n do
+      t[i] = gt.tree(function(v) local y = gt.tensor({ 4 }) K.add(1, 4, y, v, i) return y end, { warmup = 0 })
+      t[i](x)
+    end
+    local ok, recorded = 0, 0
+    for i = 1, n do
+      if t[i](x):tolist()[4] == 1 + i then ok = ok + 1 end
+      recorded = recorded + t[i]:stats().recorded
+    end
+    print(ok, recorded)
+  ]]
+
+  it("let 10^4 trees live at once, each with pool memory and a graph, on every backend", function()
+    local path = tmpfile(many)
+    local status, out, err = gtlua(shq(path) .. " 10000", { env = "GTLUA_BACKEND=" .. gt.backend() })
+    os.remove(path)
     assert.equal(0, status, err)
-    assert.equal("9000\n", out)
+    assert.equal("10000\t10000\n", out)
+  end)
+
+  it("let 2000 trees with pool memory live under ulimit -v 8000000 on the cpu backend", function()
+    if gt.backend() ~= "cpu" then return pending("cpu backend") end
+    if os.getenv("ASAN_OPTIONS") then return pending("ASan maps terabytes of shadow memory: no ulimit -v") end
+    local path = tmpfile(many)
+    local status, out, err = S.sh("ulimit -v 8000000 && GTLUA_BACKEND=cpu timeout 60 \"$GTLUA\" " .. shq(path) .. " 2000")
+    os.remove(path)
+    assert.equal(0, status, err)
+    assert.equal("2000\t2000\n", out)
+  end)
+
+  it("reserve no addresses for a tree until it first needs pool memory", function()
+    -- a first range of 10^8 GiB cannot be reserved: making the tree works, its first call says why
+    local status, out, err = gtlua([[-e 'local t = gt.tree(function(x) return gt.ops.relu(x) end); print("made")
+      print(pcall(t, gt.ones({2}))); print(pcall(t, gt.ones({2}))); print(gt.zeros({2}):tolist()[2])']],
+      { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_POOL_RESERVE=100000000" })
+    assert.equal(0, status, err)
+    assert.truthy(has(out, "made\n"), out)
+    local _, fails = out:gsub("false\t[^\n]*out of memory: request of %d+ bytes: reserving %d+ more bytes of addresses for the pool failed", "")
+    assert.equal(2, fails, out)
+    assert.truthy(has(out, "set GTLUA_POOL_RESERVE (GiB a tree's pool reserves first, set now) or GTLUA_MEM_RESERVE"), out)
+    assert.truthy(has(out, "\n0\n"), out)
   end)
 
   it("name GTLUA_MEM_RESERVE when ordinary memory cannot be reserved", function()
@@ -281,13 +388,75 @@ describe("address-space reservations", function()
     assert.truthy(has(err, "set GTLUA_MEM_RESERVE lower"), err)
   end)
 
-  it("name GTLUA_POOL_RESERVE when a tree's pool cannot be reserved, and the process goes on", function()
+  it("name GTLUA_POOL_RESERVE when its value is not a size, and the process goes on", function()
     local status, out, err = gtlua([[-e 'print(pcall(gt.tree, function() end)); print(gt.zeros({2}):tolist()[2])']],
-      { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_POOL_RESERVE=100000000" })
+      { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_POOL_RESERVE=lots" })
     assert.equal(0, status, err)
     assert.truthy(has(out, "false\t"), out)
-    assert.truthy(has(out, "GTLUA_POOL_RESERVE"), out)
+    assert.truthy(has(out, "GTLUA_POOL_RESERVE=lots is not a size"), out)
     assert.truthy(has(out, "\n0\n"), out)
+  end)
+
+  it("grow a tree's pool by further ranges without moving it: earlier graphs replay unchanged", function()
+    -- the first range is 1 MiB: a call that needs more adds a range; the small path's graph,
+    -- recorded in the first range, still replays with its addresses, and both give right values
+    local script = tmpfile([[
+      local K = gt.compile("__global__ void fill(float *y, float v, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = v; }")
+      local step = gt.tree(function(n, v)
+        local y = gt.tensor({ n })
+        K.fill(math.ceil(n / 256), 256, y, v, n)
+        return y
+      end, { warmup = 0 })
+      local small, big = 1000, 3 * 2^20 / 4           -- 4 KB, then 3 MiB
+      for i = 1, 3 do io.write(step(small, i):tolist()[small], " ") end
+      local before = step:stats().pool.reserved
+      for i = 1, 3 do local y = step(big, 10 + i); io.write(y:tolist()[big], " ") end
+      for i = 1, 3 do io.write(step(small, 20 + i):tolist()[small], " ") end
+      local s = step:stats()
+      print(); print(s.recorded, s.replays, before < s.pool.reserved)
+      -- a range added mid-call: the parent's tensor stays in the first range, the child reads it
+      local K2 = gt.compile("__global__ void spread(float *y, const float *a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a[i % 1000]; }")
+      local two = gt.tree(function(v)
+        local a = gt.tensor({ small })
+        K.fill(4, 256, a, v, small)
+        gt.cut()
+        local y = gt.tensor({ big })
+        K2.spread(math.ceil(big / 256), 256, y, a, big)
+        return y, a
+      end, { warmup = 0 })
+      for i = 1, 3 do local y, a = two(30 + i); io.write(y:tolist()[big], ",", a:tolist()[1], " ") end
+      print(two:stats().replays)
+    ]])
+    local status, out, err = gtlua(shq(script), { env = "GTLUA_BACKEND=" .. gt.backend() .. " GTLUA_POOL_RESERVE=1M" })
+    os.remove(script)
+    assert.equal(0, status, err)
+    assert.equal("1 2 3 11 12 13 21 22 23 \n2\t7\ttrue\n31,31 32,32 33,33 4\n", out)
+  end)
+end)
+
+describe("dropped trees", function()
+  it("are collected, also after returning tensors and taking their own outputs back", function()
+    local K = gt.compile("__global__ void cp(float *y, const float *x) { y[threadIdx.x] = x[threadIdx.x] + 1; }")
+    local alive = setmetatable({}, { __mode = "k" })
+    local kept
+    for i = 1, 6 do
+      local t = gt.tree(function(v) local y = gt.tensor({ 4 }) K.cp(1, 4, y, v) return y end)
+      local h = gt.zeros({ 4 })
+      for _ = 1, 3 do h = t(h) end              -- feeds its own output back (staged)
+      if i == 6 then kept = h:clone() end
+      alive[t] = true
+    end
+    for _ = 1, 4 do collectgarbage() end
+    assert.equal(nil, next(alive))
+    assert.same({ 3, 3, 3, 3 }, kept:tolist())
+  end)
+
+  it("keep a returned tensor valid while it is held", function()
+    local t = gt.tree(function(v) return gt.ops.relu(v) end)
+    local y = t(gt.from({ -1, 2 }))
+    t = nil   -- luacheck: ignore
+    for _ = 1, 4 do collectgarbage() end
+    assert.same({ 0, 2 }, y:tolist())
   end)
 end)
 
@@ -299,7 +468,51 @@ describe("scripts/soak.sh", function()
     assert.truthy(out:find("replays: start%s+RSS%s+%d+ KiB%s+ordinary memory%s+%d+ B%s+tree pool in use%s+%d+ B"), out)
     assert.truthy(out:find("replays: end%s+RSS"), out)
     assert.truthy(has(out, "trees: start") and has(out, "trees: end"), out)
-    assert.truthy(out:find("replays%s+RSS [+-]%d+ KiB, ordinary memory %+0 B, pool %+0 B: flat"), out)
+    assert.truthy(out:find("replays: start%s+RSS.-address space%s+%d+ KiB"), out)
+    assert.truthy(out:find("replays%s+RSS [+-]%d+ KiB, ordinary memory %+0 B, pool %+0 B, address space [+-]%d+ KiB: flat"), out)
+    assert.truthy(out:find("trees%s+RSS [+-]%d+ KiB, ordinary memory %+0 B, pool %+0 B, address space [+-]%d+ KiB: flat"), out)
     assert.truthy(has(out, "soak: flat"), out)
+  end)
+end)
+
+describe("scripts/sanitize.sh", function()
+  -- the real tool runs on the GPU machine (scripts/device-test.sh memcheck); here a stand-in
+  -- that takes the options, writes a report where --log-file says and runs the program
+  it("runs each spec file in its own process and names the one that died, with its last words", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. shq(dir)) == 0)
+    spit(dir .. "/fake-cs", [[#!/bin/sh
+[ "$1" = --version ] && { echo "stand-in 1.0"; exit 0; }
+log=
+while [ $# -gt 0 ]; do case "$1" in --log-file) log=$2; shift 2;; --*) echo "$1 $2" >> "${0%/*}/opts"; shift 2;; *) break;; esac; done
+echo "========= ERROR SUMMARY: 0 errors" > "$(echo "$log" | sed "s/%p/$$/")"
+exec "$@"
+]])
+    spit(dir .. "/a_spec.lua", 'describe("a", function() it("passes", function() assert.equal(2, 1 + 1) end) end)\n')
+    spit(dir .. "/b_spec.lua", 'local ffi = require "ffi"\nffi.cdef "void abort(void);"\n' ..
+      'describe("b", function() it("aborts", function() io.stderr:write("last words\\n") ffi.C.abort() end) end)\n')
+    local status, out, err = S.sh(("chmod +x %s && OUT=%s COMPUTE_SANITIZER=%s SANITIZE_BACKEND=cpu GTLUA_BIN_UNDER_TEST=\"$GTLUA\" " ..
+      "SPECS=%s sh scripts/sanitize.sh memcheck"):format(shq(dir .. "/fake-cs"), shq(dir), shq(dir .. "/fake-cs"),
+      shq(dir .. "/a_spec.lua " .. dir .. "/b_spec.lua")))
+    local opts = S.slurp(dir .. "/opts", true)
+    local logs = io.popen("ls " .. shq(dir .. "/sanitize-memcheck")):read("*a")
+    os.execute("rm -rf " .. shq(dir))
+    assert.equal(1, status, out .. err)
+    assert.truthy(out:find("a_spec%s+ok%s+%d+s%s+1 success / 0 failures / 0 errors / 0 pending.-ERROR SUMMARY: 0 errors"), out)
+    assert.truthy(out:find("b_spec%s+died of signal 6"), out)
+    assert.truthy(has(out, "    | last words"), out)
+    assert.truthy(has(out, "sanitize memcheck: 2 files run, 1 not clean"), out)
+    for _, o in ipairs({ "--tool memcheck", "--show-backtrace device", "--report-api-errors no",
+                         "--target-processes application-only", "--require-cuda-init no", "--error-exitcode 86" }) do
+      assert.truthy(has(opts, o), opts)
+    end
+    assert.truthy(has(logs, "a_spec.log") and logs:find("a_spec%.%d+%.cs%.log"), logs)
+  end)
+
+  it("refuses an unknown tool", function()
+    local status, _, err = S.sh("sh scripts/sanitize.sh valgrind")
+    assert.equal(2, status)
+    assert.truthy(has(err, "usage: sh scripts/sanitize.sh memcheck|racecheck"), err)
   end)
 end)

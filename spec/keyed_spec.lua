@@ -148,9 +148,9 @@ describe("keyed calls", function()
 
   it("refuses table arguments and rejects bad options with clear errors", function()
     assert.has_error(function() gt.tree(function() end, { key = 3 }) end,
-      "gt.tree: key must be a function of the call's arguments returning the values that decide its path")
+      "gt.tree: option key must be a function of the call's arguments returning the values that decide its path, got 3")
     assert.has_error(function() gt.tree(function() end, { key = function() end, patch = { 0 } }) end,
-      "gt.tree: patch lists argument positions (1, 2, ...)")
+      "gt.tree: option patch[1] must be an argument position: a whole number >= 1, got 0")
     local old = gt.on_warning
     gt.on_warning = function() end
     local step = gt.tree(function(t) return ops.relu(t.x) end, { key = function() return 1 end })

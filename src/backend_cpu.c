@@ -166,9 +166,8 @@ static int cpu_reserve(gt_backend *b, size_t bytes, uint64_t *base) {
   size_t want = round_gran(bytes), len = want + CPU_GRAN;
   char *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
-    return cpu_fail(b, GT_BOOM, "cpu: reserving %zu bytes of address space failed (%s); the address space is used "
-                    "up (ulimit -v, or many live trees): set GTLUA_POOL_RESERVE (GiB per tree) or GTLUA_MEM_RESERVE "
-                    "(ordinary memory, e.g. 1G) lower, or drop trees you no longer use.", bytes, strerror(errno));
+    return cpu_fail(b, GT_BOOM, "cpu: reserving %zu bytes of address space failed (%s): the address space is used "
+                    "up (ulimit -v, or many live trees), or the size is beyond it", bytes, strerror(errno));
   uintptr_t a = ((uintptr_t)p + CPU_GRAN - 1) & ~(uintptr_t)(CPU_GRAN - 1);   /* trim to alignment */
   if (a > (uintptr_t)p) munmap(p, a - (uintptr_t)p);
   if ((uintptr_t)p + len > a + want) munmap((char *)(a + want), (uintptr_t)p + len - (a + want));

@@ -379,7 +379,7 @@ static int cuda_reserve(gt_backend *b, size_t bytes, uint64_t *base) {
     return no_memory(b, "reservation table");
   }
   if ((rc = CU(I, cuMemAddressReserve, &r.base, size, I->gran, 0, 0))) {
-    err_append(b, " (reserving %s of addresses; GTLUA_POOL_RESERVE (GiB per tree) and GTLUA_MEM_RESERVE set how much)",
+    err_append(b, " (reserving %s of device addresses: the address space is used up, or the size is beyond it)",
                fmt_bytes(s, sizeof s, size));
     free(r.h), free(r.on);
     return rc;

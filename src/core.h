@@ -10,28 +10,55 @@
 #define GT_SLAB 256
 #define GT_HISTORY 1024
 
-/* -- Pool (pool.c): a virtual address range, grown by committing ----------- */
+/* -- Pool (pool.c): reserved address ranges, grown by committing ---------- */
 typedef struct gt_block { uint64_t off, size; gt_buf *buf; } gt_block;
+typedef struct gt_range {
+  uint64_t addr, size;
+  uint64_t committed;        /* bytes committed from addr */
+  uint64_t high;             /* the highest end of a block ever placed, from addr */
+} gt_range;
 
+/* A block at offset off lives at address base + off.  A fixed pool
+   (gt_pool_init, ordinary memory) is one range reserved at once, base its
+   address.  A growing pool (gt_pool_init_growing, a tree's) reserves nothing
+   until its first allocation, then adds ranges, each at least as large as all
+   before it; ranges never move and are released only by gt_pool_destroy, so
+   an offset (there base is 0 and an offset is an address) stays valid for
+   every graph that holds it.  A block never straddles two ranges. */
 typedef struct gt_pool {
   gt_backend *be;
-  uint64_t base, reserve;    /* reserved range */
-  uint64_t committed;        /* bytes committed from base */
-  uint64_t high_water;       /* largest end offset ever used */
+  uint64_t base;             /* fixed: the range's address; growing: 0 */
+  uint64_t reserve;          /* bytes reserved, all ranges */
+  uint64_t committed;        /* bytes committed, all ranges */
+  uint64_t high_water;       /* the ranges' highs added up (one range: the largest end ever used) */
+  uint64_t first;            /* growing: the first range's size */
+  int growing;               /* 0: fixed; 1: growing; 2: growing, first set by the user (not retried smaller) */
+  gt_range *rng;             /* sorted by address */
+  int nrng;
   gt_block *blk;             /* live blocks, sorted by offset */
   int n, cap;
 } gt_pool;
 
+/* A fixed pool: reserve bytes of addresses now.  On failure err says why. */
 int gt_pool_init(gt_pool *p, gt_backend *be, uint64_t reserve, char *err);
+/* A growing pool: nothing reserved yet.  first_gib: the first range's size
+   (GTLUA_POOL_RESERVE: GiB, or with a K/M/G suffix; NULL or empty: 64 MiB, less
+   under a small `ulimit -v`, retried with just the request when it cannot be
+   reserved).  GT_ERR with err set when first_gib is not a size. */
+int gt_pool_init_growing(gt_pool *p, gt_backend *be, const char *first_gib, char *err);
+/* Decommits and releases every range. */
 void gt_pool_destroy(gt_pool *p);
 uint64_t gt_pool_in_use(const gt_pool *p);
-/* Best-fit allocation of size bytes for buf; *off on success. */
+/* Best-fit allocation of size bytes for buf; *off on success.  A growing pool
+   adds a range when nothing fits; on failure err names the request, the
+   pool's size, its largest free block and the variables that size it. */
 int gt_pool_alloc(gt_pool *p, uint64_t size, gt_buf *buf, uint64_t *off, char *err);
 void gt_pool_free(gt_pool *p, uint64_t off);
 void gt_pool_clear(gt_pool *p);
-/* Make sure [0, end) is committed. */
+/* Fixed pool: make sure [0, end) is committed. */
 int gt_pool_ensure(gt_pool *p, uint64_t end, char *err);
-/* Give back committed memory above keep_end (rounded up to granularity). */
+/* Give back committed memory at offsets from keep_end up (rounded up to
+   granularity); the ranges stay reserved. */
 void gt_pool_shrink(gt_pool *p, uint64_t keep_end);
 /* Plan: given the current live blocks and n intervals [first, end) in queue
    positions (end = UINT32_MAX: alive at the end), assign offsets by best fit,
@@ -94,7 +121,6 @@ struct gt_runtime {
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
-uint64_t gt_pool_reserve_default(gt_runtime *rt);  /* a tree pool's reservation without GTLUA_POOL_RESERVE */
 void gt_buf_retain(gt_buf *b);
 void gt_buf_unref(gt_buf *b);                      /* the core's reference */
 extern const uint32_t gt_released_gen;             /* what a released buffer's gen_now points at */

@@ -1,29 +1,104 @@
-/* pool.c - device memory pools: a reserved address range, best-fit blocks, and the planner. */
+/* pool.c - device memory pools: reserved address ranges, best-fit blocks, and the planner. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include "core.h"
 #include "gt_test.h"
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* -- Ranges -------------------------------------------------------------- */
+
+static uint64_t rstart(const gt_pool *p, const gt_range *r) { return r->addr - p->base; }
+
+/* Reserves a range of at least bytes, kept in address order: its index, or
+   -1 with the backend's message in be->err. */
+static int add_range(gt_pool *p, uint64_t bytes) {
+  gt_range *nr = realloc(p->rng, (p->nrng + 1) * sizeof *nr);
+  if (!nr) { snprintf(p->be->err, GT_ERRLEN, "out of host memory"); return -1; }
+  p->rng = nr;
+  uint64_t size = align_up(bytes ? bytes : 1, p->be->granularity), addr;
+  if (size < bytes || p->be->reserve(p->be, size, &addr) != GT_BOK) {
+    if (size < bytes) snprintf(p->be->err, GT_ERRLEN, "%llu bytes cannot be reserved", (unsigned long long)bytes);
+    return -1;
+  }
+  int i = p->nrng++;
+  for (; i > 0 && p->rng[i - 1].addr > addr; i--) p->rng[i] = p->rng[i - 1];
+  p->rng[i] = (gt_range){ addr, size, 0, 0 };
+  p->reserve += size;
+  return i;
+}
+
+/* Commits r up to end bytes from its start (rounded up to granularity). */
+static int commit_to(gt_pool *p, gt_range *r, uint64_t end, char *err) {
+  if (end <= r->committed) return GT_OK;
+  uint64_t want = align_up(end, p->be->granularity);
+  if (p->be->commit(p->be, r->addr + r->committed, want - r->committed) != GT_BOK) {
+    snprintf(err, GT_ERRLEN, "%s", p->be->err);
+    return GT_ERR;
+  }
+  p->committed += want - r->committed;
+  r->committed = want;
+  return GT_OK;
+}
 
 /* -- Setup --------------------------------------------------------------- */
 
-/* Reserve `reserve` bytes of addresses; nothing is committed yet. */
 int gt_pool_init(gt_pool *p, gt_backend *be, uint64_t reserve, char *err) {
   memset(p, 0, sizeof *p);
   p->be = be;
-  p->reserve = align_up(reserve, be->granularity);
-  if (be->reserve(be, p->reserve, &p->base) != GT_BOK) {
-    snprintf(err, GT_ERRLEN, "could not reserve %llu bytes of addresses: %s", (unsigned long long)p->reserve, be->err);
+  if (add_range(p, reserve) < 0) {
+    snprintf(err, GT_ERRLEN, "could not reserve %llu bytes of addresses: %s", (unsigned long long)reserve, be->err);
+    free(p->rng);
+    memset(p, 0, sizeof *p);
     return GT_ERR;
   }
+  p->base = p->rng[0].addr;
+  return GT_OK;
+}
+
+/* The first range by default: 64 MiB of addresses, at most 1/32768 of a
+   `ulimit -v` (reserved addresses count against it although nothing is
+   committed), at least one granule.  Ranges after it double the pool. */
+static uint64_t default_first(const gt_backend *be) {
+  struct rlimit r;
+  uint64_t first = 64u << 20;
+  if (getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY && r.rlim_cur / 32768 < first) first = r.rlim_cur / 32768;
+  return max_u64(align_up(first, be->granularity), be->granularity);
+}
+
+int gt_pool_init_growing(gt_pool *p, gt_backend *be, const char *first_gib, char *err) {
+  memset(p, 0, sizeof *p);
+  p->be = be;
+  p->growing = 1;
+  p->first = default_first(be);
+  if (!first_gib || !*first_gib) return GT_OK;
+  char *end;
+  double x = strtod(first_gib, &end), unit = 1ull << 30;
+  if (*end == 'K' || *end == 'k') unit = 1 << 10, end++;
+  else if (*end == 'M' || *end == 'm') unit = 1 << 20, end++;
+  else if (*end == 'G' || *end == 'g') end++;
+  if (end == first_gib || *end || !(x > 0) || !isfinite(x) || x * unit >= 0x1p63) {
+    snprintf(err, GT_ERRLEN, "GTLUA_POOL_RESERVE=%s is not a size: give the addresses a tree's pool reserves first in GiB "
+             "(e.g. 4), or with K, M or G (e.g. 512M); unset, it is %llu MiB, and a pool grows by further ranges",
+             first_gib, (unsigned long long)(p->first >> 20));
+    return GT_ERR;
+  }
+  p->first = max_u64(align_up((uint64_t)(x * unit), be->granularity), be->granularity);
+  p->growing = 2;
   return GT_OK;
 }
 
 void gt_pool_destroy(gt_pool *p) {
-  if (p->committed) p->be->decommit(p->be, p->base, p->committed);
-  if (p->base) p->be->release(p->be, p->base, p->reserve);
+  for (int i = 0; i < p->nrng; i++) {
+    gt_range *r = &p->rng[i];
+    if (r->committed) p->be->decommit(p->be, r->addr, r->committed);
+    p->be->release(p->be, r->addr, r->size);
+  }
+  free(p->rng);
   free(p->blk);
   memset(p, 0, sizeof *p);
 }
@@ -35,26 +110,42 @@ uint64_t gt_pool_in_use(const gt_pool *p) {
 }
 
 int gt_pool_ensure(gt_pool *p, uint64_t end, char *err) {
-  if (end <= p->committed) return GT_OK;
-  uint64_t want = align_up(end, p->be->granularity);
-  if (want > p->reserve) {
-    snprintf(err, GT_ERRLEN, "the pool's %llu reserved bytes are not enough for %llu (set GTLUA_POOL_RESERVE / GTLUA_MEM_RESERVE)",
-             (unsigned long long)p->reserve, (unsigned long long)want);
+  if (!p->nrng || end > p->rng[0].size) {
+    snprintf(err, GT_ERRLEN, "the pool's %llu reserved bytes are not enough for %llu (set GTLUA_MEM_RESERVE)",
+             (unsigned long long)p->reserve, (unsigned long long)end);
     return GT_ERR;
   }
-  if (p->be->commit(p->be, p->base + p->committed, want - p->committed) != GT_BOK) {
-    snprintf(err, GT_ERRLEN, "%s", p->be->err);
-    return GT_ERR;
-  }
-  p->committed = want;
-  return GT_OK;
+  return commit_to(p, &p->rng[0], end, err);
 }
 
 void gt_pool_shrink(gt_pool *p, uint64_t keep_end) {
-  uint64_t keep = align_up(keep_end, p->be->granularity);
-  if (keep >= p->committed) return;
-  p->be->decommit(p->be, p->base + keep, p->committed - keep);
-  p->committed = keep;
+  for (int i = 0; i < p->nrng; i++) {
+    gt_range *r = &p->rng[i];
+    uint64_t start = rstart(p, r), keep = keep_end <= start ? 0 : keep_end - start;
+    if (keep >= r->committed) continue;
+    keep = align_up(keep, p->be->granularity);
+    if (keep >= r->committed) continue;
+    p->be->decommit(p->be, r->addr + keep, r->committed - keep);
+    p->committed -= r->committed - keep;
+    r->committed = keep;
+  }
+}
+
+/* A growing pool's next range: the first one, then as large as the pool
+   (doubling it), at least the request; with the default first size a failed
+   reservation is retried with just the request.  Its index, or -1 with err. */
+static int grow(gt_pool *p, uint64_t size, uint64_t largest, char *err) {
+  uint64_t want = max_u64(size, p->nrng ? p->reserve : p->first);
+  int k = add_range(p, want);
+  if (k < 0 && want > size && (p->nrng || p->growing == 1)) k = add_range(p, size);
+  if (k >= 0) return k;
+  snprintf(err, GT_ERRLEN, "request of %llu bytes: reserving %llu more bytes of addresses for the pool failed (it reserves "
+           "%llu in %d ranges, %llu in use, largest free block %llu): %s; set GTLUA_POOL_RESERVE (GiB a tree's pool "
+           "reserves first%s) or GTLUA_MEM_RESERVE (ordinary memory) lower, raise ulimit -v, or drop trees you no longer use",
+           (unsigned long long)size, (unsigned long long)want, (unsigned long long)p->reserve, p->nrng,
+           (unsigned long long)gt_pool_in_use(p), (unsigned long long)largest, p->be->err,
+           p->growing == 2 ? ", set now" : "");
+  return -1;
 }
 
 /* -- Blocks -------------------------------------------------------------- */
@@ -73,36 +164,44 @@ static int insert_at(gt_pool *p, int i, uint64_t off, uint64_t size, gt_buf *buf
   return GT_OK;
 }
 
-/* Best fit over the gaps between live blocks, else after the last one.
-   On failure err says the request, the pool's size and its largest gap. */
+/* Best fit over the gaps between live blocks, else the first range whose free
+   end fits, else (growing) a new range.  Blocks stay inside one range. */
 int gt_pool_alloc(gt_pool *p, uint64_t size, gt_buf *buf, uint64_t *off, char *err) {
   size = align_up(size ? size : 1, GT_ALIGN);
-  uint64_t best = UINT64_MAX, best_off = 0, largest = 0, prev_end = 0;
-  int best_i = -1;
-  for (int i = 0; i <= p->n; i++) {
-    uint64_t start = align_up(prev_end, GT_ALIGN);
-    uint64_t end = i < p->n ? p->blk[i].off : p->reserve;
-    uint64_t gap = end > start ? end - start : 0;
+  uint64_t best = UINT64_MAX, best_off = 0, tail_off = 0, largest = 0;
+  int best_i = -1, best_r = -1, tail_i = -1, tail_r = -1, i = 0;
+  for (int k = 0; k < p->nrng; k++) {
+    uint64_t start = rstart(p, &p->rng[k]), end = start + p->rng[k].size, prev = start;
+    for (; i < p->n && p->blk[i].off < end; i++) {
+      uint64_t s = align_up(prev, GT_ALIGN), gap = p->blk[i].off > s ? p->blk[i].off - s : 0;
+      if (gap > largest) largest = gap;
+      if (gap >= size && gap < best) { best = gap; best_off = s; best_i = i; best_r = k; }
+      prev = p->blk[i].off + p->blk[i].size;
+    }
+    uint64_t s = align_up(prev, GT_ALIGN), gap = end > s ? end - s : 0;
     if (gap > largest) largest = gap;
-    if (i < p->n && gap >= size && gap < best) { best = gap; best_off = start; best_i = i; }
-    if (i < p->n) prev_end = p->blk[i].off + p->blk[i].size;
+    if (tail_r < 0 && gap >= size) { tail_off = s; tail_i = i; tail_r = k; }
+  }
+  if (best_i < 0 && tail_r >= 0) { best_off = tail_off; best_i = tail_i; best_r = tail_r; }
+  if (best_i < 0 && !p->growing) {
+    snprintf(err, GT_ERRLEN, "request of %llu bytes: pool reserves %llu, %llu in use, largest free block %llu",
+             (unsigned long long)size, (unsigned long long)p->reserve, (unsigned long long)gt_pool_in_use(p),
+             (unsigned long long)largest);
+    return GT_ERR;
   }
   if (best_i < 0) {
-    best_off = align_up(prev_end, GT_ALIGN);
-    best_i = p->n;
-    if (best_off + size > p->reserve) {
-      snprintf(err, GT_ERRLEN, "request of %llu bytes: pool reserves %llu, %llu in use, largest free block %llu",
-               (unsigned long long)size, (unsigned long long)p->reserve, (unsigned long long)gt_pool_in_use(p),
-               (unsigned long long)largest);
-      return GT_ERR;
-    }
+    if ((best_r = grow(p, size, largest, err)) < 0) return GT_ERR;
+    best_off = rstart(p, &p->rng[best_r]);
+    for (best_i = 0; best_i < p->n && p->blk[best_i].off < best_off; best_i++) {}
   }
-  if (gt_pool_ensure(p, best_off + size, err) != GT_OK) return GT_ERR;
+  gt_range *r = &p->rng[best_r];
+  if (commit_to(p, r, best_off + size - rstart(p, r), err) != GT_OK) return GT_ERR;
   if (insert_at(p, best_i, best_off, size, buf) != GT_OK) {
     snprintf(err, GT_ERRLEN, "out of host memory");
     return GT_ERR;
   }
-  if (best_off + size > p->high_water) p->high_water = best_off + size;
+  uint64_t end = best_off + size - rstart(p, r);
+  if (end > r->high) { p->high_water += end - r->high; r->high = end; }
   *off = best_off;
   return GT_OK;
 }
@@ -153,6 +252,66 @@ static int t_reserve(gt_backend *b, size_t n, uint64_t *base) { (void)b; (void)n
 static int t_commit(gt_backend *b, uint64_t a, size_t n) { (void)b; (void)a; (void)n; return 0; }
 static int t_release(gt_backend *b, uint64_t a, size_t n) { (void)b; (void)a; (void)n; return 0; }
 
+/* A backend whose reservations come top down (as mmap's), 4 GiB at most. */
+static uint64_t t_next, t_live;
+static int t_ranges;
+static int t_reserve_down(gt_backend *b, size_t n, uint64_t *base) {
+  if (n > (4ull << 30)) { snprintf(b->err, GT_ERRLEN, "no room"); return -1; }
+  t_next -= 8ull << 30;
+  *base = t_next;
+  t_ranges++;
+  return 0;
+}
+static int t_commit_n(gt_backend *b, uint64_t a, size_t n) { (void)b; (void)a; t_live += n; return 0; }
+static int t_decommit_n(gt_backend *b, uint64_t a, size_t n) { (void)b; (void)a; t_live -= n; return 0; }
+static int t_release_n(gt_backend *b, uint64_t a, size_t n) { (void)b; (void)a; (void)n; t_ranges--; return 0; }
+
+static void gt_test_pool_growing(void) {
+  gt_backend be = { .granularity = 4096, .reserve = t_reserve_down, .commit = t_commit_n, .decommit = t_decommit_n,
+                    .release = t_release_n };
+  gt_pool p;
+  char err[GT_ERRLEN];
+  uint64_t a, b, c, d;
+  t_next = 1ull << 46;
+  GT_CHECK(gt_pool_init_growing(&p, &be, "1M", err) == GT_OK && p.nrng == 0 && p.reserve == 0 && t_ranges == 0);
+  GT_CHECK(gt_pool_alloc(&p, 1000, NULL, &a, err) == GT_OK && p.nrng == 1 && a == p.rng[0].addr && p.base == 0);
+  GT_CHECK(p.reserve == (1u << 20) && p.committed == 4096 && t_live == 4096);
+  uint64_t first = a;
+  /* too large for the first range: a second one, at least as large as the pool, placed below it */
+  GT_CHECK(gt_pool_alloc(&p, 2u << 20, NULL, &b, err) == GT_OK && p.nrng == 2 && b < first && b == p.rng[0].addr);
+  GT_CHECK(p.reserve == (3u << 20) && p.high_water == (2u << 20) + 1024);
+  /* a small request goes into the free end of the first range: nothing moves, nothing straddles */
+  GT_CHECK(gt_pool_alloc(&p, 900 << 10, NULL, &c, err) == GT_OK && c == first + 1024 && p.nrng == 2);
+  GT_CHECK(p.high_water == (2u << 20) + 1024 + (900 << 10));
+  GT_CHECK(gt_pool_alloc(&p, 2u << 20, NULL, &d, err) == GT_OK && p.nrng == 3 && p.reserve == (6u << 20));
+  GT_CHECK(p.committed == t_live && t_live == 4096 + (2u << 20) + 225 * 4096 + (2u << 20));
+  gt_pool_free(&p, b);
+  gt_pool_free(&p, d);
+  GT_CHECK(gt_pool_alloc(&p, 1u << 20, NULL, &b, err) == GT_OK && b == p.rng[0].addr && p.nrng == 3);   /* best fit */
+  gt_pool_clear(&p);
+  gt_pool_shrink(&p, 0);
+  GT_CHECK(p.committed == 0 && t_live == 0 && p.nrng == 3 && t_ranges == 3);   /* addresses kept: plans hold them */
+  gt_pool_destroy(&p);
+  GT_CHECK(t_ranges == 0);
+  /* GTLUA_POOL_RESERVE: a size, or an error naming it */
+  GT_CHECK(gt_pool_init_growing(&p, &be, "abc", err) == GT_ERR && strstr(err, "GTLUA_POOL_RESERVE=abc is not a size"));
+  GT_CHECK(gt_pool_init_growing(&p, &be, "-1", err) == GT_ERR && gt_pool_init_growing(&p, &be, "0", err) == GT_ERR);
+  GT_CHECK(gt_pool_init_growing(&p, &be, "1e30", err) == GT_ERR && gt_pool_init_growing(&p, &be, "4x", err) == GT_ERR);
+  GT_CHECK(gt_pool_init_growing(&p, &be, "0.5", err) == GT_OK && p.first == (512u << 20) && p.growing == 2);
+  /* a first range set by the user is not retried smaller; the message names the variables */
+  GT_CHECK(gt_pool_init_growing(&p, &be, "8", err) == GT_OK);
+  GT_CHECK(gt_pool_alloc(&p, 100, NULL, &a, err) == GT_ERR && p.nrng == 0);
+  GT_CHECK(strstr(err, "GTLUA_POOL_RESERVE") && strstr(err, "GTLUA_MEM_RESERVE") && strstr(err, "no room"));
+  gt_pool_destroy(&p);
+  /* the default first range is retried with just the request */
+  GT_CHECK(gt_pool_init_growing(&p, &be, NULL, err) == GT_OK && p.growing == 1);
+  p.first = 8ull << 30;
+  GT_CHECK(gt_pool_alloc(&p, 100, NULL, &a, err) == GT_OK && p.reserve == 4096);
+  GT_CHECK(gt_pool_alloc(&p, 5ull << 30, NULL, &a, err) == GT_ERR && strstr(err, "request of 5368709120 bytes"));
+  gt_pool_destroy(&p);
+  GT_CHECK(t_ranges == 0 && t_live == 0);
+}
+
 void gt_test_pool(void) {
   gt_backend be = { .granularity = 4096, .reserve = t_reserve, .commit = t_commit, .decommit = t_commit, .release = t_release };
   gt_pool p;
@@ -182,5 +341,6 @@ void gt_test_pool(void) {
   GT_CHECK(gt_pool_plan(&p, iv3, 2, old, 1, err) == GT_OK);
   GT_CHECK(iv3[0].off == 0 && iv3[1].off == 1024 && p.n == 2);
   gt_pool_destroy(&p);
+  gt_test_pool_growing();
 }
 #endif

@@ -172,16 +172,6 @@ static uint64_t as_limit(void) {
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-/* A tree's pool reservation unless GTLUA_POOL_RESERVE says (tree.c): cuda
-   16 GiB; cpu 2 GiB (65536 live trees fit in 128 TiB of addresses), at most
-   1/64 of a `ulimit -v` (reserved addresses count against it although
-   nothing is committed), at least 64 MiB. */
-uint64_t gt_pool_reserve_default(gt_runtime *rt) {
-  if (!strcmp(rt->be.name, "cuda")) return 16ull << 30;
-  uint64_t share = as_limit() / 64;
-  return min_u64(2ull << 30, share > (64u << 20) ? share : (64u << 20));
-}
-
 /* Returns the runtime, opening it on first use with backend "cpu", "cuda" or
    "auto" (NULL: $GTLUA_BACKEND, default auto).  NULL on failure, the reason
    in gt_errmsg(NULL).  A later call with another backend name than the open

@@ -38,10 +38,8 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   t->gen = gt_gen_next();
   t->root.id = -1;
   t->root.depth = -1;
-  const char *r = getenv("GTLUA_POOL_RESERVE");
-  uint64_t reserve = r && *r ? (uint64_t)(strtod(r, NULL) * (1ull << 30)) : gt_pool_reserve_default(rt);
   int nomem = !t->name || !t->where;
-  if (nomem || gt_pool_init(&t->pool, &rt->be, reserve, rt->err) != GT_OK) {
+  if (nomem || gt_pool_init_growing(&t->pool, &rt->be, getenv("GTLUA_POOL_RESERVE"), rt->err) != GT_OK) {
     free(t->name); free(t->where); free(t);
     if (nomem) gt_fail(rt, "out of host memory");
     return NULL;

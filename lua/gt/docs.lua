@@ -154,6 +154,8 @@ gt.tree(fn [, opts]) -> tree, a callable graph tree over fn
     copy_inputs = false   copy every tensor input into the pool first
     buckets = {dim =, sizes =}   pad inputs to a few sizes (gt.buckets.pow2)
     warn_shapes = 8       warn when a tree sees that many input shapes (false: never)
+    key = function(...) return k end, patch = {i, ...}, verify = n   keyed calls
+  Any other name, or a value of the wrong kind, raises naming the option.
   Outputs stay valid until the tree's next call; :clone() keeps one.
   local step = gt.tree(function(x) return gt.ops.relu(x) end, {warmup = 0})]],
   ["tree"] = [[

@@ -61,28 +61,28 @@ return function(gt)
     return line and (line:match("([%w_]+)%s*=%s*gt%.tree") or line:match("function%s+([%w_.:]+)"))
   end
 
+  local check_opts = require "gt.treeopts"
   local ntrees = 0
   -- every tree made, for --stats/--report (weakly, unless the host asks to keep them)
   gt._trees = os.getenv("GTLUA_KEEP_TREES") == "1" and {} or setmetatable({}, { __mode = "v" })
   --- gt.tree(fn [, opts]) -> a callable tree.  opts: name, warmup (1),
   --- max_recordings (64), on_limit ("eager"|"error"), copy_inputs (false),
-  --- buckets ({dim=, sizes=} or a list of them), warn_shapes (8)
+  --- buckets ({dim=, sizes=} or a list of them), warn_shapes (8), key, patch, verify;
+  --- checked by gt.treeopts (a bad or unknown option raises naming it)
   function gt.tree(fn, opts)
-    if type(fn) ~= "function" then error("gt.tree expects a function", 2) end
-    opts = opts or {}
+    if type(fn) ~= "function" then gt._error("gt.tree expects a function (the step) as its first argument, got " .. (fn == nil and "nil" or "a " .. type(fn))) end
+    opts = check_opts(opts, gt._error)
     local info = debug.getinfo(2, "Sl")
     local where = info.short_src .. ":" .. (info.currentline or 0)
     ntrees = ntrees + 1
     local name = opts.name or guess_name(info) or ("tree" .. ntrees)
     local on_limit = opts.on_limit or "eager"
-    if on_limit ~= "eager" and on_limit ~= "error" then error("gt.tree: on_limit must be \"eager\" or \"error\"", 2) end
     local o = ffi.new("gt_tree_opts")
     o.name, o.where = name, where
     o.warmup = opts.warmup or 1
     o.max_recordings = opts.max_recordings or 64
     o.on_limit_error = on_limit == "error" and 1 or 0
     o.copy_inputs = opts.copy_inputs and 1 or 0
-    if o.warmup < 0 or o.max_recordings < 0 then error("gt.tree: warmup and max_recordings must be >= 0", 2) end
     local t = C.gt_tree_new(rt, o)
     if t == nil then error(gt._errmsg(), 2) end
     local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
@@ -174,13 +174,15 @@ return function(gt)
 
   -- A tensor a call returns keeps its tree alive (the tree's pool holds its
   -- memory) for as long as the tensor lives: a weak-keyed table, one entry
-  -- per returned tensor, never one per op.
+  -- per returned tensor, never one per op.  The value is the tree's C handle,
+  -- not the Lua tree: the Lua tree holds tensors (its last one, its inputs), and
+  -- LuaJIT's weak keys are not ephemerons, so tree -> tensor -> tree would never go.
   local anchors = setmetatable({}, { __mode = "k" })
   local function anchor(self, x)
     if is_tensor(x) then
-      if x._b.tree == self._t then anchors[x] = self end
+      if x._b.tree == self._t then anchors[x] = self._t end
     elseif type(x) == "table" and getmetatable(x) == nil then
-      for _, v in pairs(x) do if is_tensor(v) and v._b.tree == self._t then anchors[v] = self end end
+      for _, v in pairs(x) do if is_tensor(v) and v._b.tree == self._t then anchors[v] = self._t end end
     end
     return x
   end
