@@ -42,10 +42,8 @@ local function walk_args(self, node, n, ...)
     kinds[i - 1] = 0
     if is_tensor(x) then
       local b = x._b
-      if x._strides then return nil, "a non-contiguous tensor argument" end
-      node = child(child(child(node, TENSOR), x.dtype), #x.shape)
-      local s = x.shape
-      for d = 1, #s do node = child(node, s[d]) end
+      if x._vid ~= 0 then return nil, "a non-contiguous tensor argument" end
+      node = child(child(node, TENSOR), x._sid * 16 + x._dt)   -- shape and dtype: interned, one key
       if band(b.flags, STATIC) ~= 0 then
         node = child(node, tonumber(ffi.cast("uintptr_t", b)) + x._off)   -- a static tensor: by address
       else
