@@ -314,8 +314,8 @@ local function scenario_section(inp, gs, name)
   local out = { format("### %s%s\n", name, label and label ~= "" and (" — " .. label) or ""),
                 header({ "mode", "cpu µs", "step µs", "pipe µs" }, { "---", "---:", "---:", "---:" }) }
   for _, m in ipairs(MODES) do
-    local optional = m[3] == "item" or m[3] == "cond"        -- the cond scenario's own modes
-    if (src[m[2]] or m[2] == "gtlua") and (not optional or mode(src[m[2]], m[3])) then
+    -- gtlua's rows: the modes the scenario ran (the cond scenario has its own), all of them if it failed
+    if mode(src[m[2]], m[3]) or (m[2] == "gtlua" and (not gs or gs.error)) or (m[2] == "torch" and src.torch) then
       local cells = mode_cells(mode(src[m[2]], m[3]))
       out[#out + 1] = row { m[1], cells[1], cells[2], cells[3] }
     end
