@@ -211,16 +211,6 @@ static const char *fmt_bytes(char *buf, size_t len, uint64_t v) {
   return buf;
 }
 
-static int grow(void **arr, int *cap, int need, size_t elem) {
-  int ncap = *cap ? *cap : 16;
-  void *p;
-  if (need <= *cap) return 0;
-  while (ncap < need) ncap *= 2;
-  if (!(p = realloc(*arr, (size_t)ncap * elem))) return -1;
-  *arr = p, *cap = ncap;
-  return 0;
-}
-
 static int no_memory(gt_backend *b, const char *what) {
   snprintf(b->err, GT_ERRLEN, "cuda: out of host memory (%s)", what);
   return GT_BOOM;
@@ -374,7 +364,7 @@ static int cuda_reserve(gt_backend *b, size_t bytes, uint64_t *base) {
   cuda_resv r = { 0, size, calloc(n, sizeof *r.h), calloc(n, 1) };
   char s[32];
   int rc;
-  if (!r.h || !r.on || grow((void **)&I->resv, &I->capresv, I->nresv + 1, sizeof *I->resv)) {
+  if (!r.h || !r.on || GT_GROW(I->resv, I->capresv, I->nresv + 1)) {
     free(r.h), free(r.on);
     return no_memory(b, "reservation table");
   }
@@ -894,7 +884,7 @@ static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr c
   cond_frame *fr = calloc((size_t)(n > 0 ? n : 1), sizeof *fr);
   int rc, top = 0;
   unsigned nwhile = 0;
-  if (!h || !fr || grow((void **)&I->stamp, &I->capstamp, n, sizeof *I->stamp)) {
+  if (!h || !fr || GT_GROW(I->stamp, I->capstamp, n)) {
     free(h), free(fr);
     return no_memory(b, "graph nodes");
   }
@@ -904,7 +894,7 @@ static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr c
   for (int i = 0; i < n && !rc; i++) {
     const gt_gnode *nd = &nodes[i];
     size_t nd_deps = 0;
-    if (grow((void **)&I->deps, &I->capdeps, nd->ndeps, sizeof *I->deps)) {
+    if (GT_GROW(I->deps, I->capdeps, nd->ndeps)) {
       rc = no_memory(b, "graph edges");
       break;
     }

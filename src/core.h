@@ -80,7 +80,7 @@ struct gt_runtime {
   char err[GT_ERRLEN];
   gt_pool mem;               /* ordinary memory: its address range (blocks are not tracked there) */
   struct gt_freelist *fl;    /* ordinary memory: cached free blocks by size class */
-  int nfl;
+  int nfl, flcap;
   uint64_t mem_top, mem_live;  /* bump pointer and bytes handed out */
   struct gt_tree *active;    /* the tree whose call runs */
   int profile;
@@ -156,7 +156,7 @@ struct gt_tree {
   gt_call_info hist[GT_HISTORY];     /* ring of the last calls */
   gt_call_info at_begin;             /* counters when the call began */
   double begin_us;
-  gt_skip *skip; int nskip;
+  gt_skip *skip; int nskip, skipcap;
   int nwarn; char *warn;
   /* the call in progress */
   gt_node *cur; int cur_mode;
@@ -164,16 +164,16 @@ struct gt_tree {
   int eager_call;                    /* this call runs every segment eagerly, without nodes */
   gt_buf **rels; int nrels, relcap;  /* buffers of the call released in the segment being queued */
   gt_buf **bufs; int nbufs, bufcap;   /* the call's buffers: slab[0..nbufs) */
-  gt_buf **slab; int nslab;          /* chunks of GT_SLAB structs, reused by every call */
+  gt_buf **slab; int nslab, slabcap;         /* chunks of GT_SLAB structs, reused by every call */
   uint32_t failed_gen;
   int *segstart; int segcap;
   gt_queue q;
   gt_node *state_node;               /* pool holds this node's checkpoint (lazily) */
   gt_node **path; int npath, pathcap;
   gt_node **lastpath; int nlastpath, lastcap;
-  gt_buf **stage; int nstage;        /* staging slots (ordinary memory) */
+  gt_buf **stage; int nstage, stagecap, pinnedcap;       /* staging slots (ordinary memory) */
   uint8_t *pinned;                   /* per slot: an input of this call lives there */
-  uint64_t *scratch; void **pscratch; int scratchcap;
+  uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
   struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
   gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */

@@ -64,13 +64,7 @@ static int is_pointer(const gt_qlaunch *l, int j) {
 }
 
 static int add_patch(gt_keyed *k, kpatch p) {
-  if (k->np == k->pcap) {
-    int c = k->pcap ? 2 * k->pcap : 16;
-    kpatch *np = realloc(k->p, c * sizeof *np);
-    if (!np) return GT_ERR;
-    k->p = np;
-    k->pcap = c;
-  }
+  if (GT_GROW(k->p, k->pcap, k->np + 1)) return GT_ERR;
   k->p[k->np++] = p;
   return GT_OK;
 }

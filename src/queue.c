@@ -4,23 +4,11 @@
 #include "core.h"
 #include "gt_test.h"
 
-static int grow(void **p, int *cap, int need, size_t elem) {
-  if (need <= *cap) return GT_OK;
-  int c = *cap ? *cap : 64;
-  while (c < need) c *= 2;
-  void *np = realloc(*p, c * elem);
-  if (!np) return GT_ERR;
-  *p = np;
-  *cap = c;
-  return GT_OK;
-}
-
 /* Appends a launch.  No references are taken: a buffer whose Lua handle is
    collected, or which is released, during a tree call keeps its memory until
    the call's queue has run (gt_buf_settle).  GT_ERR only when host memory runs out. */
 int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args) {
-  if (grow((void **)&q->l, &q->cap, q->n + 1, sizeof *q->l) ||
-      grow((void **)&q->args, &q->argcap, q->nargs + l->nargs, sizeof *q->args))
+  if (GT_GROW(q->l, q->cap, q->n + 1) || GT_GROW(q->args, q->argcap, q->nargs + l->nargs))
     return GT_ERR;
   gt_qlaunch *d = &q->l[q->n++];
   *d = *l;
@@ -66,7 +54,7 @@ void gt_queue_gnode(const gt_queue *q, int i, uint64_t *vals, void **ptrs, gt_gn
 
 int gt_queue_run(gt_backend *be, gt_queue *q, int i) {
   int n = q->l[i].nargs;
-  if (grow((void **)&q->vals, &q->valcap, n, sizeof *q->vals) || grow((void **)&q->ptrs, &q->ptrcap, n, sizeof *q->ptrs)) {
+  if (GT_GROW(q->vals, q->valcap, n) || GT_GROW(q->ptrs, q->ptrcap, n)) {
     strcpy(be->err, "out of host memory");
     return GT_BERR;
   }

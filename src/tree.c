@@ -4,18 +4,6 @@
 #include <string.h>
 #include "core.h"
 
-#define GROW(p, cap, need) grow_array((void **)&(p), &(cap), (need), sizeof *(p))
-static int grow_array(void **p, int *cap, int need, size_t elem) {
-  if (need <= *cap) return GT_OK;
-  int c = *cap ? *cap * 2 : 16;
-  while (c < need) c *= 2;
-  void *np = realloc(*p, (size_t)c * elem);
-  if (!np) return GT_ERR;
-  *p = np;
-  *cap = c;
-  return GT_OK;
-}
-
 static char *dupstr(const char *s) {
   size_t n = strlen(s ? s : "") + 1;
   char *d = malloc(n);
@@ -72,7 +60,7 @@ static void give_slab(gt_tree *t) {
   for (int i = 0; i < t->nslab; i++) {
     gt_buf *chunk = t->slab[i];
     for (int j = 0; j < GT_SLAB; j++) chunk[j] = (gt_buf){ .gen_now = &gt_released_gen, .relseg = -1 };
-    if (GROW(rt->spare, rt->sparecap, rt->nspare + 1)) continue;   /* out of host memory: leak the chunk, never free it */
+    if (GT_GROW(rt->spare, rt->sparecap, rt->nspare + 1)) continue;   /* out of host memory: leak the chunk, never free it */
     rt->spare[rt->nspare++] = chunk;
   }
   free(t->slab);
@@ -137,11 +125,7 @@ void gt_tree_note_skip(gt_tree *t, const char *reason) {
   t->skips++;
   for (int i = 0; i < t->nskip; i++)
     if (!strcmp(t->skip[i].reason, reason)) { t->skip[i].count++; return; }
-  if (t->nskip % 8 == 0) {
-    gt_skip *ns = realloc(t->skip, (t->nskip + 8) * sizeof *ns);
-    if (!ns) return;
-    t->skip = ns;
-  }
+  if (GT_GROW(t->skip, t->skipcap, t->nskip + 1)) return;
   t->skip[t->nskip++] = (gt_skip){ dupstr(reason), 1 };
 }
 
@@ -166,7 +150,7 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   gt_cursor_start(t, &t->root);
   t->cmiss |= t->eager_call;
   if (t->nstage) memset(t->pinned, 0, t->nstage);
-  if (GROW(t->segstart, t->segcap, 1)) return gt_fail(rt, "out of host memory");
+  if (GT_GROW(t->segstart, t->segcap, 1)) return gt_fail(rt, "out of host memory");
   t->segstart[0] = 0;
   t->calls++;
   t->at_begin = (gt_call_info){ t->calls, t->warmups, t->records, t->replays, t->eager, t->updates, 0, 0, 0 };
@@ -177,9 +161,7 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
 
 static int grow_slab(gt_tree *t) {
   gt_runtime *rt = t->rt;
-  gt_buf **ns = realloc(t->slab, (t->nslab + 1) * sizeof *ns);
-  if (!ns) return gt_fail(rt, "out of host memory");
-  t->slab = ns;
+  if (GT_GROW(t->slab, t->slabcap, t->nslab + 1)) return gt_fail(rt, "out of host memory");
   gt_buf *chunk = rt->nspare ? rt->spare[--rt->nspare] : malloc(GT_SLAB * sizeof *chunk);
   if (!chunk) return gt_fail(rt, "out of host memory");
   t->slab[t->nslab++] = chunk;
@@ -190,7 +172,7 @@ gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   gt_tree *t = rt->active;
   if (!t) { gt_fail(rt, "gt_tree_buf_new outside a tree call"); return NULL; }
   int i = t->nbufs;
-  if (GROW(t->bufs, t->bufcap, i + 1)) { gt_fail(rt, "out of host memory"); return NULL; }
+  if (GT_GROW(t->bufs, t->bufcap, i + 1)) { gt_fail(rt, "out of host memory"); return NULL; }
   if (i / GT_SLAB >= t->nslab && grow_slab(t)) return NULL;
   gt_buf *b = &t->slab[i / GT_SLAB][i % GT_SLAB];
   memset(b, 0, sizeof *b);
@@ -218,7 +200,7 @@ uint32_t gt_tree_prev_gen(gt_tree *t) { return t->prev_gen; }
 /* b (a buffer of this call) is released here: launches queued from now on
    may reuse its memory.  Part of the segment's key. */
 int gt_tree_release(gt_tree *t, gt_buf *b) {
-  if (GROW(t->rels, t->relcap, t->nrels + 1)) return gt_fail(t->rt, "out of host memory");
+  if (GT_GROW(t->rels, t->relcap, t->nrels + 1)) return gt_fail(t->rt, "out of host memory");
   b->relseg = t->depth;
   b->rel = (uint32_t)t->q.n;
   t->rels[t->nrels++] = b;
@@ -248,11 +230,7 @@ void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b) {
 static int stage_slot(gt_tree *t, int k) {
   for (int i = 0;; i++) {
     if (i >= t->nstage) {
-      gt_buf **ns = realloc(t->stage, (i + 1) * sizeof *ns);
-      if (ns) t->stage = ns;
-      uint8_t *np = realloc(t->pinned, i + 1);
-      if (np) t->pinned = np;
-      if (!ns || !np) return gt_fail(t->rt, "out of host memory");
+      if (GT_GROW(t->stage, t->stagecap, i + 1) || GT_GROW(t->pinned, t->pinnedcap, i + 1)) return gt_fail(t->rt, "out of host memory");
       t->stage[i] = NULL;
       t->pinned[i] = 0;
       t->nstage = i + 1;
@@ -309,7 +287,7 @@ static int materialize(gt_tree *t) {
   for (int i = 0; i < n->nckpt; i++) {
     gt_ckpt *c = &n->ckpt[i];
     int k = t->segstart[c->seg] + c->idx;
-    if (GROW(t->pool.blk, t->pool.cap, t->pool.n + 1)) return gt_fail(t->rt, "out of host memory");
+    if (GT_GROW(t->pool.blk, t->pool.cap, t->pool.n + 1)) return gt_fail(t->rt, "out of host memory");
     t->pool.blk[t->pool.n++] = (gt_block){ c->off, c->size, t->bufs[k] };
   }
   t->state_node = NULL;
@@ -417,14 +395,7 @@ static int plan_new(gt_tree *t, gt_node *n, int first) {
 /* -- Graphs -------------------------------------------------------------- */
 
 static int scratch(gt_tree *t, int n) {
-  if (n <= t->scratchcap) return GT_OK;
-  int c = n + 64;
-  uint64_t *s = realloc(t->scratch, c * sizeof *s);
-  if (s) t->scratch = s;
-  void **p = realloc(t->pscratch, c * sizeof *p);
-  if (p) t->pscratch = p;
-  if (!s || !p) return gt_fail(t->rt, "out of host memory");
-  t->scratchcap = c;
+  if (GT_GROW(t->scratch, t->scratchcap, n) || GT_GROW(t->pscratch, t->pscratchcap, n)) return gt_fail(t->rt, "out of host memory");
   return GT_OK;
 }
 
@@ -471,7 +442,7 @@ static int build_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, voi
     for (int r = 0; r < nrec; r++)
       for (int x = 0; x < na; x++)
         if ((acc[x].write || rec[r].write) && acc[x].lo < rec[r].hi && rec[r].lo < acc[x].hi && mark[rec[r].node] != i + 1) {
-          if (GROW(deps, dcap, nd + 1)) goto oom;
+          if (GT_GROW(deps, dcap, nd + 1)) goto oom;
           mark[rec[r].node] = i + 1;
           deps[nd++] = rec[r].node;
           break;
@@ -485,7 +456,7 @@ static int build_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, voi
           if (!(rec[r].lo >= acc[x].lo && rec[r].hi <= acc[x].hi)) rec[w++] = rec[r];
         nrec = w;
       }
-      if (GROW(rec, rcap, nrec + 1)) goto oom;
+      if (GT_GROW(rec, rcap, nrec + 1)) goto oom;
       rec[nrec++] = (rec_t){ acc[x].lo, acc[x].hi, acc[x].write, i };
     }
   }
@@ -649,7 +620,7 @@ static char *make_label(const gt_queue *q) {
 
 static gt_node *new_node(gt_tree *t, gt_node *parent, gt_segkey key) {
   gt_node *n = calloc(1, sizeof *n);
-  if (!n || GROW(parent->kids, parent->kidcap, parent->nkids + 1) || GROW(t->nodes, t->nodecap, t->nnodes + 1)) {
+  if (!n || GT_GROW(parent->kids, parent->kidcap, parent->nkids + 1) || GT_GROW(t->nodes, t->nodecap, t->nnodes + 1)) {
     free(n);
     gt_fail(t->rt, "out of host memory");
     return NULL;
@@ -687,7 +658,7 @@ static int flush_eager_call(gt_tree *t, int first) {
   t->eager++;
   t->cur_mode = GT_V_EAGER;
   t->depth++;
-  if (GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(t->rt, "out of host memory");
+  if (GT_GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(t->rt, "out of host memory");
   t->segstart[t->depth] = t->nbufs;
   t->nrels = 0;
   gt_queue_clear(&t->q);
@@ -778,11 +749,11 @@ int gt_tree_flush(gt_runtime *rt) {
   n->last_call = (uint64_t)t->calls;
   parent->last_kid = n;
   gt_cursor_start(t, n);
-  if (!GROW(t->path, t->pathcap, t->npath + 1)) t->path[t->npath++] = n;
+  if (!GT_GROW(t->path, t->pathcap, t->npath + 1)) t->path[t->npath++] = n;
   t->cur = n;
   t->cur_mode = plan_eager ? GT_V_REPLAY : mode;   /* planned memory: children may record */
   t->depth++;
-  if (GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(rt, "out of host memory");
+  if (GT_GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(rt, "out of host memory");
   t->segstart[t->depth] = t->nbufs;
   t->nrels = 0;
   gt_queue_clear(&t->q);
@@ -801,7 +772,7 @@ static void note_call(gt_tree *t) {
 
 /* Ends the active call once its segments have run: the path is remembered. */
 void gt_tree_finish_call(gt_tree *t) {
-  if (t->npath && !GROW(t->lastpath, t->lastcap, t->npath)) memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
+  if (t->npath && !GT_GROW(t->lastpath, t->lastcap, t->npath)) memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
   t->nlastpath = t->npath;
   note_call(t);
   t->rt->active = NULL;
@@ -817,7 +788,7 @@ int gt_tree_end(gt_runtime *rt) {
   return GT_OK;
 }
 
-int gt_tree_grow_path(gt_tree *t, int n) { return GROW(t->path, t->pathcap, n); }
+int gt_tree_grow_path(gt_tree *t, int n) { return GT_GROW(t->path, t->pathcap, n); }
 
 /* A Lua error (or a failed segment): the queued segment is dropped, its new
    tensors become stale, and the call ends.  Nodes already run stay whole. */
