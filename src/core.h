@@ -69,6 +69,20 @@ void gt_queue_resolve(const gt_queue *q, int i, uint64_t *vals);
 void gt_queue_gnode(const gt_queue *q, int i, uint64_t *vals, void **ptrs, gt_gnode *out);
 /* Run launch i now; backend status. */
 int gt_queue_run(gt_backend *be, gt_queue *q, int i);
+/* Whether launch l writes its argument j (`T *` of a kernel, a copy's or fill's destination; cond entries read p). */
+static inline int gt_launch_writes(const gt_qlaunch *l, int j) {
+  return l->kind == GT_GN_KERNEL ? l->k->ptype[j] == GT_P_OUT : (l->kind == GT_GN_MEMCPY || l->kind == GT_GN_MEMSET) && j == 0;
+}
+static inline int gt_kind_is_begin(int kind) { return kind == GT_GN_IF || kind == GT_GN_WHILE; }
+static inline int gt_kind_is_cond(int kind) { return kind >= GT_GN_IF && kind <= GT_GN_END; }
+
+/* -- Dependencies (deps.c) ------------------------------------------------ */
+/* The edges of the queue's launches as graph nodes g (vals: the resolved
+   argument values, q->nargs of them): g[i].ndeps and g[i].deps, pointing
+   into *deps (the caller frees it).  A body of a cond waits on nothing
+   outside it: its IF/WHILE does.  GT_ERR when out of host memory (g's deps
+   then unset, nothing to free). */
+int gt_deps_build(const gt_queue *q, const uint64_t *vals, gt_gnode *g, int **deps);
 
 /* Segment keys: a hash over everything a graph bakes in; scalars excluded. */
 typedef struct gt_segkey { uint64_t full, nostatic; } gt_segkey;   /* nostatic: the topology (no static addresses, no grids) */
@@ -191,10 +205,6 @@ void gt_cursor_forget(gt_node *n);
 /* Runs the queue's launches in order, deciding each IF and WHILE on the host
    (p read back: a sync on cuda).  *at: the launch that failed. */
 int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at);
-/* After build_nodes: lifts dependencies so that each joins two nodes of one
-   body (a body's outside dependencies go to its IF/WHILE); *deps is replaced. */
-int gt_cond_lift(const gt_queue *q, gt_gnode *g, int **deps);
-int gt_cond_any(const gt_queue *q);                /* the queue holds a cond entry */
 /* An eager launch (outside a tree call): notes a write into the watched range. */
 void gt_cond_saw(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args);
 

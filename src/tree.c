@@ -399,76 +399,27 @@ static int scratch(gt_tree *t, int n) {
   return GT_OK;
 }
 
-typedef struct { uint64_t lo, hi; int write; } access_t;
-
-static int accesses(const gt_queue *q, int i, const uint64_t *vals, access_t *acc) {
-  const gt_qlaunch *l = &q->l[i];
-  const gt_arg *a = q->args + l->arg0;
-  int n = 0;
-  for (int j = 0; j < l->nargs; j++) {
-    if (!a[j].buf) continue;
-    int write = l->kind == GT_GN_KERNEL ? l->k->ptype[j] == GT_P_OUT : l->kind <= GT_GN_MEMSET && j == 0;  /* cond entries read p */
-    acc[n++] = (access_t){ vals[j], vals[j] + (a[j].nbytes ? a[j].nbytes : 1), write };
-  }
-  return n;
-}
-
-/* Backend nodes for the queue with dependencies from read/write sets over
-   byte ranges, so independent kernels of a segment may run concurrently.
-   n->argvals receives the argument values. */
-/* Backend nodes for the queue.  Dependencies come from read/write sets over
-   byte ranges, kept as live access records: a node waits for the last writers
-   of what it reads, and for the last writers and readers of what it writes;
-   a write retires the records it covers (later nodes reach them through it).
-   So a chain gets one edge per node, and independent kernels none. */
+/* Backend nodes for the queue, their edges from deps.c; n->argvals
+   receives the argument values the graph holds. */
 static int build_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, void ***ptrmem) {
-  typedef struct { uint64_t lo, hi; int write, node; } rec_t;
   gt_queue *q = &t->q;
   free(n->argvals);
   n->argvals = malloc((q->nargs ? q->nargs : 1) * sizeof *n->argvals);
   n->nargvals = q->nargs;
   void **ptrs = malloc((q->nargs ? q->nargs : 1) * sizeof *ptrs);
   gt_gnode *g = calloc(q->n ? q->n : 1, sizeof *g);
-  int *mark = calloc(q->n ? q->n : 1, sizeof *mark);
-  int *deps = NULL, nd = 0, dcap = 0, nrec = 0, rcap = 0;
-  rec_t *rec = NULL;
-  if (!n->argvals || !ptrs || !g || !mark) goto oom;
+  if (!n->argvals || !ptrs || !g) goto oom;
   for (int i = 0; i < q->n; i++) {
-    access_t acc[64];
     uint64_t *vals = n->argvals + q->l[i].arg0;
     gt_queue_resolve(q, i, vals);
     gt_queue_gnode(q, i, vals, ptrs + q->l[i].arg0, &g[i]);
-    int na = accesses(q, i, vals, acc), d0 = nd;
-    for (int r = 0; r < nrec; r++)
-      for (int x = 0; x < na; x++)
-        if ((acc[x].write || rec[r].write) && acc[x].lo < rec[r].hi && rec[r].lo < acc[x].hi && mark[rec[r].node] != i + 1) {
-          if (GT_GROW(deps, dcap, nd + 1)) goto oom;
-          mark[rec[r].node] = i + 1;
-          deps[nd++] = rec[r].node;
-          break;
-        }
-    g[i].ndeps = nd - d0;
-    g[i].deps = (const int *)(intptr_t)d0;      /* an index until deps stops moving */
-    for (int x = 0; x < na; x++) {
-      if (acc[x].write) {                       /* retire what this write covers */
-        int w = 0;
-        for (int r = 0; r < nrec; r++)
-          if (!(rec[r].lo >= acc[x].lo && rec[r].hi <= acc[x].hi)) rec[w++] = rec[r];
-        nrec = w;
-      }
-      if (GT_GROW(rec, rcap, nrec + 1)) goto oom;
-      rec[nrec++] = (rec_t){ acc[x].lo, acc[x].hi, acc[x].write, i };
-    }
   }
-  for (int i = 0; i < q->n; i++) g[i].deps = deps ? deps + (intptr_t)g[i].deps : NULL;
-  free(mark); free(rec);
-  if (gt_cond_any(q) && gt_cond_lift(q, g, &deps)) { rec = NULL; mark = NULL; goto oom; }
+  if (gt_deps_build(q, n->argvals, g, depmem)) goto oom;
   *out = g;
-  *depmem = deps;
   *ptrmem = ptrs;
   return GT_OK;
 oom:
-  free(ptrs); free(g); free(deps); free(mark); free(rec);
+  free(ptrs); free(g);
   return gt_fail(t->rt, "out of host memory");
 }
 
