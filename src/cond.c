@@ -54,7 +54,7 @@ int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, ui
     l.bytes = max;
   }
   int pos = t->q.n;
-  if (gt_tree_queue(rt, &l, &a) != GT_OK) return GT_ERR;
+  if (gt_submit(rt, &l, &a) != GT_OK) return GT_ERR;
   return pos;
 }
 
@@ -85,16 +85,6 @@ int gt_cond_watch(gt_runtime *rt, int slot, gt_buf *p, int64_t off, int64_t nbyt
   rt->watching = 0;
   for (int s = 0; s < 16; s++) if (rt->watch_hi[s]) rt->watching = s + 1;
   return hit;
-}
-
-void gt_cond_saw(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {
-  for (int j = 0; j < l->nargs; j++) {
-    const gt_arg *a = &args[j];
-    if (!a->buf || !gt_launch_writes(l, j)) continue;
-    uint64_t lo = a->buf->addr + (uint64_t)a->off, hi = lo + (uint64_t)(a->nbytes ? a->nbytes : 1);
-    for (int s = 0; s < rt->watching; s++)
-      if (lo < rt->watch_hi[s] && rt->watch_lo[s] < hi) rt->watch_hit[s] = 1;
-  }
 }
 
 /* -- Structure ----------------------------------------------------------- */

@@ -69,6 +69,9 @@ void gt_queue_resolve(const gt_queue *q, int i, uint64_t *vals);
 void gt_queue_gnode(const gt_queue *q, int i, uint64_t *vals, void **ptrs, gt_gnode *out);
 /* Run launch i now; backend status. */
 int gt_queue_run(gt_backend *be, gt_queue *q, int i);
+/* A launch from the API: queued in a tree call (and pushed past the replay
+   cursor), else run now (watched writes noted).  args: l->nargs, copied. */
+int gt_submit(gt_runtime *rt, const gt_qlaunch *l, gt_arg *args);
 /* Whether launch l writes its argument j (`T *` of a kernel, a copy's or fill's destination; cond entries read p). */
 static inline int gt_launch_writes(const gt_qlaunch *l, int j) {
   return l->kind == GT_GN_KERNEL ? l->k->ptype[j] == GT_P_OUT : (l->kind == GT_GN_MEMCPY || l->kind == GT_GN_MEMSET) && j == 0;
@@ -114,12 +117,12 @@ void gt_buf_unref(gt_buf *b);                      /* the core's reference */
 extern const uint32_t gt_released_gen;             /* what a released buffer's gen_now points at */
 uint32_t gt_gen_next(void);                        /* a new generation, unique in the process (until 2^32 calls) */
 void gt_buf_settle(gt_runtime *rt);                /* what gt_buf_release/gt_buf_free deferred in a tree call */
+void gt_buf_return(gt_runtime *rt, gt_buf *b);     /* b's ordinary memory back to the allocator (after the queue, in a call) */
+int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const char *what);  /* [off, off+bytes) lies in b's memory */
+void gt_tree_unref(gt_tree *t);                    /* a buffer no longer points at t: the struct goes with the last */
 
 /* -- Trees (tree.c) ------------------------------------------------------ */
 enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UPDATE };
-int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args);
-int gt_tree_release(gt_tree *t, gt_buf *b);       /* a buffer of the active call released in queue order */
-void gt_tree_unref(struct gt_tree *t);
 
 
 typedef struct gt_ckpt { int32_t seg, idx; uint64_t off, size; } gt_ckpt;
@@ -189,6 +192,7 @@ struct gt_tree {
   uint8_t *pinned;                   /* per slot: an input of this call lives there */
   uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
   struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
+  void (*keyed_free)(struct gt_tree *t);  /* frees them (keyed.c sets it: the tree does not call up into keyed.c) */
   gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
 };
@@ -205,11 +209,8 @@ void gt_cursor_forget(gt_node *n);
 /* Runs the queue's launches in order, deciding each IF and WHILE on the host
    (p read back: a sync on cuda).  *at: the launch that failed. */
 int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at);
-/* An eager launch (outside a tree call): notes a write into the watched range. */
-void gt_cond_saw(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args);
 
 /* -- Keyed calls (keyed.c) ------------------------------------------------ */
-void gt_keyed_free_all(gt_tree *t);
 int gt_tree_grow_path(gt_tree *t, int n);
 int gt_tree_launch_graph(gt_tree *t, gt_node *n);   /* launch n's graph (timed when profiling) */
 void gt_tree_finish_call(gt_tree *t);               /* end the active call after its segments ran */

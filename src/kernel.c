@@ -317,17 +317,11 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
     }
   }
   gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = k, .grid = { gx, gy, gz }, .block = { bx, by, bz }, .smem = smem, .nargs = k->nparams };
-  if (rt->active) return gt_tree_queue(rt, &l, args);
+  if (rt->active) return gt_submit(rt, &l, args);
   for (int i = 0; i < k->nparams; i++)
     if (args[i].buf && !args[i].buf->addr) return gt_fail(rt, "kernel '%s': parameter '%s' has no memory", k->name, k->pname[i]);
-  gt_queue q = { .l = &l, .n = 1, .args = args, .nargs = k->nparams };
-  uint64_t vals[64];
-  void *ptrs[64];
-  q.vals = vals; q.ptrs = ptrs; q.valcap = q.ptrcap = 64;
   rt->be.fault_addr = 0;
-  if (rt->watching) gt_cond_saw(rt, &l, args);     /* gt.loop outside a tree: does its body write p? */
-  if (gt_queue_run(&rt->be, &q, 0) != GT_BOK) {
-    gt_fail_be(rt, k->name);
+  if (gt_submit(rt, &l, args) != GT_OK) {
     fault_sizes(rt, k, args);
     return GT_ERR;
   }

@@ -281,18 +281,21 @@ void gt_buf_release(gt_buf *b) {
   gt_buf_unref(b);
 }
 
-int gt_buf_free(gt_runtime *rt, gt_buf *b) {
-  if (b->flags & GT_BUF_RELEASED) return gt_fail(rt, "the tensor was already released");
-  b->flags |= GT_BUF_RELEASED;
-  b->gen_now = &gt_released_gen;
-  gt_tree *t = rt->active;
-  if ((b->flags & GT_BUF_SLAB) && b->tree == t && t && b->gen == t->gen) return gt_tree_release(t, b);
-  if (b->tree) return GT_OK;          /* staging: the memory is the tree's slot */
-  if (!t || !later(rt, b, 0)) return_memory(b);
-  return GT_OK;
+/* b's ordinary memory goes back to the allocator now, or (in a tree call)
+   once the queued launches that may use it have run. */
+void gt_buf_return(gt_runtime *rt, gt_buf *b) {
+  if (!rt->active || !later(rt, b, 0)) return_memory(b);
 }
 
-static int check_range(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const char *what) {
+/* The tree struct lives while buffers point at it (their generation is its
+   field); gt_tree_free has released everything else. */
+void gt_tree_unref(gt_tree *t) {
+  if (--t->refs > 0) return;
+  free(t->name); free(t->where);
+  free(t);
+}
+
+int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const char *what) {
   if (!b->addr) return gt_fail(rt, "%s: the tensor has no memory (its segment never ran)", what);
   if (off + bytes > b->bytes) return gt_fail(rt, "%s: %llu bytes at offset %llu exceed the buffer's %llu bytes", what,
                                              (unsigned long long)bytes, (unsigned long long)off, (unsigned long long)b->bytes);
@@ -300,35 +303,13 @@ static int check_range(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, 
 }
 
 int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint64_t bytes) {
-  if (check_range(rt, b, off, bytes, "copy to device") != GT_OK) return GT_ERR;
+  if (gt_buf_check(rt, b, off, bytes, "copy to device") != GT_OK) return GT_ERR;
   if (bytes && rt->be.htod(&rt->be, b->addr + off, src, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
   return GT_OK;
 }
 
 int gt_buf_read(gt_runtime *rt, gt_buf *b, uint64_t off, void *dst, uint64_t bytes) {
-  if (check_range(rt, b, off, bytes, "copy to host") != GT_OK) return GT_ERR;
+  if (gt_buf_check(rt, b, off, bytes, "copy to host") != GT_OK) return GT_ERR;
   if (bytes && rt->be.dtoh(&rt->be, dst, b->addr + off, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
-  return GT_OK;
-}
-
-int gt_buf_copy(gt_runtime *rt, gt_buf *dst, uint64_t doff, gt_buf *src, uint64_t soff, uint64_t bytes) {
-  if (doff + bytes > dst->bytes || soff + bytes > src->bytes) return gt_fail(rt, "copy: %llu bytes exceed a buffer", (unsigned long long)bytes);
-  gt_qlaunch l = { .kind = GT_GN_MEMCPY, .nargs = 2, .bytes = bytes };
-  gt_arg a[2] = { { .buf = dst, .off = doff, .nbytes = bytes }, { .buf = src, .off = soff, .nbytes = bytes } };
-  if (rt->active) return gt_tree_queue(rt, &l, a);
-  if (check_range(rt, dst, doff, bytes, "copy") || check_range(rt, src, soff, bytes, "copy")) return GT_ERR;
-  if (rt->watching) gt_cond_saw(rt, &l, a);
-  if (bytes && rt->be.dtod(&rt->be, dst->addr + doff, src->addr + soff, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
-  return GT_OK;
-}
-
-int gt_buf_memset(gt_runtime *rt, gt_buf *dst, uint64_t off, int value, uint64_t bytes) {
-  if (off + bytes > dst->bytes) return gt_fail(rt, "fill: %llu bytes exceed the buffer", (unsigned long long)bytes);
-  gt_qlaunch l = { .kind = GT_GN_MEMSET, .nargs = 1, .bytes = bytes, .value = value };
-  gt_arg a[1] = { { .buf = dst, .off = off, .nbytes = bytes } };
-  if (rt->active) return gt_tree_queue(rt, &l, a);
-  if (check_range(rt, dst, off, bytes, "fill")) return GT_ERR;
-  if (rt->watching) gt_cond_saw(rt, &l, a);
-  if (bytes && rt->be.memset8(&rt->be, dst->addr + off, (uint8_t)value, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
   return GT_OK;
 }

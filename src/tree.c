@@ -66,32 +66,15 @@ static void give_slab(gt_tree *t) {
   free(t->slab);
 }
 
-static void tree_destroy(gt_tree *t) {
-  gt_keyed_free_all(t);
-  for (int i = 0; i < t->nnodes; i++) {
-    gt_node *n = t->nodes[i];
-    drop_graph(t, n);
-    gt_explain_free(n);
-    free(n->kids); free(n->label); free(n->skip); free(n);
-  }
-  free(t->root.kids);
-  for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
-  free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
-  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned);
-  free(t->rels);
-  gt_queue_free(&t->q);
-  give_slab(t);
-  gt_pool_destroy(&t->pool);
-  free(t->name); free(t->where);
-  free(t);
+static void free_node(gt_tree *t, gt_node *n) {
+  drop_graph(t, n);
+  gt_explain_free(n);
+  free(n->kids); free(n->label); free(n->skip); free(n);
 }
 
-void gt_tree_unref(gt_tree *t) {
-  if (--t->refs == 0) tree_destroy(t);
-}
-
-/* Lua's tree object was collected: graphs and memory go now; the struct stays
-   while tensors still point at it (they are stale from now on). */
+/* Lua's tree object was collected: graphs, nodes and memory go now; the
+   struct itself stays while tensors still point at it (they are stale from
+   now on: a new generation), and goes with the last (gt_tree_unref). */
 void gt_tree_free(gt_tree *t) {
   gt_runtime *rt = t->rt;
   if (rt->active == t) gt_tree_abort(rt);
@@ -100,9 +83,17 @@ void gt_tree_free(gt_tree *t) {
   release_call_bufs(t);
   for (int i = 0; i < t->nstage; i++) if (t->stage[i]) gt_buf_unref(t->stage[i]);
   t->nstage = 0;
-  for (int i = 0; i < t->nnodes; i++) drop_graph(t, t->nodes[i]);
-  gt_pool_clear(&t->pool);
-  gt_pool_shrink(&t->pool, 0);
+  if (t->keyed) t->keyed_free(t);
+  for (int i = 0; i < t->nnodes; i++) free_node(t, t->nodes[i]);
+  t->nnodes = 0;
+  free(t->root.kids);
+  for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
+  free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
+  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned);
+  free(t->rels);
+  gt_queue_free(&t->q);
+  give_slab(t);
+  gt_pool_destroy(&t->pool);
   gt_tree_unref(t);
 }
 
@@ -197,24 +188,7 @@ gt_buf *gt_tree_buf_ptr(gt_tree *t, int i) {
 uint32_t gt_tree_gen(gt_tree *t) { return t->gen; }
 uint32_t gt_tree_prev_gen(gt_tree *t) { return t->prev_gen; }
 
-/* b (a buffer of this call) is released here: launches queued from now on
-   may reuse its memory.  Part of the segment's key. */
-int gt_tree_release(gt_tree *t, gt_buf *b) {
-  if (GT_GROW(t->rels, t->relcap, t->nrels + 1)) return gt_fail(t->rt, "out of host memory");
-  b->relseg = t->depth;
-  b->rel = (uint32_t)t->q.n;
-  t->rels[t->nrels++] = b;
-  return GT_OK;
-}
-
 uint32_t gt_tree_failed_gen(gt_tree *t) { return t->failed_gen; }
-
-int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {
-  gt_tree *t = rt->active;
-  if (gt_queue_push(&t->q, l, args) != GT_OK) return gt_fail(rt, "out of host memory");
-  gt_cursor_push(t);
-  return GT_OK;
-}
 
 void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b) {
   gt_tree *t = rt->active;
@@ -690,9 +664,7 @@ int gt_tree_flush(gt_runtime *rt) {
     if (created) {                    /* no half node: a failed first visit leaves nothing */
       parent->nkids--;
       t->nnodes--;
-      drop_graph(t, n);
-      gt_explain_free(n);
-      free(n->kids); free(n->label); free(n->skip); free(n);
+      free_node(t, n);
     }
     return GT_ERR;
   }
