@@ -122,7 +122,10 @@ int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const 
 void gt_tree_unref(gt_tree *t);                    /* a buffer no longer points at t: the struct goes with the last */
 
 /* -- Trees (tree.c) ------------------------------------------------------ */
-enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UPDATE };
+/* Visits of a segment: what gt_tree_flush chooses, and what ran.  PLANNED: a
+   skipped node run eagerly on planned memory (its children may record);
+   LIMIT: past max_recordings (an error, or an eager run). */
+enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UPDATE, GT_V_PLANNED, GT_V_LIMIT };
 
 
 typedef struct gt_ckpt { int32_t seg, idx; uint64_t off, size; } gt_ckpt;
@@ -176,7 +179,7 @@ struct gt_tree {
   gt_skip *skip; int nskip, skipcap;
   int nwarn; char *warn;
   /* the call in progress */
-  gt_node *cur; int cur_mode;
+  gt_node *cur; int cur_planned;     /* the node visited last; its memory followed a plan (children may record) */
   int depth;
   int eager_call;                    /* this call runs every segment eagerly, without nodes */
   gt_buf **rels; int nrels, relcap;  /* buffers of the call released in the segment being queued */

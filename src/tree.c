@@ -132,7 +132,7 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   gt_pool_clear(&t->pool);
   t->state_node = NULL;
   t->cur = NULL;
-  t->cur_mode = GT_V_NONE;
+  t->cur_planned = 0;
   t->depth = 0;
   t->npath = 0;
   t->nrels = 0;
@@ -428,7 +428,9 @@ static int run_eager(gt_tree *t, gt_node *n) {
   return GT_OK;
 }
 
-/* Record n: plan, build, instantiate (or update the exec in place), launch. */
+/* Record n: plan, build, instantiate (or update the exec in place), launch.
+   Returns what ran: GT_V_RECORD, GT_V_UPDATE, or GT_V_EAGER when the graph
+   build failed (n runs eagerly from now on); GT_ERR on failure. */
 static int record(gt_tree *t, gt_node *n, int first, int update) {
   gt_backend *be = &t->rt->be;
   double t0 = gt_now_us();
@@ -465,7 +467,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
     free(n->skip);
     n->skip = dupstr(why);
     n->graph = NULL;
-    return run_eager(t, n) ? GT_ERR : 1;
+    return run_eager(t, n) ? GT_ERR : GT_V_EAGER;
   }
   free(n->launches);
   n->launches = malloc((t->q.n ? t->q.n : 1) * sizeof *n->launches);
@@ -475,7 +477,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
   if (gt_tree_launch_graph(t, n)) return GT_ERR;
   n->instantiate_us = t2 - t1;
   n->record_us = gt_now_us() - t0;
-  return GT_OK;
+  return update ? GT_V_UPDATE : GT_V_RECORD;
 }
 
 /* Replay n: bind the new buffers to the plan, patch changed arguments, launch.
@@ -543,6 +545,12 @@ static char *make_label(const gt_queue *q) {
   return dupstr(buf);
 }
 
+/* The first kernel of the queue that cannot be graphed, or NULL. */
+static const gt_kernel *ungraphable(const gt_queue *q) {
+  for (int i = 0; i < q->n; i++) if (q->l[i].k && !q->l[i].k->graphable) return q->l[i].k;
+  return NULL;
+}
+
 static gt_node *new_node(gt_tree *t, gt_node *parent, gt_segkey key) {
   gt_node *n = calloc(1, sizeof *n);
   if (!n || GT_GROW(parent->kids, parent->kidcap, parent->nkids + 1) || GT_GROW(t->nodes, t->nodecap, t->nnodes + 1)) {
@@ -557,31 +565,116 @@ static gt_node *new_node(gt_tree *t, gt_node *parent, gt_segkey key) {
   n->key_nostatic = key.nostatic;
   n->nlaunch = t->q.n;
   n->label = make_label(&t->q);
-  for (int i = 0; i < t->q.n; i++)
-    if (t->q.l[i].k && !t->q.l[i].k->graphable) {
-      char why[160];
-      snprintf(why, sizeof why, "kernel '%s' is not graphable", t->q.l[i].k->name);
-      n->skip = dupstr(why);
-      break;
-    }
+  const gt_kernel *k = ungraphable(&t->q);
+  if (k) {
+    char why[160];
+    snprintf(why, sizeof why, "kernel '%s' is not graphable", k->name);
+    n->skip = dupstr(why);
+  }
   gt_explain_node(t, n);              /* before it joins its siblings */
   parent->kids[parent->nkids++] = n;
   t->nodes[t->nnodes++] = n;
   return n;
 }
 
-/* Ends the segment being queued: find (or make) its node by key, then warm
-   it up, record it, replay it or run it eagerly. */
-static int run_unplanned(gt_tree *t, gt_node *n, int first) {
-  int st = plan_segment(t, first, NULL, NULL);
-  return st == GT_OK ? run_eager(t, n) : st;
-}
+static int next_segment(gt_tree *t);
 
 /* A call beyond the last bucket: segments run eagerly, with no node. */
 static int flush_eager_call(gt_tree *t, int first) {
-  if (run_unplanned(t, NULL, first)) return GT_ERR;
+  if (plan_segment(t, first, NULL, NULL) || run_eager(t, NULL)) return GT_ERR;
   t->eager++;
-  t->cur_mode = GT_V_EAGER;
+  t->cur_planned = 0;
+  return next_segment(t);
+}
+
+/* The visit a segment gets, as a pure function of what is known at its end
+   (tinygrad's counter ladder): n, the node found (NULL: none); upd, a
+   sibling of the same topology (another static address), looked up only
+   when n is NULL and the parent's memory is planned (parent_ok); graphable:
+   no launch of the queue is of a kernel that cannot be graphed. */
+static int choose_mode(const gt_node *n, const gt_node *upd, int parent_ok, int graphable, const gt_tree_opts *o,
+                       int recorded) {
+  if (n && n->graph && parent_ok) return GT_V_REPLAY;
+  if (n && n->skip) return parent_ok ? GT_V_PLANNED : GT_V_EAGER;
+  if (!n && upd && upd->graph) return GT_V_UPDATE;
+  if (!parent_ok || (n ? n->warmups : 0) < o->warmup) return GT_V_WARMUP;
+  if (recorded >= o->max_recordings) return GT_V_LIMIT;
+  return graphable ? GT_V_RECORD : GT_V_PLANNED;
+}
+
+/* A skipped node on planned memory: bound to its plan as a replay would be
+   (or planned now), launched one by one; its children may still record. */
+static int run_planned(gt_tree *t, gt_node *n, int first) {
+  if (!n->plan) return plan_new(t, n, first) ? GT_ERR : run_eager(t, n);
+  for (int i = 0; i < n->nnew; i++) t->bufs[first + i]->addr = t->pool.base + n->plan[i];
+  t->state_node = n;
+  return run_eager(t, n);
+}
+
+/* Past max_recordings: an error, or (on_limit = "eager") an eager run with a warning once. */
+static int run_past_limit(gt_tree *t, gt_node *n, int first) {
+  t->limit_hit++;
+  if (t->opts.on_limit_error)
+    return gt_fail(t->rt, "tree '%s' (%s): a new path needs a recording but max_recordings = %d are held; raise "
+                   "max_recordings, use buckets, or set on_limit = \"eager\"", t->name, t->where, t->opts.max_recordings);
+  if (t->limit_hit == 1) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "tree '%s' (%s) reached max_recordings = %d; new paths run eagerly (see tree:stats().skips)",
+             t->name, t->where, t->opts.max_recordings);
+    warn(t, msg);
+  }
+  return plan_segment(t, first, NULL, NULL) ? GT_ERR : run_eager(t, n);
+}
+
+static void count_eager(gt_tree *t, gt_node *n, const char *why) { n->eager++; t->eager++; gt_tree_note_skip(t, why); }
+
+/* Runs the chosen visit; returns what ran (GT_V_*: a failed graph build runs
+   eagerly) or GT_ERR.  Counters follow what ran. */
+static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
+  int ran = mode;
+  switch (mode) {
+  case GT_V_REPLAY:
+    if ((ran = replay(t, n, first)) == GT_ERR) return GT_ERR;
+    if (ran == GT_V_UPDATE) { n->updates++; t->updates++; }
+    else { n->replays++; t->replays++; n->replay_us_sum += gt_now_us() - t0; n->replay_n++; }
+    t->state_node = n;
+    return ran;
+  case GT_V_RECORD: case GT_V_UPDATE:
+    if ((ran = record(t, n, first, mode == GT_V_UPDATE)) == GT_ERR) return GT_ERR;
+    if (ran == GT_V_EAGER) count_eager(t, n, "graph build failed");
+    else if (ran == GT_V_UPDATE) { n->updates++; t->updates++; }
+    else { n->records++; t->records++; }
+    return ran;
+  case GT_V_PLANNED:
+    if (run_planned(t, n, first)) return GT_ERR;
+    count_eager(t, n, n->skip);
+    return ran;
+  case GT_V_LIMIT:
+    if (run_past_limit(t, n, first)) return GT_ERR;
+    count_eager(t, n, "max_recordings");
+    return GT_V_EAGER;
+  default:                            /* GT_V_WARMUP, GT_V_EAGER: memory planned for this run only */
+    if (plan_segment(t, first, NULL, NULL) || run_eager(t, n)) return GT_ERR;
+    if (mode == GT_V_WARMUP) { n->warmups++; t->warmups++; }
+    else count_eager(t, n, n->skip);
+    return ran;
+  }
+}
+
+/* The next segment begins after n, which ran as `ran`: children may record
+   when n's memory followed a plan. */
+static int advance(gt_tree *t, gt_node *parent, gt_node *n, int ran) {
+  n->visits++;
+  n->last_call = (uint64_t)t->calls;
+  parent->last_kid = n;
+  gt_cursor_start(t, n);
+  if (!GT_GROW(t->path, t->pathcap, t->npath + 1)) t->path[t->npath++] = n;
+  t->cur = n;
+  t->cur_planned = ran == GT_V_REPLAY || ran == GT_V_UPDATE || ran == GT_V_RECORD || ran == GT_V_PLANNED;
+  return next_segment(t);
+}
+
+static int next_segment(gt_tree *t) {
   t->depth++;
   if (GT_GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(t->rt, "out of host memory");
   t->segstart[t->depth] = t->nbufs;
@@ -591,6 +684,8 @@ static int flush_eager_call(gt_tree *t, int first) {
   return GT_OK;
 }
 
+/* Ends the segment being queued: its node from the cursor (the replay path)
+   or by key, the visit chosen, run, and the cursor advanced. */
 int gt_tree_flush(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return GT_OK;
@@ -602,65 +697,15 @@ int gt_tree_flush(gt_runtime *rt) {
   gt_node *n = gt_cursor_hit(t, first), *upd = NULL;
   gt_segkey key = { n ? n->key : 0, 0 };
   if (!n) n = find_kid(parent, key.full = gt_segment_key(t, 0), 0);   /* off the cursor: by key */
+  int parent_ok = !t->cur || t->cur_planned;
   if (!n) key.nostatic = gt_segment_key(t, 1);    /* the topology: needed only off the replay path */
-  int parent_ok = !t->cur || t->cur_mode == GT_V_RECORD || t->cur_mode == GT_V_REPLAY || t->cur_mode == GT_V_UPDATE;
-  int mode;
-  const char *skip = NULL;
-  int plan_eager = 0;                 /* a skipped node with planned memory: children may still record */
-  if (n && n->graph && parent_ok) mode = GT_V_REPLAY;
-  else if (n && n->skip) { mode = GT_V_EAGER; skip = n->skip; plan_eager = parent_ok; }
-  else if (!n && parent_ok && (upd = find_kid(parent, key.nostatic, 1)) && upd->graph) mode = GT_V_UPDATE;
-  else if (!parent_ok || (n && n->warmups < t->opts.warmup) || (!n && t->opts.warmup > 0)) mode = GT_V_WARMUP;
-  else if (t->recorded >= t->opts.max_recordings) {
-    t->limit_hit++;
-    if (t->opts.on_limit_error)
-      return gt_fail(rt, "tree '%s' (%s): a new path needs a recording but max_recordings = %d are held; raise "
-                     "max_recordings, use buckets, or set on_limit = \"eager\"", t->name, t->where, t->opts.max_recordings);
-    if (t->limit_hit == 1) {
-      char msg[512];
-      snprintf(msg, sizeof msg, "tree '%s' (%s) reached max_recordings = %d; new paths run eagerly (see tree:stats().skips)",
-               t->name, t->where, t->opts.max_recordings);
-      warn(t, msg);
-    }
-    mode = GT_V_EAGER;
-    skip = "max_recordings";
-  } else mode = GT_V_RECORD;
+  if (!n && parent_ok) upd = find_kid(parent, key.nostatic, 1);
+  int mode = choose_mode(n, upd, parent_ok, n || !ungraphable(&t->q), &t->opts, t->recorded);
   int created = !n && mode != GT_V_UPDATE;
-  if (created && !(n = new_node(t, parent, key))) return GT_ERR;
-  if (mode == GT_V_RECORD && n->skip) { mode = GT_V_EAGER; skip = n->skip; plan_eager = 1; }
-  if (mode == GT_V_UPDATE) {
-    n = upd;
-    n->key = key.full;
-  }
-  int st;
-  switch (mode) {
-  case GT_V_REPLAY:
-    st = replay(t, n, first);
-    if (st == GT_V_UPDATE) { n->updates++; t->updates++; }
-    else if (st == GT_V_REPLAY) { n->replays++; t->replays++; n->replay_us_sum += gt_now_us() - t0; n->replay_n++; }
-    if (st != GT_ERR) st = GT_OK;
-    t->state_node = n;
-    break;
-  case GT_V_RECORD: case GT_V_UPDATE:
-    st = record(t, n, first, mode == GT_V_UPDATE);
-    if (st == 1) { mode = GT_V_EAGER; n->eager++; t->eager++; gt_tree_note_skip(t, "graph build failed"); st = GT_OK; }
-    else if (st == GT_OK && mode == GT_V_UPDATE) { n->updates++; t->updates++; }
-    else if (st == GT_OK) { n->records++; t->records++; }
-    break;
-  default:
-    if (plan_eager && n->plan) {       /* bind to the plan, as a replay would, but launch one by one */
-      for (int i = 0; i < n->nnew; i++) t->bufs[first + i]->addr = t->pool.base + n->plan[i];
-      st = run_eager(t, n);
-      t->state_node = n;
-    } else if (plan_eager) {
-      st = plan_new(t, n, first);
-      if (st == GT_OK) st = run_eager(t, n);
-    } else st = run_unplanned(t, n, first);
-    if (st == GT_OK && mode == GT_V_WARMUP) { n->warmups++; t->warmups++; }
-    if (st == GT_OK && mode == GT_V_EAGER) { n->eager++; t->eager++; gt_tree_note_skip(t, skip); }
-    break;
-  }
-  if (st != GT_OK) {
+  if (mode == GT_V_UPDATE) (n = upd)->key = key.full;
+  else if (created && !(n = new_node(t, parent, key))) return GT_ERR;
+  int ran = visit(t, n, mode, first, t0);
+  if (ran == GT_ERR) {
     if (created) {                    /* no half node: a failed first visit leaves nothing */
       parent->nkids--;
       t->nnodes--;
@@ -668,20 +713,7 @@ int gt_tree_flush(gt_runtime *rt) {
     }
     return GT_ERR;
   }
-  n->visits++;
-  n->last_call = (uint64_t)t->calls;
-  parent->last_kid = n;
-  gt_cursor_start(t, n);
-  if (!GT_GROW(t->path, t->pathcap, t->npath + 1)) t->path[t->npath++] = n;
-  t->cur = n;
-  t->cur_mode = plan_eager ? GT_V_REPLAY : mode;   /* planned memory: children may record */
-  t->depth++;
-  if (GT_GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(rt, "out of host memory");
-  t->segstart[t->depth] = t->nbufs;
-  t->nrels = 0;
-  gt_queue_clear(&t->q);
-  gt_buf_settle(t->rt);
-  return GT_OK;
+  return advance(t, parent, n, ran);
 }
 
 /* The call's line in the history ring: what its visits were, what it cost. */
