@@ -200,6 +200,16 @@ struct gt_tree {
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
 };
 
+/* Backend nodes for t's queue as n's graph: n->argvals receives the argument
+   values the graph holds; *ptrs (argument pointers) and *deps live while the
+   nodes are used, the caller frees all three.  GT_ERR when out of host memory. */
+int gt_deps_nodes(gt_tree *t, gt_node *n, gt_gnode **nodes, int **deps, void ***ptrs);
+
+/* -- A call's buffers (stage.c) and a segment's memory (plan.c) ----------- */
+void gt_slab_give(gt_tree *t);      /* the tree's slab chunks go to the runtime (Lua handles may point into them) */
+int gt_plan_run(gt_tree *t, int first);               /* the segment's new buffers placed for one eager run */
+int gt_plan_node(gt_tree *t, gt_node *n, int first);  /* placed for n's recording: the plan and checkpoint saved on n */
+
 /* -- Keys and the cursor (key.c) ----------------------------------------- */
 int gt_role_of(const gt_tree *t, const gt_buf *b);  /* GT_ROLE_* of a tensor argument in the segment being queued */
 uint64_t gt_segment_key(gt_tree *t, int topology);  /* topology: without grids, static tensors by order */

@@ -1,4 +1,4 @@
-/* deps.c - graph edges of a segment from the read/write sets of its launches (and lifting for conditional bodies). */
+/* deps.c - a segment as graph nodes: their argument values, and edges from the launches' read/write sets. */
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
@@ -78,6 +78,30 @@ int gt_deps_build(const gt_queue *q, const uint64_t *vals, gt_gnode *g, int **de
   if (conds && lift(q, g, &deps)) { free(deps); return GT_ERR; }
   *depmem = deps;
   return GT_OK;
+}
+
+/* -- The nodes of a graph ---------------------------------------------------- */
+
+int gt_deps_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, void ***ptrmem) {
+  gt_queue *q = &t->q;
+  free(n->argvals);
+  n->argvals = malloc((q->nargs ? q->nargs : 1) * sizeof *n->argvals);
+  n->nargvals = q->nargs;
+  void **ptrs = malloc((q->nargs ? q->nargs : 1) * sizeof *ptrs);
+  gt_gnode *g = calloc(q->n ? q->n : 1, sizeof *g);
+  if (!n->argvals || !ptrs || !g) goto oom;
+  for (int i = 0; i < q->n; i++) {
+    uint64_t *vals = n->argvals + q->l[i].arg0;
+    gt_queue_resolve(q, i, vals);
+    gt_queue_gnode(q, i, vals, ptrs + q->l[i].arg0, &g[i]);
+  }
+  if (gt_deps_build(q, n->argvals, g, depmem)) goto oom;
+  *out = g;
+  *ptrmem = ptrs;
+  return GT_OK;
+oom:
+  free(ptrs); free(g);
+  return gt_fail(t->rt, "out of host memory");
 }
 
 /* -- Lifting for conditional bodies --------------------------------------- */

@@ -4,13 +4,6 @@
 #include <string.h>
 #include "core.h"
 
-static char *dupstr(const char *s) {
-  size_t n = strlen(s ? s : "") + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s ? s : "", n);
-  return d;
-}
-
 /* -- Creating and freeing ------------------------------------------------- */
 
 gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
@@ -18,8 +11,8 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   if (!t) { gt_fail(rt, "out of host memory"); return NULL; }
   t->rt = rt;
   t->opts = *opts;
-  t->name = dupstr(opts->name && *opts->name ? opts->name : "tree");
-  t->where = dupstr(opts->where);
+  t->name = gt_strdup(opts->name && *opts->name ? opts->name : "tree");
+  t->where = gt_strdup(opts->where);
   t->opts.name = t->name;
   t->opts.where = t->where;
   t->refs = 1;
@@ -52,20 +45,6 @@ static void drop_below(gt_tree *t, gt_node *n) {
 /* The call's buffers live in the slab: the next call reuses them. */
 static void release_call_bufs(gt_tree *t) { t->nbufs = 0; }
 
-/* The slab's structs may still be pointed at by Lua handles (tensors that
-   outlived their tree): they go to the runtime for the next tree, marked so
-   that every old view reads stale, never back to malloc. */
-static void give_slab(gt_tree *t) {
-  gt_runtime *rt = t->rt;
-  for (int i = 0; i < t->nslab; i++) {
-    gt_buf *chunk = t->slab[i];
-    for (int j = 0; j < GT_SLAB; j++) chunk[j] = (gt_buf){ .gen_now = &gt_released_gen, .relseg = -1 };
-    if (GT_GROW(rt->spare, rt->sparecap, rt->nspare + 1)) continue;   /* out of host memory: leak the chunk, never free it */
-    rt->spare[rt->nspare++] = chunk;
-  }
-  free(t->slab);
-}
-
 static void free_node(gt_tree *t, gt_node *n) {
   drop_graph(t, n);
   gt_explain_free(n);
@@ -92,7 +71,7 @@ void gt_tree_free(gt_tree *t) {
   free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned);
   free(t->rels);
   gt_queue_free(&t->q);
-  give_slab(t);
+  gt_slab_give(t);
   gt_pool_destroy(&t->pool);
   gt_tree_unref(t);
 }
@@ -103,7 +82,7 @@ gt_tree *gt_tree_active(gt_runtime *rt) { return rt->active; }
 
 static void warn(gt_tree *t, const char *msg) {
   free(t->warn);
-  t->warn = dupstr(msg);
+  t->warn = gt_strdup(msg);
   t->nwarn++;
 }
 
@@ -117,7 +96,7 @@ void gt_tree_note_skip(gt_tree *t, const char *reason) {
   for (int i = 0; i < t->nskip; i++)
     if (!strcmp(t->skip[i].reason, reason)) { t->skip[i].count++; return; }
   if (GT_GROW(t->skip, t->skipcap, t->nskip + 1)) return;
-  t->skip[t->nskip++] = (gt_skip){ dupstr(reason), 1 };
+  t->skip[t->nskip++] = (gt_skip){ gt_strdup(reason), 1 };
 }
 
 /* -- Calls --------------------------------------------------------------- */
@@ -150,251 +129,16 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   return GT_OK;
 }
 
-static int grow_slab(gt_tree *t) {
-  gt_runtime *rt = t->rt;
-  if (GT_GROW(t->slab, t->slabcap, t->nslab + 1)) return gt_fail(rt, "out of host memory");
-  gt_buf *chunk = rt->nspare ? rt->spare[--rt->nspare] : malloc(GT_SLAB * sizeof *chunk);
-  if (!chunk) return gt_fail(rt, "out of host memory");
-  t->slab[t->nslab++] = chunk;
-  return GT_OK;
-}
-
-gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
-  gt_tree *t = rt->active;
-  if (!t) { gt_fail(rt, "gt_tree_buf_new outside a tree call"); return NULL; }
-  int i = t->nbufs;
-  if (GT_GROW(t->bufs, t->bufcap, i + 1)) { gt_fail(rt, "out of host memory"); return NULL; }
-  if (i / GT_SLAB >= t->nslab && grow_slab(t)) return NULL;
-  gt_buf *b = &t->slab[i / GT_SLAB][i % GT_SLAB];
-  memset(b, 0, sizeof *b);
-  b->bytes = bytes;
-  b->tree = t;
-  b->gen = t->gen;
-  b->gen_now = &t->gen;
-  b->flags = GT_BUF_TREE | GT_BUF_SLAB;
-  b->seg = t->depth;
-  b->idx = i - t->segstart[t->depth];
-  b->ci = i;
-  b->relseg = -1;
-  b->qpos = (uint32_t)t->q.n;
-  t->bufs[t->nbufs++] = b;
-  return b;
-}
-
-gt_buf *gt_tree_buf_ptr(gt_tree *t, int i) {
-  return i >= 0 && i / GT_SLAB < t->nslab ? &t->slab[i / GT_SLAB][i % GT_SLAB] : NULL;
-}
-
 uint32_t gt_tree_gen(gt_tree *t) { return t->gen; }
 uint32_t gt_tree_prev_gen(gt_tree *t) { return t->prev_gen; }
 
 uint32_t gt_tree_failed_gen(gt_tree *t) { return t->failed_gen; }
-
-void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b) {
-  gt_tree *t = rt->active;
-  if (!t || !(b->flags & GT_BUF_STAGING)) return;
-  for (int i = 0; i < t->nstage; i++)
-    if (t->stage[i] && b->addr >= t->stage[i]->addr && b->addr < t->stage[i]->addr + t->stage[i]->bytes) t->pinned[i] = 1;
-}
-
-/* The k-th staging slot of this call: the k-th one that no input of the call
-   lives in (a previous call's staged tensor fed back), so staging one input
-   never overwrites another, in any order.  Without feedback the slots, and
-   so the addresses the graphs hold, stay the same from call to call. */
-static int stage_slot(gt_tree *t, int k) {
-  for (int i = 0;; i++) {
-    if (i >= t->nstage) {
-      if (GT_GROW(t->stage, t->stagecap, i + 1) || GT_GROW(t->pinned, t->pinnedcap, i + 1)) return gt_fail(t->rt, "out of host memory");
-      t->stage[i] = NULL;
-      t->pinned[i] = 0;
-      t->nstage = i + 1;
-    }
-    if (!t->pinned[i] && k-- == 0) return i;
-  }
-}
-
-/* Copies an input into the call's k-th staging slot (ordinary memory the
-   tree owns): outer chunks of chunk bytes, each padded with zeros to padded bytes. */
-int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {
-  gt_tree *t = rt->active;
-  if (!t) return gt_fail(rt, "staging outside a tree call");
-  if (padded < chunk) padded = chunk;
-  uint64_t need = outer * padded;
-  int slot = stage_slot(t, k);
-  if (slot < 0) return GT_ERR;
-  t->pinned[slot] = 1;
-  gt_buf *m = t->stage[slot];
-  if (!m || m->bytes < need) {       /* no live tensor points into an unpinned slot */
-    if (m) gt_buf_unref(m);
-    rt->active = NULL;               /* ordinary memory, not the call's */
-    m = t->stage[slot] = gt_buf_new(rt, need);
-    rt->active = t;
-    if (!m) return GT_ERR;
-  }
-  gt_backend *be = &rt->be;
-  if (padded > chunk && be->memset8(be, m->addr, 0, need) != GT_BOK) return gt_fail_be(rt, NULL);
-  for (uint64_t i = 0; i < outer; i++)
-    if (chunk && be->dtod(be, m->addr + i * padded, src->addr + off + i * chunk, chunk) != GT_BOK) return gt_fail_be(rt, NULL);
-  gt_buf *b = calloc(1, sizeof *b);
-  if (!b) return gt_fail(rt, "out of host memory");
-  b->addr = m->addr;
-  b->bytes = need;
-  b->refs = 1;
-  b->tree = t;
-  t->refs++;
-  b->gen = t->gen;
-  b->gen_now = &t->gen;
-  b->flags = GT_BUF_STAGING;
-  b->relseg = -1;
-  *out = b;
-  return GT_OK;
-}
-
-/* -- Memory of a segment ------------------------------------------------- */
-
-/* The pool holds what is live at this point of the call: a replayed node's
-   checkpoint is only bound when someone needs it. */
-static int materialize(gt_tree *t) {
-  gt_node *n = t->state_node;
-  if (!n) return GT_OK;
-  gt_pool_clear(&t->pool);
-  for (int i = 0; i < n->nckpt; i++) {
-    gt_ckpt *c = &n->ckpt[i];
-    int k = t->segstart[c->seg] + c->idx;
-    if (GT_GROW(t->pool.blk, t->pool.cap, t->pool.n + 1)) return gt_fail(t->rt, "out of host memory");
-    t->pool.blk[t->pool.n++] = (gt_block){ c->off, c->size, t->bufs[k] };
-  }
-  t->state_node = NULL;
-  return GT_OK;
-}
-
-/* Peak bytes over the segment's launches of intervals [first, end). */
-static uint64_t peak_bytes(const gt_interval *iv, int n, int nl) {
-  int64_t *d = calloc(nl + 2, sizeof *d);
-  if (!d) return 0;
-  for (int i = 0; i < n; i++) {
-    uint32_t e = iv[i].end == UINT32_MAX || iv[i].end > (uint32_t)nl ? (uint32_t)nl + 1 : iv[i].end;
-    if (e <= iv[i].first) e = iv[i].first + 1;            /* a tensor occupies memory while it is made */
-    int64_t sz = (int64_t)((iv[i].size + GT_ALIGN - 1) / GT_ALIGN * GT_ALIGN);
-    d[iv[i].first] += sz;
-    d[e] -= sz;
-  }
-  int64_t cur = 0, peak = 0;
-  for (int k = 0; k <= nl; k++) { cur += d[k]; if (cur > peak) peak = cur; }
-  free(d);
-  return (uint64_t)peak;
-}
-
-typedef struct { uint64_t bytes, end, reusable; } plan_info;
-
-/* Places the segment's new buffers over their intervals (creation to release,
-   or the end of the call), from the state at the parent's end, the parent's
-   buffers released here freed at their release; sets their addresses (and
-   offsets into plan, when given).  The same plan serves warmups, eager runs
-   and recordings: launches run in queue order, so reuse after a release is
-   safe in each.  info->reusable: what freeing every new buffer after its
-   last use would save at the peak. */
-static int plan_segment(gt_tree *t, int first, uint64_t *plan, plan_info *info) {
-  int nn = t->nbufs - first, nold = 0;
-  gt_queue *q = &t->q;
-  if (materialize(t)) return GT_ERR;
-  gt_interval *iv = calloc(2 * nn + t->nrels + 1, sizeof *iv), *ideal = iv + nn, *old = ideal + nn;
-  if (!iv) return gt_fail(t->rt, "out of host memory");
-  for (int i = 0; i < nn; i++) {
-    gt_buf *b = t->bufs[first + i];
-    iv[i] = (gt_interval){ b->bytes, b->qpos, b->relseg == t->depth ? b->rel : UINT32_MAX, b, 0 };
-    ideal[i] = (gt_interval){ b->bytes, b->qpos, b->qpos, b, 0 };
-  }
-  for (int i = 0; i < t->nrels; i++) {
-    gt_buf *b = t->rels[i];
-    if (b->seg != t->depth) old[nold++] = (gt_interval){ b->bytes, 0, b->rel, b, b->addr - t->pool.base };
-  }
-  for (int i = 0; info && i < q->n; i++) {
-    const gt_arg *a = q->args + q->l[i].arg0;
-    for (int j = 0; j < q->l[i].nargs; j++) {
-      gt_buf *b = a[j].buf;
-      if (b && gt_role_of(t, b) == GT_ROLE_INTERNAL && ideal[b->idx].end < (uint32_t)i + 1) ideal[b->idx].end = (uint32_t)i + 1;
-    }
-  }
-  if (info) {
-    uint64_t actual = peak_bytes(iv, nn, q->n), best = peak_bytes(ideal, nn, q->n);
-    info->reusable = actual > best ? actual - best : 0;
-  }
-  if (gt_pool_plan(&t->pool, iv, nn, old, nold, t->rt->err) != GT_OK) {
-    char why[GT_ERRLEN];
-    snprintf(why, sizeof why, "%s", t->rt->err);
-    free(iv);
-    return gt_fail(t->rt, "tree '%s': out of memory: %s", t->name, why);
-  }
-  uint64_t end = 0, bytes = 0;
-  for (int i = 0; i < nn; i++) {
-    if (plan) plan[i] = iv[i].off;
-    iv[i].buf->addr = t->pool.base + iv[i].off;
-    bytes += (iv[i].size + GT_ALIGN - 1) / GT_ALIGN * GT_ALIGN;
-    if (iv[i].off + iv[i].size > end) end = iv[i].off + iv[i].size;
-  }
-  free(iv);
-  if (info) { info->bytes = bytes; info->end = end; }
-  return GT_OK;
-}
-
-/* Recording: plan the segment, then save the plan and the checkpoint on n. */
-static int plan_new(gt_tree *t, gt_node *n, int first) {
-  int nn = t->nbufs - first;
-  plan_info info;
-  uint64_t *plan = malloc((nn ? nn : 1) * sizeof *plan);
-  if (!plan) return gt_fail(t->rt, "out of host memory");
-  if (plan_segment(t, first, plan, &info)) { free(plan); return GT_ERR; }
-  gt_ckpt *ck = malloc((t->pool.n ? t->pool.n : 1) * sizeof *ck);
-  if (!ck) { free(plan); return gt_fail(t->rt, "out of host memory"); }
-  uint64_t ckb = 0, end = info.end;
-  for (int i = 0; i < t->pool.n; i++) {
-    gt_block *k = &t->pool.blk[i];
-    ck[i] = (gt_ckpt){ k->buf->seg, k->buf->idx, k->off, k->size };
-    ckb += k->size;
-    if (k->off + k->size > end) end = k->off + k->size;
-  }
-  free(n->plan); free(n->ckpt);
-  n->plan = plan;
-  n->nnew = nn;
-  n->ckpt = ck;
-  n->nckpt = t->pool.n;
-  n->planned_bytes = info.bytes;
-  n->checkpoint_bytes = ckb;
-  n->plan_end = end;
-  n->reusable_bytes = info.reusable;
-  return GT_OK;
-}
 
 /* -- Graphs -------------------------------------------------------------- */
 
 static int scratch(gt_tree *t, int n) {
   if (GT_GROW(t->scratch, t->scratchcap, n) || GT_GROW(t->pscratch, t->pscratchcap, n)) return gt_fail(t->rt, "out of host memory");
   return GT_OK;
-}
-
-/* Backend nodes for the queue, their edges from deps.c; n->argvals
-   receives the argument values the graph holds. */
-static int build_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, void ***ptrmem) {
-  gt_queue *q = &t->q;
-  free(n->argvals);
-  n->argvals = malloc((q->nargs ? q->nargs : 1) * sizeof *n->argvals);
-  n->nargvals = q->nargs;
-  void **ptrs = malloc((q->nargs ? q->nargs : 1) * sizeof *ptrs);
-  gt_gnode *g = calloc(q->n ? q->n : 1, sizeof *g);
-  if (!n->argvals || !ptrs || !g) goto oom;
-  for (int i = 0; i < q->n; i++) {
-    uint64_t *vals = n->argvals + q->l[i].arg0;
-    gt_queue_resolve(q, i, vals);
-    gt_queue_gnode(q, i, vals, ptrs + q->l[i].arg0, &g[i]);
-  }
-  if (gt_deps_build(q, n->argvals, g, depmem)) goto oom;
-  *out = g;
-  *ptrmem = ptrs;
-  return GT_OK;
-oom:
-  free(ptrs); free(g);
-  return gt_fail(t->rt, "out of host memory");
 }
 
 int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
@@ -440,7 +184,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
     oldplan = malloc((n->nnew ? n->nnew : 1) * sizeof *oldplan);
     if (oldplan) memcpy(oldplan, n->plan, n->nnew * sizeof *oldplan);
   }
-  if (plan_new(t, n, first)) { free(oldplan); return GT_ERR; }
+  if (gt_plan_node(t, n, first)) { free(oldplan); return GT_ERR; }
   if (update && (!oldplan || oldend != n->plan_end || oldnck != n->nckpt ||
                  memcmp(oldplan, n->plan, n->nnew * sizeof *oldplan)))
     drop_below(t, n);
@@ -448,7 +192,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
   gt_gnode *g = NULL;
   int *deps = NULL;
   void **ptrs = NULL;
-  if (build_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
+  if (gt_deps_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
   double t1 = gt_now_us();
   int st = GT_BOK;
   if (update && n->graph) {
@@ -465,7 +209,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
     char why[GT_ERRLEN + 32];
     snprintf(why, sizeof why, "graph build failed: %s", be->err);
     free(n->skip);
-    n->skip = dupstr(why);
+    n->skip = gt_strdup(why);
     n->graph = NULL;
     return run_eager(t, n) ? GT_ERR : GT_V_EAGER;
   }
@@ -506,7 +250,7 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     gt_gnode *g = NULL;
     int *deps = NULL;
     void **ptrs = NULL;
-    if (build_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
+    if (gt_deps_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
     int st = be->graph_update(be, n->graph, g, q->n);
     if (st == GT_BREFUSED) {
       be->graph_destroy(be, n->graph);
@@ -524,25 +268,6 @@ static gt_node *find_kid(gt_node *p, uint64_t key, int nostatic) {
   for (int i = 0; i < p->nkids; i++)
     if ((nostatic ? p->kids[i]->key_nostatic : p->kids[i]->key) == key) return p->kids[i];
   return NULL;
-}
-
-static char *make_label(const gt_queue *q) {
-  char buf[96] = "", item[64];
-  size_t len = 0;
-  for (int i = 0; i < q->n;) {
-    static const char *const other[] = { "?", "copy", "fill", "?", "if", "else", "while", "end" };
-    const char *nm = q->l[i].k ? q->l[i].k->name : other[q->l[i].kind & 7];
-    int j = i + 1;
-    while (j < q->n && q->l[j].kind == q->l[i].kind && (!q->l[j].k || !strcmp(q->l[j].k->name, nm))) j++;
-    if (j - i > 1) snprintf(item, sizeof item, "%s%s x%d", i ? " " : "", nm, j - i);
-    else snprintf(item, sizeof item, "%s%s", i ? " " : "", nm);
-    if (len + strlen(item) > 56) { strcat(buf, " ..."); break; }
-    strcat(buf, item);
-    len += strlen(item);
-    i = j;
-  }
-  if (!q->n) strcpy(buf, "(memory only)");
-  return dupstr(buf);
 }
 
 /* The first kernel of the queue that cannot be graphed, or NULL. */
@@ -564,12 +289,11 @@ static gt_node *new_node(gt_tree *t, gt_node *parent, gt_segkey key) {
   n->key = key.full;
   n->key_nostatic = key.nostatic;
   n->nlaunch = t->q.n;
-  n->label = make_label(&t->q);
   const gt_kernel *k = ungraphable(&t->q);
   if (k) {
     char why[160];
     snprintf(why, sizeof why, "kernel '%s' is not graphable", k->name);
-    n->skip = dupstr(why);
+    n->skip = gt_strdup(why);
   }
   gt_explain_node(t, n);              /* before it joins its siblings */
   parent->kids[parent->nkids++] = n;
@@ -581,7 +305,7 @@ static int next_segment(gt_tree *t);
 
 /* A call beyond the last bucket: segments run eagerly, with no node. */
 static int flush_eager_call(gt_tree *t, int first) {
-  if (plan_segment(t, first, NULL, NULL) || run_eager(t, NULL)) return GT_ERR;
+  if (gt_plan_run(t, first) || run_eager(t, NULL)) return GT_ERR;
   t->eager++;
   t->cur_planned = 0;
   return next_segment(t);
@@ -605,7 +329,7 @@ static int choose_mode(const gt_node *n, const gt_node *upd, int parent_ok, int 
 /* A skipped node on planned memory: bound to its plan as a replay would be
    (or planned now), launched one by one; its children may still record. */
 static int run_planned(gt_tree *t, gt_node *n, int first) {
-  if (!n->plan) return plan_new(t, n, first) ? GT_ERR : run_eager(t, n);
+  if (!n->plan) return gt_plan_node(t, n, first) ? GT_ERR : run_eager(t, n);
   for (int i = 0; i < n->nnew; i++) t->bufs[first + i]->addr = t->pool.base + n->plan[i];
   t->state_node = n;
   return run_eager(t, n);
@@ -623,7 +347,7 @@ static int run_past_limit(gt_tree *t, gt_node *n, int first) {
              t->name, t->where, t->opts.max_recordings);
     warn(t, msg);
   }
-  return plan_segment(t, first, NULL, NULL) ? GT_ERR : run_eager(t, n);
+  return gt_plan_run(t, first) ? GT_ERR : run_eager(t, n);
 }
 
 static void count_eager(gt_tree *t, gt_node *n, const char *why) { n->eager++; t->eager++; gt_tree_note_skip(t, why); }
@@ -654,7 +378,7 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
     count_eager(t, n, "max_recordings");
     return GT_V_EAGER;
   default:                            /* GT_V_WARMUP, GT_V_EAGER: memory planned for this run only */
-    if (plan_segment(t, first, NULL, NULL) || run_eager(t, n)) return GT_ERR;
+    if (gt_plan_run(t, first) || run_eager(t, n)) return GT_ERR;
     if (mode == GT_V_WARMUP) { n->warmups++; t->warmups++; }
     else count_eager(t, n, n->skip);
     return ran;
@@ -783,39 +507,4 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
   t->gen = gt_gen_next();                         /* the last call's outputs may lie in trimmed memory */
   gt_pool_shrink(&t->pool, end);
   return dropped;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Launches the graphs of the tree's last call back to back, no tree logic:
-   the floor that tree replay is measured against.  Medians in µs. */
-int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, double *cpu_us, double *step_us) {
-  gt_backend *be = &rt->be;
-  if (!t->nlastpath || iters < 1) return gt_fail(rt, "tree '%s': call it at least once before measuring the floor", t->name);
-  for (int i = 0; i < t->nlastpath; i++)
-    if (!t->lastpath[i]->graph) return gt_fail(rt, "tree '%s': the last call did not replay every segment", t->name);
-  double *c = malloc(iters * sizeof *c), *s = malloc(iters * sizeof *s);
-  if (!c || !s) { free(c); free(s); return gt_fail(rt, "out of host memory"); }
-  if (be->sync(be)) { free(c); free(s); return gt_fail_be(rt, NULL); }
-  double start = gt_now_us();
-  int st = GT_BOK;
-  for (int k = 0; k < iters && st == GT_BOK; k++) {
-    double t0 = gt_now_us();
-    for (int i = 0; i < t->nlastpath && st == GT_BOK; i++) st = be->graph_launch(be, t->lastpath[i]->graph);
-    double t1 = gt_now_us();
-    if (sync_each && st == GT_BOK) st = be->sync(be);
-    c[k] = t1 - t0;
-    s[k] = gt_now_us() - t0;
-  }
-  if (st == GT_BOK) st = be->sync(be);
-  double total = gt_now_us() - start;
-  qsort(c, iters, sizeof *c, cmp_double);
-  qsort(s, iters, sizeof *s, cmp_double);
-  *cpu_us = c[iters / 2];
-  *step_us = sync_each ? s[iters / 2] : total / iters;
-  free(c); free(s);
-  return st == GT_BOK ? GT_OK : gt_fail_be(rt, NULL);
 }

@@ -130,6 +130,13 @@ int gt_cache_subdir(const char *name, char *out, size_t len) {
   return make_private_dir(out);
 }
 
+char *gt_strdup(const char *s) {
+  size_t n = strlen(s ? s : "") + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s ? s : "", n);
+  return d;
+}
+
 /* -- Arrays ---------------------------------------------------------------- */
 
 int gt_grow(void **p, int *cap, int need, size_t elem) {

@@ -28,4 +28,6 @@ int gt_cache_file_ok(int fd);
 int gt_grow(void **p, int *cap, int need, size_t elem);
 #define GT_GROW(p, cap, need) ((need) <= (cap) ? 0 : gt_grow((void **)&(p), &(cap), (need), sizeof *(p)))
 
+char *gt_strdup(const char *s);   /* a malloc'd copy (NULL: ""); NULL when out of host memory */
+
 #endif
