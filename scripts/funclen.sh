@@ -16,4 +16,4 @@ awk -v max="$max" '
   !in_fn && pend != "" && /;/ { pend = "" }
   in_fn && /^}/ { n = FNR - start + 1; in_fn = 0
     if (n > max) { sub(/[(].*/, "", name); sub(/.*[ *]/, "", name); printf "%s:%d: %s is %d lines (max %d)\n", FILENAME, start, name, n, max; bad = 1 } }
-  END { exit bad }' "$@" && echo "no function in $* is over $max lines"
+  END { exit bad }' "$@" && echo "no function over $max lines ($# files)"

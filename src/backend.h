@@ -84,10 +84,10 @@ struct gt_backend {
      and fns[i] is the function for sigs[i].  opts: extra compiler options
      separated by spaces (may be NULL).  Results are cached on disk under
      gt_cache_dir() when it is usable, each entry checked (a hash of its
-     bytes) before it is loaded.  On failure b->err holds the compiler's log. */
+     bytes) before it is loaded.  On failure b->err holds the compiler's log.
+     Modules live as long as the process (graphs keep their functions). */
   int (*compile)(gt_backend *b, const char *src, const char *opts,
                  const gt_ksig *sigs, int nsigs, gt_bmodule **mod, gt_bfunc **fns);
-  void (*module_free)(gt_backend *b, gt_bmodule *mod);
 
   /* Eager launch; args as in gt_gnode. */
   int (*launch)(gt_backend *b, gt_bfunc *fn, const unsigned grid[3], const unsigned block[3],

@@ -1314,7 +1314,7 @@ int gt_backend_cuda_open(gt_backend *b) {
   b->device_info = cuda_device_info, b->shutdown = cuda_shutdown;
   b->reserve = cuda_reserve, b->commit = cuda_commit, b->decommit = cuda_decommit, b->release = cuda_release;
   b->htod = cuda_htod, b->dtoh = cuda_dtoh, b->dtod = cuda_dtod, b->memset8 = cuda_memset8;
-  b->compile = cuda_compile, b->module_free = cuda_module_free, b->launch = cuda_launch;
+  b->compile = cuda_compile, b->launch = cuda_launch;
   b->graph_create = cuda_graph_create, b->graph_launch = cuda_graph_launch;
   b->graph_set_kernel = cuda_graph_set_kernel, b->graph_update = cuda_graph_update;
   b->graph_destroy = cuda_graph_destroy;

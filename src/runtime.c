@@ -143,8 +143,9 @@ int gt_profile(gt_runtime *rt, int on) {
 }
 
 uint64_t gt_mem_in_use(gt_runtime *rt) { return rt->mem_live; }
-double gt_clock_us(void) { return gt_now_us(); }
+double gt_clock_us(void) { return gt_now_us(); }   /* the monotonic clock, for Lua */
 
+/* NVRTC runs and CUBIN cache hits so far; GT_ERR on a backend that keeps none (cpu). */
 int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits) {
   *compiles = *cache_hits = 0;
   if (strcmp(rt->be.name, "cuda")) return gt_fail(rt, "compile counts are kept by the cuda backend only");

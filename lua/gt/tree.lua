@@ -81,7 +81,6 @@ return function(gt)
     o.warmup = opts.warmup or 1
     o.max_recordings = opts.max_recordings or 64
     o.on_limit_error = on_limit == "error" and 1 or 0
-    o.copy_inputs = opts.copy_inputs and 1 or 0
     if o.warmup < 0 or o.max_recordings < 0 then error("gt.tree: warmup and max_recordings must be >= 0", 2) end
     local t = C.gt_tree_new(rt, o)
     if t == nil then error(gt._errmsg(), 2) end
