@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "gt.h"
+#include "util.h"
 
 #define GT_ERRLEN 4096
 
@@ -83,10 +84,10 @@ struct gt_backend {
      and fns[i] is the function for sigs[i].  opts: extra compiler options
      separated by spaces (may be NULL).  Results are cached on disk under
      gt_cache_dir() when it is usable, each entry checked (a hash of its
-     bytes) before it is loaded.  On failure b->err holds the compiler's log. */
+     bytes) before it is loaded.  On failure b->err holds the compiler's log.
+     Modules live as long as the process (graphs keep their functions). */
   int (*compile)(gt_backend *b, const char *src, const char *opts,
                  const gt_ksig *sigs, int nsigs, gt_bmodule **mod, gt_bfunc **fns);
-  void (*module_free)(gt_backend *b, gt_bmodule *mod);
 
   /* Eager launch; args as in gt_gnode. */
   int (*launch)(gt_backend *b, gt_bfunc *fn, const unsigned grid[3], const unsigned block[3],
@@ -124,21 +125,5 @@ int gt_backend_cuda_open(gt_backend *b);
 /* NVRTC compiles and CUBIN cache hits so far (0/0 unless b is an open cuda backend). */
 void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits);
 
-/* Shared helpers the backends use (runtime.c). */
-uint64_t gt_hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 + mix (keys, cache entry checks) */
-/* The kernel cache: $GTLUA_CACHE, else $XDG_CACHE_HOME/gtlua, else
-   ~/.cache/gtlua, else /tmp/gtlua-<uid>; created with mode 0700.  NULL when it
-   is refused (not ours, or writable by group or others: it could hold code
-   someone else put there); the reason is queued once for gt_take_warning and
-   kernels are then compiled without caching. */
-const char *gt_cache_dir(void);
-/* gt_cache_dir()/name in out, created 0700 and checked the same way; 0 when
-   usable, -1 when there is no usable cache (a warning queued). */
-int gt_cache_subdir(const char *name, char *out, size_t len);
-/* 0 when the open file fd is a regular file of ours that group and others
-   cannot write: a cache entry older than the directory's checks (planted
-   while the directory was open to others) is a miss, not loaded. */
-int gt_cache_file_ok(int fd);
-double gt_now_us(void);           /* monotonic clock */
 
 #endif

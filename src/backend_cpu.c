@@ -1123,7 +1123,7 @@ int gt_backend_cpu_open(gt_backend *b) {
   b->device_info = cpu_device_info, b->shutdown = cpu_shutdown;
   b->reserve = cpu_reserve, b->commit = cpu_commit, b->decommit = cpu_decommit, b->release = cpu_release;
   b->htod = cpu_htod, b->dtoh = cpu_dtoh, b->dtod = cpu_dtod, b->memset8 = cpu_memset8;
-  b->compile = cpu_compile, b->module_free = cpu_module_free, b->launch = cpu_launch;
+  b->compile = cpu_compile, b->launch = cpu_launch;
   b->graph_create = cpu_graph_create, b->graph_launch = cpu_graph_launch;
   b->graph_set_kernel = cpu_graph_set_kernel, b->graph_update = cpu_graph_update;
   b->graph_destroy = cpu_graph_destroy;
@@ -1207,7 +1207,7 @@ static void test_fiber_kernels(gt_backend *b, char *mem) {
   for (int i = 0; i < 384; i++) xi[i] = i;
   GT_CHECK(b->launch(b, f[2], U3(3, 1), U3(128, 1), 128 * 4, (void *[]){&pxi, &pyi}) == GT_BOK);
   GT_CHECK(yi[0] == 127 && yi[127] == 0 && yi[128] == 255 && yi[383] == 256);
-  b->module_free(b, m);
+  cpu_module_free(b, m);
 }
 
 static void test_loop_kernels(gt_backend *b, char *mem) {
@@ -1242,7 +1242,7 @@ static void test_loop_kernels(gt_backend *b, char *mem) {
   gt_bgraph *g = NULL;
   for (int i = 0; i < 256; i++) x[i] = 1;
   GT_CHECK(b->graph_create(b, nodes, 3, &g) == GT_BOK);
-  if (!g) { b->module_free(b, m); return; }
+  if (!g) { cpu_module_free(b, m); return; }
   a = 100;   /* the graph holds copies of the values */
   GT_CHECK(b->graph_launch(b, g) == GT_BOK && x[0] == 3 && x[255] == 3 && y[17] == 3 && z[15] == 7);
   a = 3, c = 0;
@@ -1255,7 +1255,7 @@ static void test_loop_kernels(gt_backend *b, char *mem) {
   GT_CHECK(b->graph_update(b, g, (gt_gnode[]){nodes[0], nodes[2], nodes[1]}, 3) == GT_BREFUSED);
   GT_CHECK(b->graph_launch(b, g) == GT_BOK && x[3] == 11 && y[3] == 11);
   b->graph_destroy(b, g);
-  b->module_free(b, m);
+  cpu_module_free(b, m);
 }
 
 /* A fault in a kernel fails its launch with a message; the next launch runs. */
@@ -1283,7 +1283,7 @@ static void test_faults(gt_backend *b) {
   y[0] = 0;
   GT_CHECK(b->launch(b, f[0], U3(8, 1), U3(32, 1), 0, (void *[]){&py, &zero, &one}) == GT_BOK && y[0] == 0.1f);
   GT_CHECK(b->launch(b, f[1], U3(8, 1), U3(64, 1), 0, (void *[]){&py, &zero}) == GT_BOK && y[63] == 2);
-  b->module_free(b, m);
+  cpu_module_free(b, m);
   b->release(b, base, 4 * CPU_GRAN);
 }
 

@@ -211,16 +211,6 @@ static const char *fmt_bytes(char *buf, size_t len, uint64_t v) {
   return buf;
 }
 
-static int grow(void **arr, int *cap, int need, size_t elem) {
-  int ncap = *cap ? *cap : 16;
-  void *p;
-  if (need <= *cap) return 0;
-  while (ncap < need) ncap *= 2;
-  if (!(p = realloc(*arr, (size_t)ncap * elem))) return -1;
-  *arr = p, *cap = ncap;
-  return 0;
-}
-
 static int no_memory(gt_backend *b, const char *what) {
   snprintf(b->err, GT_ERRLEN, "cuda: out of host memory (%s)", what);
   return GT_BOOM;
@@ -374,7 +364,7 @@ static int cuda_reserve(gt_backend *b, size_t bytes, uint64_t *base) {
   cuda_resv r = { 0, size, calloc(n, sizeof *r.h), calloc(n, 1) };
   char s[32];
   int rc;
-  if (!r.h || !r.on || grow((void **)&I->resv, &I->capresv, I->nresv + 1, sizeof *I->resv)) {
+  if (!r.h || !r.on || GT_GROW(I->resv, I->capresv, I->nresv + 1)) {
     free(r.h), free(r.on);
     return no_memory(b, "reservation table");
   }
@@ -887,6 +877,48 @@ static int open_cond(cuda_impl *I, CUgraph g, const gt_gnode *nodes, int i, int 
    dependencies are dropped (the driver refuses them).  Nodes between an
    IF/WHILE and its END go into the conditional node's body graphs (their
    dependencies already lie within their body: cond.c lifted them). */
+/* A node that does work (a kernel, a copy, a fill, or an empty node for a
+   0-byte one) in graph cur, after the nd_deps nodes in I->deps. */
+static int add_work(cuda_impl *I, const gt_gnode *nd, int kind, int i, int n, CUgraph cur, size_t nd_deps, CUgraphNode *out) {
+  gt_backend *b = I->b;
+  int rc;
+  switch (kind) {
+  case GT_GN_KERNEL: {
+    CUDA_KERNEL_NODE_PARAMS p;
+    if (!nd->fn) return bad_node(b, i, n, "is a kernel node without a function");
+    if ((rc = ensure_smem(I, nd->fn, nd->smem))) return rc;
+    kernel_params(&p, nd);
+    if ((rc = CU(I, cuGraphAddKernelNode, out, cur, I->deps, nd_deps, &p)))
+      launch_context(b, nd->fn, nd->grid, nd->block, nd->smem);
+    return rc;
+  }
+  case GT_GN_MEMCPY: {
+    CUDA_MEMCPY3D c;
+    memcpy_params(&c, nd);
+    return CU(I, cuGraphAddMemcpyNode, out, cur, I->deps, nd_deps, &c, I->ctx);
+  }
+  case GT_GN_MEMSET: {
+    CUDA_MEMSET_NODE_PARAMS m;
+    memset_params(&m, nd);
+    return CU(I, cuGraphAddMemsetNode, out, cur, I->deps, nd_deps, &m, I->ctx);
+  }
+  default:
+    return CU(I, cuGraphAddEmptyNode, out, cur, I->deps, nd_deps);
+  }
+}
+
+/* The END of frame f: a WHILE's condition is set again for the next pass
+   (*out), and a body graph is never left empty. */
+static int close_cond(cuda_impl *I, const gt_gnode *nodes, const gt_gnode *nd, const cond_frame *f, CUdeviceptr counters,
+                      CUgraph cur, size_t nd_deps, CUgraphNode *out) {
+  int rc = GT_BOK;
+  CUgraphNode empty;
+  if (nodes[f->begin].kind == GT_GN_WHILE) rc = add_cond_set(I, cur, nd, f, counters, 0, I->deps, nd_deps, out);
+  for (int k = 0; k < 2 && !rc; k++)
+    if (f->body[k] && !f->nodes[k] && !(k == 0 && *out)) rc = CU(I, cuGraphAddEmptyNode, &empty, f->body[k], NULL, 0);
+  return rc;
+}
+
 static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr counters, CUgraph *gout, CUgraphNode **hout) {
   gt_backend *b = I->b;
   CUgraph g = NULL, cur;
@@ -894,17 +926,14 @@ static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr c
   cond_frame *fr = calloc((size_t)(n > 0 ? n : 1), sizeof *fr);
   int rc, top = 0;
   unsigned nwhile = 0;
-  if (!h || !fr || grow((void **)&I->stamp, &I->capstamp, n, sizeof *I->stamp)) {
-    free(h), free(fr);
-    return no_memory(b, "graph nodes");
-  }
+  if (!h || !fr || GT_GROW(I->stamp, I->capstamp, n)) { free(h), free(fr); return no_memory(b, "graph nodes"); }
   if ((rc = CU(I, cuGraphCreate, &g, 0))) { free(h), free(fr); return rc; }
   cur = g;
   for (int i = 0; i < n; i++) I->stamp[i] = -1;
   for (int i = 0; i < n && !rc; i++) {
     const gt_gnode *nd = &nodes[i];
     size_t nd_deps = 0;
-    if (grow((void **)&I->deps, &I->capdeps, nd->ndeps, sizeof *I->deps)) {
+    if (GT_GROW(I->deps, I->capdeps, nd->ndeps)) {
       rc = no_memory(b, "graph edges");
       break;
     }
@@ -917,29 +946,8 @@ static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr c
     int kind = node_kind(nd);
     if (top && kind != GT_GN_ELSE && kind != GT_GN_END) fr[top - 1].nodes[fr[top - 1].branch]++;
     switch (kind) {
-    case GT_GN_KERNEL: {
-      CUDA_KERNEL_NODE_PARAMS p;
-      if (!nd->fn) { rc = bad_node(b, i, n, "is a kernel node without a function"); break; }
-      if ((rc = ensure_smem(I, nd->fn, nd->smem))) break;
-      kernel_params(&p, nd);
-      if ((rc = CU(I, cuGraphAddKernelNode, &h[i], cur, I->deps, nd_deps, &p)))
-        launch_context(b, nd->fn, nd->grid, nd->block, nd->smem);
-      break;
-    }
-    case GT_GN_MEMCPY: {
-      CUDA_MEMCPY3D c;
-      memcpy_params(&c, nd);
-      rc = CU(I, cuGraphAddMemcpyNode, &h[i], cur, I->deps, nd_deps, &c, I->ctx);
-      break;
-    }
-    case GT_GN_MEMSET: {
-      CUDA_MEMSET_NODE_PARAMS m;
-      memset_params(&m, nd);
-      rc = CU(I, cuGraphAddMemsetNode, &h[i], cur, I->deps, nd_deps, &m, I->ctx);
-      break;
-    }
-    case KIND_EMPTY:
-      rc = CU(I, cuGraphAddEmptyNode, &h[i], cur, I->deps, nd_deps);
+    case GT_GN_KERNEL: case GT_GN_MEMCPY: case GT_GN_MEMSET: case KIND_EMPTY:
+      rc = add_work(I, nd, kind, i, n, cur, nd_deps, &h[i]);
       break;
     case GT_GN_IF: case GT_GN_WHILE:
       if (!(rc = open_cond(I, cur, nodes, i, n, counters, &nwhile, nd_deps, &fr[top], &h[i]))) cur = fr[top++].body[0];
@@ -949,18 +957,11 @@ static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr c
       fr[top - 1].branch = 1;
       cur = fr[top - 1].body[1];
       break;
-    case GT_GN_END: {
-      cond_frame *f = top ? &fr[top - 1] : NULL;
-      CUgraphNode empty;
-      if (!f) { rc = bad_node(b, i, n, "is an END without its IF or WHILE"); break; }
-      if (nodes[f->begin].kind == GT_GN_WHILE)    /* the condition again, for the next pass */
-        rc = add_cond_set(I, cur, nd, f, counters, 0, I->deps, nd_deps, &h[i]);
-      for (int k = 0; k < 2 && !rc; k++)          /* a body graph is never empty */
-        if (f->body[k] && !f->nodes[k] && !(k == 0 && h[i])) rc = CU(I, cuGraphAddEmptyNode, &empty, f->body[k], NULL, 0);
-      cur = f->parent;
-      top--;
+    case GT_GN_END:
+      if (!top) { rc = bad_node(b, i, n, "is an END without its IF or WHILE"); break; }
+      rc = close_cond(I, nodes, nd, &fr[top - 1], counters, cur, nd_deps, &h[i]);
+      cur = fr[--top].parent;
       break;
-    }
     default:
       rc = bad_node(b, i, n, "has an unknown kind");
     }
@@ -1313,7 +1314,7 @@ int gt_backend_cuda_open(gt_backend *b) {
   b->device_info = cuda_device_info, b->shutdown = cuda_shutdown;
   b->reserve = cuda_reserve, b->commit = cuda_commit, b->decommit = cuda_decommit, b->release = cuda_release;
   b->htod = cuda_htod, b->dtoh = cuda_dtoh, b->dtod = cuda_dtod, b->memset8 = cuda_memset8;
-  b->compile = cuda_compile, b->module_free = cuda_module_free, b->launch = cuda_launch;
+  b->compile = cuda_compile, b->launch = cuda_launch;
   b->graph_create = cuda_graph_create, b->graph_launch = cuda_graph_launch;
   b->graph_set_kernel = cuda_graph_set_kernel, b->graph_update = cuda_graph_update;
   b->graph_destroy = cuda_graph_destroy;

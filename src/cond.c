@@ -1,4 +1,4 @@
-/* cond.c - device-side branches: cond structure in the launch queue, host-decided runs, dependency lifting. */
+/* cond.c - device-side branches: cond structure in the launch queue, host-decided runs (deps.c lifts their edges). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +10,6 @@
    body, END p.  So the segment key, the planner and replay see it like any
    other launch, and the backend builds one conditional node from it. */
 
-static int is_begin(int kind) { return kind == GT_GN_IF || kind == GT_GN_WHILE; }
-static int is_cond(int kind) { return kind >= GT_GN_IF && kind <= GT_GN_END; }
 
 static int dtype_size(int dtype) {
   switch (dtype) {
@@ -56,14 +54,10 @@ int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, ui
     l.bytes = max;
   }
   int pos = t->q.n;
-  if (gt_tree_queue(rt, &l, &a) != GT_OK) return GT_ERR;
+  if (gt_submit(rt, &l, &a) != GT_OK) return GT_ERR;
   return pos;
 }
 
-static int writes(const gt_qlaunch *l, int j) {
-  if (l->kind == GT_GN_KERNEL) return l->k->ptype[j] == GT_P_OUT;
-  return (l->kind == GT_GN_MEMCPY || l->kind == GT_GN_MEMSET) && j == 0;
-}
 
 static int overlaps(const gt_arg *a, const gt_buf *p, int64_t off, int64_t nbytes) {
   if (!a->buf) return 0;
@@ -78,7 +72,7 @@ int gt_cond_writes(gt_runtime *rt, int from, gt_buf *p, int64_t off, int64_t nby
   const gt_queue *q = &t->q;
   for (int i = from < 0 ? 0 : from; i < q->n; i++)
     for (int j = 0; j < q->l[i].nargs; j++)
-      if (writes(&q->l[i], j) && overlaps(&q->args[q->l[i].arg0 + j], p, off, nbytes)) return 1;
+      if (gt_launch_writes(&q->l[i], j) && overlaps(&q->args[q->l[i].arg0 + j], p, off, nbytes)) return 1;
   return 0;
 }
 
@@ -93,20 +87,10 @@ int gt_cond_watch(gt_runtime *rt, int slot, gt_buf *p, int64_t off, int64_t nbyt
   return hit;
 }
 
-void gt_cond_saw(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {
-  for (int j = 0; j < l->nargs; j++) {
-    const gt_arg *a = &args[j];
-    if (!a->buf || !writes(l, j)) continue;
-    uint64_t lo = a->buf->addr + (uint64_t)a->off, hi = lo + (uint64_t)(a->nbytes ? a->nbytes : 1);
-    for (int s = 0; s < rt->watching; s++)
-      if (lo < rt->watch_hi[s] && rt->watch_lo[s] < hi) rt->watch_hit[s] = 1;
-  }
-}
-
 /* -- Structure ----------------------------------------------------------- */
 
-int gt_cond_any(const gt_queue *q) {
-  for (int i = 0; i < q->n; i++) if (is_cond(q->l[i].kind)) return 1;
+static int cond_any(const gt_queue *q) {
+  for (int i = 0; i < q->n; i++) if (gt_kind_is_cond(q->l[i].kind)) return 1;
   return 0;
 }
 
@@ -117,7 +101,7 @@ static int match_entries(const gt_queue *q, int *match, int *stack) {
   for (int i = 0; i < q->n; i++) {
     int k = q->l[i].kind;
     match[i] = -1;
-    if (is_begin(k)) stack[top++] = i;
+    if (gt_kind_is_begin(k)) stack[top++] = i;
     else if (k == GT_GN_ELSE) {
       if (!top || q->l[stack[top - 1]].kind != GT_GN_IF || match[stack[top - 1]] >= 0) return GT_ERR;
       match[stack[top - 1]] = i;
@@ -148,7 +132,7 @@ static int truth(gt_backend *be, const gt_queue *q, int i, int *out) {
 int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at) {
   int n = q->n, st = GT_BOK;
   *at = -1;
-  if (!gt_cond_any(q)) {
+  if (!cond_any(q)) {
     for (int i = 0; i < n; i++) if ((st = gt_queue_run(be, q, i)) != GT_BOK) { *at = i; return st; }
     return GT_BOK;
   }
@@ -189,60 +173,6 @@ int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at) {
   return st;
 }
 
-/* -- Dependencies -------------------------------------------------------- */
-
-typedef struct { int a, b; } edge_t;
-
-static int by_edge(const void *x, const void *y) {
-  const edge_t *p = x, *q = y;
-  return p->a != q->a ? (p->a > q->a) - (p->a < q->a) : (p->b > q->b) - (p->b < q->b);
-}
-
-/* Each node's body: the innermost IF/WHILE it lies in (cond, -1 at the top),
-   the branch (0 then or loop body, 1 else) and the nesting depth.  An
-   IF/WHILE itself lies in its parent's body. */
-int gt_cond_lift(const gt_queue *q, gt_gnode *g, int **deps) {
-  int n = q->n, nd = 0;
-  for (int i = 0; i < n; i++) nd += g[i].ndeps;
-  int *cond = malloc((5 * (size_t)n + 1) * sizeof *cond), *branch = cond + n, *depth = branch + n, *stack = depth + n;
-  edge_t *e = malloc(((size_t)nd + 1) * sizeof *e);
-  int *nd2 = malloc(((size_t)nd + 1) * sizeof *nd2);
-  if (!cond || !e || !nd2) { free(cond); free(e); free(nd2); return GT_ERR; }
-  int cur = -1, br = 0, dep = 0, top = 0;
-  for (int i = 0; i < n; i++) {
-    int k = q->l[i].kind;
-    cond[i] = cur, branch[i] = br, depth[i] = dep;
-    if (is_begin(k)) { stack[top++] = cur; stack[top++] = br; cur = i; br = 0; dep++; }
-    else if (k == GT_GN_ELSE) br = 1;
-    else if (k == GT_GN_END && top) { br = stack[--top]; cur = stack[--top]; dep--; }
-  }
-  int ne = 0;
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < g[i].ndeps; k++) {
-      int a = i, b = g[i].deps[k];
-      while (cond[a] != cond[b] || branch[a] != branch[b]) {
-        int da = depth[a], db = depth[b];
-        if (da >= db) a = cond[a];
-        if (db >= da) b = cond[b];
-        if (a < 0 || b < 0) break;             /* cannot happen in a well nested queue */
-      }
-      if (a >= 0 && b >= 0 && a != b && b < a) e[ne++] = (edge_t){ a, b };
-    }
-  qsort(e, ne, sizeof *e, by_edge);
-  int m = 0;
-  for (int i = 0; i < ne; i++) if (!m || e[i].a != e[m - 1].a || e[i].b != e[m - 1].b) e[m++] = e[i];
-  for (int i = 0, j = 0; i < n; i++) {
-    int j0 = j;
-    while (j < m && e[j].a == i) nd2[j] = e[j].b, j++;
-    g[i].ndeps = j - j0;
-    g[i].deps = j > j0 ? nd2 + j0 : NULL;
-  }
-  free(*deps);
-  *deps = nd2;
-  free(cond); free(e);
-  return GT_OK;
-}
-
 #ifdef GT_TEST
 /* x: [0] k; [1] IF; [2] k; [3] ELSE; [4] IF; [5] k; [6] END; [7] END; [8] k */
 void gt_test_cond(void) {
@@ -257,19 +187,6 @@ void gt_test_cond(void) {
   int match[10], stack[10];
   GT_CHECK(match_entries(&q, match, stack) == GT_OK);
   GT_CHECK(match[1] == 3 && match[3] == 7 && match[4] == 6 && match[6] == 4 && match[7] == 1);
-  gt_gnode g[9];
-  memset(g, 0, sizeof g);
-  /* 2 <- 0 (lifted to 1 <- 0), 5 <- 2 (other branch: dropped), 5 <- 0 (to 1 <- 0 again), 8 <- 5 (to 8 <- 1), 8 <- 0 */
-  int *d = malloc(5 * sizeof *d);
-  d[0] = 0; d[1] = 2; d[2] = 0; d[3] = 5; d[4] = 0;
-  g[2].deps = d, g[2].ndeps = 1;
-  g[5].deps = d + 1, g[5].ndeps = 2;
-  g[8].deps = d + 3, g[8].ndeps = 2;
-  GT_CHECK(gt_cond_lift(&q, g, &d) == GT_OK);
-  GT_CHECK(g[1].ndeps == 1 && g[1].deps[0] == 0);
-  GT_CHECK(g[2].ndeps == 0 && g[5].ndeps == 0);
-  GT_CHECK(g[8].ndeps == 2 && g[8].deps[0] == 0 && g[8].deps[1] == 1);
-  free(d);
   gt_qlaunch bad = { .kind = GT_GN_END };
   GT_CHECK(gt_queue_push(&q, &bad, &none) == GT_OK);
   GT_CHECK(match_entries(&q, match, stack) == GT_ERR);

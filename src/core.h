@@ -96,6 +96,23 @@ void gt_queue_resolve(const gt_queue *q, int i, uint64_t *vals);
 void gt_queue_gnode(const gt_queue *q, int i, uint64_t *vals, void **ptrs, gt_gnode *out);
 /* Run launch i now; backend status. */
 int gt_queue_run(gt_backend *be, gt_queue *q, int i);
+/* A launch from the API: queued in a tree call (and pushed past the replay
+   cursor), else run now (watched writes noted).  args: l->nargs, copied. */
+int gt_submit(gt_runtime *rt, const gt_qlaunch *l, gt_arg *args);
+/* Whether launch l writes its argument j (`T *` of a kernel, a copy's or fill's destination; cond entries read p). */
+static inline int gt_launch_writes(const gt_qlaunch *l, int j) {
+  return l->kind == GT_GN_KERNEL ? l->k->ptype[j] == GT_P_OUT : (l->kind == GT_GN_MEMCPY || l->kind == GT_GN_MEMSET) && j == 0;
+}
+static inline int gt_kind_is_begin(int kind) { return kind == GT_GN_IF || kind == GT_GN_WHILE; }
+static inline int gt_kind_is_cond(int kind) { return kind >= GT_GN_IF && kind <= GT_GN_END; }
+
+/* -- Dependencies (deps.c) ------------------------------------------------ */
+/* The edges of the queue's launches as graph nodes g (vals: the resolved
+   argument values, q->nargs of them): g[i].ndeps and g[i].deps, pointing
+   into *deps (the caller frees it).  A body of a cond waits on nothing
+   outside it: its IF/WHILE does.  GT_ERR when out of host memory (g's deps
+   then unset, nothing to free). */
+int gt_deps_build(const gt_queue *q, const uint64_t *vals, gt_gnode *g, int **deps);
 
 /* Segment keys: a hash over everything a graph bakes in; scalars excluded. */
 typedef struct gt_segkey { uint64_t full, nostatic; } gt_segkey;   /* nostatic: the topology (no static addresses, no grids) */
@@ -107,7 +124,7 @@ struct gt_runtime {
   char err[GT_ERRLEN];
   gt_pool mem;               /* ordinary memory: its address range (blocks are not tracked there) */
   struct gt_freelist *fl;    /* ordinary memory: cached free blocks by size class */
-  int nfl;
+  int nfl, flcap;
   uint64_t mem_top, mem_live;  /* bump pointer and bytes handed out */
   struct gt_tree *active;    /* the tree whose call runs */
   int profile;
@@ -126,12 +143,15 @@ void gt_buf_unref(gt_buf *b);                      /* the core's reference */
 extern const uint32_t gt_released_gen;             /* what a released buffer's gen_now points at */
 uint32_t gt_gen_next(void);                        /* a new generation, unique in the process (until 2^32 calls) */
 void gt_buf_settle(gt_runtime *rt);                /* what gt_buf_release/gt_buf_free deferred in a tree call */
+void gt_buf_return(gt_runtime *rt, gt_buf *b);     /* b's ordinary memory back to the allocator (after the queue, in a call) */
+int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const char *what);  /* [off, off+bytes) lies in b's memory */
+void gt_tree_unref(gt_tree *t);                    /* a buffer no longer points at t: the struct goes with the last */
 
 /* -- Trees (tree.c) ------------------------------------------------------ */
-enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UPDATE };
-int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args);
-int gt_tree_release(gt_tree *t, gt_buf *b);       /* a buffer of the active call released in queue order */
-void gt_tree_unref(struct gt_tree *t);
+/* Visits of a segment: what gt_tree_flush chooses, and what ran.  PLANNED: a
+   skipped node run eagerly on planned memory (its children may record);
+   LIMIT: past max_recordings (an error, or an eager run). */
+enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UPDATE, GT_V_PLANNED, GT_V_LIMIT };
 
 
 typedef struct gt_ckpt { int32_t seg, idx; uint64_t off, size; } gt_ckpt;
@@ -182,28 +202,39 @@ struct gt_tree {
   gt_call_info hist[GT_HISTORY];     /* ring of the last calls */
   gt_call_info at_begin;             /* counters when the call began */
   double begin_us;
-  gt_skip *skip; int nskip;
+  gt_skip *skip; int nskip, skipcap;
   int nwarn; char *warn;
   /* the call in progress */
-  gt_node *cur; int cur_mode;
+  gt_node *cur; int cur_planned;     /* the node visited last; its memory followed a plan (children may record) */
   int depth;
   int eager_call;                    /* this call runs every segment eagerly, without nodes */
   gt_buf **rels; int nrels, relcap;  /* buffers of the call released in the segment being queued */
   gt_buf **bufs; int nbufs, bufcap;   /* the call's buffers: slab[0..nbufs) */
-  gt_buf **slab; int nslab;          /* chunks of GT_SLAB structs, reused by every call */
+  gt_buf **slab; int nslab, slabcap;         /* chunks of GT_SLAB structs, reused by every call */
   uint32_t failed_gen;
   int *segstart; int segcap;
   gt_queue q;
   gt_node *state_node;               /* pool holds this node's checkpoint (lazily) */
   gt_node **path; int npath, pathcap;
   gt_node **lastpath; int nlastpath, lastcap;
-  gt_buf **stage; int nstage;        /* staging slots (ordinary memory) */
+  gt_buf **stage; int nstage, stagecap, pinnedcap;       /* staging slots (ordinary memory) */
   uint8_t *pinned;                   /* per slot: an input of this call lives there */
-  uint64_t *scratch; void **pscratch; int scratchcap;
+  uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
   struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
+  void (*keyed_free)(struct gt_tree *t);  /* frees them (keyed.c sets it: the tree does not call up into keyed.c) */
   gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
 };
+
+/* Backend nodes for t's queue as n's graph: n->argvals receives the argument
+   values the graph holds; *ptrs (argument pointers) and *deps live while the
+   nodes are used, the caller frees all three.  GT_ERR when out of host memory. */
+int gt_deps_nodes(gt_tree *t, gt_node *n, gt_gnode **nodes, int **deps, void ***ptrs);
+
+/* -- A call's buffers (stage.c) and a segment's memory (plan.c) ----------- */
+void gt_slab_give(gt_tree *t);      /* the tree's slab chunks go to the runtime (Lua handles may point into them) */
+int gt_plan_run(gt_tree *t, int first);               /* the segment's new buffers placed for one eager run */
+int gt_plan_node(gt_tree *t, gt_node *n, int first);  /* placed for n's recording: the plan and checkpoint saved on n */
 
 /* -- Keys and the cursor (key.c) ----------------------------------------- */
 int gt_role_of(const gt_tree *t, const gt_buf *b);  /* GT_ROLE_* of a tensor argument in the segment being queued */
@@ -217,15 +248,8 @@ void gt_cursor_forget(gt_node *n);
 /* Runs the queue's launches in order, deciding each IF and WHILE on the host
    (p read back: a sync on cuda).  *at: the launch that failed. */
 int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at);
-/* After build_nodes: lifts dependencies so that each joins two nodes of one
-   body (a body's outside dependencies go to its IF/WHILE); *deps is replaced. */
-int gt_cond_lift(const gt_queue *q, gt_gnode *g, int **deps);
-int gt_cond_any(const gt_queue *q);                /* the queue holds a cond entry */
-/* An eager launch (outside a tree call): notes a write into the watched range. */
-void gt_cond_saw(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args);
 
 /* -- Keyed calls (keyed.c) ------------------------------------------------ */
-void gt_keyed_free_all(gt_tree *t);
 int gt_tree_grow_path(gt_tree *t, int n);
 int gt_tree_launch_graph(gt_tree *t, gt_node *n);   /* launch n's graph (timed when profiling) */
 void gt_tree_finish_call(gt_tree *t);               /* end the active call after its segments ran */

@@ -4,15 +4,8 @@
 #include <string.h>
 #include "core.h"
 
-static char *dupstr(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
 static void set_text(char **dst, const char *s) {
-  char *d = dupstr(s);
+  char *d = gt_strdup(s);
   if (!d) return;                     /* out of memory: the node stays unexplained */
   free(*dst);
   *dst = d;
@@ -68,7 +61,28 @@ static void static_name(const gt_tree *t, int k, char *out, size_t size) {
    first sibling that matches it most closely decides.  Same topology: a
    static moved; same kernels: a new shape (named once Lua gives the shapes);
    else a new branch.  An only child continues its parent's reason. */
+/* A node's label: its kernels in order, repeats counted ("gelu_f32 linear_f32 x2"). */
+static char *make_label(const gt_queue *q) {
+  char buf[96] = "", item[64];
+  size_t len = 0;
+  for (int i = 0; i < q->n;) {
+    static const char *const other[] = { "?", "copy", "fill", "?", "if", "else", "while", "end" };
+    const char *nm = q->l[i].k ? q->l[i].k->name : other[q->l[i].kind & 7];
+    int j = i + 1;
+    while (j < q->n && q->l[j].kind == q->l[i].kind && (!q->l[j].k || !strcmp(q->l[j].k->name, nm))) j++;
+    if (j - i > 1) snprintf(item, sizeof item, "%s%s x%d", i ? " " : "", nm, j - i);
+    else snprintf(item, sizeof item, "%s%s", i ? " " : "", nm);
+    if (len + strlen(item) > 56) { strcat(buf, " ..."); break; }
+    strcat(buf, item);
+    len += strlen(item);
+    i = j;
+  }
+  if (!q->n) strcpy(buf, "(memory only)");
+  return gt_strdup(buf);
+}
+
 void gt_explain_node(gt_tree *t, gt_node *n) {
+  n->label = make_label(&t->q);
   gt_node *p = n->parent;
   char why[256];
   n->why_sib = -1;

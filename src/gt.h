@@ -108,7 +108,6 @@ typedef struct gt_tree_opts {
   int warmup;                  /* eager visits before recording (default 1) */
   int max_recordings;          /* graphs this tree may hold (default 64) */
   int on_limit_error;          /* 1: past the limit raise, 0: run eagerly */
-  int copy_inputs;             /* 1: copy every tensor input to staging */
 } gt_tree_opts;
 
 typedef struct gt_tree_info {

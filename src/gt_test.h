@@ -13,5 +13,7 @@ void gt_test_queue(void);
 void gt_test_kernel(void);
 void gt_test_backend_cpu(void);
 void gt_test_cond(void);
+void gt_test_deps(void);
+void gt_test_key(void);
 #endif
 #endif

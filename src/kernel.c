@@ -191,6 +191,51 @@ static const char common_prelude[] =
   "#ifndef FLT_MAX\n#define FLT_MAX 3.402823466e+38f\n#endif\n"
   "#endif\n";
 
+/* The kernels of a module from their parsed signatures: names and parameter
+   tables in one arena (mem, sized by gt_compile), their ids, and the
+   signatures the backend compiles from. */
+static void fill_kernels(gt_runtime *rt, gt_module *m, const ksig_t *ks, int nk, char *mem, gt_kernel *kk, gt_ksig *sig,
+                         int graphable) {
+  char *a = mem;
+#define TAKE(n) (a += (n), a - (n))
+  for (int i = 0; i < nk; i++) {
+    const ksig_t *s = &ks[i];
+    gt_kernel *k = &kk[i];
+    int np = s->np;
+    k->name = strcpy(TAKE(strlen(s->name) + 1), s->name);
+    k->nparams = np;
+    uint8_t *pt = (uint8_t *)TAKE(np), *pd = (uint8_t *)TAKE(np);
+    a += (8 - (uintptr_t)a % 8) % 8;
+    const char **pn = (const char **)TAKE(np * sizeof(char *));
+    const char **tx = (const char **)TAKE(np * sizeof(char *));
+    for (int j = 0; j < np; j++) {
+      pt[j] = s->p[j].ptype;
+      pd[j] = s->p[j].pdtype;
+      pn[j] = strcpy(TAKE(strlen(s->p[j].name) + 1), s->p[j].name);
+      tx[j] = strcpy(TAKE(strlen(s->p[j].text) + 1), s->p[j].text);
+    }
+    k->ptype = pt; k->pdtype = pd; k->pname = pn; k->ptext = tx;
+    k->graphable = graphable;
+    k->id = ++rt->next_kernel_id;
+    k->module = m;
+    sig[i] = (gt_ksig){ k->name, np, pt, tx, pn };
+    a += (8 - (uintptr_t)a % 8) % 8;
+  }
+#undef TAKE
+}
+
+/* full: the prelude, a #line naming the chunk (a C string literal: quotes,
+   backslashes and controls escaped), then the source. */
+static void with_line(char *full, const char *chunkname, const char *src) {
+  char *o = full + sprintf(full, "%s#line 1 \"", common_prelude);
+  for (const char *c = chunkname; *c; c++) {
+    if (*c == '"' || *c == '\\') *o++ = '\\', *o++ = *c;
+    else if ((unsigned char)*c < 0x20) o += sprintf(o, "\\%03o", (unsigned char)*c);
+    else *o++ = *c;
+  }
+  sprintf(o, "\"\n%s", src);
+}
+
 /* Compiles src (chunkname names it in messages) and returns its kernels.
    NULL on failure with the parser's or the compiler's message. */
 gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const char *chunkname, int graphable) {
@@ -217,39 +262,8 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
     gt_fail(rt, "out of host memory");
     return NULL;
   }
-  char *a = mem;
-#define TAKE(n) (a += (n), a - (n))
-  for (int i = 0; i < nk; i++) {
-    ksig_t *s = &ks[i];
-    gt_kernel *k = &kk[i];
-    int np = s->np;
-    k->name = strcpy(TAKE(strlen(s->name) + 1), s->name);
-    k->nparams = np;
-    uint8_t *pt = (uint8_t *)TAKE(np), *pd = (uint8_t *)TAKE(np);
-    a += (8 - (uintptr_t)a % 8) % 8;
-    const char **pn = (const char **)TAKE(np * sizeof(char *));
-    const char **tx = (const char **)TAKE(np * sizeof(char *));
-    for (int j = 0; j < np; j++) {
-      pt[j] = s->p[j].ptype;
-      pd[j] = s->p[j].pdtype;
-      pn[j] = strcpy(TAKE(strlen(s->p[j].name) + 1), s->p[j].name);
-      tx[j] = strcpy(TAKE(strlen(s->p[j].text) + 1), s->p[j].text);
-    }
-    k->ptype = pt; k->pdtype = pd; k->pname = pn; k->ptext = tx;
-    k->graphable = graphable;
-    k->id = ++rt->next_kernel_id;
-    k->module = m;
-    sig[i] = (gt_ksig){ k->name, np, pt, tx, pn };
-    a += (8 - (uintptr_t)a % 8) % 8;
-  }
-#undef TAKE
-  char *o = full + sprintf(full, "%s#line 1 \"", common_prelude);
-  for (const char *c = chunkname; *c; c++) {   /* a C string literal: quotes, backslashes, controls escaped */
-    if (*c == '"' || *c == '\\') *o++ = '\\', *o++ = *c;
-    else if ((unsigned char)*c < 0x20) o += sprintf(o, "\\%03o", (unsigned char)*c);
-    else *o++ = *c;
-  }
-  sprintf(o, "\"\n%s", src);
+  fill_kernels(rt, m, ks, nk, mem, kk, sig, graphable);
+  with_line(full, chunkname, src);
   int st = rt->be.compile(&rt->be, full, opts, sig, nk, &m->bm, fns);
   free(full);
   free(sig);
@@ -317,17 +331,11 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
     }
   }
   gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = k, .grid = { gx, gy, gz }, .block = { bx, by, bz }, .smem = smem, .nargs = k->nparams };
-  if (rt->active) return gt_tree_queue(rt, &l, args);
+  if (rt->active) return gt_submit(rt, &l, args);
   for (int i = 0; i < k->nparams; i++)
     if (args[i].buf && !args[i].buf->addr) return gt_fail(rt, "kernel '%s': parameter '%s' has no memory", k->name, k->pname[i]);
-  gt_queue q = { .l = &l, .n = 1, .args = args, .nargs = k->nparams };
-  uint64_t vals[64];
-  void *ptrs[64];
-  q.vals = vals; q.ptrs = ptrs; q.valcap = q.ptrcap = 64;
   rt->be.fault_addr = 0;
-  if (rt->watching) gt_cond_saw(rt, &l, args);     /* gt.loop outside a tree: does its body write p? */
-  if (gt_queue_run(&rt->be, &q, 0) != GT_BOK) {
-    gt_fail_be(rt, k->name);
+  if (gt_submit(rt, &l, args) != GT_OK) {
     fault_sizes(rt, k, args);
     return GT_ERR;
   }

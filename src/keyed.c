@@ -39,7 +39,7 @@ static void keyed_free(gt_keyed *k) {
   free(k->path); free(k->keys); free(k->p); free(k->o); free(k);
 }
 
-void gt_keyed_free_all(gt_tree *t) {
+static void keyed_free_all(gt_tree *t) {
   while (t->keyed) { gt_keyed *n = t->keyed->next; keyed_free(t->keyed); t->keyed = n; }
 }
 
@@ -64,13 +64,7 @@ static int is_pointer(const gt_qlaunch *l, int j) {
 }
 
 static int add_patch(gt_keyed *k, kpatch p) {
-  if (k->np == k->pcap) {
-    int c = k->pcap ? 2 * k->pcap : 16;
-    kpatch *np = realloc(k->p, c * sizeof *np);
-    if (!np) return GT_ERR;
-    k->p = np;
-    k->pcap = c;
-  }
+  if (GT_GROW(k->p, k->pcap, k->np + 1)) return GT_ERR;
   k->p[k->np++] = p;
   return GT_OK;
 }
@@ -142,6 +136,7 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   for (int d = 0; d < k->npath; d++) k->path[d]->keyed = 1;
   k->next = t->keyed;
   t->keyed = k;
+  t->keyed_free = keyed_free_all;
   return k;
 oom:
   keyed_free(k);

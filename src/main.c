@@ -20,6 +20,8 @@ int main(void) {
   gt_test_kernel();
   gt_test_backend_cpu();
   gt_test_cond();
+  gt_test_deps();
+  gt_test_key();
   printf("C tests: %d passed, %d failed\n", gt_test_passed, gt_test_failed);
   return gt_test_failed != 0;
 }

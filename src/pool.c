@@ -151,13 +151,7 @@ static int grow(gt_pool *p, uint64_t size, uint64_t largest, char *err) {
 /* -- Blocks -------------------------------------------------------------- */
 
 static int insert_at(gt_pool *p, int i, uint64_t off, uint64_t size, gt_buf *buf) {
-  if (p->n == p->cap) {
-    int cap = p->cap ? p->cap * 2 : 64;
-    gt_block *nb = realloc(p->blk, cap * sizeof *nb);
-    if (!nb) return GT_ERR;
-    p->blk = nb;
-    p->cap = cap;
-  }
+  if (GT_GROW(p->blk, p->cap, p->n + 1)) return GT_ERR;
   memmove(p->blk + i + 1, p->blk + i, (p->n - i) * sizeof *p->blk);
   p->blk[i] = (gt_block){ off, size, buf };
   p->n++;

@@ -14,126 +14,6 @@ static char g_open_err[GT_ERRLEN];
 static uint64_t g_guard;          /* cpu: uncommitted bytes after a guarded block (0: none) */
 static int g_guard_all;           /* GTLUA_CPU_CHECK=1: every ordinary block is guarded */
 
-/* -- Helpers the backends share ------------------------------------------ */
-
-uint64_t gt_hash64(const void *data, size_t len, uint64_t seed) {
-  const unsigned char *p = data;
-  uint64_t h = 1469598103934665603ull ^ seed;
-  for (size_t i = 0; i < len; i++) { h ^= p[i]; h *= 1099511628211ull; }
-  h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33;
-  return h;
-}
-
-double gt_now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-/* -- The kernel cache directory ------------------------------------------ */
-
-/* The cache holds code this process runs (shared objects, CUBINs), so a
-   directory someone else can write is refused, as ssh and ccache do: it must
-   be owned by this user and not writable by group or others. */
-
-static char g_warning[1024];       /* a warning for the user not yet shown (gt_take_warning) */
-
-static void warn_once(const char *fmt, ...) {
-  if (g_warning[0]) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g_warning, sizeof g_warning, fmt, ap);
-  va_end(ap);
-}
-
-const char *gt_take_warning(void) {
-  static char shown[sizeof g_warning];
-  if (!g_warning[0]) return NULL;
-  memcpy(shown, g_warning, sizeof shown);
-  g_warning[0] = 0;
-  return shown;
-}
-
-/* 0 when dir is a directory fit to hold code: ours, not writable by group or
-   others (a symbolic link to one only when the link is ours or root's); else
-   the reason in why and -1 (no such directory) or -2 (someone else could
-   write it). */
-static int check_private_dir(const char *dir, char *why, size_t len) {
-  struct stat ls, st;
-  uid_t me = geteuid();
-  if (lstat(dir, &ls) != 0 || stat(dir, &st) != 0)
-    return snprintf(why, len, "cannot be created or read (%s)", strerror(errno)), -1;
-  if (S_ISLNK(ls.st_mode) && ls.st_uid != me && ls.st_uid != 0)
-    return snprintf(why, len, "is a symbolic link owned by uid %u", (unsigned)ls.st_uid), -2;
-  if (!S_ISDIR(st.st_mode)) return snprintf(why, len, "is not a directory"), -1;
-  if (st.st_uid != me)
-    return snprintf(why, len, "is owned by uid %u, not by you (uid %u)", (unsigned)st.st_uid, (unsigned)me), -2;
-  if (st.st_mode & (S_IWGRP | S_IWOTH))
-    return snprintf(why, len, "is writable by group or others (mode %04o)", (unsigned)(st.st_mode & 07777)), -2;
-  return 0;
-}
-
-/* Queues the warning for a cache directory not used (check: -1 or -2 as above). */
-static void refuse(const char *dir, const char *why, int check) {
-  warn_once("the kernel cache %s %s%s; kernels are compiled without caching (slower). Set GTLUA_CACHE to a "
-            "directory that only you can write (e.g. mkdir -m 700).", dir, why,
-            check == -2 ? ", so it could hold code someone else put there: it is not used" : "");
-}
-
-/* Creates path and its missing parents with mode 0700, then checks path and
-   every parent it created; 0 when all are fit, else -1 (a warning queued). */
-static int make_private_dir(const char *path) {
-  char buf[1024], why[256];
-  size_t created[64];
-  int n = 0;
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1;; p++) {
-    if (*p && *p != '/') continue;
-    char c = *p;
-    *p = 0;
-    if (mkdir(buf, 0700) == 0 && n < 64) created[n++] = (size_t)(p - buf);
-    *p = c;
-    if (!c) break;
-  }
-  int rc = check_private_dir(path, why, sizeof why);
-  if (rc) return refuse(path, why, rc), -1;
-  for (int i = 0; i < n; i++) {
-    buf[created[i]] = 0;
-    if ((rc = check_private_dir(buf, why, sizeof why))) return refuse(buf, why, rc), -1;
-    buf[created[i]] = '/';
-  }
-  return 0;
-}
-
-const char *gt_cache_dir(void) {
-  static char dir[1024];
-  static int state;                 /* 0: not yet chosen, 1: usable, -1: refused */
-  if (state) return state > 0 ? dir : NULL;
-  const char *c = getenv("GTLUA_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-  int n;
-  if (c && *c) n = snprintf(dir, sizeof dir, "%s", c);
-  else if (x && *x) n = snprintf(dir, sizeof dir, "%s/gtlua", x);
-  else if (h && *h) n = snprintf(dir, sizeof dir, "%s/.cache/gtlua", h);
-  else n = snprintf(dir, sizeof dir, "/tmp/gtlua-%u", (unsigned)geteuid());   /* per user, never shared */
-  while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
-  if (n >= (int)sizeof dir - 64) refuse(dir, "is a path too long", -1), state = -1;
-  else state = make_private_dir(dir) == 0 ? 1 : -1;
-  return state > 0 ? dir : NULL;
-}
-
-int gt_cache_file_ok(int fd) {
-  struct stat st;
-  return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH))
-         ? 0 : -1;
-}
-
-int gt_cache_subdir(const char *name, char *out, size_t len) {
-  const char *root = gt_cache_dir();
-  if (!root) return -1;
-  if (snprintf(out, len, "%s/%s", root, name) >= (int)len) return refuse(root, "is a path too long", -1), -1;
-  return make_private_dir(out);
-}
-
 /* -- Errors -------------------------------------------------------------- */
 
 int gt_fail(gt_runtime *rt, const char *fmt, ...) {
@@ -253,8 +133,9 @@ int gt_profile(gt_runtime *rt, int on) {
 }
 
 uint64_t gt_mem_in_use(gt_runtime *rt) { return rt->mem_live; }
-double gt_clock_us(void) { return gt_now_us(); }
+double gt_clock_us(void) { return gt_now_us(); }   /* the monotonic clock, for Lua */
 
+/* NVRTC runs and CUBIN cache hits so far; GT_ERR on a backend that keeps none (cpu). */
 int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits) {
   *compiles = *cache_hits = 0;
   if (strcmp(rt->be.name, "cuda")) return gt_fail(rt, "compile counts are kept by the cuda backend only");
@@ -278,9 +159,7 @@ static uint64_t size_class(uint64_t n) {
 
 static struct gt_freelist *freelist(gt_runtime *rt, uint64_t size) {
   for (int i = 0; i < rt->nfl; i++) if (rt->fl[i].size == size) return &rt->fl[i];
-  struct gt_freelist *nf = realloc(rt->fl, (rt->nfl + 1) * sizeof *nf);
-  if (!nf) return NULL;
-  rt->fl = nf;
+  if (GT_GROW(rt->fl, rt->flcap, rt->nfl + 1)) return NULL;
   rt->fl[rt->nfl] = (struct gt_freelist){ size, NULL, 0, 0 };
   return &rt->fl[rt->nfl++];
 }
@@ -320,13 +199,7 @@ static void mem_free(gt_runtime *rt, uint64_t off, uint64_t bytes) {
   uint64_t size = size_class(bytes);
   struct gt_freelist *f = freelist(rt, size);
   if (!f) return;                     /* out of host memory: the block is lost, not reused */
-  if (f->n == f->cap) {
-    int cap = f->cap ? f->cap * 2 : 16;
-    uint64_t *no = realloc(f->off, cap * sizeof *no);
-    if (!no) return;
-    f->off = no;
-    f->cap = cap;
-  }
+  if (GT_GROW(f->off, f->cap, f->n + 1)) return;
   f->off[f->n++] = off;
   rt->mem_live -= size;
 }
@@ -380,13 +253,7 @@ void gt_buf_unref(gt_buf *b) {
    memory waits until the queue has run (gt_buf_settle). */
 static int later(gt_runtime *rt, gt_buf *b, int unref) {
   gt_later *l = &rt->later[unref];
-  if (l->n == l->cap) {
-    int cap = l->cap ? l->cap * 2 : 16;
-    gt_buf **nb = realloc(l->b, cap * sizeof *nb);
-    if (!nb) return 0;                /* out of host memory: settle now */
-    l->b = nb;
-    l->cap = cap;
-  }
+  if (GT_GROW(l->b, l->cap, l->n + 1)) return 0;   /* out of host memory: settle now */
   l->b[l->n++] = b;
   return 1;
 }
@@ -405,18 +272,21 @@ void gt_buf_release(gt_buf *b) {
   gt_buf_unref(b);
 }
 
-int gt_buf_free(gt_runtime *rt, gt_buf *b) {
-  if (b->flags & GT_BUF_RELEASED) return gt_fail(rt, "the tensor was already released");
-  b->flags |= GT_BUF_RELEASED;
-  b->gen_now = &gt_released_gen;
-  gt_tree *t = rt->active;
-  if ((b->flags & GT_BUF_SLAB) && b->tree == t && t && b->gen == t->gen) return gt_tree_release(t, b);
-  if (b->tree) return GT_OK;          /* staging: the memory is the tree's slot */
-  if (!t || !later(rt, b, 0)) return_memory(b);
-  return GT_OK;
+/* b's ordinary memory goes back to the allocator now, or (in a tree call)
+   once the queued launches that may use it have run. */
+void gt_buf_return(gt_runtime *rt, gt_buf *b) {
+  if (!rt->active || !later(rt, b, 0)) return_memory(b);
 }
 
-static int check_range(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const char *what) {
+/* The tree struct lives while buffers point at it (their generation is its
+   field); gt_tree_free has released everything else. */
+void gt_tree_unref(gt_tree *t) {
+  if (--t->refs > 0) return;
+  free(t->name); free(t->where);
+  free(t);
+}
+
+int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const char *what) {
   if (!b->addr) return gt_fail(rt, "%s: the tensor has no memory (its segment never ran)", what);
   if (off + bytes > b->bytes) return gt_fail(rt, "%s: %llu bytes at offset %llu exceed the buffer's %llu bytes", what,
                                              (unsigned long long)bytes, (unsigned long long)off, (unsigned long long)b->bytes);
@@ -424,35 +294,13 @@ static int check_range(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, 
 }
 
 int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint64_t bytes) {
-  if (check_range(rt, b, off, bytes, "copy to device") != GT_OK) return GT_ERR;
+  if (gt_buf_check(rt, b, off, bytes, "copy to device") != GT_OK) return GT_ERR;
   if (bytes && rt->be.htod(&rt->be, b->addr + off, src, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
   return GT_OK;
 }
 
 int gt_buf_read(gt_runtime *rt, gt_buf *b, uint64_t off, void *dst, uint64_t bytes) {
-  if (check_range(rt, b, off, bytes, "copy to host") != GT_OK) return GT_ERR;
+  if (gt_buf_check(rt, b, off, bytes, "copy to host") != GT_OK) return GT_ERR;
   if (bytes && rt->be.dtoh(&rt->be, dst, b->addr + off, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
-  return GT_OK;
-}
-
-int gt_buf_copy(gt_runtime *rt, gt_buf *dst, uint64_t doff, gt_buf *src, uint64_t soff, uint64_t bytes) {
-  if (doff + bytes > dst->bytes || soff + bytes > src->bytes) return gt_fail(rt, "copy: %llu bytes exceed a buffer", (unsigned long long)bytes);
-  gt_qlaunch l = { .kind = GT_GN_MEMCPY, .nargs = 2, .bytes = bytes };
-  gt_arg a[2] = { { .buf = dst, .off = doff, .nbytes = bytes }, { .buf = src, .off = soff, .nbytes = bytes } };
-  if (rt->active) return gt_tree_queue(rt, &l, a);
-  if (check_range(rt, dst, doff, bytes, "copy") || check_range(rt, src, soff, bytes, "copy")) return GT_ERR;
-  if (rt->watching) gt_cond_saw(rt, &l, a);
-  if (bytes && rt->be.dtod(&rt->be, dst->addr + doff, src->addr + soff, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
-  return GT_OK;
-}
-
-int gt_buf_memset(gt_runtime *rt, gt_buf *dst, uint64_t off, int value, uint64_t bytes) {
-  if (off + bytes > dst->bytes) return gt_fail(rt, "fill: %llu bytes exceed the buffer", (unsigned long long)bytes);
-  gt_qlaunch l = { .kind = GT_GN_MEMSET, .nargs = 1, .bytes = bytes, .value = value };
-  gt_arg a[1] = { { .buf = dst, .off = off, .nbytes = bytes } };
-  if (rt->active) return gt_tree_queue(rt, &l, a);
-  if (check_range(rt, dst, off, bytes, "fill")) return GT_ERR;
-  if (rt->watching) gt_cond_saw(rt, &l, a);
-  if (bytes && rt->be.memset8(&rt->be, dst->addr + off, (uint8_t)value, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
   return GT_OK;
 }

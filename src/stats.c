@@ -1,4 +1,5 @@
 /* stats.c - counters of trees and nodes, read as plain structs (Lua builds tables and pictures). */
+#include <stdlib.h>
 #include <string.h>
 #include "core.h"
 
@@ -72,4 +73,41 @@ int gt_tree_skip_reason(gt_tree *t, int i, const char **reason, int *count) {
   *reason = t->skip[i].reason;
   *count = t->skip[i].count;
   return GT_OK;
+}
+
+/* -- The floor ----------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Launches the graphs of the tree's last call back to back, no tree logic:
+   the floor that tree replay is measured against.  Medians in µs. */
+int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, double *cpu_us, double *step_us) {
+  gt_backend *be = &rt->be;
+  if (!t->nlastpath || iters < 1) return gt_fail(rt, "tree '%s': call it at least once before measuring the floor", t->name);
+  for (int i = 0; i < t->nlastpath; i++)
+    if (!t->lastpath[i]->graph) return gt_fail(rt, "tree '%s': the last call did not replay every segment", t->name);
+  double *c = malloc(iters * sizeof *c), *s = malloc(iters * sizeof *s);
+  if (!c || !s) { free(c); free(s); return gt_fail(rt, "out of host memory"); }
+  if (be->sync(be)) { free(c); free(s); return gt_fail_be(rt, NULL); }
+  double start = gt_now_us();
+  int st = GT_BOK;
+  for (int k = 0; k < iters && st == GT_BOK; k++) {
+    double t0 = gt_now_us();
+    for (int i = 0; i < t->nlastpath && st == GT_BOK; i++) st = be->graph_launch(be, t->lastpath[i]->graph);
+    double t1 = gt_now_us();
+    if (sync_each && st == GT_BOK) st = be->sync(be);
+    c[k] = t1 - t0;
+    s[k] = gt_now_us() - t0;
+  }
+  if (st == GT_BOK) st = be->sync(be);
+  double total = gt_now_us() - start;
+  qsort(c, iters, sizeof *c, cmp_double);
+  qsort(s, iters, sizeof *s, cmp_double);
+  *cpu_us = c[iters / 2];
+  *step_us = sync_each ? s[iters / 2] : total / iters;
+  free(c); free(s);
+  return st == GT_BOK ? GT_OK : gt_fail_be(rt, NULL);
 }

@@ -1,27 +1,19 @@
-/* tree.c - graph trees: segment nodes, warmup/record/replay, the planned pool, liveness. */
+/* tree.c - graph trees: calls, segment nodes, choosing and running a visit (warmup, record, replay, eager).
+
+   The replay path of one call: Lua's op calls gt_launch (kernel.c), which
+   checks the arguments and hands the launch to gt_submit (queue.c); inside
+   a tree call it is appended to the segment's queue and gt_cursor_push
+   (key.c) compares it with what the predicted node recorded at that
+   position.  At a sync point or the call's end Lua calls gt_tree_flush
+   (here): gt_cursor_hit gives the node when everything matched (else
+   gt_segment_key finds it among the parent's children), choose_mode picks
+   the visit, visit() runs it (replay(): bind the new buffers to the plan,
+   patch the arguments that changed, launch the graph through the backend),
+   and advance() moves the cursor under the node for the next segment. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
-
-#define GROW(p, cap, need) grow_array((void **)&(p), &(cap), (need), sizeof *(p))
-static int grow_array(void **p, int *cap, int need, size_t elem) {
-  if (need <= *cap) return GT_OK;
-  int c = *cap ? *cap * 2 : 16;
-  while (c < need) c *= 2;
-  void *np = realloc(*p, (size_t)c * elem);
-  if (!np) return GT_ERR;
-  *p = np;
-  *cap = c;
-  return GT_OK;
-}
-
-static char *dupstr(const char *s) {
-  size_t n = strlen(s ? s : "") + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s ? s : "", n);
-  return d;
-}
 
 /* -- Creating and freeing ------------------------------------------------- */
 
@@ -30,8 +22,8 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   if (!t) { gt_fail(rt, "out of host memory"); return NULL; }
   t->rt = rt;
   t->opts = *opts;
-  t->name = dupstr(opts->name && *opts->name ? opts->name : "tree");
-  t->where = dupstr(opts->where);
+  t->name = gt_strdup(opts->name && *opts->name ? opts->name : "tree");
+  t->where = gt_strdup(opts->where);
   t->opts.name = t->name;
   t->opts.where = t->where;
   t->refs = 1;
@@ -62,46 +54,15 @@ static void drop_below(gt_tree *t, gt_node *n) {
 /* The call's buffers live in the slab: the next call reuses them. */
 static void release_call_bufs(gt_tree *t) { t->nbufs = 0; }
 
-/* The slab's structs may still be pointed at by Lua handles (tensors that
-   outlived their tree): they go to the runtime for the next tree, marked so
-   that every old view reads stale, never back to malloc. */
-static void give_slab(gt_tree *t) {
-  gt_runtime *rt = t->rt;
-  for (int i = 0; i < t->nslab; i++) {
-    gt_buf *chunk = t->slab[i];
-    for (int j = 0; j < GT_SLAB; j++) chunk[j] = (gt_buf){ .gen_now = &gt_released_gen, .relseg = -1 };
-    if (GROW(rt->spare, rt->sparecap, rt->nspare + 1)) continue;   /* out of host memory: leak the chunk, never free it */
-    rt->spare[rt->nspare++] = chunk;
-  }
-  free(t->slab);
+static void free_node(gt_tree *t, gt_node *n) {
+  drop_graph(t, n);
+  gt_explain_free(n);
+  free(n->kids); free(n->label); free(n->skip); free(n);
 }
 
-static void tree_destroy(gt_tree *t) {
-  gt_keyed_free_all(t);
-  for (int i = 0; i < t->nnodes; i++) {
-    gt_node *n = t->nodes[i];
-    drop_graph(t, n);
-    gt_explain_free(n);
-    free(n->kids); free(n->label); free(n->skip); free(n);
-  }
-  free(t->root.kids);
-  for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
-  free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
-  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned);
-  free(t->rels);
-  gt_queue_free(&t->q);
-  give_slab(t);
-  gt_pool_destroy(&t->pool);
-  free(t->name); free(t->where);
-  free(t);
-}
-
-void gt_tree_unref(gt_tree *t) {
-  if (--t->refs == 0) tree_destroy(t);
-}
-
-/* Lua's tree object was collected: graphs and memory go now; the struct stays
-   while tensors still point at it (they are stale from now on). */
+/* Lua's tree object was collected: graphs, nodes and memory go now; the
+   struct itself stays while tensors still point at it (they are stale from
+   now on: a new generation), and goes with the last (gt_tree_unref). */
 void gt_tree_free(gt_tree *t) {
   gt_runtime *rt = t->rt;
   if (rt->active == t) gt_tree_abort(rt);
@@ -110,9 +71,17 @@ void gt_tree_free(gt_tree *t) {
   release_call_bufs(t);
   for (int i = 0; i < t->nstage; i++) if (t->stage[i]) gt_buf_unref(t->stage[i]);
   t->nstage = 0;
-  for (int i = 0; i < t->nnodes; i++) drop_graph(t, t->nodes[i]);
-  gt_pool_clear(&t->pool);
-  gt_pool_shrink(&t->pool, 0);
+  if (t->keyed) t->keyed_free(t);
+  for (int i = 0; i < t->nnodes; i++) free_node(t, t->nodes[i]);
+  t->nnodes = 0;
+  free(t->root.kids);
+  for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
+  free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
+  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned);
+  free(t->rels);
+  gt_queue_free(&t->q);
+  gt_slab_give(t);
+  gt_pool_destroy(&t->pool);
   gt_tree_unref(t);
 }
 
@@ -122,7 +91,7 @@ gt_tree *gt_tree_active(gt_runtime *rt) { return rt->active; }
 
 static void warn(gt_tree *t, const char *msg) {
   free(t->warn);
-  t->warn = dupstr(msg);
+  t->warn = gt_strdup(msg);
   t->nwarn++;
 }
 
@@ -135,12 +104,8 @@ void gt_tree_note_skip(gt_tree *t, const char *reason) {
   t->skips++;
   for (int i = 0; i < t->nskip; i++)
     if (!strcmp(t->skip[i].reason, reason)) { t->skip[i].count++; return; }
-  if (t->nskip % 8 == 0) {
-    gt_skip *ns = realloc(t->skip, (t->nskip + 8) * sizeof *ns);
-    if (!ns) return;
-    t->skip = ns;
-  }
-  t->skip[t->nskip++] = (gt_skip){ dupstr(reason), 1 };
+  if (GT_GROW(t->skip, t->skipcap, t->nskip + 1)) return;
+  t->skip[t->nskip++] = (gt_skip){ gt_strdup(reason), 1 };
 }
 
 /* -- Calls --------------------------------------------------------------- */
@@ -155,7 +120,7 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   gt_pool_clear(&t->pool);
   t->state_node = NULL;
   t->cur = NULL;
-  t->cur_mode = GT_V_NONE;
+  t->cur_planned = 0;
   t->depth = 0;
   t->npath = 0;
   t->nrels = 0;
@@ -164,7 +129,7 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   gt_cursor_start(t, &t->root);
   t->cmiss |= t->eager_call;
   if (t->nstage) memset(t->pinned, 0, t->nstage);
-  if (GROW(t->segstart, t->segcap, 1)) return gt_fail(rt, "out of host memory");
+  if (GT_GROW(t->segstart, t->segcap, 1)) return gt_fail(rt, "out of host memory");
   t->segstart[0] = 0;
   t->calls++;
   t->at_begin = (gt_call_info){ t->calls, t->warmups, t->records, t->replays, t->eager, t->updates, 0, 0, 0 };
@@ -173,330 +138,16 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   return GT_OK;
 }
 
-static int grow_slab(gt_tree *t) {
-  gt_runtime *rt = t->rt;
-  gt_buf **ns = realloc(t->slab, (t->nslab + 1) * sizeof *ns);
-  if (!ns) return gt_fail(rt, "out of host memory");
-  t->slab = ns;
-  gt_buf *chunk = rt->nspare ? rt->spare[--rt->nspare] : malloc(GT_SLAB * sizeof *chunk);
-  if (!chunk) return gt_fail(rt, "out of host memory");
-  t->slab[t->nslab++] = chunk;
-  return GT_OK;
-}
-
-gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
-  gt_tree *t = rt->active;
-  if (!t) { gt_fail(rt, "gt_tree_buf_new outside a tree call"); return NULL; }
-  int i = t->nbufs;
-  if (GROW(t->bufs, t->bufcap, i + 1)) { gt_fail(rt, "out of host memory"); return NULL; }
-  if (i / GT_SLAB >= t->nslab && grow_slab(t)) return NULL;
-  gt_buf *b = &t->slab[i / GT_SLAB][i % GT_SLAB];
-  memset(b, 0, sizeof *b);
-  b->bytes = bytes;
-  b->tree = t;
-  b->gen = t->gen;
-  b->gen_now = &t->gen;
-  b->flags = GT_BUF_TREE | GT_BUF_SLAB;
-  b->seg = t->depth;
-  b->idx = i - t->segstart[t->depth];
-  b->ci = i;
-  b->relseg = -1;
-  b->qpos = (uint32_t)t->q.n;
-  t->bufs[t->nbufs++] = b;
-  return b;
-}
-
-gt_buf *gt_tree_buf_ptr(gt_tree *t, int i) {
-  return i >= 0 && i / GT_SLAB < t->nslab ? &t->slab[i / GT_SLAB][i % GT_SLAB] : NULL;
-}
-
 uint32_t gt_tree_gen(gt_tree *t) { return t->gen; }
 uint32_t gt_tree_prev_gen(gt_tree *t) { return t->prev_gen; }
 
-/* b (a buffer of this call) is released here: launches queued from now on
-   may reuse its memory.  Part of the segment's key. */
-int gt_tree_release(gt_tree *t, gt_buf *b) {
-  if (GROW(t->rels, t->relcap, t->nrels + 1)) return gt_fail(t->rt, "out of host memory");
-  b->relseg = t->depth;
-  b->rel = (uint32_t)t->q.n;
-  t->rels[t->nrels++] = b;
-  return GT_OK;
-}
-
 uint32_t gt_tree_failed_gen(gt_tree *t) { return t->failed_gen; }
-
-int gt_tree_queue(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args) {
-  gt_tree *t = rt->active;
-  if (gt_queue_push(&t->q, l, args) != GT_OK) return gt_fail(rt, "out of host memory");
-  gt_cursor_push(t);
-  return GT_OK;
-}
-
-void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b) {
-  gt_tree *t = rt->active;
-  if (!t || !(b->flags & GT_BUF_STAGING)) return;
-  for (int i = 0; i < t->nstage; i++)
-    if (t->stage[i] && b->addr >= t->stage[i]->addr && b->addr < t->stage[i]->addr + t->stage[i]->bytes) t->pinned[i] = 1;
-}
-
-/* The k-th staging slot of this call: the k-th one that no input of the call
-   lives in (a previous call's staged tensor fed back), so staging one input
-   never overwrites another, in any order.  Without feedback the slots, and
-   so the addresses the graphs hold, stay the same from call to call. */
-static int stage_slot(gt_tree *t, int k) {
-  for (int i = 0;; i++) {
-    if (i >= t->nstage) {
-      gt_buf **ns = realloc(t->stage, (i + 1) * sizeof *ns);
-      if (ns) t->stage = ns;
-      uint8_t *np = realloc(t->pinned, i + 1);
-      if (np) t->pinned = np;
-      if (!ns || !np) return gt_fail(t->rt, "out of host memory");
-      t->stage[i] = NULL;
-      t->pinned[i] = 0;
-      t->nstage = i + 1;
-    }
-    if (!t->pinned[i] && k-- == 0) return i;
-  }
-}
-
-/* Copies an input into the call's k-th staging slot (ordinary memory the
-   tree owns): outer chunks of chunk bytes, each padded with zeros to padded bytes. */
-int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {
-  gt_tree *t = rt->active;
-  if (!t) return gt_fail(rt, "staging outside a tree call");
-  if (padded < chunk) padded = chunk;
-  uint64_t need = outer * padded;
-  int slot = stage_slot(t, k);
-  if (slot < 0) return GT_ERR;
-  t->pinned[slot] = 1;
-  gt_buf *m = t->stage[slot];
-  if (!m || m->bytes < need) {       /* no live tensor points into an unpinned slot */
-    if (m) gt_buf_unref(m);
-    rt->active = NULL;               /* ordinary memory, not the call's */
-    m = t->stage[slot] = gt_buf_new(rt, need);
-    rt->active = t;
-    if (!m) return GT_ERR;
-  }
-  gt_backend *be = &rt->be;
-  if (padded > chunk && be->memset8(be, m->addr, 0, need) != GT_BOK) return gt_fail_be(rt, NULL);
-  for (uint64_t i = 0; i < outer; i++)
-    if (chunk && be->dtod(be, m->addr + i * padded, src->addr + off + i * chunk, chunk) != GT_BOK) return gt_fail_be(rt, NULL);
-  gt_buf *b = calloc(1, sizeof *b);
-  if (!b) return gt_fail(rt, "out of host memory");
-  b->addr = m->addr;
-  b->bytes = need;
-  b->refs = 1;
-  b->tree = t;
-  t->refs++;
-  b->gen = t->gen;
-  b->gen_now = &t->gen;
-  b->flags = GT_BUF_STAGING;
-  b->relseg = -1;
-  *out = b;
-  return GT_OK;
-}
-
-/* -- Memory of a segment ------------------------------------------------- */
-
-/* The pool holds what is live at this point of the call: a replayed node's
-   checkpoint is only bound when someone needs it. */
-static int materialize(gt_tree *t) {
-  gt_node *n = t->state_node;
-  if (!n) return GT_OK;
-  gt_pool_clear(&t->pool);
-  for (int i = 0; i < n->nckpt; i++) {
-    gt_ckpt *c = &n->ckpt[i];
-    int k = t->segstart[c->seg] + c->idx;
-    if (GROW(t->pool.blk, t->pool.cap, t->pool.n + 1)) return gt_fail(t->rt, "out of host memory");
-    t->pool.blk[t->pool.n++] = (gt_block){ c->off, c->size, t->bufs[k] };
-  }
-  t->state_node = NULL;
-  return GT_OK;
-}
-
-/* Peak bytes over the segment's launches of intervals [first, end). */
-static uint64_t peak_bytes(const gt_interval *iv, int n, int nl) {
-  int64_t *d = calloc(nl + 2, sizeof *d);
-  if (!d) return 0;
-  for (int i = 0; i < n; i++) {
-    uint32_t e = iv[i].end == UINT32_MAX || iv[i].end > (uint32_t)nl ? (uint32_t)nl + 1 : iv[i].end;
-    if (e <= iv[i].first) e = iv[i].first + 1;            /* a tensor occupies memory while it is made */
-    int64_t sz = (int64_t)((iv[i].size + GT_ALIGN - 1) / GT_ALIGN * GT_ALIGN);
-    d[iv[i].first] += sz;
-    d[e] -= sz;
-  }
-  int64_t cur = 0, peak = 0;
-  for (int k = 0; k <= nl; k++) { cur += d[k]; if (cur > peak) peak = cur; }
-  free(d);
-  return (uint64_t)peak;
-}
-
-typedef struct { uint64_t bytes, end, reusable; } plan_info;
-
-/* Places the segment's new buffers over their intervals (creation to release,
-   or the end of the call), from the state at the parent's end, the parent's
-   buffers released here freed at their release; sets their addresses (and
-   offsets into plan, when given).  The same plan serves warmups, eager runs
-   and recordings: launches run in queue order, so reuse after a release is
-   safe in each.  info->reusable: what freeing every new buffer after its
-   last use would save at the peak. */
-static int plan_segment(gt_tree *t, int first, uint64_t *plan, plan_info *info) {
-  int nn = t->nbufs - first, nold = 0;
-  gt_queue *q = &t->q;
-  if (materialize(t)) return GT_ERR;
-  gt_interval *iv = calloc(2 * nn + t->nrels + 1, sizeof *iv), *ideal = iv + nn, *old = ideal + nn;
-  if (!iv) return gt_fail(t->rt, "out of host memory");
-  for (int i = 0; i < nn; i++) {
-    gt_buf *b = t->bufs[first + i];
-    iv[i] = (gt_interval){ b->bytes, b->qpos, b->relseg == t->depth ? b->rel : UINT32_MAX, b, 0 };
-    ideal[i] = (gt_interval){ b->bytes, b->qpos, b->qpos, b, 0 };
-  }
-  for (int i = 0; i < t->nrels; i++) {
-    gt_buf *b = t->rels[i];
-    if (b->seg != t->depth) old[nold++] = (gt_interval){ b->bytes, 0, b->rel, b, b->addr - t->pool.base };
-  }
-  for (int i = 0; info && i < q->n; i++) {
-    const gt_arg *a = q->args + q->l[i].arg0;
-    for (int j = 0; j < q->l[i].nargs; j++) {
-      gt_buf *b = a[j].buf;
-      if (b && gt_role_of(t, b) == GT_ROLE_INTERNAL && ideal[b->idx].end < (uint32_t)i + 1) ideal[b->idx].end = (uint32_t)i + 1;
-    }
-  }
-  if (info) {
-    uint64_t actual = peak_bytes(iv, nn, q->n), best = peak_bytes(ideal, nn, q->n);
-    info->reusable = actual > best ? actual - best : 0;
-  }
-  if (gt_pool_plan(&t->pool, iv, nn, old, nold, t->rt->err) != GT_OK) {
-    char why[GT_ERRLEN];
-    snprintf(why, sizeof why, "%s", t->rt->err);
-    free(iv);
-    return gt_fail(t->rt, "tree '%s': out of memory: %s", t->name, why);
-  }
-  uint64_t end = 0, bytes = 0;
-  for (int i = 0; i < nn; i++) {
-    if (plan) plan[i] = iv[i].off;
-    iv[i].buf->addr = t->pool.base + iv[i].off;
-    bytes += (iv[i].size + GT_ALIGN - 1) / GT_ALIGN * GT_ALIGN;
-    if (iv[i].off + iv[i].size > end) end = iv[i].off + iv[i].size;
-  }
-  free(iv);
-  if (info) { info->bytes = bytes; info->end = end; }
-  return GT_OK;
-}
-
-/* Recording: plan the segment, then save the plan and the checkpoint on n. */
-static int plan_new(gt_tree *t, gt_node *n, int first) {
-  int nn = t->nbufs - first;
-  plan_info info;
-  uint64_t *plan = malloc((nn ? nn : 1) * sizeof *plan);
-  if (!plan) return gt_fail(t->rt, "out of host memory");
-  if (plan_segment(t, first, plan, &info)) { free(plan); return GT_ERR; }
-  gt_ckpt *ck = malloc((t->pool.n ? t->pool.n : 1) * sizeof *ck);
-  if (!ck) { free(plan); return gt_fail(t->rt, "out of host memory"); }
-  uint64_t ckb = 0, end = info.end;
-  for (int i = 0; i < t->pool.n; i++) {
-    gt_block *k = &t->pool.blk[i];
-    ck[i] = (gt_ckpt){ k->buf->seg, k->buf->idx, k->off, k->size };
-    ckb += k->size;
-    if (k->off + k->size > end) end = k->off + k->size;
-  }
-  free(n->plan); free(n->ckpt);
-  n->plan = plan;
-  n->nnew = nn;
-  n->ckpt = ck;
-  n->nckpt = t->pool.n;
-  n->planned_bytes = info.bytes;
-  n->checkpoint_bytes = ckb;
-  n->plan_end = end;
-  n->reusable_bytes = info.reusable;
-  return GT_OK;
-}
 
 /* -- Graphs -------------------------------------------------------------- */
 
 static int scratch(gt_tree *t, int n) {
-  if (n <= t->scratchcap) return GT_OK;
-  int c = n + 64;
-  uint64_t *s = realloc(t->scratch, c * sizeof *s);
-  if (s) t->scratch = s;
-  void **p = realloc(t->pscratch, c * sizeof *p);
-  if (p) t->pscratch = p;
-  if (!s || !p) return gt_fail(t->rt, "out of host memory");
-  t->scratchcap = c;
+  if (GT_GROW(t->scratch, t->scratchcap, n) || GT_GROW(t->pscratch, t->pscratchcap, n)) return gt_fail(t->rt, "out of host memory");
   return GT_OK;
-}
-
-typedef struct { uint64_t lo, hi; int write; } access_t;
-
-static int accesses(const gt_queue *q, int i, const uint64_t *vals, access_t *acc) {
-  const gt_qlaunch *l = &q->l[i];
-  const gt_arg *a = q->args + l->arg0;
-  int n = 0;
-  for (int j = 0; j < l->nargs; j++) {
-    if (!a[j].buf) continue;
-    int write = l->kind == GT_GN_KERNEL ? l->k->ptype[j] == GT_P_OUT : l->kind <= GT_GN_MEMSET && j == 0;  /* cond entries read p */
-    acc[n++] = (access_t){ vals[j], vals[j] + (a[j].nbytes ? a[j].nbytes : 1), write };
-  }
-  return n;
-}
-
-/* Backend nodes for the queue with dependencies from read/write sets over
-   byte ranges, so independent kernels of a segment may run concurrently.
-   n->argvals receives the argument values. */
-/* Backend nodes for the queue.  Dependencies come from read/write sets over
-   byte ranges, kept as live access records: a node waits for the last writers
-   of what it reads, and for the last writers and readers of what it writes;
-   a write retires the records it covers (later nodes reach them through it).
-   So a chain gets one edge per node, and independent kernels none. */
-static int build_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, void ***ptrmem) {
-  typedef struct { uint64_t lo, hi; int write, node; } rec_t;
-  gt_queue *q = &t->q;
-  free(n->argvals);
-  n->argvals = malloc((q->nargs ? q->nargs : 1) * sizeof *n->argvals);
-  n->nargvals = q->nargs;
-  void **ptrs = malloc((q->nargs ? q->nargs : 1) * sizeof *ptrs);
-  gt_gnode *g = calloc(q->n ? q->n : 1, sizeof *g);
-  int *mark = calloc(q->n ? q->n : 1, sizeof *mark);
-  int *deps = NULL, nd = 0, dcap = 0, nrec = 0, rcap = 0;
-  rec_t *rec = NULL;
-  if (!n->argvals || !ptrs || !g || !mark) goto oom;
-  for (int i = 0; i < q->n; i++) {
-    access_t acc[64];
-    uint64_t *vals = n->argvals + q->l[i].arg0;
-    gt_queue_resolve(q, i, vals);
-    gt_queue_gnode(q, i, vals, ptrs + q->l[i].arg0, &g[i]);
-    int na = accesses(q, i, vals, acc), d0 = nd;
-    for (int r = 0; r < nrec; r++)
-      for (int x = 0; x < na; x++)
-        if ((acc[x].write || rec[r].write) && acc[x].lo < rec[r].hi && rec[r].lo < acc[x].hi && mark[rec[r].node] != i + 1) {
-          if (GROW(deps, dcap, nd + 1)) goto oom;
-          mark[rec[r].node] = i + 1;
-          deps[nd++] = rec[r].node;
-          break;
-        }
-    g[i].ndeps = nd - d0;
-    g[i].deps = (const int *)(intptr_t)d0;      /* an index until deps stops moving */
-    for (int x = 0; x < na; x++) {
-      if (acc[x].write) {                       /* retire what this write covers */
-        int w = 0;
-        for (int r = 0; r < nrec; r++)
-          if (!(rec[r].lo >= acc[x].lo && rec[r].hi <= acc[x].hi)) rec[w++] = rec[r];
-        nrec = w;
-      }
-      if (GROW(rec, rcap, nrec + 1)) goto oom;
-      rec[nrec++] = (rec_t){ acc[x].lo, acc[x].hi, acc[x].write, i };
-    }
-  }
-  for (int i = 0; i < q->n; i++) g[i].deps = deps ? deps + (intptr_t)g[i].deps : NULL;
-  free(mark); free(rec);
-  if (gt_cond_any(q) && gt_cond_lift(q, g, &deps)) { rec = NULL; mark = NULL; goto oom; }
-  *out = g;
-  *depmem = deps;
-  *ptrmem = ptrs;
-  return GT_OK;
-oom:
-  free(ptrs); free(g); free(deps); free(mark); free(rec);
-  return gt_fail(t->rt, "out of host memory");
 }
 
 int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
@@ -530,7 +181,9 @@ static int run_eager(gt_tree *t, gt_node *n) {
   return GT_OK;
 }
 
-/* Record n: plan, build, instantiate (or update the exec in place), launch. */
+/* Record n: plan, build, instantiate (or update the exec in place), launch.
+   Returns what ran: GT_V_RECORD, GT_V_UPDATE, or GT_V_EAGER when the graph
+   build failed (n runs eagerly from now on); GT_ERR on failure. */
 static int record(gt_tree *t, gt_node *n, int first, int update) {
   gt_backend *be = &t->rt->be;
   double t0 = gt_now_us();
@@ -540,7 +193,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
     oldplan = malloc((n->nnew ? n->nnew : 1) * sizeof *oldplan);
     if (oldplan) memcpy(oldplan, n->plan, n->nnew * sizeof *oldplan);
   }
-  if (plan_new(t, n, first)) { free(oldplan); return GT_ERR; }
+  if (gt_plan_node(t, n, first)) { free(oldplan); return GT_ERR; }
   if (update && (!oldplan || oldend != n->plan_end || oldnck != n->nckpt ||
                  memcmp(oldplan, n->plan, n->nnew * sizeof *oldplan)))
     drop_below(t, n);
@@ -548,7 +201,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
   gt_gnode *g = NULL;
   int *deps = NULL;
   void **ptrs = NULL;
-  if (build_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
+  if (gt_deps_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
   double t1 = gt_now_us();
   int st = GT_BOK;
   if (update && n->graph) {
@@ -565,9 +218,9 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
     char why[GT_ERRLEN + 32];
     snprintf(why, sizeof why, "graph build failed: %s", be->err);
     free(n->skip);
-    n->skip = dupstr(why);
+    n->skip = gt_strdup(why);
     n->graph = NULL;
-    return run_eager(t, n) ? GT_ERR : 1;
+    return run_eager(t, n) ? GT_ERR : GT_V_EAGER;
   }
   free(n->launches);
   n->launches = malloc((t->q.n ? t->q.n : 1) * sizeof *n->launches);
@@ -577,7 +230,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
   if (gt_tree_launch_graph(t, n)) return GT_ERR;
   n->instantiate_us = t2 - t1;
   n->record_us = gt_now_us() - t0;
-  return GT_OK;
+  return update ? GT_V_UPDATE : GT_V_RECORD;
 }
 
 /* Replay n: bind the new buffers to the plan, patch changed arguments, launch.
@@ -606,7 +259,7 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     gt_gnode *g = NULL;
     int *deps = NULL;
     void **ptrs = NULL;
-    if (build_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
+    if (gt_deps_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
     int st = be->graph_update(be, n->graph, g, q->n);
     if (st == GT_BREFUSED) {
       be->graph_destroy(be, n->graph);
@@ -626,28 +279,15 @@ static gt_node *find_kid(gt_node *p, uint64_t key, int nostatic) {
   return NULL;
 }
 
-static char *make_label(const gt_queue *q) {
-  char buf[96] = "", item[64];
-  size_t len = 0;
-  for (int i = 0; i < q->n;) {
-    static const char *const other[] = { "?", "copy", "fill", "?", "if", "else", "while", "end" };
-    const char *nm = q->l[i].k ? q->l[i].k->name : other[q->l[i].kind & 7];
-    int j = i + 1;
-    while (j < q->n && q->l[j].kind == q->l[i].kind && (!q->l[j].k || !strcmp(q->l[j].k->name, nm))) j++;
-    if (j - i > 1) snprintf(item, sizeof item, "%s%s x%d", i ? " " : "", nm, j - i);
-    else snprintf(item, sizeof item, "%s%s", i ? " " : "", nm);
-    if (len + strlen(item) > 56) { strcat(buf, " ..."); break; }
-    strcat(buf, item);
-    len += strlen(item);
-    i = j;
-  }
-  if (!q->n) strcpy(buf, "(memory only)");
-  return dupstr(buf);
+/* The first kernel of the queue that cannot be graphed, or NULL. */
+static const gt_kernel *ungraphable(const gt_queue *q) {
+  for (int i = 0; i < q->n; i++) if (q->l[i].k && !q->l[i].k->graphable) return q->l[i].k;
+  return NULL;
 }
 
 static gt_node *new_node(gt_tree *t, gt_node *parent, gt_segkey key) {
   gt_node *n = calloc(1, sizeof *n);
-  if (!n || GROW(parent->kids, parent->kidcap, parent->nkids + 1) || GROW(t->nodes, t->nodecap, t->nnodes + 1)) {
+  if (!n || GT_GROW(parent->kids, parent->kidcap, parent->nkids + 1) || GT_GROW(t->nodes, t->nodecap, t->nnodes + 1)) {
     free(n);
     gt_fail(t->rt, "out of host memory");
     return NULL;
@@ -658,34 +298,118 @@ static gt_node *new_node(gt_tree *t, gt_node *parent, gt_segkey key) {
   n->key = key.full;
   n->key_nostatic = key.nostatic;
   n->nlaunch = t->q.n;
-  n->label = make_label(&t->q);
-  for (int i = 0; i < t->q.n; i++)
-    if (t->q.l[i].k && !t->q.l[i].k->graphable) {
-      char why[160];
-      snprintf(why, sizeof why, "kernel '%s' is not graphable", t->q.l[i].k->name);
-      n->skip = dupstr(why);
-      break;
-    }
+  const gt_kernel *k = ungraphable(&t->q);
+  if (k) {
+    char why[160];
+    snprintf(why, sizeof why, "kernel '%s' is not graphable", k->name);
+    n->skip = gt_strdup(why);
+  }
   gt_explain_node(t, n);              /* before it joins its siblings */
   parent->kids[parent->nkids++] = n;
   t->nodes[t->nnodes++] = n;
   return n;
 }
 
-/* Ends the segment being queued: find (or make) its node by key, then warm
-   it up, record it, replay it or run it eagerly. */
-static int run_unplanned(gt_tree *t, gt_node *n, int first) {
-  int st = plan_segment(t, first, NULL, NULL);
-  return st == GT_OK ? run_eager(t, n) : st;
-}
+static int next_segment(gt_tree *t);
 
 /* A call beyond the last bucket: segments run eagerly, with no node. */
 static int flush_eager_call(gt_tree *t, int first) {
-  if (run_unplanned(t, NULL, first)) return GT_ERR;
+  if (gt_plan_run(t, first) || run_eager(t, NULL)) return GT_ERR;
   t->eager++;
-  t->cur_mode = GT_V_EAGER;
+  t->cur_planned = 0;
+  return next_segment(t);
+}
+
+/* The visit a segment gets, as a pure function of what is known at its end
+   (tinygrad's counter ladder): n, the node found (NULL: none); upd, a
+   sibling of the same topology (another static address), looked up only
+   when n is NULL and the parent's memory is planned (parent_ok); graphable:
+   no launch of the queue is of a kernel that cannot be graphed. */
+static int choose_mode(const gt_node *n, const gt_node *upd, int parent_ok, int graphable, const gt_tree_opts *o,
+                       int recorded) {
+  if (n && n->graph && parent_ok) return GT_V_REPLAY;
+  if (n && n->skip) return parent_ok ? GT_V_PLANNED : GT_V_EAGER;
+  if (!n && upd && upd->graph) return GT_V_UPDATE;
+  if (!parent_ok || (n ? n->warmups : 0) < o->warmup) return GT_V_WARMUP;
+  if (recorded >= o->max_recordings) return GT_V_LIMIT;
+  return graphable ? GT_V_RECORD : GT_V_PLANNED;
+}
+
+/* A skipped node on planned memory: bound to its plan as a replay would be
+   (or planned now), launched one by one; its children may still record. */
+static int run_planned(gt_tree *t, gt_node *n, int first) {
+  if (!n->plan) return gt_plan_node(t, n, first) ? GT_ERR : run_eager(t, n);
+  for (int i = 0; i < n->nnew; i++) t->bufs[first + i]->addr = t->pool.base + n->plan[i];
+  t->state_node = n;
+  return run_eager(t, n);
+}
+
+/* Past max_recordings: an error, or (on_limit = "eager") an eager run with a warning once. */
+static int run_past_limit(gt_tree *t, gt_node *n, int first) {
+  t->limit_hit++;
+  if (t->opts.on_limit_error)
+    return gt_fail(t->rt, "tree '%s' (%s): a new path needs a recording but max_recordings = %d are held; raise "
+                   "max_recordings, use buckets, or set on_limit = \"eager\"", t->name, t->where, t->opts.max_recordings);
+  if (t->limit_hit == 1) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "tree '%s' (%s) reached max_recordings = %d; new paths run eagerly (see tree:stats().skips)",
+             t->name, t->where, t->opts.max_recordings);
+    warn(t, msg);
+  }
+  return gt_plan_run(t, first) ? GT_ERR : run_eager(t, n);
+}
+
+static void count_eager(gt_tree *t, gt_node *n, const char *why) { n->eager++; t->eager++; gt_tree_note_skip(t, why); }
+
+/* Runs the chosen visit; returns what ran (GT_V_*: a failed graph build runs
+   eagerly) or GT_ERR.  Counters follow what ran. */
+static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
+  int ran = mode;
+  switch (mode) {
+  case GT_V_REPLAY:
+    if ((ran = replay(t, n, first)) == GT_ERR) return GT_ERR;
+    if (ran == GT_V_UPDATE) { n->updates++; t->updates++; }
+    else { n->replays++; t->replays++; n->replay_us_sum += gt_now_us() - t0; n->replay_n++; }
+    t->state_node = n;
+    return ran;
+  case GT_V_RECORD: case GT_V_UPDATE:
+    if ((ran = record(t, n, first, mode == GT_V_UPDATE)) == GT_ERR) return GT_ERR;
+    if (ran == GT_V_EAGER) count_eager(t, n, "graph build failed");
+    else if (ran == GT_V_UPDATE) { n->updates++; t->updates++; }
+    else { n->records++; t->records++; }
+    return ran;
+  case GT_V_PLANNED:
+    if (run_planned(t, n, first)) return GT_ERR;
+    count_eager(t, n, n->skip);
+    return ran;
+  case GT_V_LIMIT:
+    if (run_past_limit(t, n, first)) return GT_ERR;
+    count_eager(t, n, "max_recordings");
+    return GT_V_EAGER;
+  default:                            /* GT_V_WARMUP, GT_V_EAGER: memory planned for this run only */
+    if (gt_plan_run(t, first) || run_eager(t, n)) return GT_ERR;
+    if (mode == GT_V_WARMUP) { n->warmups++; t->warmups++; }
+    else count_eager(t, n, n->skip);
+    return ran;
+  }
+}
+
+/* The next segment begins after n, which ran as `ran`: children may record
+   when n's memory followed a plan. */
+static int advance(gt_tree *t, gt_node *parent, gt_node *n, int ran) {
+  n->visits++;
+  n->last_call = (uint64_t)t->calls;
+  parent->last_kid = n;
+  gt_cursor_start(t, n);
+  if (!GT_GROW(t->path, t->pathcap, t->npath + 1)) t->path[t->npath++] = n;
+  t->cur = n;
+  t->cur_planned = ran == GT_V_REPLAY || ran == GT_V_UPDATE || ran == GT_V_RECORD || ran == GT_V_PLANNED;
+  return next_segment(t);
+}
+
+static int next_segment(gt_tree *t) {
   t->depth++;
-  if (GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(t->rt, "out of host memory");
+  if (GT_GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(t->rt, "out of host memory");
   t->segstart[t->depth] = t->nbufs;
   t->nrels = 0;
   gt_queue_clear(&t->q);
@@ -693,6 +417,8 @@ static int flush_eager_call(gt_tree *t, int first) {
   return GT_OK;
 }
 
+/* Ends the segment being queued: its node from the cursor (the replay path)
+   or by key, the visit chosen, run, and the cursor advanced. */
 int gt_tree_flush(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return GT_OK;
@@ -704,88 +430,23 @@ int gt_tree_flush(gt_runtime *rt) {
   gt_node *n = gt_cursor_hit(t, first), *upd = NULL;
   gt_segkey key = { n ? n->key : 0, 0 };
   if (!n) n = find_kid(parent, key.full = gt_segment_key(t, 0), 0);   /* off the cursor: by key */
+  int parent_ok = !t->cur || t->cur_planned;
   if (!n) key.nostatic = gt_segment_key(t, 1);    /* the topology: needed only off the replay path */
-  int parent_ok = !t->cur || t->cur_mode == GT_V_RECORD || t->cur_mode == GT_V_REPLAY || t->cur_mode == GT_V_UPDATE;
-  int mode;
-  const char *skip = NULL;
-  int plan_eager = 0;                 /* a skipped node with planned memory: children may still record */
-  if (n && n->graph && parent_ok) mode = GT_V_REPLAY;
-  else if (n && n->skip) { mode = GT_V_EAGER; skip = n->skip; plan_eager = parent_ok; }
-  else if (!n && parent_ok && (upd = find_kid(parent, key.nostatic, 1)) && upd->graph) mode = GT_V_UPDATE;
-  else if (!parent_ok || (n && n->warmups < t->opts.warmup) || (!n && t->opts.warmup > 0)) mode = GT_V_WARMUP;
-  else if (t->recorded >= t->opts.max_recordings) {
-    t->limit_hit++;
-    if (t->opts.on_limit_error)
-      return gt_fail(rt, "tree '%s' (%s): a new path needs a recording but max_recordings = %d are held; raise "
-                     "max_recordings, use buckets, or set on_limit = \"eager\"", t->name, t->where, t->opts.max_recordings);
-    if (t->limit_hit == 1) {
-      char msg[512];
-      snprintf(msg, sizeof msg, "tree '%s' (%s) reached max_recordings = %d; new paths run eagerly (see tree:stats().skips)",
-               t->name, t->where, t->opts.max_recordings);
-      warn(t, msg);
-    }
-    mode = GT_V_EAGER;
-    skip = "max_recordings";
-  } else mode = GT_V_RECORD;
+  if (!n && parent_ok) upd = find_kid(parent, key.nostatic, 1);
+  int mode = choose_mode(n, upd, parent_ok, n || !ungraphable(&t->q), &t->opts, t->recorded);
   int created = !n && mode != GT_V_UPDATE;
-  if (created && !(n = new_node(t, parent, key))) return GT_ERR;
-  if (mode == GT_V_RECORD && n->skip) { mode = GT_V_EAGER; skip = n->skip; plan_eager = 1; }
-  if (mode == GT_V_UPDATE) {
-    n = upd;
-    n->key = key.full;
-  }
-  int st;
-  switch (mode) {
-  case GT_V_REPLAY:
-    st = replay(t, n, first);
-    if (st == GT_V_UPDATE) { n->updates++; t->updates++; }
-    else if (st == GT_V_REPLAY) { n->replays++; t->replays++; n->replay_us_sum += gt_now_us() - t0; n->replay_n++; }
-    if (st != GT_ERR) st = GT_OK;
-    t->state_node = n;
-    break;
-  case GT_V_RECORD: case GT_V_UPDATE:
-    st = record(t, n, first, mode == GT_V_UPDATE);
-    if (st == 1) { mode = GT_V_EAGER; n->eager++; t->eager++; gt_tree_note_skip(t, "graph build failed"); st = GT_OK; }
-    else if (st == GT_OK && mode == GT_V_UPDATE) { n->updates++; t->updates++; }
-    else if (st == GT_OK) { n->records++; t->records++; }
-    break;
-  default:
-    if (plan_eager && n->plan) {       /* bind to the plan, as a replay would, but launch one by one */
-      for (int i = 0; i < n->nnew; i++) t->bufs[first + i]->addr = t->pool.base + n->plan[i];
-      st = run_eager(t, n);
-      t->state_node = n;
-    } else if (plan_eager) {
-      st = plan_new(t, n, first);
-      if (st == GT_OK) st = run_eager(t, n);
-    } else st = run_unplanned(t, n, first);
-    if (st == GT_OK && mode == GT_V_WARMUP) { n->warmups++; t->warmups++; }
-    if (st == GT_OK && mode == GT_V_EAGER) { n->eager++; t->eager++; gt_tree_note_skip(t, skip); }
-    break;
-  }
-  if (st != GT_OK) {
+  if (mode == GT_V_UPDATE) (n = upd)->key = key.full;
+  else if (created && !(n = new_node(t, parent, key))) return GT_ERR;
+  int ran = visit(t, n, mode, first, t0);
+  if (ran == GT_ERR) {
     if (created) {                    /* no half node: a failed first visit leaves nothing */
       parent->nkids--;
       t->nnodes--;
-      drop_graph(t, n);
-      gt_explain_free(n);
-      free(n->kids); free(n->label); free(n->skip); free(n);
+      free_node(t, n);
     }
     return GT_ERR;
   }
-  n->visits++;
-  n->last_call = (uint64_t)t->calls;
-  parent->last_kid = n;
-  gt_cursor_start(t, n);
-  if (!GROW(t->path, t->pathcap, t->npath + 1)) t->path[t->npath++] = n;
-  t->cur = n;
-  t->cur_mode = plan_eager ? GT_V_REPLAY : mode;   /* planned memory: children may record */
-  t->depth++;
-  if (GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(rt, "out of host memory");
-  t->segstart[t->depth] = t->nbufs;
-  t->nrels = 0;
-  gt_queue_clear(&t->q);
-  gt_buf_settle(t->rt);
-  return GT_OK;
+  return advance(t, parent, n, ran);
 }
 
 /* The call's line in the history ring: what its visits were, what it cost. */
@@ -799,7 +460,7 @@ static void note_call(gt_tree *t) {
 
 /* Ends the active call once its segments have run: the path is remembered. */
 void gt_tree_finish_call(gt_tree *t) {
-  if (t->npath && !GROW(t->lastpath, t->lastcap, t->npath)) memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
+  if (t->npath && !GT_GROW(t->lastpath, t->lastcap, t->npath)) memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
   t->nlastpath = t->npath;
   note_call(t);
   t->rt->active = NULL;
@@ -815,7 +476,7 @@ int gt_tree_end(gt_runtime *rt) {
   return GT_OK;
 }
 
-int gt_tree_grow_path(gt_tree *t, int n) { return GROW(t->path, t->pathcap, n); }
+int gt_tree_grow_path(gt_tree *t, int n) { return GT_GROW(t->path, t->pathcap, n); }
 
 /* A Lua error (or a failed segment): the queued segment is dropped, its new
    tensors become stale, and the call ends.  Nodes already run stay whole. */
@@ -855,39 +516,4 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
   t->gen = gt_gen_next();                         /* the last call's outputs may lie in trimmed memory */
   gt_pool_shrink(&t->pool, end);
   return dropped;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Launches the graphs of the tree's last call back to back, no tree logic:
-   the floor that tree replay is measured against.  Medians in µs. */
-int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, double *cpu_us, double *step_us) {
-  gt_backend *be = &rt->be;
-  if (!t->nlastpath || iters < 1) return gt_fail(rt, "tree '%s': call it at least once before measuring the floor", t->name);
-  for (int i = 0; i < t->nlastpath; i++)
-    if (!t->lastpath[i]->graph) return gt_fail(rt, "tree '%s': the last call did not replay every segment", t->name);
-  double *c = malloc(iters * sizeof *c), *s = malloc(iters * sizeof *s);
-  if (!c || !s) { free(c); free(s); return gt_fail(rt, "out of host memory"); }
-  if (be->sync(be)) { free(c); free(s); return gt_fail_be(rt, NULL); }
-  double start = gt_now_us();
-  int st = GT_BOK;
-  for (int k = 0; k < iters && st == GT_BOK; k++) {
-    double t0 = gt_now_us();
-    for (int i = 0; i < t->nlastpath && st == GT_BOK; i++) st = be->graph_launch(be, t->lastpath[i]->graph);
-    double t1 = gt_now_us();
-    if (sync_each && st == GT_BOK) st = be->sync(be);
-    c[k] = t1 - t0;
-    s[k] = gt_now_us() - t0;
-  }
-  if (st == GT_BOK) st = be->sync(be);
-  double total = gt_now_us() - start;
-  qsort(c, iters, sizeof *c, cmp_double);
-  qsort(s, iters, sizeof *s, cmp_double);
-  *cpu_us = c[iters / 2];
-  *step_us = sync_each ? s[iters / 2] : total / iters;
-  free(c); free(s);
-  return st == GT_BOK ? GT_OK : gt_fail_be(rt, NULL);
 }

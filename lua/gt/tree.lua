@@ -82,7 +82,6 @@ return function(gt)
     o.warmup = opts.warmup or 1
     o.max_recordings = opts.max_recordings or 64
     o.on_limit_error = on_limit == "error" and 1 or 0
-    o.copy_inputs = opts.copy_inputs and 1 or 0
     local t = C.gt_tree_new(rt, o)
     if t == nil then error(gt._errmsg(), 2) end
     local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),

@@ -1,0 +1,19 @@
+#!/bin/sh
+# funclen.sh: C functions in src/ longer than a screen (default 60 lines,
+# from the line that opens the body to the closing brace).
+#   sh scripts/funclen.sh [max] [files...]
+# Relies on the house layout: a definition starts at column 0 and its body
+# ends with a "}" alone at column 0.  Exits non-zero when one is too long.
+max=${1:-60}
+[ $# -gt 0 ] && shift
+cd "$(dirname "$0")/.."
+[ $# -gt 0 ] || set -- src/*.c
+awk -v max="$max" '
+  FNR == 1 { in_fn = 0 }
+  !in_fn && /^[A-Za-z_].*[)] *[{] *$/ && !/^(typedef|struct|enum|union)/ { in_fn = 1; start = FNR; name = $0; next }
+  !in_fn && /^[A-Za-z_][^;]*[(][^;]*$/ && !/^(typedef|struct|enum|union|#)/ { pend = $0; pstart = FNR; next }
+  !in_fn && pend != "" && /[)] *[{] *$/ { in_fn = 1; start = pstart; name = pend; pend = ""; next }
+  !in_fn && pend != "" && /;/ { pend = "" }
+  in_fn && /^}/ { n = FNR - start + 1; in_fn = 0
+    if (n > max) { sub(/[(].*/, "", name); sub(/.*[ *]/, "", name); printf "%s:%d: %s is %d lines (max %d)\n", FILENAME, start, name, n, max; bad = 1 } }
+  END { exit bad }' "$@" && echo "no function over $max lines ($# files)"

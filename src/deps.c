@@ -1,0 +1,257 @@
+/* deps.c - a segment as graph nodes: their argument values, and edges from the launches' read/write sets. */
+#include <stdlib.h>
+#include <string.h>
+#include "core.h"
+#include "gt_test.h"
+
+/* Dependencies come from read/write sets over byte ranges, kept as live
+   access records: a node waits for the last writers of what it reads, and
+   for the last writers and readers of what it writes; a write retires the
+   records it covers (later nodes reach them through it).  So a chain gets
+   one edge per node, and independent kernels none.  Conditional bodies
+   (IF/ELSE/WHILE ... END entries) then have their edges lifted so that each
+   joins two nodes of one body. */
+
+typedef struct { uint64_t lo, hi; int write; } access_t;
+typedef struct { uint64_t lo, hi; int write, node; } rec_t;
+typedef struct { int a, b; } edge_t;
+
+/* Launch i's tensor arguments as byte ranges (at most 64: a kernel's parameters). */
+static int accesses(const gt_queue *q, int i, const uint64_t *vals, access_t *acc) {
+  const gt_qlaunch *l = &q->l[i];
+  const gt_arg *a = q->args + l->arg0;
+  int n = 0;
+  for (int j = 0; j < l->nargs && n < 64; j++) {
+    if (!a[j].buf) continue;
+    acc[n++] = (access_t){ vals[j], vals[j] + (a[j].nbytes ? a[j].nbytes : 1), gt_launch_writes(l, j) };
+  }
+  return n;
+}
+
+/* Node i's waits on the live records, appended to *deps (marks: one edge per pair). */
+static int waits(const access_t *acc, int na, const rec_t *rec, int nrec, int i, int *mark, int **deps, int *nd, int *dcap) {
+  for (int r = 0; r < nrec; r++)
+    for (int x = 0; x < na; x++)
+      if ((acc[x].write || rec[r].write) && acc[x].lo < rec[r].hi && rec[r].lo < acc[x].hi && mark[rec[r].node] != i + 1) {
+        if (GT_GROW(*deps, *dcap, *nd + 1)) return GT_ERR;
+        mark[rec[r].node] = i + 1;
+        (*deps)[(*nd)++] = rec[r].node;
+        break;
+      }
+  return GT_OK;
+}
+
+/* Node i's accesses become live records; a write retires those it covers. */
+static int note(const access_t *acc, int na, int i, rec_t **rec, int *nrec, int *rcap) {
+  for (int x = 0; x < na; x++) {
+    if (acc[x].write) {
+      int w = 0;
+      for (int r = 0; r < *nrec; r++)
+        if (!((*rec)[r].lo >= acc[x].lo && (*rec)[r].hi <= acc[x].hi)) (*rec)[w++] = (*rec)[r];
+      *nrec = w;
+    }
+    if (GT_GROW(*rec, *rcap, *nrec + 1)) return GT_ERR;
+    (*rec)[(*nrec)++] = (rec_t){ acc[x].lo, acc[x].hi, acc[x].write, i };
+  }
+  return GT_OK;
+}
+
+static int lift(const gt_queue *q, gt_gnode *g, int **deps);
+
+int gt_deps_build(const gt_queue *q, const uint64_t *vals, gt_gnode *g, int **depmem) {
+  int *mark = calloc(q->n ? q->n : 1, sizeof *mark), *deps = NULL, nd = 0, dcap = 0, nrec = 0, rcap = 0, conds = 0;
+  rec_t *rec = NULL;
+  if (!mark) return GT_ERR;
+  for (int i = 0; i < q->n; i++) {
+    access_t acc[64];
+    int na = accesses(q, i, vals + q->l[i].arg0, acc), d0 = nd;
+    conds |= gt_kind_is_cond(q->l[i].kind);
+    if (waits(acc, na, rec, nrec, i, mark, &deps, &nd, &dcap) || note(acc, na, i, &rec, &nrec, &rcap)) {
+      free(mark); free(rec); free(deps);
+      return GT_ERR;
+    }
+    g[i].ndeps = nd - d0;
+    g[i].deps = (const int *)(intptr_t)d0;      /* an index until deps stops moving */
+  }
+  for (int i = 0; i < q->n; i++) g[i].deps = deps ? deps + (intptr_t)g[i].deps : NULL;
+  free(mark); free(rec);
+  if (conds && lift(q, g, &deps)) { free(deps); return GT_ERR; }
+  *depmem = deps;
+  return GT_OK;
+}
+
+/* -- The nodes of a graph ---------------------------------------------------- */
+
+int gt_deps_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, void ***ptrmem) {
+  gt_queue *q = &t->q;
+  free(n->argvals);
+  n->argvals = malloc((q->nargs ? q->nargs : 1) * sizeof *n->argvals);
+  n->nargvals = q->nargs;
+  void **ptrs = malloc((q->nargs ? q->nargs : 1) * sizeof *ptrs);
+  gt_gnode *g = calloc(q->n ? q->n : 1, sizeof *g);
+  if (!n->argvals || !ptrs || !g) goto oom;
+  for (int i = 0; i < q->n; i++) {
+    uint64_t *vals = n->argvals + q->l[i].arg0;
+    gt_queue_resolve(q, i, vals);
+    gt_queue_gnode(q, i, vals, ptrs + q->l[i].arg0, &g[i]);
+  }
+  if (gt_deps_build(q, n->argvals, g, depmem)) goto oom;
+  *out = g;
+  *ptrmem = ptrs;
+  return GT_OK;
+oom:
+  free(ptrs); free(g);
+  return gt_fail(t->rt, "out of host memory");
+}
+
+/* -- Lifting for conditional bodies --------------------------------------- */
+
+static int by_edge(const void *x, const void *y) {
+  const edge_t *p = x, *q = y;
+  return p->a != q->a ? (p->a > q->a) - (p->a < q->a) : (p->b > q->b) - (p->b < q->b);
+}
+
+/* Each node's body: the innermost IF/WHILE it lies in (cond, -1 at the top),
+   the branch (0 then or loop body, 1 else) and the nesting depth.  An
+   IF/WHILE itself lies in its parent's body. */
+static void bodies(const gt_queue *q, int *cond, int *branch, int *depth, int *stack) {
+  int cur = -1, br = 0, dep = 0, top = 0;
+  for (int i = 0; i < q->n; i++) {
+    int k = q->l[i].kind;
+    cond[i] = cur, branch[i] = br, depth[i] = dep;
+    if (gt_kind_is_begin(k)) { stack[top++] = cur; stack[top++] = br; cur = i; br = 0; dep++; }
+    else if (k == GT_GN_ELSE) br = 1;
+    else if (k == GT_GN_END && top) { br = stack[--top]; cur = stack[--top]; dep--; }
+  }
+}
+
+/* Every edge a <- b climbs out of bodies until both ends lie in one body;
+   duplicates are dropped.  *deps is replaced. */
+static int lift(const gt_queue *q, gt_gnode *g, int **deps) {
+  int n = q->n, nd = 0;
+  for (int i = 0; i < n; i++) nd += g[i].ndeps;
+  int *cond = malloc((5 * (size_t)n + 1) * sizeof *cond), *branch = cond + n, *depth = branch + n, *stack = depth + n;
+  edge_t *e = malloc(((size_t)nd + 1) * sizeof *e);
+  int *nd2 = malloc(((size_t)nd + 1) * sizeof *nd2);
+  if (!cond || !e || !nd2) { free(cond); free(e); free(nd2); return GT_ERR; }
+  bodies(q, cond, branch, depth, stack);
+  int ne = 0;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g[i].ndeps; k++) {
+      int a = i, b = g[i].deps[k];
+      while (cond[a] != cond[b] || branch[a] != branch[b]) {
+        int da = depth[a], db = depth[b];
+        if (da >= db) a = cond[a];
+        if (db >= da) b = cond[b];
+        if (a < 0 || b < 0) break;             /* cannot happen in a well nested queue */
+      }
+      if (a >= 0 && b >= 0 && a != b && b < a) e[ne++] = (edge_t){ a, b };
+    }
+  qsort(e, ne, sizeof *e, by_edge);
+  int m = 0;
+  for (int i = 0; i < ne; i++) if (!m || e[i].a != e[m - 1].a || e[i].b != e[m - 1].b) e[m++] = e[i];
+  for (int i = 0, j = 0; i < n; i++) {
+    int j0 = j;
+    while (j < m && e[j].a == i) nd2[j] = e[j].b, j++;
+    g[i].ndeps = j - j0;
+    g[i].deps = j > j0 ? nd2 + j0 : NULL;
+  }
+  free(*deps);
+  *deps = nd2;
+  free(cond); free(e);
+  return GT_OK;
+}
+
+/* -- Tests --------------------------------------------------------------- */
+#ifdef GT_TEST
+static const uint8_t io[] = { GT_P_OUT, GT_P_IN, GT_P_IN };   /* k(out, in, in) */
+static gt_kernel tk = { .name = "k", .nparams = 3, .ptype = io };
+
+/* Queues k(out, in1, in2) over [addr, addr+64) ranges (in2 0: no second input). */
+static void push(gt_queue *q, gt_buf *out, gt_buf *in1, gt_buf *in2) {
+  gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = &tk, .nargs = 3 };
+  gt_arg a[3] = { { .buf = out, .nbytes = 64 }, { .buf = in1, .nbytes = 64 }, { .buf = in2, .nbytes = 64 } };
+  GT_CHECK(gt_queue_push(q, &l, a) == GT_OK);
+}
+
+/* Edges of the queue: the total, with g filled for inspection. */
+static int edges(gt_queue *q, gt_gnode *g, int **deps) {
+  uint64_t vals[64 * 3];
+  for (int i = 0; i < q->n; i++) gt_queue_resolve(q, i, vals + q->l[i].arg0);
+  memset(g, 0, q->n * sizeof *g);
+  *deps = NULL;
+  GT_CHECK(gt_deps_build(q, vals, g, deps) == GT_OK);
+  int total = 0;
+  for (int i = 0; i < q->n; i++) total += g[i].ndeps;
+  return total;
+}
+
+static void test_edges(void) {
+  gt_buf b[8];
+  for (int i = 0; i < 8; i++) b[i] = (gt_buf){ .addr = 4096 * (i + 1), .bytes = 64 };
+  gt_queue q = { 0 };
+  gt_gnode g[8];
+  int *d;
+  for (int i = 0; i < 5; i++) push(&q, &b[i + 1], &b[i], NULL);      /* a chain of 5: 4 edges, each on the one before */
+  GT_CHECK(edges(&q, g, &d) == 4);
+  GT_CHECK(g[0].ndeps == 0 && g[4].ndeps == 1 && g[4].deps[0] == 3 && g[1].deps[0] == 0);
+  free(d); gt_queue_clear(&q);
+  for (int i = 0; i < 4; i++) push(&q, &b[i + 1], &b[0], NULL);      /* independent kernels reading one input: none */
+  GT_CHECK(edges(&q, g, &d) == 0);
+  free(d); gt_queue_clear(&q);
+  push(&q, &b[1], &b[0], NULL); push(&q, &b[2], &b[3], NULL); push(&q, &b[4], &b[1], NULL);   /* a read after a write waits for it alone */
+  GT_CHECK(edges(&q, g, &d) == 1 && g[2].ndeps == 1 && g[2].deps[0] == 0);
+  free(d); gt_queue_clear(&q);
+  push(&q, &b[1], &b[0], NULL); push(&q, &b[0], &b[2], NULL);       /* a write after a read waits for the read */
+  GT_CHECK(edges(&q, g, &d) == 1 && g[1].deps[0] == 0);
+  free(d); gt_queue_clear(&q);
+  push(&q, &b[1], &b[0], NULL); push(&q, &b[1], &b[2], NULL); push(&q, &b[3], &b[1], NULL);   /* write, write, read: the last writer only */
+  GT_CHECK(edges(&q, g, &d) == 2 && g[2].ndeps == 1 && g[2].deps[0] == 1);
+  free(d); gt_queue_clear(&q);
+  push(&q, &b[1], &b[0], NULL); push(&q, &b[2], &b[1], &b[0]); push(&q, &b[3], &b[1], &b[2]);   /* a read of two writers waits for both */
+  GT_CHECK(edges(&q, g, &d) == 3 && g[2].ndeps == 2);
+  free(d); gt_queue_clear(&q);
+  push(&q, &b[1], &b[0], NULL); push(&q, &b[2], &b[1], &b[1]);     /* one edge per pair of nodes, not per argument */
+  GT_CHECK(edges(&q, g, &d) == 1 && g[1].ndeps == 1);
+  free(d); gt_queue_clear(&q);
+  gt_buf lo = { .addr = 1 << 20, .bytes = 64 }, hi = { .addr = (1 << 20) + 64, .bytes = 64 }, all = { .addr = 1 << 20, .bytes = 128 };
+  push(&q, &lo, &b[0], NULL); push(&q, &hi, &b[0], NULL);            /* disjoint byte ranges of one memory: none */
+  gt_qlaunch cp = { .kind = GT_GN_MEMCPY, .nargs = 2, .bytes = 128 };
+  gt_arg ca[2] = { { .buf = &b[5], .nbytes = 128 }, { .buf = &all, .nbytes = 128 } };
+  GT_CHECK(gt_queue_push(&q, &cp, ca) == GT_OK);                      /* a copy of both halves waits for both */
+  GT_CHECK(edges(&q, g, &d) == 2 && g[1].ndeps == 0 && g[2].ndeps == 2);
+  free(d);
+  gt_queue_free(&q);
+}
+
+/* x: [0] k; [1] IF; [2] k; [3] ELSE; [4] IF; [5] k; [6] END; [7] END; [8] k */
+static void test_lift(void) {
+  gt_kernel k = { .name = "k" };
+  gt_queue q = { 0 };
+  gt_arg none = { 0 };
+  int kinds[] = { GT_GN_KERNEL, GT_GN_IF, GT_GN_KERNEL, GT_GN_ELSE, GT_GN_IF, GT_GN_KERNEL, GT_GN_END, GT_GN_END, GT_GN_KERNEL };
+  for (int i = 0; i < 9; i++) {
+    gt_qlaunch l = { .kind = kinds[i], .k = kinds[i] == GT_GN_KERNEL ? &k : NULL };
+    GT_CHECK(gt_queue_push(&q, &l, &none) == GT_OK);
+  }
+  gt_gnode g[9];
+  memset(g, 0, sizeof g);
+  /* 2 <- 0 (lifted to 1 <- 0), 5 <- 2 (other branch: dropped), 5 <- 0 (to 1 <- 0 again), 8 <- 5 (to 8 <- 1), 8 <- 0 */
+  int *d = malloc(5 * sizeof *d);
+  d[0] = 0; d[1] = 2; d[2] = 0; d[3] = 5; d[4] = 0;
+  g[2].deps = d, g[2].ndeps = 1;
+  g[5].deps = d + 1, g[5].ndeps = 2;
+  g[8].deps = d + 3, g[8].ndeps = 2;
+  GT_CHECK(lift(&q, g, &d) == GT_OK);
+  GT_CHECK(g[1].ndeps == 1 && g[1].deps[0] == 0);
+  GT_CHECK(g[2].ndeps == 0 && g[5].ndeps == 0);
+  GT_CHECK(g[8].ndeps == 2 && g[8].deps[0] == 0 && g[8].deps[1] == 1);
+  free(d);
+  gt_queue_free(&q);
+}
+
+void gt_test_deps(void) {
+  test_edges();
+  test_lift();
+}
+#endif

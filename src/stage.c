@@ -1,0 +1,118 @@
+/* stage.c - a tree call's buffers: the slab of buffer structs, and the staging slots for inputs. */
+#include <stdlib.h>
+#include <string.h>
+#include "core.h"
+
+/* -- The call's buffers ---------------------------------------------------- */
+
+static int grow_slab(gt_tree *t) {
+  gt_runtime *rt = t->rt;
+  if (GT_GROW(t->slab, t->slabcap, t->nslab + 1)) return gt_fail(rt, "out of host memory");
+  gt_buf *chunk = rt->nspare ? rt->spare[--rt->nspare] : malloc(GT_SLAB * sizeof *chunk);
+  if (!chunk) return gt_fail(rt, "out of host memory");
+  t->slab[t->nslab++] = chunk;
+  return GT_OK;
+}
+
+gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
+  gt_tree *t = rt->active;
+  if (!t) { gt_fail(rt, "gt_tree_buf_new outside a tree call"); return NULL; }
+  int i = t->nbufs;
+  if (GT_GROW(t->bufs, t->bufcap, i + 1)) { gt_fail(rt, "out of host memory"); return NULL; }
+  if (i / GT_SLAB >= t->nslab && grow_slab(t)) return NULL;
+  gt_buf *b = &t->slab[i / GT_SLAB][i % GT_SLAB];
+  memset(b, 0, sizeof *b);
+  b->bytes = bytes;
+  b->tree = t;
+  b->gen = t->gen;
+  b->gen_now = &t->gen;
+  b->flags = GT_BUF_TREE | GT_BUF_SLAB;
+  b->seg = t->depth;
+  b->idx = i - t->segstart[t->depth];
+  b->ci = i;
+  b->relseg = -1;
+  b->qpos = (uint32_t)t->q.n;
+  t->bufs[t->nbufs++] = b;
+  return b;
+}
+
+gt_buf *gt_tree_buf_ptr(gt_tree *t, int i) {
+  return i >= 0 && i / GT_SLAB < t->nslab ? &t->slab[i / GT_SLAB][i % GT_SLAB] : NULL;
+}
+
+/* The slab's structs may still be pointed at by Lua handles (tensors that
+   outlived their tree): they go to the runtime for the next tree, marked so
+   that every old view reads stale, never back to malloc. */
+void gt_slab_give(gt_tree *t) {
+  gt_runtime *rt = t->rt;
+  for (int i = 0; i < t->nslab; i++) {
+    gt_buf *chunk = t->slab[i];
+    for (int j = 0; j < GT_SLAB; j++) chunk[j] = (gt_buf){ .gen_now = &gt_released_gen, .relseg = -1 };
+    if (GT_GROW(rt->spare, rt->sparecap, rt->nspare + 1)) continue;   /* out of host memory: leak the chunk, never free it */
+    rt->spare[rt->nspare++] = chunk;
+  }
+  free(t->slab);
+}
+
+/* -- Staging ---------------------------------------------------------------- */
+
+void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b) {
+  gt_tree *t = rt->active;
+  if (!t || !(b->flags & GT_BUF_STAGING)) return;
+  for (int i = 0; i < t->nstage; i++)
+    if (t->stage[i] && b->addr >= t->stage[i]->addr && b->addr < t->stage[i]->addr + t->stage[i]->bytes) t->pinned[i] = 1;
+}
+
+/* The k-th staging slot of this call: the k-th one that no input of the call
+   lives in (a previous call's staged tensor fed back), so staging one input
+   never overwrites another, in any order.  Without feedback the slots, and
+   so the addresses the graphs hold, stay the same from call to call. */
+static int stage_slot(gt_tree *t, int k) {
+  for (int i = 0;; i++) {
+    if (i >= t->nstage) {
+      if (GT_GROW(t->stage, t->stagecap, i + 1) || GT_GROW(t->pinned, t->pinnedcap, i + 1)) return gt_fail(t->rt, "out of host memory");
+      t->stage[i] = NULL;
+      t->pinned[i] = 0;
+      t->nstage = i + 1;
+    }
+    if (!t->pinned[i] && k-- == 0) return i;
+  }
+}
+
+/* Copies an input into the call's k-th staging slot (ordinary memory the
+   tree owns): outer chunks of chunk bytes, each padded with zeros to padded bytes. */
+int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {
+  gt_tree *t = rt->active;
+  if (!t) return gt_fail(rt, "staging outside a tree call");
+  if (padded < chunk) padded = chunk;
+  uint64_t need = outer * padded;
+  int slot = stage_slot(t, k);
+  if (slot < 0) return GT_ERR;
+  t->pinned[slot] = 1;
+  gt_buf *m = t->stage[slot];
+  if (!m || m->bytes < need) {       /* no live tensor points into an unpinned slot */
+    if (m) gt_buf_unref(m);
+    rt->active = NULL;               /* ordinary memory, not the call's */
+    m = t->stage[slot] = gt_buf_new(rt, need);
+    rt->active = t;
+    if (!m) return GT_ERR;
+  }
+  gt_backend *be = &rt->be;
+  if (padded > chunk && be->memset8(be, m->addr, 0, need) != GT_BOK) return gt_fail_be(rt, NULL);
+  for (uint64_t i = 0; i < outer; i++)
+    if (chunk && be->dtod(be, m->addr + i * padded, src->addr + off + i * chunk, chunk) != GT_BOK) return gt_fail_be(rt, NULL);
+  gt_buf *b = calloc(1, sizeof *b);
+  if (!b) return gt_fail(rt, "out of host memory");
+  b->addr = m->addr;
+  b->bytes = need;
+  b->refs = 1;
+  b->tree = t;
+  t->refs++;
+  b->gen = t->gen;
+  b->gen_now = &t->gen;
+  b->flags = GT_BUF_STAGING;
+  b->relseg = -1;
+  *out = b;
+  return GT_OK;
+}
+
