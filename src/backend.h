@@ -126,4 +126,21 @@ int gt_backend_cuda_open(gt_backend *b);
 void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits);
 
 
+
+/* Fills a backend's table from functions named P_reserve, P_commit, ... (P:
+   its prefix); sync is named apart (the cpu backend's cpu_sync is a barrier). */
+#define GT_BACKEND_FILL(b, P, sync_fn) do {                                                        \
+    (b)->device_info = P##_device_info, (b)->shutdown = P##_shutdown;                             \
+    (b)->reserve = P##_reserve, (b)->commit = P##_commit, (b)->decommit = P##_decommit;           \
+    (b)->release = P##_release;                                                                   \
+    (b)->htod = P##_htod, (b)->dtoh = P##_dtoh, (b)->dtod = P##_dtod, (b)->memset8 = P##_memset8;  \
+    (b)->compile = P##_compile, (b)->launch = P##_launch;                                         \
+    (b)->graph_create = P##_graph_create, (b)->graph_launch = P##_graph_launch;                   \
+    (b)->graph_set_kernel = P##_graph_set_kernel, (b)->graph_update = P##_graph_update;           \
+    (b)->graph_destroy = P##_graph_destroy;                                                       \
+    (b)->event_create = P##_event_create, (b)->event_record = P##_event_record;                   \
+    (b)->event_elapsed_us = P##_event_elapsed_us, (b)->event_destroy = P##_event_destroy;         \
+    (b)->sync = sync_fn, (b)->cond_support = P##_cond_support;                                    \
+  } while (0)
+
 #endif

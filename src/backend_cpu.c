@@ -1120,17 +1120,7 @@ int gt_backend_cpu_open(gt_backend *b) {
   b->impl = cb;
   faults_catch(1);
   b->granularity = CPU_GRAN;
-  b->device_info = cpu_device_info, b->shutdown = cpu_shutdown;
-  b->reserve = cpu_reserve, b->commit = cpu_commit, b->decommit = cpu_decommit, b->release = cpu_release;
-  b->htod = cpu_htod, b->dtoh = cpu_dtoh, b->dtod = cpu_dtod, b->memset8 = cpu_memset8;
-  b->compile = cpu_compile, b->launch = cpu_launch;
-  b->graph_create = cpu_graph_create, b->graph_launch = cpu_graph_launch;
-  b->graph_set_kernel = cpu_graph_set_kernel, b->graph_update = cpu_graph_update;
-  b->graph_destroy = cpu_graph_destroy;
-  b->event_create = cpu_event_create, b->event_record = cpu_event_record;
-  b->event_elapsed_us = cpu_event_elapsed_us, b->event_destroy = cpu_event_destroy;
-  b->sync = cpu_sync_all;
-  b->cond_support = cpu_cond_support;
+  GT_BACKEND_FILL(b, cpu, cpu_sync_all);
   return GT_BOK;
 }
 #ifdef GT_TEST

@@ -1311,17 +1311,7 @@ int gt_backend_cuda_open(gt_backend *b) {
   I->info.nvrtc_version = I->nvrtc;
   b->impl = I;
   b->granularity = I->gran;
-  b->device_info = cuda_device_info, b->shutdown = cuda_shutdown;
-  b->reserve = cuda_reserve, b->commit = cuda_commit, b->decommit = cuda_decommit, b->release = cuda_release;
-  b->htod = cuda_htod, b->dtoh = cuda_dtoh, b->dtod = cuda_dtod, b->memset8 = cuda_memset8;
-  b->compile = cuda_compile, b->launch = cuda_launch;
-  b->graph_create = cuda_graph_create, b->graph_launch = cuda_graph_launch;
-  b->graph_set_kernel = cuda_graph_set_kernel, b->graph_update = cuda_graph_update;
-  b->graph_destroy = cuda_graph_destroy;
-  b->event_create = cuda_event_create, b->event_record = cuda_event_record;
-  b->event_elapsed_us = cuda_event_elapsed_us, b->event_destroy = cuda_event_destroy;
-  b->sync = cuda_sync;
-  b->cond_support = cuda_cond_support;
+  GT_BACKEND_FILL(b, cuda, cuda_sync);
   return GT_BOK;
 }
 

@@ -224,16 +224,11 @@ static void test_edges(void) {
   gt_queue_free(&q);
 }
 
-/* x: [0] k; [1] IF; [2] k; [3] ELSE; [4] IF; [5] k; [6] END; [7] END; [8] k */
+/* gt_test_cond_queue's x: [0] k; [1] IF; [2] k; [3] ELSE; [4] IF; [5] k; [6] END; [7] END; [8] k */
 static void test_lift(void) {
   gt_kernel k = { .name = "k" };
   gt_queue q = { 0 };
-  gt_arg none = { 0 };
-  int kinds[] = { GT_GN_KERNEL, GT_GN_IF, GT_GN_KERNEL, GT_GN_ELSE, GT_GN_IF, GT_GN_KERNEL, GT_GN_END, GT_GN_END, GT_GN_KERNEL };
-  for (int i = 0; i < 9; i++) {
-    gt_qlaunch l = { .kind = kinds[i], .k = kinds[i] == GT_GN_KERNEL ? &k : NULL };
-    GT_CHECK(gt_queue_push(&q, &l, &none) == GT_OK);
-  }
+  gt_test_cond_queue(&q, &k);
   gt_gnode g[9];
   memset(g, 0, sizeof g);
   /* 2 <- 0 (lifted to 1 <- 0), 5 <- 2 (other branch: dropped), 5 <- 0 (to 1 <- 0 again), 8 <- 5 (to 8 <- 1), 8 <- 0 */

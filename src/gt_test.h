@@ -15,5 +15,8 @@ void gt_test_backend_cpu(void);
 void gt_test_cond(void);
 void gt_test_deps(void);
 void gt_test_key(void);
+struct gt_queue;
+struct gt_kernel;
+void gt_test_cond_queue(struct gt_queue *q, struct gt_kernel *k);   /* cond.c: a queue with nested IF/ELSE/END */
 #endif
 #endif

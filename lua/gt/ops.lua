@@ -34,52 +34,48 @@ local ROW_MAX_GRID = 65535
 local ROW_MAX_BLOCK = gt.backend() == "cpu" and 32 or 256
 local TILE = 16                -- linear.cu's GT_TILE
 
+-- A launcher's bound configurations, one per grid and block:
+-- key -> K.name:config({gx, gy, 1}, {bx, by, 1}).
+local function configs(file, name)
+  local cache = {}
+  return function(key, gx, gy, bx, by)
+    local f = cache[key]
+    if f then return f end
+    f = kernel(file, name):config({ gx, gy, 1 }, { bx, by, 1 })
+    cache[key] = f
+    return f
+  end
+end
+
 -- Launcher over n elements: a 1-D grid of 256-thread blocks.
 local function elementwise(file, name)
-  local cache = {}
+  local config = configs(file, name)
   return function(n)
     local g = ceil(n / ELEM_BLOCK)
     if g > ELEM_MAX_GRID then g = ELEM_MAX_GRID elseif g < 1 then g = 1 end
-    local f = cache[g]
-    if not f then
-      f = kernel(file, name):config(g, ELEM_BLOCK)
-      cache[g] = f
-    end
-    return f
+    return config(g, g, 1, ELEM_BLOCK, 1)
   end
 end
 
 -- Launcher over m rows of n: one block per row, the block's width (a multiple
 -- of 32, at most ROW_MAX_BLOCK) fitted to short rows.
 local function rowwise(file, name)
-  local cache = {}
+  local config = configs(file, name)
   return function(m, n)
     local b = n >= ROW_MAX_BLOCK and ROW_MAX_BLOCK or max(32, ceil(n / 32) * 32)
     local g = m > ROW_MAX_GRID and ROW_MAX_GRID or (m < 1 and 1 or m)
-    local key = g * 512 + b
-    local f = cache[key]
-    if not f then
-      f = kernel(file, name):config(g, b)
-      cache[key] = f
-    end
-    return f
+    return config(g * 512 + b, g, 1, b, 1)
   end
 end
 
 -- Launcher for an m x n output of 16x16 tiles.
 local function tiled(file, name)
-  local cache = {}
+  local config = configs(file, name)
   return function(m, n)
     local gx, gy = ceil(n / TILE), ceil(m / TILE)
     if gx > 65535 then gx = 65535 elseif gx < 1 then gx = 1 end
     if gy > 65535 then gy = 65535 elseif gy < 1 then gy = 1 end
-    local key = gx * 65536 + gy
-    local f = cache[key]
-    if not f then
-      f = kernel(file, name):config({ gx, gy, 1 }, { TILE, TILE, 1 })
-      cache[key] = f
-    end
-    return f
+    return config(gx * 65536 + gy, gx, gy, TILE, TILE)
   end
 end
 
