@@ -516,3 +516,57 @@ exec "$@"
     assert.truthy(has(err, "usage: sh scripts/sanitize.sh memcheck|racecheck"), err)
   end)
 end)
+
+describe("bad input inside a tree call", function()
+  it("refuses a shape too large for any memory, in a tree and outside, and the tree still works", function()
+    local step = gt.tree(function(x, n)
+      if n then gt.zeros { n } end
+      return gt.ops.relu(x)
+    end)
+    local x = gt.from({ -1, 1 })
+    for _, n in ipairs { 2 ^ 62, 2 ^ 53 } do
+      assert.has_error(function() step(x, n) end, nil)
+      local ok, err = pcall(step, x, n)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):match("bad shape: dimension 1 is .+, not a size") or
+                    tostring(err):match("more than any memory holds"), tostring(err))
+    end
+    local ok, err = pcall(gt.zeros, { 2 ^ 31, 2 ^ 31 })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):match("more than any memory holds"), tostring(err))
+    assert.are.same({ 0, 1 }, step(x):tolist())
+  end)
+
+  it("refuses narrow with a fractional dim, start or length", function()
+    local t = gt.zeros { 4, 4 }
+    for _, args in ipairs { { 1, 1.5, 2 }, { 1, 1, 1.5 }, { 1.5, 1, 1 } } do
+      local ok, err = pcall(t.narrow, t, args[1], args[2], args[3])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):match("narrow: "), tostring(err))
+    end
+    assert.are.equal(8, t:narrow(1, 2, 2).numel)
+  end)
+
+  it("refuses a coroutine.yield inside a tree body, and the runtime is left outside the call", function()
+    local step = gt.tree(function(x)
+      local y = gt.ops.relu(x)
+      coroutine.yield(1)
+      return y
+    end)
+    local other = gt.tree(function(x) return gt.ops.mul(x, 2) end)
+    local x = gt.from({ -1, 3 })
+    local co = coroutine.create(function() return step(x) end)
+    local ok, err = coroutine.resume(co)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):match("coroutine.yield inside a call of tree 'step'"), tostring(err))
+    assert.are.same({ -2, 6 }, other(x):tolist())           -- no "cannot nest": the failed call ended
+    local plain = gt.zeros { 2 }
+    assert.are.same({ 0, 0 }, plain:tolist())               -- made outside any tree
+    -- a coroutine the body starts may yield to the body
+    local inner = gt.tree(function(v)
+      local gen = coroutine.wrap(function() coroutine.yield(gt.ops.relu(v)) end)
+      return gen()
+    end)
+    assert.are.same({ 0, 3 }, inner(x):tolist())
+  end)
+end)

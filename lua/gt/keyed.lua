@@ -204,7 +204,7 @@ local function keyed_call(self, ...)
   if k and not verifying then
     if C.gt_tree_begin(rt, self._t, nil) ~= 0 then error(gt._errmsg(), 2) end
     self._nw, self._gen, self._sync, self._staged, self._seg0 = 0, C.gt_tree_gen(self._t), nil, nil, 0
-    gt._active = self
+    gt._active, self._co = self, coroutine.running()
     local staged
     if self._needs_stage(self, n, ...) then
       local ok, args = pcall(self._stage_args, self, n, ...)

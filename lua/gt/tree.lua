@@ -11,6 +11,20 @@ return function(gt)
   Tree.__index = Tree
   gt.Tree = Tree
 
+  -- A tree call runs to its end in one go: a coroutine that yielded inside
+  -- the body would leave the runtime inside the call (tensors made outside
+  -- would become the tree's, other trees would refuse to run).  Yielding
+  -- from a coroutine the body itself started is fine.
+  local yield, running = coroutine.yield, coroutine.running
+  coroutine.yield = function(...)
+    local a = gt._active
+    if a and a._co == running() then
+      gt._error(("coroutine.yield inside a call of tree '%s' (%s): a tree call must run to its end without " ..
+        "yielding; yield before or after calling the tree"):format(a.name, a.where), 2)
+    end
+    return yield(...)
+  end
+
   local function abort()
     C.gt_tree_abort(rt)
     gt._active = nil
@@ -248,7 +262,7 @@ return function(gt)
     if C.gt_tree_begin(rt, self._t, eager) ~= 0 then error(gt._errmsg(), 3) end
     self._nw, self._gen, self._seg0 = 0, C.gt_tree_gen(self._t), 0   -- the call's buffers so far, its generation
     self._sync, self._staged = nil, nil
-    gt._active = self
+    gt._active, self._co = self, running()
     local prep = not eager and self._prep or nil            -- a call beyond the buckets pads nothing
     local n, staged = select("#", ...), prep ~= nil
     if not staged then
