@@ -395,12 +395,6 @@ return function(gt)
     return c[0], s[0]
   end
 
-  local function bytes(n)
-    if n >= 2 ^ 20 then return string.format("%.1f MiB", n / 2 ^ 20) end
-    if n >= 1024 then return string.format("%.1f KiB", n / 1024) end
-    return n .. " B"
-  end
-  gt._bytes = bytes
 
   --- tree:advise([{measure = true}]) -> the advisor's findings for this tree (gt.advise; gtlua --advise prints them)
   function Tree:advise(opts) return require("gt.advise").tree(self, opts) end
@@ -411,19 +405,5 @@ return function(gt)
   function Tree:report(path) return gt.report.html(self, path) end
 
   --- tostring(tree): the tree drawn for a terminal
-  function Tree:__tostring()
-    local ok, rep = pcall(require, "gt.report")
-    if ok and rep.draw then return rep.draw(self) end
-    local s = self:stats()
-    local out = { string.format("tree '%s' (%s): %d calls, %d nodes, %d recorded, pool %s", s.name, s.where,
-                                s.calls, s.nodes, s.recorded, bytes(s.pool.reserved)) }
-    local function draw(id, prefix, last)
-      local n = s.node[id]
-      out[#out + 1] = string.format("%s%s [%d] %s  visits %d  replays %d  warmups %d%s", prefix, last and "└─" or "├─",
-        id, n.label, n.visits, n.replays, n.warmups, n.skip and ("  eager: " .. n.skip) or (n.recorded and "" or "  (no graph)"))
-      for i, c in ipairs(n.children) do draw(c, prefix .. (last and "  " or "│ "), i == #n.children) end
-    end
-    for i, r in ipairs(s.roots) do draw(r, "", i == #s.roots) end
-    return table.concat(out, "\n")
-  end
+  function Tree:__tostring() return require("gt.report").draw(self) end
 end
