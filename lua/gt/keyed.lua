@@ -35,6 +35,7 @@ end
 -- core; returns the leaf, or nil and why the call cannot be keyed.
 local function walk_args(self, node, n, ...)
   local ins, kinds, patch = self._ins, self._kinds, self._patch
+  self._kstage = false                     -- whether an argument needs staging (this tree's own output)
   for i = 1, n do
     local x = select(i, ...)
     local a = ins[i - 1]
@@ -43,6 +44,7 @@ local function walk_args(self, node, n, ...)
     if is_tensor(x) then
       local b = x._b
       if x._vid ~= 0 then return nil, "a non-contiguous tensor argument" end
+      if self._copy or b.tree == self._t then self._kstage = true end
       node = child(child(node, TENSOR), x._sid * 16 + x._dt)   -- shape and dtype: interned, one key
       if band(b.flags, STATIC) ~= 0 then
         node = child(node, tonumber(ffi.cast("uintptr_t", b)) + x._off)   -- a static tensor: by address
@@ -204,9 +206,9 @@ local function keyed_call(self, ...)
   if k and not verifying then
     if C.gt_tree_begin(rt, self._t, nil) ~= 0 then error(gt._errmsg(), 2) end
     self._nw, self._gen, self._sync, self._staged, self._seg0 = 0, C.gt_tree_gen(self._t), nil, nil, 0
-    gt._active, self._co = self, coroutine.running()
+    gt._active, self._resumes = self, 0
     local staged
-    if self._needs_stage(self, n, ...) then
+    if self._kstage then
       local ok, args = pcall(self._stage_args, self, n, ...)
       if not ok then self._abort(); error(args, 0) end
       staged = args
@@ -228,15 +230,6 @@ local function keyed_call(self, ...)
   return settle(self, leaf, verifying, n, { ... }, self._run(self, nil, ...))
 end
 
--- Whether a call's arguments need staging (inputs from this tree's own pool).
-local function needs_stage(self, n, ...)
-  for i = 1, n do
-    local x = select(i, ...)
-    if is_tensor(x) and (self._copy or x._b.tree == self._t) then return true end
-  end
-  return false
-end
-
 --- Called by gt.tree when opts.key (or patch/verify) is given.
 function M._attach(tree, opts)
   local key = opts.key
@@ -251,7 +244,7 @@ function M._attach(tree, opts)
   tree._keyed, tree._key, tree._patch, tree._verify = true, key, patch, v
   tree._memo, tree._nins = {}, 0
   tree._kstats = { hits = 0, misses = 0, verified = 0, calls = 0, refused = {} }
-  tree._keyed_call, tree._needs_stage = keyed_call, needs_stage
+  tree._keyed_call = keyed_call
 end
 
 return M

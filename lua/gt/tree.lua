@@ -13,16 +13,35 @@ return function(gt)
 
   -- A tree call runs to its end in one go: a coroutine that yielded inside
   -- the body would leave the runtime inside the call (tensors made outside
-  -- would become the tree's, other trees would refuse to run).  Yielding
-  -- from a coroutine the body itself started is fine.
-  local yield, running = coroutine.yield, coroutine.running
+  -- would become the tree's, other trees would refuse to run).  A coroutine
+  -- resumed from the body may yield back to it: resumes during a call are
+  -- counted (nothing is done per call but setting the count to 0).
+  local yield, resume, create = coroutine.yield, coroutine.resume, coroutine.create
   coroutine.yield = function(...)
     local a = gt._active
-    if a and a._co == running() then
+    if a and a._resumes == 0 then
       gt._error(("coroutine.yield inside a call of tree '%s' (%s): a tree call must run to its end without " ..
         "yielding; yield before or after calling the tree"):format(a.name, a.where), 2)
     end
     return yield(...)
+  end
+  local function resumed(a, ...)
+    a._resumes = a._resumes - 1
+    return ...
+  end
+  coroutine.resume = function(co, ...)
+    local a = gt._active
+    if not a then return resume(co, ...) end
+    a._resumes = a._resumes + 1
+    return resumed(a, resume(co, ...))
+  end
+  local function unwrap(ok, ...)
+    if not ok then error((...), 0) end
+    return ...
+  end
+  coroutine.wrap = function(f)
+    local co = create(f)
+    return function(...) return unwrap(coroutine.resume(co, ...)) end
   end
 
   local function abort()
@@ -262,7 +281,7 @@ return function(gt)
     if C.gt_tree_begin(rt, self._t, eager) ~= 0 then error(gt._errmsg(), 3) end
     self._nw, self._gen, self._seg0 = 0, C.gt_tree_gen(self._t), 0   -- the call's buffers so far, its generation
     self._sync, self._staged = nil, nil
-    gt._active, self._co = self, running()
+    gt._active, self._resumes = self, 0
     local prep = not eager and self._prep or nil            -- a call beyond the buckets pads nothing
     local n, staged = select("#", ...), prep ~= nil
     if not staged then
