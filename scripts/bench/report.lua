@@ -373,14 +373,13 @@ local function grow_table(inp, field, title)
   for _, n in ipairs(sizes) do head[#head + 1] = tostring(n); align[#align + 1] = "---:" end
   local out = { "**" .. title .. "**\n", header(head, align) }
   for _, m in ipairs(MODES) do
-    if inp[m[2]] then
-      local cells = { m[1] }
-      for _, n in ipairs(sizes) do
-        local v = mode(by_name(inp[m[2]], "grow-" .. n), m[3])
-        cells[#cells + 1] = v and v.skipped and "skipped" or us(v and v[field])
-      end
-      out[#out + 1] = row(cells)
+    local cells, any = { m[1] }, false
+    for _, n in ipairs(sizes) do
+      local v = mode(by_name(inp[m[2]], "grow-" .. n), m[3])
+      any = any or v ~= nil
+      cells[#cells + 1] = v and v.skipped and "skipped" or us(v and v[field])
     end
+    if any then out[#out + 1] = row(cells) end
   end
   local f = inp.floor
   local raw = { cpu_us = { "eager_cpu", "graph_cpu" }, step_us = { "eager_step", "graph_step" } }
