@@ -17,3 +17,15 @@ awk -v max="$max" '
   in_fn && /^}/ { n = FNR - start + 1; in_fn = 0
     if (n > max) { sub(/[(].*/, "", name); sub(/.*[ *]/, "", name); printf "%s:%d: %s is %d lines (max %d)\n", FILENAME, start, name, n, max; bad = 1 } }
   END { exit bad }' "$@" && echo "no function over $max lines ($# files)"
+c_rc=$?
+# Lua functions in lua/gt/: LuaJIT's bytecode listing gives each function's
+# first and last line (the file's main chunk, line 0, is not a function).
+lua_rc=0
+if command -v luajit >/dev/null 2>&1; then
+  for f in lua/gt/*.lua lua/gt/*/*.lua; do
+    luajit -bl "$f" 2>/dev/null | sed -n 's/.*-- BYTECODE -- .*:\([0-9]*\)-\([0-9]*\)$/\1 \2/p' |
+      awk -v f="$f" -v max="$max" '$1 > 0 && $2 - $1 + 1 > max { printf "%s:%d: a function of %d lines (max %d)\n", f, $1, $2 - $1 + 1, max; bad = 1 } END { exit bad }' || lua_rc=1
+  done
+  [ "$lua_rc" = 0 ] && echo "no Lua function over $max lines in lua/gt/"
+fi
+[ "$c_rc" = 0 ] && [ "$lua_rc" = 0 ]

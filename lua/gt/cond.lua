@@ -7,212 +7,211 @@
 local ffi = require "ffi"
 local bit = require "bit"
 
-return function(gt)
-  local C, rt = gt._C, gt._rt
-  local error = gt._error   -- every error names the user's file:line (init.lua)
-  local type, getmetatable, pcall, select = type, getmetatable, pcall, select
-  local IF, ELSE, WHILE, END = C.GT_COND_IF, C.GT_COND_ELSE, C.GT_COND_WHILE, C.GT_COND_END
-  local NODES, ELSE_NODES = C.GT_COND_NODES, C.GT_COND_ELSE_NODES
-  local CODE = { f32 = C.GT_F32, i32 = C.GT_I32, i64 = C.GT_I64, u8 = C.GT_U8 }
-  local SIZE = { f32 = 4, i32 = 4, i64 = 8, u8 = 1 }
-  local HOST = { f32 = ffi.typeof("float[1]"), i32 = ffi.typeof("int32_t[1]"), i64 = ffi.typeof("int64_t[1]"),
-                 u8 = ffi.typeof("uint8_t[1]") }
+local gt = require "gt"
+local C, rt = gt._C, gt._rt
+local error = gt._error   -- every error names the user's file:line (init.lua)
+local type, getmetatable, pcall, select = type, getmetatable, pcall, select
+local IF, ELSE, WHILE, END = C.GT_COND_IF, C.GT_COND_ELSE, C.GT_COND_WHILE, C.GT_COND_END
+local NODES, ELSE_NODES = C.GT_COND_NODES, C.GT_COND_ELSE_NODES
+local CODE = { f32 = C.GT_F32, i32 = C.GT_I32, i64 = C.GT_I64, u8 = C.GT_U8 }
+local SIZE = { f32 = 4, i32 = 4, i64 = 8, u8 = 1 }
+local HOST = { f32 = ffi.typeof("float[1]"), i32 = ffi.typeof("int32_t[1]"), i64 = ffi.typeof("int64_t[1]"),
+               u8 = ffi.typeof("uint8_t[1]") }
 
-  -- -- Bodies: no host syncs inside ---------------------------------------
+-- -- Bodies: no host syncs inside ---------------------------------------
 
-  local depth, sites = 0, {}      -- bodies running now, and where each cond is
+local depth, sites = 0, {}      -- bodies running now, and where each cond is
 
-  -- A host sync inside a body (tensor.lua's sync points, gt.cut, gt.sync):
-  -- the device decides the branch, so the host has nothing to wait for there.
-  local function body_sync(what, level)
-    error(("%s inside the body of %s: a body must stay on the device (no item, tolist, host copies, gt.cut " ..
-      "or gt.sync); compute the value with kernels, or read it after the %s"):format(what, sites[depth],
-      sites[depth]:match("^gt%.%a+")), level + 1)
+-- A host sync inside a body (tensor.lua's sync points, gt.cut, gt.sync):
+-- the device decides the branch, so the host has nothing to wait for there.
+local function body_sync(what, level)
+  error(("%s inside the body of %s: a body must stay on the device (no item, tolist, host copies, gt.cut " ..
+    "or gt.sync); compute the value with kernels, or read it after the %s"):format(what, sites[depth],
+    sites[depth]:match("^gt%.%a+")), level + 1)
+end
+
+local flush = gt._flush
+gt._flush = function(level, reason)
+  if depth > 0 then body_sync("a segment end (gt.cut, gt.sync or a host read)", level + 1) end
+  return flush(level + 1, reason)
+end
+local sync, cut = gt.sync, gt.cut
+function gt.sync()
+  if depth > 0 then body_sync("gt.sync", 2) end
+  return sync()
+end
+function gt.cut()
+  if depth > 0 then body_sync("gt.cut", 2) end
+  return cut()
+end
+
+local function enter(site)
+  depth = depth + 1
+  sites[depth] = site
+  gt._in_body = body_sync
+end
+local function leave(ok, ...)
+  sites[depth] = nil
+  depth = depth - 1
+  if depth == 0 then gt._in_body = nil end
+  if not ok then error((...), 0) end
+end
+local function run_body(site, fn) enter(site); leave(pcall(fn)) end
+
+-- -- Checks ------------------------------------------------------------------
+
+local function site_of(name, level)
+  local info = debug.getinfo(level + 1, "Sl")
+  return name .. " at " .. (info and (info.short_src .. ":" .. (info.currentline or 0)) or "?")
+end
+
+-- p: a live one-element tensor of f32, i32, i64 or u8.
+local function check_p(name, p, level)
+  if not gt.is_tensor(p) then
+    error(name .. ": p must be a one-element tensor (f32, i32, i64 or u8) that the device writes, got a " ..
+      type(p) .. (type(p) == "boolean" and "; a Lua value is decided on the host: use if" or ""), level + 1)
   end
-
-  local flush = gt._flush
-  gt._flush = function(level, reason)
-    if depth > 0 then body_sync("a segment end (gt.cut, gt.sync or a host read)", level + 1) end
-    return flush(level + 1, reason)
+  if p._gen ~= p._b.gen_now[0] then gt._stale_error(p, level + 1) end
+  if p.numel ~= 1 or not CODE[p.dtype] then
+    error(("%s: p must be a one-element tensor (f32, i32, i64 or u8; nonzero is true), got a %s %s tensor"):format(
+      name, p.dtype, gt._shape_str(p.shape)), level + 1)
   end
-  local sync, cut = gt.sync, gt.cut
-  function gt.sync()
-    if depth > 0 then body_sync("gt.sync", 2) end
-    return sync()
+  if p._strides then error(name .. ": p is a non-contiguous view; :clone() it", level + 1) end
+end
+
+local function check_fn(name, what, f, level)
+  if type(f) ~= "function" then error(("%s: %s must be a function, got a %s"):format(name, what, type(f)), level + 1) end
+end
+
+-- p's value on the host (a sync on cuda), without the body check.
+local function read(p, level)
+  local h = HOST[p.dtype]()
+  if C.gt_buf_read(rt, p._b, p._off, h, SIZE[p.dtype]) ~= 0 then error(gt._errmsg(), level + 1) end
+  return tonumber(h[0]) ~= 0
+end
+
+-- The backend's conditional nodes (asked once).
+local bits
+local function has_nodes(need_else)
+  if not bits then bits = C.gt_cond_support(rt) end
+  return bit.band(bits, NODES) ~= 0 and (not need_else or bit.band(bits, ELSE_NODES) ~= 0)
+end
+
+-- In a tree call: true when this cond becomes a conditional node; else
+-- it branches on the host (said once).
+local ndev, warned = 0, false    -- device bodies being queued now
+local function device(need_else, level)
+  if has_nodes(need_else) then return true end
+  if ndev > 0 then
+    error("gt.cond with an else body inside the body of a device-side cond needs conditional IF/ELSE nodes " ..
+      "(CUDA 12.8), which this driver lacks: write it as two gt.cond, the second on a negated p", level + 1)
   end
-  function gt.cut()
-    if depth > 0 then body_sync("gt.cut", 2) end
-    return cut()
+  if not warned then
+    warned = true
+    local why = bits == 0 and gt._errmsg() or "an else body needs CUDA 12.8 conditional nodes"
+    gt.on_warning("gt.cond and gt.loop branch on the host in tree calls (" .. why .. "): each way is its own " ..
+      "child node, and reading p is a sync")
   end
+  return false
+end
+local function run_device(site, fn) ndev = ndev + 1; enter(site); local ok, e = pcall(fn); ndev = ndev - 1; leave(ok, e) end
 
-  local function enter(site)
-    depth = depth + 1
-    sites[depth] = site
-    gt._in_body = body_sync
+-- The host's branch inside a tree call: the segment ends here, p is read.
+local function host_point(level)
+  gt._note_sync("gt.cond (host branch)", level + 1)
+  flush(level + 1)
+end
+
+-- -- gt.cond ---------------------------------------------------------------
+
+--- gt.cond(p, then_fn [, else_fn]): runs then_fn when the one-element tensor
+--- p is nonzero, else else_fn; in a tree call both are recorded into one
+--- conditional node and the device decides (no cut, no sync)
+function gt.cond(p, then_fn, else_fn)
+  check_p("gt.cond", p, 2)
+  check_fn("gt.cond", "then_fn", then_fn, 2)
+  if else_fn ~= nil then check_fn("gt.cond", "else_fn", else_fn, 2) end
+  local site = site_of("gt.cond", 2)
+  if not gt._active or not device(else_fn ~= nil, 2) then
+    if gt._active then host_point(2) end
+    local f = read(p, 2) and then_fn or else_fn
+    if f then run_body(site, f) end
+    return
   end
-  local function leave(ok, ...)
-    sites[depth] = nil
-    depth = depth - 1
-    if depth == 0 then gt._in_body = nil end
-    if not ok then error((...), 0) end
+  local code = CODE[p.dtype]
+  if C.gt_cond_mark(rt, IF, p._b, p._off, code, 0) < 0 then error(gt._errmsg(), 2) end
+  run_device(site, then_fn)
+  if else_fn then
+    if C.gt_cond_mark(rt, ELSE, nil, 0, 0, 0) < 0 then error(gt._errmsg(), 2) end
+    run_device(site, else_fn)
   end
-  local function run_body(site, fn) enter(site); leave(pcall(fn)) end
+  if C.gt_cond_mark(rt, END, nil, 0, 0, 0) < 0 then error(gt._errmsg(), 2) end
+end
 
-  -- -- Checks ------------------------------------------------------------------
+-- -- gt.loop ---------------------------------------------------------------
 
-  local function site_of(name, level)
-    local info = debug.getinfo(level + 1, "Sl")
-    return name .. " at " .. (info and (info.short_src .. ":" .. (info.currentline or 0)) or "?")
-  end
+local function never_writes(site, level)
+  error(site .. ": the body never writes p, so the loop would not end; write p in the body (a kernel that " ..
+    "computes the condition) or bound the loop with {max = n}", level + 1)
+end
 
-  -- p: a live one-element tensor of f32, i32, i64 or u8.
-  local function check_p(name, p, level)
-    if not gt.is_tensor(p) then
-      error(name .. ": p must be a one-element tensor (f32, i32, i64 or u8) that the device writes, got a " ..
-        type(p) .. (type(p) == "boolean" and "; a Lua value is decided on the host: use if" or ""), level + 1)
-    end
-    if p._gen ~= p._b.gen_now[0] then gt._stale_error(p, level + 1) end
-    if p.numel ~= 1 or not CODE[p.dtype] then
-      error(("%s: p must be a one-element tensor (f32, i32, i64 or u8; nonzero is true), got a %s %s tensor"):format(
-        name, p.dtype, gt._shape_str(p.shape)), level + 1)
-    end
-    if p._strides then error(name .. ": p is a non-contiguous view; :clone() it", level + 1) end
-  end
+local nwatch = 0   -- eager loops running (each watches its p)
 
-  local function check_fn(name, what, f, level)
-    if type(f) ~= "function" then error(("%s: %s must be a function, got a %s"):format(name, what, type(f)), level + 1) end
-  end
-
-  -- p's value on the host (a sync on cuda), without the body check.
-  local function read(p, level)
-    local h = HOST[p.dtype]()
-    if C.gt_buf_read(rt, p._b, p._off, h, SIZE[p.dtype]) ~= 0 then error(gt._errmsg(), level + 1) end
-    return tonumber(h[0]) ~= 0
-  end
-
-  -- The backend's conditional nodes (asked once).
-  local bits
-  local function has_nodes(need_else)
-    if not bits then bits = C.gt_cond_support(rt) end
-    return bit.band(bits, NODES) ~= 0 and (not need_else or bit.band(bits, ELSE_NODES) ~= 0)
-  end
-
-  -- In a tree call: true when this cond becomes a conditional node; else
-  -- it branches on the host (said once).
-  local ndev, warned = 0, false    -- device bodies being queued now
-  local function device(need_else, level)
-    if has_nodes(need_else) then return true end
-    if ndev > 0 then
-      error("gt.cond with an else body inside the body of a device-side cond needs conditional IF/ELSE nodes " ..
-        "(CUDA 12.8), which this driver lacks: write it as two gt.cond, the second on a negated p", level + 1)
-    end
-    if not warned then
-      warned = true
-      local why = bits == 0 and gt._errmsg() or "an else body needs CUDA 12.8 conditional nodes"
-      gt.on_warning("gt.cond and gt.loop branch on the host in tree calls (" .. why .. "): each way is its own " ..
-        "child node, and reading p is a sync")
-    end
-    return false
-  end
-  local function run_device(site, fn) ndev = ndev + 1; enter(site); local ok, e = pcall(fn); ndev = ndev - 1; leave(ok, e) end
-
-  -- The host's branch inside a tree call: the segment ends here, p is read.
-  local function host_point(level)
-    gt._note_sync("gt.cond (host branch)", level + 1)
-    flush(level + 1)
-  end
-
-  -- -- gt.cond ---------------------------------------------------------------
-
-  --- gt.cond(p, then_fn [, else_fn]): runs then_fn when the one-element tensor
-  --- p is nonzero, else else_fn; in a tree call both are recorded into one
-  --- conditional node and the device decides (no cut, no sync)
-  function gt.cond(p, then_fn, else_fn)
-    check_p("gt.cond", p, 2)
-    check_fn("gt.cond", "then_fn", then_fn, 2)
-    if else_fn ~= nil then check_fn("gt.cond", "else_fn", else_fn, 2) end
-    local site = site_of("gt.cond", 2)
-    if not gt._active or not device(else_fn ~= nil, 2) then
-      if gt._active then host_point(2) end
-      local f = read(p, 2) and then_fn or else_fn
-      if f then run_body(site, f) end
-      return
-    end
-    local code = CODE[p.dtype]
-    if C.gt_cond_mark(rt, IF, p._b, p._off, code, 0) < 0 then error(gt._errmsg(), 2) end
-    run_device(site, then_fn)
-    if else_fn then
-      if C.gt_cond_mark(rt, ELSE, nil, 0, 0, 0) < 0 then error(gt._errmsg(), 2) end
-      run_device(site, else_fn)
-    end
-    if C.gt_cond_mark(rt, END, nil, 0, 0, 0) < 0 then error(gt._errmsg(), 2) end
-  end
-
-  -- -- gt.loop ---------------------------------------------------------------
-
-  local function never_writes(site, level)
-    error(site .. ": the body never writes p, so the loop would not end; write p in the body (a kernel that " ..
-      "computes the condition) or bound the loop with {max = n}", level + 1)
-  end
-
-  local nwatch = 0   -- eager loops running (each watches its p)
-
-  -- Outside a tree: p is read before each pass; without max, a pass that
-  -- did not write p raises (the loop could not end).
-  local function eager_loop(p, body, max, site)
-    local slot = nwatch
-    local function watch(on) return C.gt_cond_watch(rt, slot, on and p._b or nil, p._off, SIZE[p.dtype]) ~= 0 end
-    if not max then nwatch = nwatch + 1; watch(true) end
-    local ok, err = pcall(function()
-      local i = 0
-      while (not max or i < max) and read(p, 4) do
-        run_body(site, body)
-        i = i + 1
-        if not max and not watch(true) then never_writes(site, 4) end
-      end
-    end)
-    if not max then watch(false); nwatch = nwatch - 1 end
-    if not ok then error(err, 0) end
-  end
-
-  -- A tree call on a backend without WHILE nodes: one segment per pass.
-  local function host_loop(p, body, max, site)
+-- Outside a tree: p is read before each pass; without max, a pass that
+-- did not write p raises (the loop could not end).
+local function eager_loop(p, body, max, site)
+  local slot = nwatch
+  local function watch(on) return C.gt_cond_watch(rt, slot, on and p._b or nil, p._off, SIZE[p.dtype]) ~= 0 end
+  if not max then nwatch = nwatch + 1; watch(true) end
+  local ok, err = pcall(function()
     local i = 0
-    while true do
-      host_point(3)
-      if (max and i >= max) or not read(p, 3) then return end
+    while (not max or i < max) and read(p, 4) do
       run_body(site, body)
-      if not max and C.gt_cond_writes(rt, 0, p._b, p._off, SIZE[p.dtype]) == 0 then never_writes(site, 3) end
       i = i + 1
+      if not max and not watch(true) then never_writes(site, 4) end
     end
-  end
+  end)
+  if not max then watch(false); nwatch = nwatch - 1 end
+  if not ok then error(err, 0) end
+end
 
-  --- gt.loop(p, body_fn [, {max = n}]): runs body_fn while the one-element
-  --- tensor p is nonzero (at most n times); the body must write p unless max
-  --- is given.  In a tree call the loop is one conditional WHILE node.
-  function gt.loop(p, body, opts)
-    check_p("gt.loop", p, 2)
-    check_fn("gt.loop", "body_fn", body, 2)
-    if opts ~= nil and type(opts) ~= "table" then error("gt.loop: options must be a table such as {max = 8}", 2) end
-    local max = opts and opts.max
-    if max ~= nil and (type(max) ~= "number" or max < 1 or max ~= math.floor(max) or max >= 2 ^ 31) then
-      error("gt.loop: max must be a whole number of passes, at least 1, got " .. tostring(max), 2)
-    end
-    local site = site_of("gt.loop", 2)
-    if not gt._active then return eager_loop(p, body, max, site) end
-    if not device(false, 2) then return host_loop(p, body, max, site) end
-    local code = CODE[p.dtype]
-    local at = C.gt_cond_mark(rt, WHILE, p._b, p._off, code, max or 0)
-    if at < 0 then error(gt._errmsg(), 2) end
-    run_device(site, body)
-    if not max and C.gt_cond_writes(rt, at + 1, p._b, p._off, SIZE[p.dtype]) == 0 then never_writes(site, 2) end
-    if C.gt_cond_mark(rt, END, p._b, p._off, code, max or 0) < 0 then error(gt._errmsg(), 2) end
+-- A tree call on a backend without WHILE nodes: one segment per pass.
+local function host_loop(p, body, max, site)
+  local i = 0
+  while true do
+    host_point(3)
+    if (max and i >= max) or not read(p, 3) then return end
+    run_body(site, body)
+    if not max and C.gt_cond_writes(rt, 0, p._b, p._off, SIZE[p.dtype]) == 0 then never_writes(site, 3) end
+    i = i + 1
   end
+end
 
-  --- gt.cond_nodes() -> true when tree calls record gt.cond/gt.loop as conditional nodes
-  --- (false: they branch on the host; the reason as a second value)
-  function gt.cond_nodes()
-    local ok = has_nodes(true)
-    return ok, not ok and (has_nodes(false) and "an else body needs CUDA 12.8 conditional nodes" or gt._errmsg()) or nil
+--- gt.loop(p, body_fn [, {max = n}]): runs body_fn while the one-element
+--- tensor p is nonzero (at most n times); the body must write p unless max
+--- is given.  In a tree call the loop is one conditional WHILE node.
+function gt.loop(p, body, opts)
+  check_p("gt.loop", p, 2)
+  check_fn("gt.loop", "body_fn", body, 2)
+  if opts ~= nil and type(opts) ~= "table" then error("gt.loop: options must be a table such as {max = 8}", 2) end
+  local max = opts and opts.max
+  if max ~= nil and (type(max) ~= "number" or max < 1 or max ~= math.floor(max) or max >= 2 ^ 31) then
+    error("gt.loop: max must be a whole number of passes, at least 1, got " .. tostring(max), 2)
   end
+  local site = site_of("gt.loop", 2)
+  if not gt._active then return eager_loop(p, body, max, site) end
+  if not device(false, 2) then return host_loop(p, body, max, site) end
+  local code = CODE[p.dtype]
+  local at = C.gt_cond_mark(rt, WHILE, p._b, p._off, code, max or 0)
+  if at < 0 then error(gt._errmsg(), 2) end
+  run_device(site, body)
+  if not max and C.gt_cond_writes(rt, at + 1, p._b, p._off, SIZE[p.dtype]) == 0 then never_writes(site, 2) end
+  if C.gt_cond_mark(rt, END, p._b, p._off, code, max or 0) < 0 then error(gt._errmsg(), 2) end
+end
+
+--- gt.cond_nodes() -> true when tree calls record gt.cond/gt.loop as conditional nodes
+--- (false: they branch on the host; the reason as a second value)
+function gt.cond_nodes()
+  local ok = has_nodes(true)
+  return ok, not ok and (has_nodes(false) and "an else body needs CUDA 12.8 conditional nodes" or gt._errmsg()) or nil
 end

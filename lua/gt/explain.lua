@@ -4,93 +4,92 @@
 -- the segment, and tensor shapes.  gt._flush asks the core what the node it
 -- just visited lacks (gt_tree_explain_wanted) and this module answers: only
 -- on a node's first visit, so replays pay one FFI call per segment.
-return function(gt)
-  local C, rt = gt._C, gt._rt
-  local getmetatable, select, type, pairs, concat = getmetatable, select, type, pairs, table.concat
-  local band = require("bit").band
+local gt = require "gt"
+local C, rt = gt._C, gt._rt
+local getmetatable, select, type, pairs, concat = getmetatable, select, type, pairs, table.concat
+local band = require("bit").band
 
-  -- Frames of gtlua's own Lua modules are skipped when naming the user's line.
-  local here = debug.getinfo(1, "S").source
-  local own_dir = here:match("^(@.*[/\\])[^/\\]+$") or "@lua/gt/"
+-- Frames of gtlua's own Lua modules are skipped when naming the user's line.
+local here = debug.getinfo(1, "S").source
+local own_dir = here:match("^(@.*[/\\])[^/\\]+$") or "@lua/gt/"
 
-  local API = { cut = "gt.cut", sync = "gt.sync", item = "item", tolist = "tolist" }
-  local by_func   -- the API functions themselves: a tail-called frame has no name
+local API = { cut = "gt.cut", sync = "gt.sync", item = "item", tolist = "tolist" }
+local by_func   -- the API functions themselves: a tail-called frame has no name
 
 
-  -- "file:line api" for a segment cut at a sync point: the outermost gtlua
-  -- frame names the API, the first frame outside gtlua the user's line.
-  local function cut_site()
-    if not by_func then
-      local T = gt.Tensor
-      by_func = { [gt.cut] = "cut", [gt.sync] = "sync", [T.item] = "item", [T.tolist] = "tolist" }
+-- "file:line api" for a segment cut at a sync point: the outermost gtlua
+-- frame names the API, the first frame outside gtlua the user's line.
+local function cut_site()
+  if not by_func then
+    local T = gt.Tensor
+    by_func = { [gt.cut] = "cut", [gt.sync] = "sync", [T.item] = "item", [T.tolist] = "tolist" }
+  end
+  local api, lvl, fixed = nil, 3, false
+  while true do
+    local info = debug.getinfo(lvl, "Slnf")
+    if not info then return "? " .. (API[api] or "sync point") end
+    local own = info.source:sub(1, #own_dir) == own_dir or info.what == "C"
+    if not own then
+      local name = API[api] or (api and ("host copy (" .. api .. ")")) or "sync point"
+      return info.short_src:match("[^/\\]*$") .. ":" .. (info.currentline or 0) .. " " .. name
     end
-    local api, lvl, fixed = nil, 3, false
-    while true do
-      local info = debug.getinfo(lvl, "Slnf")
-      if not info then return "? " .. (API[api] or "sync point") end
-      local own = info.source:sub(1, #own_dir) == own_dir or info.what == "C"
-      if not own then
-        local name = API[api] or (api and ("host copy (" .. api .. ")")) or "sync point"
-        return info.short_src:match("[^/\\]*$") .. ":" .. (info.currentline or 0) .. " " .. name
-      end
-      if info.what == "C" then fixed = true              -- the tree's own pcall: the user's frame was a tail call
-      elseif not fixed then
-        local f = by_func[info.func]
-        if f then api, fixed = f, true else api = info.name or api end
-      end
-      lvl = lvl + 1
+    if info.what == "C" then fixed = true              -- the tree's own pcall: the user's frame was a tail call
+    elseif not fixed then
+      local f = by_func[info.func]
+      if f then api, fixed = f, true else api = info.name or api end
+    end
+    lvl = lvl + 1
+  end
+end
+
+local function tensor_text(t) return gt._shape_str(t.shape) .. " " .. t.dtype end
+
+-- The names of fn's parameters (cached per tree).
+local function param_names(tree)
+  local names = tree._pnames
+  if names then return names end
+  names = {}
+  for i = 1, 16 do
+    local nm = debug.getlocal(tree.fn, i)
+    if not nm then break end
+    names[i] = nm
+  end
+  tree._pnames = names
+  return names
+end
+
+-- The call's tensor inputs as the body saw them: "x 8x256 f32, batch.ids 8 i32".
+local function inputs_text(tree)
+  local names, parts = param_names(tree), {}
+  local args = { tree._in1, tree._in2, tree._in3, tree._in4 }
+  for i = 1, math.min(tree._inn or 0, 4) do
+    local x, nm = args[i], names[i] or ("arg" .. i)
+    if gt.is_tensor(x) then parts[#parts + 1] = nm .. " " .. tensor_text(x)
+    elseif type(x) == "table" and getmetatable(x) == nil then
+      local keys = {}
+      for k, v in pairs(x) do if gt.is_tensor(v) then keys[#keys + 1] = k end end
+      table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+      for _, k in ipairs(keys) do parts[#parts + 1] = nm .. "." .. tostring(k) .. " " .. tensor_text(x[k]) end
     end
   end
+  return concat(parts, ", ")
+end
 
-  local function tensor_text(t) return gt._shape_str(t.shape) .. " " .. t.dtype end
+-- The segment's last tensor made (its output, as a rule).
+local function output_text(tree)
+  if (tree._nw or 0) > (tree._seg0 or 0) and tree._last then return tensor_text(tree._last) end
+  return "(nothing made)"
+end
 
-  -- The names of fn's parameters (cached per tree).
-  local function param_names(tree)
-    local names = tree._pnames
-    if names then return names end
-    names = {}
-    for i = 1, 16 do
-      local nm = debug.getlocal(tree.fn, i)
-      if not nm then break end
-      names[i] = nm
-    end
-    tree._pnames = names
-    return names
+-- want: gt_tree_explain_wanted's bits; level: the caller of gt._flush's caller;
+-- reason: "return" at the end of the call, nil at a sync point (read off the stack).
+function gt._explain(want, level, reason)
+  local tree = gt._active
+  local cut = band(want, 1) ~= 0 and (reason or cut_site()) or nil
+  local shapes
+  if band(want, 2) ~= 0 and tree then
+    local ins = band(want, 4) ~= 0 and inputs_text(tree) or ""
+    shapes = (ins ~= "" and (ins .. " ") or "") .. "-> " .. output_text(tree)
   end
-
-  -- The call's tensor inputs as the body saw them: "x 8x256 f32, batch.ids 8 i32".
-  local function inputs_text(tree)
-    local names, parts = param_names(tree), {}
-    local args = { tree._in1, tree._in2, tree._in3, tree._in4 }
-    for i = 1, math.min(tree._inn or 0, 4) do
-      local x, nm = args[i], names[i] or ("arg" .. i)
-      if gt.is_tensor(x) then parts[#parts + 1] = nm .. " " .. tensor_text(x)
-      elseif type(x) == "table" and getmetatable(x) == nil then
-        local keys = {}
-        for k, v in pairs(x) do if gt.is_tensor(v) then keys[#keys + 1] = k end end
-        table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-        for _, k in ipairs(keys) do parts[#parts + 1] = nm .. "." .. tostring(k) .. " " .. tensor_text(x[k]) end
-      end
-    end
-    return concat(parts, ", ")
-  end
-
-  -- The segment's last tensor made (its output, as a rule).
-  local function output_text(tree)
-    if (tree._nw or 0) > (tree._seg0 or 0) and tree._last then return tensor_text(tree._last) end
-    return "(nothing made)"
-  end
-
-  -- want: gt_tree_explain_wanted's bits; level: the caller of gt._flush's caller;
-  -- reason: "return" at the end of the call, nil at a sync point (read off the stack).
-  function gt._explain(want, level, reason)
-    local tree = gt._active
-    local cut = band(want, 1) ~= 0 and (reason or cut_site()) or nil
-    local shapes
-    if band(want, 2) ~= 0 and tree then
-      local ins = band(want, 4) ~= 0 and inputs_text(tree) or ""
-      shapes = (ins ~= "" and (ins .. " ") or "") .. "-> " .. output_text(tree)
-    end
-    C.gt_tree_note(rt, cut, shapes)
-  end
+  C.gt_tree_note(rt, cut, shapes)
 end

@@ -22,6 +22,7 @@ if rt == nil then
 end
 
 local gt = { _C = C, _rt = rt, version = "0.1.0" }
+package.loaded.gt = gt   -- the modules below (gt.tensor, ...) require "gt" while it loads
 reg["gtlua.gt"] = gt
 
 -- The last failure of the core as a message.
@@ -127,9 +128,9 @@ end
 -- Where kernels/ and lua/ live (set by the host).
 function gt.home() return os.getenv("GTLUA_HOME") or "." end
 
-require("gt.tensor")(gt)
-require("gt.kernel")(gt)
-require("gt.tree")(gt)
+require("gt.tensor")
+require("gt.kernel")
+require("gt.tree")
 
 --- gt.sync(): ends the segment in a tree call, then waits for the device.
 function gt.sync()
@@ -142,7 +143,7 @@ function gt.cut()
   if C.gt_tree_active(rt) ~= nil then gt._flush(3) end
 end
 
-require("gt.cond")(gt)   -- gt.cond, gt.loop (wraps gt.sync and gt._flush: no syncs inside a body)
+require("gt.cond")   -- gt.cond, gt.loop (wraps gt.sync and gt._flush: no syncs inside a body)
 
 --- gt.profile(on) -> previous: GPU time per node (events on cuda, wall time on cpu).
 function gt.profile(on) return C.gt_profile(rt, on and 1 or 0) ~= 0 end

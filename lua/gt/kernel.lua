@@ -1,246 +1,245 @@
 -- gt.kernel: compiling kernel sources and launching their __global__ functions.
 local ffi = require "ffi"
 
-return function(gt)
-  local C, rt, Tensor, DT = gt._C, gt._rt, gt.Tensor, gt._dtypes
-  local PTR_IN, PTR_OUT = 1, 2
-  local SCALAR = { [3] = "i32", [4] = "u32", [5] = "i64", [6] = "u64", [7] = "f32", [8] = "f64", [9] = "bool" }
-  local INTEGER = { i32 = true, u32 = true, i64 = true, u64 = true }
-  local FIELD = { i32 = "i32", u32 = "u32", i64 = "i64", u64 = "u64", f32 = "f32", f64 = "f64" }
+local gt = require "gt"
+local C, rt, Tensor, DT = gt._C, gt._rt, gt.Tensor, gt._dtypes
+local PTR_IN, PTR_OUT = 1, 2
+local SCALAR = { [3] = "i32", [4] = "u32", [5] = "i64", [6] = "u64", [7] = "f32", [8] = "f64", [9] = "bool" }
+local INTEGER = { i32 = true, u32 = true, i64 = true, u64 = true }
+local FIELD = { i32 = "i32", u32 = "u32", i64 = "i64", u64 = "u64", f32 = "f32", f64 = "f64" }
 
-  local Kernel = {}
-  Kernel.__index = Kernel
-  gt.Kernel = Kernel
+local Kernel = {}
+Kernel.__index = Kernel
+gt.Kernel = Kernel
 
-  local error = gt._error   -- every error names the user's file:line (init.lua)
+local error = gt._error   -- every error names the user's file:line (init.lua)
 
-  -- Grid and block sizes: integers in 1..2^31-1 (the device checks its own
-  -- smaller limits); anything else raises saying which component is wrong.
-  local DIM_MAX = 2 ^ 31 - 1
-  local function dim_problem(v)
-    if type(v) ~= "number" then return "is a " .. type(v) end
-    if v ~= v or v ~= math.floor(v) or v == math.huge or v == -math.huge then return "is " .. tostring(v) .. ", not an integer" end
-    if v < 1 or v > DIM_MAX then return ("is %.17g, outside 1..%d"):format(v, DIM_MAX) end
-  end
-  local function dims(x, what, name, level)
-    local why
-    if type(x) == "number" then
-      why = dim_problem(x)
-      if not why then return x, 1, 1 end
-      why = what .. " " .. why
-    elseif type(x) == "table" then
-      local c = { x[1] or x.x or 1, x[2] or x.y or 1, x[3] or x.z or 1 }
-      for i = 1, 3 do
-        local w = dim_problem(c[i])
-        if w and not why then why = what .. "[" .. i .. "] " .. w end
-      end
-      if not why then return c[1], c[2], c[3] end
-    else
-      why = what .. " is a " .. type(x)
+-- Grid and block sizes: integers in 1..2^31-1 (the device checks its own
+-- smaller limits); anything else raises saying which component is wrong.
+local DIM_MAX = 2 ^ 31 - 1
+local function dim_problem(v)
+  if type(v) ~= "number" then return "is a " .. type(v) end
+  if v ~= v or v ~= math.floor(v) or v == math.huge or v == -math.huge then return "is " .. tostring(v) .. ", not an integer" end
+  if v < 1 or v > DIM_MAX then return ("is %.17g, outside 1..%d"):format(v, DIM_MAX) end
+end
+local function dims(x, what, name, level)
+  local why
+  if type(x) == "number" then
+    why = dim_problem(x)
+    if not why then return x, 1, 1 end
+    why = what .. " " .. why
+  elseif type(x) == "table" then
+    local c = { x[1] or x.x or 1, x[2] or x.y or 1, x[3] or x.z or 1 }
+    for i = 1, 3 do
+      local w = dim_problem(c[i])
+      if w and not why then why = what .. "[" .. i .. "] " .. w end
     end
-    error("kernel '" .. name .. "': " .. what .. " must be a positive integer or {x, y, z} of them (each in 1.." ..
-      DIM_MAX .. "): " .. why, level + 1)
+    if not why then return c[1], c[2], c[3] end
+  else
+    why = what .. " is a " .. type(x)
   end
+  error("kernel '" .. name .. "': " .. what .. " must be a positive integer or {x, y, z} of them (each in 1.." ..
+    DIM_MAX .. "): " .. why, level + 1)
+end
 
-  -- Integer scalar ranges; a value outside them would wrap or truncate silently.
-  -- { lowest, first value above, as said in messages }
-  local RANGE = { i32 = { -2 ^ 31, 2 ^ 31, "-2147483648..2147483647" }, u32 = { 0, 2 ^ 32, "0..4294967295" },
-                  i64 = { -2 ^ 63, 2 ^ 63, "-2^63..2^63-1" }, u64 = { 0, 2 ^ 64, "0..2^64-1" } }
+-- Integer scalar ranges; a value outside them would wrap or truncate silently.
+-- { lowest, first value above, as said in messages }
+local RANGE = { i32 = { -2 ^ 31, 2 ^ 31, "-2147483648..2147483647" }, u32 = { 0, 2 ^ 32, "0..4294967295" },
+                i64 = { -2 ^ 63, 2 ^ 63, "-2^63..2^63-1" }, u64 = { 0, 2 ^ 64, "0..2^64-1" } }
 
-  -- The slow path of a failed argument check: says exactly what is wrong.
-  local function arg_error(k, i, v, level)
-    local name, pname, ptext = ffi.string(k.name), ffi.string(k.pname[i - 1]), ffi.string(k.ptext[i - 1])
-    local where = "kernel '" .. name .. "': argument #" .. i .. " ('" .. pname .. "', " .. ptext .. ")"
+-- The slow path of a failed argument check: says exactly what is wrong.
+local function arg_error(k, i, v, level)
+  local name, pname, ptext = ffi.string(k.name), ffi.string(k.pname[i - 1]), ffi.string(k.ptext[i - 1])
+  local where = "kernel '" .. name .. "': argument #" .. i .. " ('" .. pname .. "', " .. ptext .. ")"
+  local pt = k.ptype[i - 1]
+  if pt == PTR_IN or pt == PTR_OUT then
+    if not gt.is_tensor(v) then error(where .. " expects a tensor, got " .. type(v), level + 1) end
+    if v:is_stale() then gt._stale_error(v, level + 1) end
+    if v._strides then error(where .. ": the tensor is a non-contiguous view; :clone() it first", level + 1) end
+    local want = gt._dtype_of_code[k.pdtype[i - 1]]
+    error(where .. " expects " .. tostring(want) .. ", got a " .. v.dtype .. " tensor", level + 1)
+  end
+  local st = SCALAR[pt]
+  if st == "bool" then error(where .. " expects a boolean or number, got " .. type(v), level + 1) end
+  if type(v) ~= "number" then error(where .. " expects a number, got " .. type(v), level + 1) end
+  local r = RANGE[st]
+  error(("%s expects an integer in %s, got %s"):format(where, r[3], tostring(v)), level + 1)
+end
+
+-- Generates a launcher with fixed arity for kernel k: the checks inline,
+-- then one call into the core.  Keeping this small keeps every step cheap.
+local function make_launcher(k)
+  local n = k.nparams
+  local params, body = {}, {}
+  for i = 1, n do
+    params[i] = "a" .. i
     local pt = k.ptype[i - 1]
+    local s = "args[" .. (i - 1) .. "]"
     if pt == PTR_IN or pt == PTR_OUT then
-      if not gt.is_tensor(v) then error(where .. " expects a tensor, got " .. type(v), level + 1) end
-      if v:is_stale() then gt._stale_error(v, level + 1) end
-      if v._strides then error(where .. ": the tensor is a non-contiguous view; :clone() it first", level + 1) end
       local want = gt._dtype_of_code[k.pdtype[i - 1]]
-      error(where .. " expects " .. tostring(want) .. ", got a " .. v.dtype .. " tensor", level + 1)
-    end
-    local st = SCALAR[pt]
-    if st == "bool" then error(where .. " expects a boolean or number, got " .. type(v), level + 1) end
-    if type(v) ~= "number" then error(where .. " expects a number, got " .. type(v), level + 1) end
-    local r = RANGE[st]
-    error(("%s expects an integer in %s, got %s"):format(where, r[3], tostring(v)), level + 1)
-  end
-
-  -- Generates a launcher with fixed arity for kernel k: the checks inline,
-  -- then one call into the core.  Keeping this small keeps every step cheap.
-  local function make_launcher(k)
-    local n = k.nparams
-    local params, body = {}, {}
-    for i = 1, n do
-      params[i] = "a" .. i
-      local pt = k.ptype[i - 1]
-      local s = "args[" .. (i - 1) .. "]"
-      if pt == PTR_IN or pt == PTR_OUT then
-        local want = gt._dtype_of_code[k.pdtype[i - 1]]
-        local dcheck = want and DT[want] and (" or t._dt ~= %d"):format(DT[want].code) or ""
-        body[#body + 1] = ("do local t = a%d; if not istype(T, t) then fail(%d, t) end; local b = t._b; " ..
-          "if t._gen ~= b.gen_now[0] or t._vid ~= 0%s then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
-          :format(i, i, dcheck, i, s, s, s)
+      local dcheck = want and DT[want] and (" or t._dt ~= %d"):format(DT[want].code) or ""
+      body[#body + 1] = ("do local t = a%d; if not istype(T, t) then fail(%d, t) end; local b = t._b; " ..
+        "if t._gen ~= b.gen_now[0] or t._vid ~= 0%s then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
+        :format(i, i, dcheck, i, s, s, s)
+    else
+      local st = SCALAR[pt]
+      if st == "bool" then
+        body[#body + 1] = ("do local v = a%d; if v == true then v = 1 elseif v == false or v == nil then v = 0 " ..
+          "elseif type(v) ~= 'number' then fail(%d, v) end; %s.v.u64 = v ~= 0 and 1 or 0 end"):format(i, i, s)
+      elseif INTEGER[st] then
+        local r = RANGE[st]
+        body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' or v ~= floor(v) or v < %.17g or v >= %.17g " ..
+          "then fail(%d, v) end; %s.v.%s = v end"):format(i, r[1], r[2], i, s, FIELD[st])
       else
-        local st = SCALAR[pt]
-        if st == "bool" then
-          body[#body + 1] = ("do local v = a%d; if v == true then v = 1 elseif v == false or v == nil then v = 0 " ..
-            "elseif type(v) ~= 'number' then fail(%d, v) end; %s.v.u64 = v ~= 0 and 1 or 0 end"):format(i, i, s)
-        elseif INTEGER[st] then
-          local r = RANGE[st]
-          body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' or v ~= floor(v) or v < %.17g or v >= %.17g " ..
-            "then fail(%d, v) end; %s.v.%s = v end"):format(i, r[1], r[2], i, s, FIELD[st])
-        else
-          body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' then fail(%d, v) end; %s.v.%s = v end")
-            :format(i, i, s, FIELD[st])
-        end
+        body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' then fail(%d, v) end; %s.v.%s = v end")
+          :format(i, i, s, FIELD[st])
       end
     end
-    local plist = table.concat(params, ", ")
-    -- too few arguments leave the last one nil; too many arrive in ...
-    local count = "if select('#', ...) > 0 " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
-      "then count_error(select('#', ...)" .. (n > 0 and ", " .. plist or "") .. ") end\n"
-    local src = "local C, rt, k, args, T, fail, floor, istype, type, raise, select, count_error = ...\n" ..
-      "return function(gx, gy, gz, bx, by, bz, sm" .. (n > 0 and ", " .. plist or "") .. ", ...)\n" .. count ..
-      table.concat(body, "\n") .. "\n" ..
-      "if C.gt_launch(rt, k, gx, gy, gz, bx, by, bz, sm, args) ~= 0 then raise() end\nend"
-    local args = ffi.new("gt_arg[?]", math.max(n, 1))
-    local function fail(i, v) arg_error(k, i, v, 4) end
-    local function raise() error(gt._errmsg(), 4) end
-    local function count_error(extra, ...)
-      local p = {}
-      for i = 0, n - 1 do p[#p + 1] = ffi.string(k.ptext[i]) .. " " .. ffi.string(k.pname[i]) end
-      local sig = ffi.string(k.name) .. "(" .. table.concat(p, ", ") .. ")"
-      if extra > 0 then error(("kernel %s takes %d arguments, got %d"):format(sig, n, n + extra), 4) end
-      local given = { ... }
-      local miss = 1
-      while given[miss] ~= nil do miss = miss + 1 end
-      error(("kernel %s takes %d arguments: argument #%d ('%s', %s) is missing"):format(
-        sig, n, miss, ffi.string(k.pname[miss - 1]), ffi.string(k.ptext[miss - 1])), 4)
-    end
-    local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name)))
-    return f(C, rt, k, args, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, select, count_error), plist
   end
-
-  local function new_kernel(k, module)
-    local launch, plist = make_launcher(k)
-    local name = ffi.string(k.name)
-    local params = {}
-    for i = 0, k.nparams - 1 do params[i + 1] = { name = ffi.string(k.pname[i]), type = ffi.string(k.ptext[i]) } end
-    -- config(grid, block [, smem]) -> a bound launcher with no argument parsing
-    local factory = assert(loadstring("local L = ...\nreturn function(gx, gy, gz, bx, by, bz, sm)\n" ..
-      "return function(" .. plist .. (plist ~= "" and ", ..." or "...") .. ") L(gx, gy, gz, bx, by, bz, sm" ..
-      (plist ~= "" and ", " .. plist or "") .. ", ...) end end", "=gt.config." .. name))(launch)
-    return setmetatable({ name = name, params = params, graphable = k.graphable ~= 0,
-                          _k = k, _launch = launch, _factory = factory, _module = module }, Kernel)
-  end
-
-  --- K.name(grid, block, args...): launch (queued inside a tree call)
-  function Kernel:__call(grid, block, ...)
-    local gx, gy, gz = dims(grid, "grid", self.name, 2)
-    local bx, by, bz = dims(block, "block", self.name, 2)
-    self._launch(gx, gy, gz, bx, by, bz, 0, ...)
-  end
-
-  --- K.name:config(grid, block [, smem_bytes]) -> f(args...), a cheap bound launcher
-  function Kernel:config(grid, block, smem)
-    local gx, gy, gz = dims(grid, "grid", self.name, 2)
-    local bx, by, bz = dims(block, "block", self.name, 2)
-    smem = smem or 0
-    if type(smem) ~= "number" or smem < 0 or smem > 2 ^ 32 - 1 or smem ~= math.floor(smem) then
-      error("kernel '" .. self.name .. "': shared memory must be a whole number of bytes in 0..4294967295 " ..
-        "(the device allows far less), got " .. tostring(smem), 2)
-    end
-    return self._factory(gx, gy, gz, bx, by, bz, smem)
-  end
-
-  function Kernel:__tostring()
+  local plist = table.concat(params, ", ")
+  -- too few arguments leave the last one nil; too many arrive in ...
+  local count = "if select('#', ...) > 0 " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
+    "then count_error(select('#', ...)" .. (n > 0 and ", " .. plist or "") .. ") end\n"
+  local src = "local C, rt, k, args, T, fail, floor, istype, type, raise, select, count_error = ...\n" ..
+    "return function(gx, gy, gz, bx, by, bz, sm" .. (n > 0 and ", " .. plist or "") .. ", ...)\n" .. count ..
+    table.concat(body, "\n") .. "\n" ..
+    "if C.gt_launch(rt, k, gx, gy, gz, bx, by, bz, sm, args) ~= 0 then raise() end\nend"
+  local args = ffi.new("gt_arg[?]", math.max(n, 1))
+  local function fail(i, v) arg_error(k, i, v, 4) end
+  local function raise() error(gt._errmsg(), 4) end
+  local function count_error(extra, ...)
     local p = {}
-    for i, q in ipairs(self.params) do p[i] = q.type .. " " .. q.name end
-    return "kernel " .. self.name .. "(" .. table.concat(p, ", ") .. ")" .. (self.graphable and "" or " [not graphable]")
+    for i = 0, n - 1 do p[#p + 1] = ffi.string(k.ptext[i]) .. " " .. ffi.string(k.pname[i]) end
+    local sig = ffi.string(k.name) .. "(" .. table.concat(p, ", ") .. ")"
+    if extra > 0 then error(("kernel %s takes %d arguments, got %d"):format(sig, n, n + extra), 4) end
+    local given = { ... }
+    local miss = 1
+    while given[miss] ~= nil do miss = miss + 1 end
+    error(("kernel %s takes %d arguments: argument #%d ('%s', %s) is missing"):format(
+      sig, n, miss, ffi.string(k.pname[miss - 1]), ffi.string(k.ptext[miss - 1])), 4)
   end
+  local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name)))
+  return f(C, rt, k, args, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, select, count_error), plist
+end
 
-  -- Compiles src (named chunk in messages) into a table of kernels; errors at level 3.
-  local function compile(src, opts, chunk)
-    local m = C.gt_compile(rt, src, opts.options, chunk, opts.graph == false and 0 or 1)
-    local w = C.gt_take_warning()   -- e.g. the kernel cache refused: shown once
-    if w ~= nil then gt.on_warning(ffi.string(w)) end
-    if m == nil then error(gt._errmsg(), 3) end
-    local K, names = {}, {}
-    for i = 0, C.gt_module_count(m) - 1 do
-      local k = C.gt_module_kernel(m, i)
-      K[ffi.string(k.name)] = new_kernel(k, m)
-      names[#names + 1] = ffi.string(k.name)
+local function new_kernel(k, module)
+  local launch, plist = make_launcher(k)
+  local name = ffi.string(k.name)
+  local params = {}
+  for i = 0, k.nparams - 1 do params[i + 1] = { name = ffi.string(k.pname[i]), type = ffi.string(k.ptext[i]) } end
+  -- config(grid, block [, smem]) -> a bound launcher with no argument parsing
+  local factory = assert(loadstring("local L = ...\nreturn function(gx, gy, gz, bx, by, bz, sm)\n" ..
+    "return function(" .. plist .. (plist ~= "" and ", ..." or "...") .. ") L(gx, gy, gz, bx, by, bz, sm" ..
+    (plist ~= "" and ", " .. plist or "") .. ", ...) end end", "=gt.config." .. name))(launch)
+  return setmetatable({ name = name, params = params, graphable = k.graphable ~= 0,
+                        _k = k, _launch = launch, _factory = factory, _module = module }, Kernel)
+end
+
+--- K.name(grid, block, args...): launch (queued inside a tree call)
+function Kernel:__call(grid, block, ...)
+  local gx, gy, gz = dims(grid, "grid", self.name, 2)
+  local bx, by, bz = dims(block, "block", self.name, 2)
+  self._launch(gx, gy, gz, bx, by, bz, 0, ...)
+end
+
+--- K.name:config(grid, block [, smem_bytes]) -> f(args...), a cheap bound launcher
+function Kernel:config(grid, block, smem)
+  local gx, gy, gz = dims(grid, "grid", self.name, 2)
+  local bx, by, bz = dims(block, "block", self.name, 2)
+  smem = smem or 0
+  if type(smem) ~= "number" or smem < 0 or smem > 2 ^ 32 - 1 or smem ~= math.floor(smem) then
+    error("kernel '" .. self.name .. "': shared memory must be a whole number of bytes in 0..4294967295 " ..
+      "(the device allows far less), got " .. tostring(smem), 2)
+  end
+  return self._factory(gx, gy, gz, bx, by, bz, smem)
+end
+
+function Kernel:__tostring()
+  local p = {}
+  for i, q in ipairs(self.params) do p[i] = q.type .. " " .. q.name end
+  return "kernel " .. self.name .. "(" .. table.concat(p, ", ") .. ")" .. (self.graphable and "" or " [not graphable]")
+end
+
+-- Compiles src (named chunk in messages) into a table of kernels; errors at level 3.
+local function compile(src, opts, chunk)
+  local m = C.gt_compile(rt, src, opts.options, chunk, opts.graph == false and 0 or 1)
+  local w = C.gt_take_warning()   -- e.g. the kernel cache refused: shown once
+  if w ~= nil then gt.on_warning(ffi.string(w)) end
+  if m == nil then error(gt._errmsg(), 3) end
+  local K, names = {}, {}
+  for i = 0, C.gt_module_count(m) - 1 do
+    local k = C.gt_module_kernel(m, i)
+    K[ffi.string(k.name)] = new_kernel(k, m)
+    names[#names + 1] = ffi.string(k.name)
+  end
+  table.sort(names)
+  -- K.misspelt: an error listing the kernels there are, not "attempt to call a nil value"
+  return setmetatable(K, { __index = function(_, key)
+    if type(key) ~= "string" or key:sub(1, 2) == "__" then return nil end
+    error("no kernel '" .. key .. "' in " .. chunk .. "; its kernels: " ..
+      (#names > 0 and table.concat(names, ", ") or "none (no __global__ function)"), 2)
+  end })
+end
+
+--- gt.compile(src [, {name=, graph=, options=}]) -> { name = kernel, ... }
+function gt.compile(src, opts)
+  if type(src) ~= "string" then error("gt.compile expects kernel source text", 2) end
+  opts = opts or {}
+  local chunk = opts.name
+  if not chunk then
+    local info = debug.getinfo(2, "Sl")
+    chunk = info and (info.short_src .. ":" .. info.currentline) or "kernel.cu"
+  end
+  return compile(src, opts, chunk)
+end
+
+local expand_includes
+local function find_file(path)
+  local f = io.open(path, "rb")
+  if f then return f, path end
+  if path:sub(1, 1) ~= "/" then
+    local p2 = gt.home() .. "/" .. path
+    f = io.open(p2, "rb")
+    if f then return f, p2 end
+  end
+  return nil
+end
+
+-- `#include "name"` of a file beside the .cu is inlined (NVRTC is given no
+-- include path, and the cpu backend compiles the text alone), with #line
+-- directives so that messages name the right file and line.
+local function line_name(p) return (p:gsub('[\\"]', "\\%0")) end
+function expand_includes(src, full, shown)
+  if not src:find("#include", 1, true) then return src end
+  local dir = full:match("^(.*)/") or "."
+  local out, n = {}, 0
+  for line in (src .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    local name = line:match('^%s*#%s*include%s*"([^"]+)"')
+    local f = name and io.open(dir .. "/" .. name, "rb")
+    if f then
+      local inc = f:read("*a")
+      f:close()
+      out[#out + 1] = ('#line 1 "%s"'):format(line_name(name))
+      out[#out + 1] = expand_includes(inc, dir .. "/" .. name, name)
+      out[#out + 1] = ('#line %d "%s"'):format(n + 1, line_name(shown))
+    else
+      out[#out + 1] = line
     end
-    table.sort(names)
-    -- K.misspelt: an error listing the kernels there are, not "attempt to call a nil value"
-    return setmetatable(K, { __index = function(_, key)
-      if type(key) ~= "string" or key:sub(1, 2) == "__" then return nil end
-      error("no kernel '" .. key .. "' in " .. chunk .. "; its kernels: " ..
-        (#names > 0 and table.concat(names, ", ") or "none (no __global__ function)"), 2)
-    end })
   end
+  return table.concat(out, "\n")
+end
 
-  --- gt.compile(src [, {name=, graph=, options=}]) -> { name = kernel, ... }
-  function gt.compile(src, opts)
-    if type(src) ~= "string" then error("gt.compile expects kernel source text", 2) end
-    opts = opts or {}
-    local chunk = opts.name
-    if not chunk then
-      local info = debug.getinfo(2, "Sl")
-      chunk = info and (info.short_src .. ":" .. info.currentline) or "kernel.cu"
-    end
-    return compile(src, opts, chunk)
-  end
-
-  local expand_includes
-  local function find_file(path)
-    local f = io.open(path, "rb")
-    if f then return f, path end
-    if path:sub(1, 1) ~= "/" then
-      local p2 = gt.home() .. "/" .. path
-      f = io.open(p2, "rb")
-      if f then return f, p2 end
-    end
-    return nil
-  end
-
-  -- `#include "name"` of a file beside the .cu is inlined (NVRTC is given no
-  -- include path, and the cpu backend compiles the text alone), with #line
-  -- directives so that messages name the right file and line.
-  local function line_name(p) return (p:gsub('[\\"]', "\\%0")) end
-  function expand_includes(src, full, shown)
-    if not src:find("#include", 1, true) then return src end
-    local dir = full:match("^(.*)/") or "."
-    local out, n = {}, 0
-    for line in (src .. "\n"):gmatch("([^\n]*)\n") do
-      n = n + 1
-      local name = line:match('^%s*#%s*include%s*"([^"]+)"')
-      local f = name and io.open(dir .. "/" .. name, "rb")
-      if f then
-        local inc = f:read("*a")
-        f:close()
-        out[#out + 1] = ('#line 1 "%s"'):format(line_name(name))
-        out[#out + 1] = expand_includes(inc, dir .. "/" .. name, name)
-        out[#out + 1] = ('#line %d "%s"'):format(n + 1, line_name(shown))
-      else
-        out[#out + 1] = line
-      end
-    end
-    return table.concat(out, "\n")
-  end
-
-  local loaded = {}
-  --- gt.load(path [, opts]) -> kernels of a .cu file (relative to the cwd, else to GTLUA_HOME); cached
-  function gt.load(path, opts)
-    if type(path) ~= "string" then error("gt.load expects a file path", 2) end
-    local f, full = find_file(path)
-    if not f then error("gt.load: cannot open '" .. path .. "' (looked here and under " .. gt.home() .. ")", 2) end
-    local src = expand_includes(f:read("*a"), full, path)
-    f:close()
-    opts = opts or {}
-    local key = full .. "\0" .. tostring(opts.options) .. "\0" .. tostring(opts.graph) .. "\0" .. src
-    if not loaded[key] then loaded[key] = compile(src, opts, path) end
-    return loaded[key]
-  end
+local loaded = {}
+--- gt.load(path [, opts]) -> kernels of a .cu file (relative to the cwd, else to GTLUA_HOME); cached
+function gt.load(path, opts)
+  if type(path) ~= "string" then error("gt.load expects a file path", 2) end
+  local f, full = find_file(path)
+  if not f then error("gt.load: cannot open '" .. path .. "' (looked here and under " .. gt.home() .. ")", 2) end
+  local src = expand_includes(f:read("*a"), full, path)
+  f:close()
+  opts = opts or {}
+  local key = full .. "\0" .. tostring(opts.options) .. "\0" .. tostring(opts.graph) .. "\0" .. src
+  if not loaded[key] then loaded[key] = compile(src, opts, path) end
+  return loaded[key]
 end

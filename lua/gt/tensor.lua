@@ -8,610 +8,609 @@
 local ffi = require "ffi"
 local bit = require "bit"
 
-return function(gt)
-  local C, rt = gt._C, gt._rt
-  local error = gt._error   -- every error names the user's file:line (init.lua)
-  local floor, concat, type = math.floor, table.concat, type
-  local istype = ffi.istype
+local gt = require "gt"
+local C, rt = gt._C, gt._rt
+local error = gt._error   -- every error names the user's file:line (init.lua)
+local floor, concat, type = math.floor, table.concat, type
+local istype = ffi.istype
 
-  local DT = {
-    f32 = { code = C.GT_F32, size = 4, ct = ffi.typeof("float[?]"), int = false },
-    i32 = { code = C.GT_I32, size = 4, ct = ffi.typeof("int32_t[?]"), int = true },
-    i64 = { code = C.GT_I64, size = 8, ct = ffi.typeof("int64_t[?]"), int = true },
-    u8  = { code = C.GT_U8, size = 1, ct = ffi.typeof("uint8_t[?]"), int = true },
-  }
-  local BY_CODE = { [C.GT_F32] = "f32", [C.GT_I32] = "i32", [C.GT_I64] = "i64", [C.GT_U8] = "u8",
-                    [C.GT_F64] = "f64", [C.GT_U32] = "u32", [C.GT_U64] = "u64" }
-  local DT_OF = {}       -- code -> DT entry
-  for name, d in pairs(DT) do d.name = name; DT_OF[d.code] = d end
-  gt._dtypes, gt._dtype_of_code = DT, BY_CODE
+local DT = {
+  f32 = { code = C.GT_F32, size = 4, ct = ffi.typeof("float[?]"), int = false },
+  i32 = { code = C.GT_I32, size = 4, ct = ffi.typeof("int32_t[?]"), int = true },
+  i64 = { code = C.GT_I64, size = 8, ct = ffi.typeof("int64_t[?]"), int = true },
+  u8  = { code = C.GT_U8, size = 1, ct = ffi.typeof("uint8_t[?]"), int = true },
+}
+local BY_CODE = { [C.GT_F32] = "f32", [C.GT_I32] = "i32", [C.GT_I64] = "i64", [C.GT_U8] = "u8",
+                  [C.GT_F64] = "f64", [C.GT_U32] = "u32", [C.GT_U64] = "u64" }
+local DT_OF = {}       -- code -> DT entry
+for name, d in pairs(DT) do d.name = name; DT_OF[d.code] = d end
+gt._dtypes, gt._dtype_of_code = DT, BY_CODE
 
-  local Tensor = {}      -- the methods
-  gt.Tensor = Tensor
-  local TT = ffi.typeof("gt_tensor")
-  local function is_tensor(x) return istype(TT, x) end
-  gt.is_tensor = is_tensor
+local Tensor = {}      -- the methods
+gt.Tensor = Tensor
+local TT = ffi.typeof("gt_tensor")
+local function is_tensor(x) return istype(TT, x) end
+gt.is_tensor = is_tensor
 
-  local function dtype_of(dtype, level)
-    local d = DT[dtype or "f32"]
-    if not d then error("unknown dtype '" .. tostring(dtype) .. "': use f32, i32, i64 or u8", level + 1) end
-    return d
-  end
-
-  local function shape_str(shape) return #shape == 0 and "scalar" or concat(shape, "x") end
-  gt._shape_str = shape_str
-
-  -- -- Interned shapes and strides -----------------------------------------
-
-  -- SHAPES[sid] is a shape table shared by every tensor of that shape (never
-  -- change it); NUMEL[sid] its element count.  A trie over the sizes finds a
-  -- shape's id by value; interned tables themselves are found in one lookup.
-  local SHAPES, NUMEL, nshapes = {}, {}, 0
-  local trie, sid_of = {}, {}
-  local SID = -1                              -- the trie's key for "a shape ends here" (sizes are >= 0)
-  local MAX_BYTES = 2 ^ 53                    -- beyond this, byte counts are not exact numbers
-  gt._shapes, gt._numel = SHAPES, NUMEL
-
-  local function intern_new(node, shape, n)
-    nshapes = nshapes + 1
-    local s = {}
-    for i = 1, #shape do s[i] = shape[i] end
-    SHAPES[nshapes], NUMEL[nshapes] = s, n
-    node[SID] = nshapes
-    sid_of[s] = nshapes
-    return nshapes
-  end
-
-  local function size_ok(d) return type(d) == "number" and d >= 0 and d == floor(d) and d < MAX_BYTES end
-
-  -- The id of a shape (a table of sizes, or one number); raises on a bad one.
-  local function shape_id_slow(shape, level)
-    if type(shape) ~= "table" then
-      if type(shape) == "number" then shape = { shape }
-      else error("a shape is a table of sizes, e.g. {8, 256}", level + 1) end
-    end
-    local node, n = trie, 1
-    for i = 1, #shape do
-      local d = shape[i]
-      if type(d) ~= "number" or d < 0 or d ~= floor(d) or d >= MAX_BYTES then
-        error("bad shape: dimension " .. i .. " is " .. tostring(d) .. ", not a size", level + 1)
-      end
-      n = n * d
-      local nx = node[d]
-      if not nx then nx = {}; node[d] = nx end
-      node = nx
-    end
-    if n >= MAX_BYTES then
-      error("bad shape: " .. shape_str(shape) .. " has " .. ("%.17g"):format(n) .. " elements, more than any memory holds", level + 1)
-    end
-    return node[SID] or intern_new(node, shape, n)
-  end
-
-  -- The same, without a loop for shapes of up to three sizes already seen (a
-  -- loop here would be unrolled into the trace of every op that makes a tensor).
-  local function shape_id(shape, level)
-    local id = sid_of[shape]
-    if id then return id end
-    if type(shape) == "table" then
-      local n, a, b, c = #shape, shape[1], shape[2], shape[3]
-      local node
-      if n == 2 then
-        if size_ok(a) and size_ok(b) then node = trie[a]; node = node and node[b] end
-      elseif n == 1 then
-        if size_ok(a) then node = trie[a] end
-      elseif n == 3 then
-        if size_ok(a) and size_ok(b) and size_ok(c) then node = trie[a]; node = node and node[b]; node = node and node[c] end
-      end
-      id = node and node[SID]
-      if id then return id end
-    end
-    return shape_id_slow(shape, level + 1)
-  end
-  gt._shape_id = shape_id
-
-  -- Strides of non-contiguous views, interned the same way (in elements).
-  local STRIDES, vtrie, nstrides = { [0] = false }, {}, 0
-  local function strides_id(st)
-    local node = vtrie
-    for i = 1, #st do
-      local nx = node[st[i]]
-      if not nx then nx = {}; node[st[i]] = nx end
-      node = nx
-    end
-    local id = node[SID]
-    if not id then
-      nstrides = nstrides + 1
-      local s = {}
-      for i = 1, #st do s[i] = st[i] end
-      STRIDES[nstrides], node[SID], id = s, nstrides, nstrides
-    end
-    return id
-  end
-
-  -- -- Handles ---------------------------------------------------------------
-
-  local SLAB, STATIC_FLAG = C.GT_BUF_SLAB, C.GT_BUF_STATIC
-  local band, bor, bnot = bit.band, bit.bor, bit.bnot
-  local gc, retain = ffi.gc, C.gt_buf_retain
-  local function drop(t) C.gt_buf_release(t._b) end
-
-  -- The one tensor constructor: a view of buffer b at byte offset off, shape
-  -- sid, dtype code dt, made in generation gen (vid: strides, 0 contiguous).
-  -- A view of ordinary memory holds a reference on it (new: the buffer's
-  -- first reference is the caller's, taken over by this handle).
-  local function view(b, off, sid, dt, gen, vid, new)
-    local t = TT(b, off, NUMEL[sid] * DT_OF[dt].size, gen, sid, dt, vid or 0)
-    if band(b.flags, SLAB) ~= 0 then return t end
-    if not new then retain(b) end
-    return gc(t, drop)
-  end
-  gt._view = view
-
-  local GET = {
-    shape = function(t) return SHAPES[t._sid] end,
-    numel = function(t) return NUMEL[t._sid] end,
-    dtype = function(t) return BY_CODE[t._dt] end,
-    _strides = function(t) return STRIDES[t._vid] or nil end,
-  }
-  local function index(t, k)
-    local g = GET[k]
-    if g then return g(t) end
-    return Tensor[k]
-  end
-
-  -- Scopes outside tree calls: per nesting level, the tensors made in it.
-  local plain, nplain = {}, 0
-
-  -- A new tensor of shape id sid over a new buffer: in a tree call the
-  -- buffer belongs to the call (no finalizer: its memory is the call's until
-  -- the call ends or it is released), else ordinary memory (freed when
-  -- released or when its last handle is collected).
-  local function new_sid(sid, d, level)
-    local nb = NUMEL[sid] * d.size
-    local tree = gt._active
-    if tree then
-      local b = C.gt_tree_buf_new(rt, nb)
-      if b == nil then error(gt._errmsg(), level + 1) end
-      tree._nw = b.ci + 1
-      local t = TT(b, 0, nb, tree._gen, sid, d.code, 0)
-      tree._last = t                                       -- a new node's shapes name its last tensor
-      return t
-    end
-    local b = C.gt_buf_new(rt, nb)
-    if b == nil then error(gt._errmsg(), level + 1) end
-    local t = gc(TT(b, 0, nb, 0, sid, d.code, 0), drop)
-    if nplain > 0 then local l = plain[nplain]; l[#l + 1] = t end
-    return t
-  end
-  gt._new_sid = new_sid
-
-  local function new(shape, dtype, level)
-    local d = DT[dtype or "f32"] or dtype_of(dtype, level + 1)
-    return new_sid(shape_id(shape, level + 1), d, level + 1)
-  end
-
-  -- Where each released buffer was released: a gt.scope's function or a
-  -- ":free() at file:line" string, keyed by the buffer struct's address
-  -- (shared by every view; a tree's buffer structs are reused call to call,
-  -- so the table stays as small as the structs are few).
-  local released_by = {}
-  local RELEASED, KEEP = C.GT_BUF_RELEASED, C.GT_BUF_KEEP
-  local function addr(b) return tonumber(ffi.cast("uintptr_t", b)) end
-
-  local function site_text(site)
-    if type(site) == "function" then
-      local i = debug.getinfo(site, "S")
-      return "gt.scope at " .. i.short_src .. ":" .. i.linedefined, "return it from the scope or :clone() it"
-    end
-    return site or "a release", ":clone() it before releasing it to keep the values"
-  end
-
-  -- Staleness: one integer compare.
-  local function stale_error(t, level)
-    local b = t._b
-    local what = "tensor " .. t.dtype .. " " .. shape_str(t.shape)
-    if band(b.flags, RELEASED) ~= 0 and b.gen == t._gen then
-      local by, advice = site_text(released_by[addr(b)])
-      error(what .. " was released by " .. by .. "; " .. advice, level + 1)
-    end
-    if b.tree ~= nil then
-      local name, where = ffi.string(C.gt_tree_name(b.tree)), ffi.string(C.gt_tree_where(b.tree))
-      if t._gen == C.gt_tree_failed_gen(b.tree) then
-        error(what .. " was made by tree '" .. name .. "' (" .. where .. ") in a call that failed; it has no valid memory", level + 1)
-      end
-      error(what .. " returned by tree '" .. name .. "' (" .. where ..
-            ") was overwritten by a later call; :clone() it to keep it", level + 1)
-    end
-    if t._gen ~= 0 then
-      error(what .. " is no longer valid: the tree that made it was garbage-collected; keep the tree while " ..
-            "you use its tensors, or :clone() them", level + 1)
-    end
-    error(what .. " is no longer valid", level + 1)
-  end
-  gt._stale_error = stale_error
-
-  local function live(t, level)
-    local b = t._b
-    if t._gen ~= b.gen_now[0] then stale_error(t, level + 1) end
-    return b
-  end
-
-  --- t:is_stale() -> true when a later tree call has reused its memory
-  function Tensor:is_stale() return self._gen ~= self._b.gen_now[0] end
-
-  -- A sync point: in a tree call, the segment ends first.  what: the host
-  -- read or write it is (a keyed tree cannot replay a path holding one).
-  local function sync_point(level, what)
-    if gt._in_body then gt._in_body(what, level + 1) end   -- inside a gt.cond/gt.loop body: an error (cond.lua)
-    if C.gt_tree_active(rt) ~= nil then
-      gt._note_sync(what, level + 1)
-      gt._flush(level + 1)
-    end
-  end
-
-  -- -- Creation -------------------------------------------------------------
-
-  --- gt.tensor(shape [, dtype]) -> uninitialised tensor
-  function gt.tensor(shape, dtype) return new(shape, dtype, 2) end
-
-  --- gt.zeros(shape [, dtype])
-  function gt.zeros(shape, dtype)
-    local t = new(shape, dtype, 2)
-    if C.gt_buf_memset(rt, t._b, 0, 0, t._nb) ~= 0 then gt._fail() end
-    return t
-  end
-
-  local fillk
-  local function fill(t, v, level)
-    if v == 0 then
-      if C.gt_buf_memset(rt, t._b, t._off, 0, t._nb) ~= 0 then gt._fail(level + 1) end
-      return t
-    end
-    if not fillk then fillk = gt.load("kernels/elementwise.cu") end
-    local n = t.numel
-    if n == 0 then return t end
-    local g = math.min(math.ceil(n / 256), 4096)
-    local k = fillk["fill_" .. t.dtype]
-    if t.dtype == "u8" then v = bit.band(v, 255) end
-    k(g, 256, t, n, v)
-    return t
-  end
-
-  --- gt.full(shape, value [, dtype]), gt.ones(shape [, dtype])
-  function gt.full(shape, v, dtype) return fill(new(shape, dtype, 2), v, 2) end
-  function gt.ones(shape, dtype) return fill(new(shape, dtype, 2), 1, 2) end
-
-  -- Shape and flat values of a nested table.
-  local function flatten(tbl, level)
-    local shape, vals = {}, {}
-    local x = tbl
-    while type(x) == "table" do shape[#shape + 1] = #x; x = x[1] end
-    local function walk(v, dim)
-      if dim > #shape then
-        if type(v) ~= "number" and type(v) ~= "boolean" then error("gt.from: " .. type(v) .. " where a number belongs", level + 3) end
-        vals[#vals + 1] = v == true and 1 or v == false and 0 or v
-        return
-      end
-      if type(v) ~= "table" or #v ~= shape[dim] then
-        error("gt.from: ragged nesting at depth " .. dim .. " (expected " .. shape[dim] .. " entries)", level + 3)
-      end
-      for i = 1, #v do walk(v[i], dim + 1) end
-    end
-    walk(tbl, 1)
-    return shape, vals
-  end
-
-  local function write_values(t, vals, level)
-    local d = DT[t.dtype]
-    local n = #vals
-    local host = d.ct(n)
-    for i = 1, n do host[i - 1] = vals[i] end
-    sync_point(level + 1, "a host copy")
-    if C.gt_buf_write(rt, t._b, t._off, host, n * d.size) ~= 0 then gt._fail(level + 1) end
-  end
-
-  --- gt.from(nested_table_or_number [, dtype])
-  function gt.from(tbl, dtype)
-    if type(tbl) == "number" then tbl = { tbl } end
-    if type(tbl) ~= "table" then error("gt.from expects a (nested) table of numbers", 2) end
-    local shape, vals = flatten(tbl, 1)
-    local t = new(shape, dtype, 2)
-    write_values(t, vals, 2)
-    return t
-  end
-
-  -- A small deterministic generator (xorshift64*), Box-Muller normals.
-  local state = ffi.new("uint64_t[1]", 0x9E3779B97F4A7C15ULL)
-  local function next_u01(s)
-    local x = s[0]
-    x = bit.bxor(x, bit.rshift(x, 12)); x = bit.bxor(x, bit.lshift(x, 25)); x = bit.bxor(x, bit.rshift(x, 27))
-    s[0] = x
-    local r = bit.rshift(x * 0x2545F4914F6CDD1DULL, 11)
-    return (tonumber(r) + 0.5) / 9007199254740992
-  end
-
-  --- gt.randn(shape [, {seed=, dtype=, scale=}]): normal values, deterministic per seed
-  function gt.randn(shape, opts)
-    opts = opts or {}
-    local t = new(shape, opts.dtype, 2)
-    local s = state
-    if opts.seed then s = ffi.new("uint64_t[1]", 0x9E3779B97F4A7C15ULL + opts.seed * 0x100000001B3ULL) end
-    local n, scale = t.numel, opts.scale or 1
-    local d = DT[t.dtype]
-    local host = d.ct(n)
-    for i = 0, n - 1, 2 do
-      local u1, u2 = next_u01(s), next_u01(s)
-      local r = math.sqrt(-2 * math.log(u1))
-      host[i] = r * math.cos(2 * math.pi * u2) * scale
-      if i + 1 < n then host[i + 1] = r * math.sin(2 * math.pi * u2) * scale end
-    end
-    sync_point(2, "a host copy")
-    if C.gt_buf_write(rt, t._b, 0, host, t._nb) ~= 0 then gt._fail() end
-    return t
-  end
-
-  -- -- Reading ------------------------------------------------------------
-
-  -- Flat host array of the view's values in row-major order, and its length.
-  local function read_flat(t, level, what)
-    local b = live(t, level + 1)
-    sync_point(level + 1, what or "a host read")
-    local d = DT[t.dtype]
-    if not t._strides then
-      local host = d.ct(math.max(t.numel, 1))
-      if C.gt_buf_read(rt, b, t._off, host, t._nb) ~= 0 then gt._fail(level + 1) end
-      return host, t.numel
-    end
-    -- a strided view: read the span it covers, then gather
-    local shape, st = t.shape, t._strides
-    local span = 1
-    for i = 1, #shape do span = span + (shape[i] - 1) * st[i] end
-    local raw = d.ct(span)
-    if C.gt_buf_read(rt, b, t._off, raw, span * d.size) ~= 0 then gt._fail(level + 1) end
-    local out, k = d.ct(math.max(t.numel, 1)), 0
-    local function walk(dim, base)
-      if dim > #shape then out[k] = raw[base]; k = k + 1; return end
-      for i = 0, shape[dim] - 1 do walk(dim + 1, base + i * st[dim]) end
-    end
-    if t.numel > 0 then walk(1, 0) end
-    return out, t.numel
-  end
-
-  local function num(d, v) return d.int and tonumber(v) or v end
-
-  --- t:tolist() -> nested table like the shape
-  function Tensor:tolist()
-    local flat = read_flat(self, 2, "tolist")
-    local d, shape, k = DT[self.dtype], self.shape, 0
-    if #shape == 0 then return num(d, flat[0]) end
-    local function build(dim)
-      local r = {}
-      if dim == #shape then
-        for i = 1, shape[dim] do r[i] = num(d, flat[k]); k = k + 1 end
-      else
-        for i = 1, shape[dim] do r[i] = build(dim + 1) end
-      end
-      return r
-    end
-    return build(1)
-  end
-
-  --- t:item() -> the one value of a one-element tensor
-  function Tensor:item()
-    live(self, 2)
-    if self.numel ~= 1 then error("item() needs a tensor with one element, this one is " .. shape_str(self.shape), 2) end
-    local flat = read_flat(self, 2, "item")
-    return num(DT[self.dtype], flat[0])
-  end
-
-  -- -- Copies and views ---------------------------------------------------
-
-  --- t:clone() -> a copy (out of any tree pool when called outside a tree call)
-  function Tensor:clone()
-    local b = live(self, 2)
-    local d = DT[self.dtype]
-    local c = new(self.shape, self.dtype, 2)
-    if self._strides then
-      local flat, n = read_flat(self, 2)
-      sync_point(2, "a host copy")
-      if C.gt_buf_write(rt, c._b, 0, flat, n * d.size) ~= 0 then gt._fail() end
-    elseif C.gt_buf_copy(rt, c._b, 0, b, self._off, self._nb) ~= 0 then gt._fail() end
-    return c
-  end
-
-  --- t:copy(src): src a tensor of the same size and dtype, or a (nested) table
-  function Tensor:copy(src)
-    local b = live(self, 2)
-    if self._strides then error("copy into a non-contiguous view is not supported; copy into the base tensor", 2) end
-    if is_tensor(src) then
-      local sb = live(src, 2)
-      if src.numel ~= self.numel or src.dtype ~= self.dtype then
-        error("copy: source is " .. src.dtype .. " " .. shape_str(src.shape) .. ", destination " ..
-              self.dtype .. " " .. shape_str(self.shape), 2)
-      end
-      if src._strides then src = src:clone(); sb = src._b end
-      if C.gt_buf_copy(rt, b, self._off, sb, src._off, self._nb) ~= 0 then gt._fail() end
-      return self
-    end
-    if type(src) ~= "table" then error("copy expects a tensor or a table of numbers", 2) end
-    local _, vals = flatten(src, 1)
-    if #vals ~= self.numel then error("copy: " .. #vals .. " values for a tensor of " .. self.numel, 2) end
-    write_values(self, vals, 2)
-    return self
-  end
-
-  --- t:fill(v)
-  function Tensor:fill(v)
-    live(self, 2)
-    if self._strides then error("fill of a non-contiguous view is not supported", 2) end
-    return fill(self, v, 2)
-  end
-
-  --- t:view(shape): same memory, another shape (one size may be -1)
-  function Tensor:view(shape)
-    live(self, 2)
-    if self._strides then error("view of a non-contiguous tensor: :clone() it first", 2) end
-    if type(shape) ~= "table" then error("view expects a shape table", 2) end
-    local s, known, hole = {}, 1, nil
-    for i = 1, #shape do
-      if shape[i] == -1 then
-        if hole then error("view: only one size may be -1", 2) end
-        hole = i
-      else known = known * shape[i] end
-      s[i] = shape[i]
-    end
-    if hole then s[hole] = known > 0 and self.numel / known or 0 end
-    local sid = shape_id(s, 2)
-    if NUMEL[sid] ~= self.numel then
-      error("view: " .. shape_str(s) .. " has " .. NUMEL[sid] .. " elements, the tensor " .. self.numel, 2)
-    end
-    return view(self._b, self._off, sid, self._dt, self._gen)
-  end
-
-  --- t:narrow(dim, start, len): a view of len entries of dim from start (1-based)
-  function Tensor:narrow(dim, start, len)
-    live(self, 2)
-    local shape = self.shape
-    if type(dim) ~= "number" or dim ~= floor(dim) or dim < 1 or dim > #shape then error("narrow: dim " .. tostring(dim) .. " out of 1.." .. #shape, 2) end
-    if type(start) ~= "number" or type(len) ~= "number" or start ~= floor(start) or len ~= floor(len) or
-       start < 1 or len < 0 or start + len - 1 > shape[dim] then
-      error("narrow: " .. tostring(start) .. "+" .. tostring(len) .. " outside dim " .. dim .. " of size " .. shape[dim], 2)
-    end
-    local d = DT_OF[self._dt]
-    local st = self._strides
-    if not st then
-      st = {}
-      local s = 1
-      for i = #shape, 1, -1 do st[i] = s; s = s * shape[i] end
-    end
-    local ns = {}
-    for i = 1, #shape do ns[i] = i == dim and len or shape[i] end
-    local contiguous = not self._strides
-    if contiguous then for i = 1, dim - 1 do if shape[i] ~= 1 then contiguous = false end end end
-    local off = self._off + (start - 1) * st[dim] * d.size
-    return view(self._b, off, shape_id(ns, 2), self._dt, self._gen, (not contiguous) and strides_id(st) or 0)
-  end
-
-  --- t:contiguous() -> t itself when contiguous, else a contiguous copy
-  function Tensor:contiguous() if self._strides then return self:clone() end return self end
-  function Tensor:is_contiguous() return self._strides == nil end
-
-  --- t:static() marks a weight: keyed by address in trees; returns t
-  function Tensor:static()
-    local b = live(self, 2)
-    b.flags = bit.bor(b.flags, C.GT_BUF_STATIC)
-    return self
-  end
-
-  -- -- Releasing ----------------------------------------------------------
-
-  --- t:free(): releases t's memory now (and every view of its buffer); using
-  --- it afterwards raises.  In a tree call, launches queued before the free
-  --- still read it; only later ones may reuse the memory.
-  function Tensor:free()
-    local b = live(self, 2)
-    if C.gt_buf_free(rt, b) ~= 0 then gt._fail(2) end
-    local i = debug.getinfo(2, "Sl")
-    released_by[addr(b)] = ":free() at " .. (i and (i.short_src .. ":" .. (i.currentline or 0)) or "?")
-  end
-
-  -- Marks x (a tensor, or tensors in a plain table) as returned from a scope.
-  local function keep(x)
-    if istype(TT, x) then
-      local b = x._b
-      if x._gen == b.gen_now[0] then b.flags = bor(b.flags, KEEP) end
-    elseif type(x) == "table" and getmetatable(x) == nil then
-      for _, v in pairs(x) do if istype(TT, v) then keep(v) end end
-    end
-  end
-
-  -- Releases buffer b at a scope's end unless it was returned (KEEP).
-  local function settle(b, fn)
-    local f = b.flags
-    if band(f, KEEP) ~= 0 then b.flags = band(f, bnot(KEEP)); return true end
-    if band(f, RELEASED) == 0 then
-      C.gt_buf_free(rt, b)
-      released_by[addr(b)] = fn
-    end
-    return false
-  end
-
-  -- In a tree call: the call's buffers first..(now) are the scope's.
-  local function end_tree_scope(tree, first, fn, ...)
-    for i = 1, select("#", ...) do keep((select(i, ...))) end
-    local t = tree._t
-    for i = first, tree._nw - 1 do settle(C.gt_tree_buf_ptr(t, i), fn) end
-    return ...
-  end
-
-  local function end_plain_scope(fn, ok, ...)
-    local list = plain[nplain]
-    nplain = nplain - 1
-    if ok then
-      for i = 1, select("#", ...) do keep((select(i, ...))) end
-      local outer = plain[nplain]
-      for i = 1, #list do
-        if settle(list[i]._b, fn) and outer then outer[#outer + 1] = list[i] end
-      end
-    end
-    for i = #list, 1, -1 do list[i] = nil end
-    if not ok then error((...), 0) end
-    return ...
-  end
-
-  --- gt.scope(fn, ...) -> fn(...): when fn returns, every tensor made inside
-  --- it that is not among its results (or in a table it returns, one level
-  --- deep) is released: its memory can be reused, and using it raises.  The
-  --- same in tree calls (in queue order) and outside them.
-  function gt.scope(fn, ...)
-    if type(fn) ~= "function" then error("gt.scope(fn, ...): fn must be a function, got " .. type(fn), 2) end
-    local tree = gt._active
-    if tree then return end_tree_scope(tree, tree._nw, fn, fn(...)) end
-    nplain = nplain + 1
-    plain[nplain] = plain[nplain] or {}
-    return end_plain_scope(fn, pcall(fn, ...))
-  end
-
-  function Tensor:dim() return #SHAPES[self._sid] end
-  function Tensor:size(d) if d then return self.shape[d] end local s = {} for i, v in ipairs(self.shape) do s[i] = v end return s end
-
-  -- -- Printing -------------------------------------------------------------
-
-  local function fmt(d, v)
-    if d.int then return tostring(tonumber(v)) end
-    if v ~= v then return "nan" end
-    if v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end
-    return string.format("%.4g", v)
-  end
-
-  -- values shown like a tensor library: at most 6 per dim, "..." between
-  function Tensor:__tostring()
-    local tail = "[gt." .. self.dtype .. " " .. shape_str(self.shape) .. " " .. gt.backend()
-    if self:is_stale() then return tail .. ", stale]" end
-    if C.gt_tree_active(rt) ~= nil and self._b.addr == 0 then return tail .. ", pending]" end
-    local ok, flat = pcall(read_flat, self, 1)
-    if not ok then return tail .. "]" end
-    local d, shape = DT[self.dtype], self.shape
-    if #shape == 0 then return fmt(d, flat[0]) .. "\n" .. tail .. "]" end
-    local strides, s = {}, 1
-    for i = #shape, 1, -1 do strides[i] = s; s = s * shape[i] end
-    local function idx(n) if n <= 6 then local r = {} for i = 1, n do r[i] = i end return r end return { 1, 2, 3, false, n - 2, n - 1, n } end
-    local function render(dim, base, indent)
-      local parts = {}
-      for _, i in ipairs(idx(shape[dim])) do
-        if not i then parts[#parts + 1] = "..."
-        elseif dim == #shape then parts[#parts + 1] = fmt(d, flat[base + (i - 1) * strides[dim]])
-        else parts[#parts + 1] = render(dim + 1, base + (i - 1) * strides[dim], indent .. " ") end
-      end
-      if dim == #shape then return "[" .. concat(parts, ", ") .. "]" end
-      return "[" .. concat(parts, ",\n" .. indent .. " ") .. "]"
-    end
-    return render(1, 0, "") .. "\n" .. tail .. "]"
-  end
-
-  ffi.metatype(TT, { __index = index, __tostring = function(t) return Tensor.__tostring(t) end,
-                     __newindex = function(t, k)
-                       error("a tensor has no field '" .. tostring(k) .. "' to set (tensors are views: shape, dtype, " ..
-                             "numel are read-only)", 2)
-                     end })
+local function dtype_of(dtype, level)
+  local d = DT[dtype or "f32"]
+  if not d then error("unknown dtype '" .. tostring(dtype) .. "': use f32, i32, i64 or u8", level + 1) end
+  return d
 end
+
+local function shape_str(shape) return #shape == 0 and "scalar" or concat(shape, "x") end
+gt._shape_str = shape_str
+
+-- -- Interned shapes and strides -----------------------------------------
+
+-- SHAPES[sid] is a shape table shared by every tensor of that shape (never
+-- change it); NUMEL[sid] its element count.  A trie over the sizes finds a
+-- shape's id by value; interned tables themselves are found in one lookup.
+local SHAPES, NUMEL, nshapes = {}, {}, 0
+local trie, sid_of = {}, {}
+local SID = -1                              -- the trie's key for "a shape ends here" (sizes are >= 0)
+local MAX_BYTES = 2 ^ 53                    -- beyond this, byte counts are not exact numbers
+gt._shapes, gt._numel = SHAPES, NUMEL
+
+local function intern_new(node, shape, n)
+  nshapes = nshapes + 1
+  local s = {}
+  for i = 1, #shape do s[i] = shape[i] end
+  SHAPES[nshapes], NUMEL[nshapes] = s, n
+  node[SID] = nshapes
+  sid_of[s] = nshapes
+  return nshapes
+end
+
+local function size_ok(d) return type(d) == "number" and d >= 0 and d == floor(d) and d < MAX_BYTES end
+
+-- The id of a shape (a table of sizes, or one number); raises on a bad one.
+local function shape_id_slow(shape, level)
+  if type(shape) ~= "table" then
+    if type(shape) == "number" then shape = { shape }
+    else error("a shape is a table of sizes, e.g. {8, 256}", level + 1) end
+  end
+  local node, n = trie, 1
+  for i = 1, #shape do
+    local d = shape[i]
+    if type(d) ~= "number" or d < 0 or d ~= floor(d) or d >= MAX_BYTES then
+      error("bad shape: dimension " .. i .. " is " .. tostring(d) .. ", not a size", level + 1)
+    end
+    n = n * d
+    local nx = node[d]
+    if not nx then nx = {}; node[d] = nx end
+    node = nx
+  end
+  if n >= MAX_BYTES then
+    error("bad shape: " .. shape_str(shape) .. " has " .. ("%.17g"):format(n) .. " elements, more than any memory holds", level + 1)
+  end
+  return node[SID] or intern_new(node, shape, n)
+end
+
+-- The same, without a loop for shapes of up to three sizes already seen (a
+-- loop here would be unrolled into the trace of every op that makes a tensor).
+local function shape_id(shape, level)
+  local id = sid_of[shape]
+  if id then return id end
+  if type(shape) == "table" then
+    local n, a, b, c = #shape, shape[1], shape[2], shape[3]
+    local node
+    if n == 2 then
+      if size_ok(a) and size_ok(b) then node = trie[a]; node = node and node[b] end
+    elseif n == 1 then
+      if size_ok(a) then node = trie[a] end
+    elseif n == 3 then
+      if size_ok(a) and size_ok(b) and size_ok(c) then node = trie[a]; node = node and node[b]; node = node and node[c] end
+    end
+    id = node and node[SID]
+    if id then return id end
+  end
+  return shape_id_slow(shape, level + 1)
+end
+gt._shape_id = shape_id
+
+-- Strides of non-contiguous views, interned the same way (in elements).
+local STRIDES, vtrie, nstrides = { [0] = false }, {}, 0
+local function strides_id(st)
+  local node = vtrie
+  for i = 1, #st do
+    local nx = node[st[i]]
+    if not nx then nx = {}; node[st[i]] = nx end
+    node = nx
+  end
+  local id = node[SID]
+  if not id then
+    nstrides = nstrides + 1
+    local s = {}
+    for i = 1, #st do s[i] = st[i] end
+    STRIDES[nstrides], node[SID], id = s, nstrides, nstrides
+  end
+  return id
+end
+
+-- -- Handles ---------------------------------------------------------------
+
+local SLAB, STATIC_FLAG = C.GT_BUF_SLAB, C.GT_BUF_STATIC
+local band, bor, bnot = bit.band, bit.bor, bit.bnot
+local gc, retain = ffi.gc, C.gt_buf_retain
+local function drop(t) C.gt_buf_release(t._b) end
+
+-- The one tensor constructor: a view of buffer b at byte offset off, shape
+-- sid, dtype code dt, made in generation gen (vid: strides, 0 contiguous).
+-- A view of ordinary memory holds a reference on it (new: the buffer's
+-- first reference is the caller's, taken over by this handle).
+local function view(b, off, sid, dt, gen, vid, new)
+  local t = TT(b, off, NUMEL[sid] * DT_OF[dt].size, gen, sid, dt, vid or 0)
+  if band(b.flags, SLAB) ~= 0 then return t end
+  if not new then retain(b) end
+  return gc(t, drop)
+end
+gt._view = view
+
+local GET = {
+  shape = function(t) return SHAPES[t._sid] end,
+  numel = function(t) return NUMEL[t._sid] end,
+  dtype = function(t) return BY_CODE[t._dt] end,
+  _strides = function(t) return STRIDES[t._vid] or nil end,
+}
+local function index(t, k)
+  local g = GET[k]
+  if g then return g(t) end
+  return Tensor[k]
+end
+
+-- Scopes outside tree calls: per nesting level, the tensors made in it.
+local plain, nplain = {}, 0
+
+-- A new tensor of shape id sid over a new buffer: in a tree call the
+-- buffer belongs to the call (no finalizer: its memory is the call's until
+-- the call ends or it is released), else ordinary memory (freed when
+-- released or when its last handle is collected).
+local function new_sid(sid, d, level)
+  local nb = NUMEL[sid] * d.size
+  local tree = gt._active
+  if tree then
+    local b = C.gt_tree_buf_new(rt, nb)
+    if b == nil then error(gt._errmsg(), level + 1) end
+    tree._nw = b.ci + 1
+    local t = TT(b, 0, nb, tree._gen, sid, d.code, 0)
+    tree._last = t                                       -- a new node's shapes name its last tensor
+    return t
+  end
+  local b = C.gt_buf_new(rt, nb)
+  if b == nil then error(gt._errmsg(), level + 1) end
+  local t = gc(TT(b, 0, nb, 0, sid, d.code, 0), drop)
+  if nplain > 0 then local l = plain[nplain]; l[#l + 1] = t end
+  return t
+end
+gt._new_sid = new_sid
+
+local function new(shape, dtype, level)
+  local d = DT[dtype or "f32"] or dtype_of(dtype, level + 1)
+  return new_sid(shape_id(shape, level + 1), d, level + 1)
+end
+
+-- Where each released buffer was released: a gt.scope's function or a
+-- ":free() at file:line" string, keyed by the buffer struct's address
+-- (shared by every view; a tree's buffer structs are reused call to call,
+-- so the table stays as small as the structs are few).
+local released_by = {}
+local RELEASED, KEEP = C.GT_BUF_RELEASED, C.GT_BUF_KEEP
+local function addr(b) return tonumber(ffi.cast("uintptr_t", b)) end
+
+local function site_text(site)
+  if type(site) == "function" then
+    local i = debug.getinfo(site, "S")
+    return "gt.scope at " .. i.short_src .. ":" .. i.linedefined, "return it from the scope or :clone() it"
+  end
+  return site or "a release", ":clone() it before releasing it to keep the values"
+end
+
+-- Staleness: one integer compare.
+local function stale_error(t, level)
+  local b = t._b
+  local what = "tensor " .. t.dtype .. " " .. shape_str(t.shape)
+  if band(b.flags, RELEASED) ~= 0 and b.gen == t._gen then
+    local by, advice = site_text(released_by[addr(b)])
+    error(what .. " was released by " .. by .. "; " .. advice, level + 1)
+  end
+  if b.tree ~= nil then
+    local name, where = ffi.string(C.gt_tree_name(b.tree)), ffi.string(C.gt_tree_where(b.tree))
+    if t._gen == C.gt_tree_failed_gen(b.tree) then
+      error(what .. " was made by tree '" .. name .. "' (" .. where .. ") in a call that failed; it has no valid memory", level + 1)
+    end
+    error(what .. " returned by tree '" .. name .. "' (" .. where ..
+          ") was overwritten by a later call; :clone() it to keep it", level + 1)
+  end
+  if t._gen ~= 0 then
+    error(what .. " is no longer valid: the tree that made it was garbage-collected; keep the tree while " ..
+          "you use its tensors, or :clone() them", level + 1)
+  end
+  error(what .. " is no longer valid", level + 1)
+end
+gt._stale_error = stale_error
+
+local function live(t, level)
+  local b = t._b
+  if t._gen ~= b.gen_now[0] then stale_error(t, level + 1) end
+  return b
+end
+
+--- t:is_stale() -> true when a later tree call has reused its memory
+function Tensor:is_stale() return self._gen ~= self._b.gen_now[0] end
+
+-- A sync point: in a tree call, the segment ends first.  what: the host
+-- read or write it is (a keyed tree cannot replay a path holding one).
+local function sync_point(level, what)
+  if gt._in_body then gt._in_body(what, level + 1) end   -- inside a gt.cond/gt.loop body: an error (cond.lua)
+  if C.gt_tree_active(rt) ~= nil then
+    gt._note_sync(what, level + 1)
+    gt._flush(level + 1)
+  end
+end
+
+-- -- Creation -------------------------------------------------------------
+
+--- gt.tensor(shape [, dtype]) -> uninitialised tensor
+function gt.tensor(shape, dtype) return new(shape, dtype, 2) end
+
+--- gt.zeros(shape [, dtype])
+function gt.zeros(shape, dtype)
+  local t = new(shape, dtype, 2)
+  if C.gt_buf_memset(rt, t._b, 0, 0, t._nb) ~= 0 then gt._fail() end
+  return t
+end
+
+local fillk
+local function fill(t, v, level)
+  if v == 0 then
+    if C.gt_buf_memset(rt, t._b, t._off, 0, t._nb) ~= 0 then gt._fail(level + 1) end
+    return t
+  end
+  if not fillk then fillk = gt.load("kernels/elementwise.cu") end
+  local n = t.numel
+  if n == 0 then return t end
+  local g = math.min(math.ceil(n / 256), 4096)
+  local k = fillk["fill_" .. t.dtype]
+  if t.dtype == "u8" then v = bit.band(v, 255) end
+  k(g, 256, t, n, v)
+  return t
+end
+
+--- gt.full(shape, value [, dtype]), gt.ones(shape [, dtype])
+function gt.full(shape, v, dtype) return fill(new(shape, dtype, 2), v, 2) end
+function gt.ones(shape, dtype) return fill(new(shape, dtype, 2), 1, 2) end
+
+-- Shape and flat values of a nested table.
+local function flatten(tbl, level)
+  local shape, vals = {}, {}
+  local x = tbl
+  while type(x) == "table" do shape[#shape + 1] = #x; x = x[1] end
+  local function walk(v, dim)
+    if dim > #shape then
+      if type(v) ~= "number" and type(v) ~= "boolean" then error("gt.from: " .. type(v) .. " where a number belongs", level + 3) end
+      vals[#vals + 1] = v == true and 1 or v == false and 0 or v
+      return
+    end
+    if type(v) ~= "table" or #v ~= shape[dim] then
+      error("gt.from: ragged nesting at depth " .. dim .. " (expected " .. shape[dim] .. " entries)", level + 3)
+    end
+    for i = 1, #v do walk(v[i], dim + 1) end
+  end
+  walk(tbl, 1)
+  return shape, vals
+end
+
+local function write_values(t, vals, level)
+  local d = DT[t.dtype]
+  local n = #vals
+  local host = d.ct(n)
+  for i = 1, n do host[i - 1] = vals[i] end
+  sync_point(level + 1, "a host copy")
+  if C.gt_buf_write(rt, t._b, t._off, host, n * d.size) ~= 0 then gt._fail(level + 1) end
+end
+
+--- gt.from(nested_table_or_number [, dtype])
+function gt.from(tbl, dtype)
+  if type(tbl) == "number" then tbl = { tbl } end
+  if type(tbl) ~= "table" then error("gt.from expects a (nested) table of numbers", 2) end
+  local shape, vals = flatten(tbl, 1)
+  local t = new(shape, dtype, 2)
+  write_values(t, vals, 2)
+  return t
+end
+
+-- A small deterministic generator (xorshift64*), Box-Muller normals.
+local state = ffi.new("uint64_t[1]", 0x9E3779B97F4A7C15ULL)
+local function next_u01(s)
+  local x = s[0]
+  x = bit.bxor(x, bit.rshift(x, 12)); x = bit.bxor(x, bit.lshift(x, 25)); x = bit.bxor(x, bit.rshift(x, 27))
+  s[0] = x
+  local r = bit.rshift(x * 0x2545F4914F6CDD1DULL, 11)
+  return (tonumber(r) + 0.5) / 9007199254740992
+end
+
+--- gt.randn(shape [, {seed=, dtype=, scale=}]): normal values, deterministic per seed
+function gt.randn(shape, opts)
+  opts = opts or {}
+  local t = new(shape, opts.dtype, 2)
+  local s = state
+  if opts.seed then s = ffi.new("uint64_t[1]", 0x9E3779B97F4A7C15ULL + opts.seed * 0x100000001B3ULL) end
+  local n, scale = t.numel, opts.scale or 1
+  local d = DT[t.dtype]
+  local host = d.ct(n)
+  for i = 0, n - 1, 2 do
+    local u1, u2 = next_u01(s), next_u01(s)
+    local r = math.sqrt(-2 * math.log(u1))
+    host[i] = r * math.cos(2 * math.pi * u2) * scale
+    if i + 1 < n then host[i + 1] = r * math.sin(2 * math.pi * u2) * scale end
+  end
+  sync_point(2, "a host copy")
+  if C.gt_buf_write(rt, t._b, 0, host, t._nb) ~= 0 then gt._fail() end
+  return t
+end
+
+-- -- Reading ------------------------------------------------------------
+
+-- Flat host array of the view's values in row-major order, and its length.
+local function read_flat(t, level, what)
+  local b = live(t, level + 1)
+  sync_point(level + 1, what or "a host read")
+  local d = DT[t.dtype]
+  if not t._strides then
+    local host = d.ct(math.max(t.numel, 1))
+    if C.gt_buf_read(rt, b, t._off, host, t._nb) ~= 0 then gt._fail(level + 1) end
+    return host, t.numel
+  end
+  -- a strided view: read the span it covers, then gather
+  local shape, st = t.shape, t._strides
+  local span = 1
+  for i = 1, #shape do span = span + (shape[i] - 1) * st[i] end
+  local raw = d.ct(span)
+  if C.gt_buf_read(rt, b, t._off, raw, span * d.size) ~= 0 then gt._fail(level + 1) end
+  local out, k = d.ct(math.max(t.numel, 1)), 0
+  local function walk(dim, base)
+    if dim > #shape then out[k] = raw[base]; k = k + 1; return end
+    for i = 0, shape[dim] - 1 do walk(dim + 1, base + i * st[dim]) end
+  end
+  if t.numel > 0 then walk(1, 0) end
+  return out, t.numel
+end
+
+local function num(d, v) return d.int and tonumber(v) or v end
+
+--- t:tolist() -> nested table like the shape
+function Tensor:tolist()
+  local flat = read_flat(self, 2, "tolist")
+  local d, shape, k = DT[self.dtype], self.shape, 0
+  if #shape == 0 then return num(d, flat[0]) end
+  local function build(dim)
+    local r = {}
+    if dim == #shape then
+      for i = 1, shape[dim] do r[i] = num(d, flat[k]); k = k + 1 end
+    else
+      for i = 1, shape[dim] do r[i] = build(dim + 1) end
+    end
+    return r
+  end
+  return build(1)
+end
+
+--- t:item() -> the one value of a one-element tensor
+function Tensor:item()
+  live(self, 2)
+  if self.numel ~= 1 then error("item() needs a tensor with one element, this one is " .. shape_str(self.shape), 2) end
+  local flat = read_flat(self, 2, "item")
+  return num(DT[self.dtype], flat[0])
+end
+
+-- -- Copies and views ---------------------------------------------------
+
+--- t:clone() -> a copy (out of any tree pool when called outside a tree call)
+function Tensor:clone()
+  local b = live(self, 2)
+  local d = DT[self.dtype]
+  local c = new(self.shape, self.dtype, 2)
+  if self._strides then
+    local flat, n = read_flat(self, 2)
+    sync_point(2, "a host copy")
+    if C.gt_buf_write(rt, c._b, 0, flat, n * d.size) ~= 0 then gt._fail() end
+  elseif C.gt_buf_copy(rt, c._b, 0, b, self._off, self._nb) ~= 0 then gt._fail() end
+  return c
+end
+
+--- t:copy(src): src a tensor of the same size and dtype, or a (nested) table
+function Tensor:copy(src)
+  local b = live(self, 2)
+  if self._strides then error("copy into a non-contiguous view is not supported; copy into the base tensor", 2) end
+  if is_tensor(src) then
+    local sb = live(src, 2)
+    if src.numel ~= self.numel or src.dtype ~= self.dtype then
+      error("copy: source is " .. src.dtype .. " " .. shape_str(src.shape) .. ", destination " ..
+            self.dtype .. " " .. shape_str(self.shape), 2)
+    end
+    if src._strides then src = src:clone(); sb = src._b end
+    if C.gt_buf_copy(rt, b, self._off, sb, src._off, self._nb) ~= 0 then gt._fail() end
+    return self
+  end
+  if type(src) ~= "table" then error("copy expects a tensor or a table of numbers", 2) end
+  local _, vals = flatten(src, 1)
+  if #vals ~= self.numel then error("copy: " .. #vals .. " values for a tensor of " .. self.numel, 2) end
+  write_values(self, vals, 2)
+  return self
+end
+
+--- t:fill(v)
+function Tensor:fill(v)
+  live(self, 2)
+  if self._strides then error("fill of a non-contiguous view is not supported", 2) end
+  return fill(self, v, 2)
+end
+
+--- t:view(shape): same memory, another shape (one size may be -1)
+function Tensor:view(shape)
+  live(self, 2)
+  if self._strides then error("view of a non-contiguous tensor: :clone() it first", 2) end
+  if type(shape) ~= "table" then error("view expects a shape table", 2) end
+  local s, known, hole = {}, 1, nil
+  for i = 1, #shape do
+    if shape[i] == -1 then
+      if hole then error("view: only one size may be -1", 2) end
+      hole = i
+    else known = known * shape[i] end
+    s[i] = shape[i]
+  end
+  if hole then s[hole] = known > 0 and self.numel / known or 0 end
+  local sid = shape_id(s, 2)
+  if NUMEL[sid] ~= self.numel then
+    error("view: " .. shape_str(s) .. " has " .. NUMEL[sid] .. " elements, the tensor " .. self.numel, 2)
+  end
+  return view(self._b, self._off, sid, self._dt, self._gen)
+end
+
+--- t:narrow(dim, start, len): a view of len entries of dim from start (1-based)
+function Tensor:narrow(dim, start, len)
+  live(self, 2)
+  local shape = self.shape
+  if type(dim) ~= "number" or dim ~= floor(dim) or dim < 1 or dim > #shape then error("narrow: dim " .. tostring(dim) .. " out of 1.." .. #shape, 2) end
+  if type(start) ~= "number" or type(len) ~= "number" or start ~= floor(start) or len ~= floor(len) or
+     start < 1 or len < 0 or start + len - 1 > shape[dim] then
+    error("narrow: " .. tostring(start) .. "+" .. tostring(len) .. " outside dim " .. dim .. " of size " .. shape[dim], 2)
+  end
+  local d = DT_OF[self._dt]
+  local st = self._strides
+  if not st then
+    st = {}
+    local s = 1
+    for i = #shape, 1, -1 do st[i] = s; s = s * shape[i] end
+  end
+  local ns = {}
+  for i = 1, #shape do ns[i] = i == dim and len or shape[i] end
+  local contiguous = not self._strides
+  if contiguous then for i = 1, dim - 1 do if shape[i] ~= 1 then contiguous = false end end end
+  local off = self._off + (start - 1) * st[dim] * d.size
+  return view(self._b, off, shape_id(ns, 2), self._dt, self._gen, (not contiguous) and strides_id(st) or 0)
+end
+
+--- t:contiguous() -> t itself when contiguous, else a contiguous copy
+function Tensor:contiguous() if self._strides then return self:clone() end return self end
+function Tensor:is_contiguous() return self._strides == nil end
+
+--- t:static() marks a weight: keyed by address in trees; returns t
+function Tensor:static()
+  local b = live(self, 2)
+  b.flags = bit.bor(b.flags, C.GT_BUF_STATIC)
+  return self
+end
+
+-- -- Releasing ----------------------------------------------------------
+
+--- t:free(): releases t's memory now (and every view of its buffer); using
+--- it afterwards raises.  In a tree call, launches queued before the free
+--- still read it; only later ones may reuse the memory.
+function Tensor:free()
+  local b = live(self, 2)
+  if C.gt_buf_free(rt, b) ~= 0 then gt._fail(2) end
+  local i = debug.getinfo(2, "Sl")
+  released_by[addr(b)] = ":free() at " .. (i and (i.short_src .. ":" .. (i.currentline or 0)) or "?")
+end
+
+-- Marks x (a tensor, or tensors in a plain table) as returned from a scope.
+local function keep(x)
+  if istype(TT, x) then
+    local b = x._b
+    if x._gen == b.gen_now[0] then b.flags = bor(b.flags, KEEP) end
+  elseif type(x) == "table" and getmetatable(x) == nil then
+    for _, v in pairs(x) do if istype(TT, v) then keep(v) end end
+  end
+end
+
+-- Releases buffer b at a scope's end unless it was returned (KEEP).
+local function settle(b, fn)
+  local f = b.flags
+  if band(f, KEEP) ~= 0 then b.flags = band(f, bnot(KEEP)); return true end
+  if band(f, RELEASED) == 0 then
+    C.gt_buf_free(rt, b)
+    released_by[addr(b)] = fn
+  end
+  return false
+end
+
+-- In a tree call: the call's buffers first..(now) are the scope's.
+local function end_tree_scope(tree, first, fn, ...)
+  for i = 1, select("#", ...) do keep((select(i, ...))) end
+  local t = tree._t
+  for i = first, tree._nw - 1 do settle(C.gt_tree_buf_ptr(t, i), fn) end
+  return ...
+end
+
+local function end_plain_scope(fn, ok, ...)
+  local list = plain[nplain]
+  nplain = nplain - 1
+  if ok then
+    for i = 1, select("#", ...) do keep((select(i, ...))) end
+    local outer = plain[nplain]
+    for i = 1, #list do
+      if settle(list[i]._b, fn) and outer then outer[#outer + 1] = list[i] end
+    end
+  end
+  for i = #list, 1, -1 do list[i] = nil end
+  if not ok then error((...), 0) end
+  return ...
+end
+
+--- gt.scope(fn, ...) -> fn(...): when fn returns, every tensor made inside
+--- it that is not among its results (or in a table it returns, one level
+--- deep) is released: its memory can be reused, and using it raises.  The
+--- same in tree calls (in queue order) and outside them.
+function gt.scope(fn, ...)
+  if type(fn) ~= "function" then error("gt.scope(fn, ...): fn must be a function, got " .. type(fn), 2) end
+  local tree = gt._active
+  if tree then return end_tree_scope(tree, tree._nw, fn, fn(...)) end
+  nplain = nplain + 1
+  plain[nplain] = plain[nplain] or {}
+  return end_plain_scope(fn, pcall(fn, ...))
+end
+
+function Tensor:dim() return #SHAPES[self._sid] end
+function Tensor:size(d) if d then return self.shape[d] end local s = {} for i, v in ipairs(self.shape) do s[i] = v end return s end
+
+-- -- Printing -------------------------------------------------------------
+
+local function fmt(d, v)
+  if d.int then return tostring(tonumber(v)) end
+  if v ~= v then return "nan" end
+  if v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end
+  return string.format("%.4g", v)
+end
+
+-- values shown like a tensor library: at most 6 per dim, "..." between
+function Tensor:__tostring()
+  local tail = "[gt." .. self.dtype .. " " .. shape_str(self.shape) .. " " .. gt.backend()
+  if self:is_stale() then return tail .. ", stale]" end
+  if C.gt_tree_active(rt) ~= nil and self._b.addr == 0 then return tail .. ", pending]" end
+  local ok, flat = pcall(read_flat, self, 1)
+  if not ok then return tail .. "]" end
+  local d, shape = DT[self.dtype], self.shape
+  if #shape == 0 then return fmt(d, flat[0]) .. "\n" .. tail .. "]" end
+  local strides, s = {}, 1
+  for i = #shape, 1, -1 do strides[i] = s; s = s * shape[i] end
+  local function idx(n) if n <= 6 then local r = {} for i = 1, n do r[i] = i end return r end return { 1, 2, 3, false, n - 2, n - 1, n } end
+  local function render(dim, base, indent)
+    local parts = {}
+    for _, i in ipairs(idx(shape[dim])) do
+      if not i then parts[#parts + 1] = "..."
+      elseif dim == #shape then parts[#parts + 1] = fmt(d, flat[base + (i - 1) * strides[dim]])
+      else parts[#parts + 1] = render(dim + 1, base + (i - 1) * strides[dim], indent .. " ") end
+    end
+    if dim == #shape then return "[" .. concat(parts, ", ") .. "]" end
+    return "[" .. concat(parts, ",\n" .. indent .. " ") .. "]"
+  end
+  return render(1, 0, "") .. "\n" .. tail .. "]"
+end
+
+ffi.metatype(TT, { __index = index, __tostring = function(t) return Tensor.__tostring(t) end,
+                   __newindex = function(t, k)
+                     error("a tensor has no field '" .. tostring(k) .. "' to set (tensors are views: shape, dtype, " ..
+                           "numel are read-only)", 2)
+                   end })

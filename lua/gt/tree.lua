@@ -2,427 +2,426 @@
 local ffi = require "ffi"
 local bit = require "bit"
 
-return function(gt)
-  local C, rt, is_tensor = gt._C, gt._rt, gt.is_tensor
-  local STAGING = C.GT_BUF_STAGING
-  local select, getmetatable, type, pairs, next = select, getmetatable, type, pairs, next
+local gt = require "gt"
+local C, rt, is_tensor = gt._C, gt._rt, gt.is_tensor
+local STAGING = C.GT_BUF_STAGING
+local select, getmetatable, type, pairs, next = select, getmetatable, type, pairs, next
 
-  local Tree = {}
-  Tree.__index = Tree
-  gt.Tree = Tree
+local Tree = {}
+Tree.__index = Tree
+gt.Tree = Tree
 
-  -- A tree call runs to its end in one go: a coroutine that yielded inside
-  -- the body would leave the runtime inside the call (tensors made outside
-  -- would become the tree's, other trees would refuse to run).  A coroutine
-  -- resumed from the body may yield back to it: resumes during a call are
-  -- counted (nothing is done per call but setting the count to 0).
-  local yield, resume, create = coroutine.yield, coroutine.resume, coroutine.create
-  coroutine.yield = function(...)
-    local a = gt._active
-    if a and a._resumes == 0 then
-      gt._error(("coroutine.yield inside a call of tree '%s' (%s): a tree call must run to its end without " ..
-        "yielding; yield before or after calling the tree"):format(a.name, a.where), 2)
-    end
-    return yield(...)
+-- A tree call runs to its end in one go: a coroutine that yielded inside
+-- the body would leave the runtime inside the call (tensors made outside
+-- would become the tree's, other trees would refuse to run).  A coroutine
+-- resumed from the body may yield back to it: resumes during a call are
+-- counted (nothing is done per call but setting the count to 0).
+local yield, resume, create = coroutine.yield, coroutine.resume, coroutine.create
+coroutine.yield = function(...)
+  local a = gt._active
+  if a and a._resumes == 0 then
+    gt._error(("coroutine.yield inside a call of tree '%s' (%s): a tree call must run to its end without " ..
+      "yielding; yield before or after calling the tree"):format(a.name, a.where), 2)
   end
-  local function resumed(a, ...)
-    a._resumes = a._resumes - 1
-    return ...
-  end
-  coroutine.resume = function(co, ...)
-    local a = gt._active
-    if not a then return resume(co, ...) end
-    a._resumes = a._resumes + 1
-    return resumed(a, resume(co, ...))
-  end
-  local function unwrap(ok, ...)
-    if not ok then error((...), 0) end
-    return ...
-  end
-  coroutine.wrap = function(f)
-    local co = create(f)
-    return function(...) return unwrap(coroutine.resume(co, ...)) end
-  end
+  return yield(...)
+end
+local function resumed(a, ...)
+  a._resumes = a._resumes - 1
+  return ...
+end
+coroutine.resume = function(co, ...)
+  local a = gt._active
+  if not a then return resume(co, ...) end
+  a._resumes = a._resumes + 1
+  return resumed(a, resume(co, ...))
+end
+local function unwrap(ok, ...)
+  if not ok then error((...), 0) end
+  return ...
+end
+coroutine.wrap = function(f)
+  local co = create(f)
+  return function(...) return unwrap(coroutine.resume(co, ...)) end
+end
 
-  local function abort()
-    C.gt_tree_abort(rt)
-    gt._active = nil
+local function abort()
+  C.gt_tree_abort(rt)
+  gt._active = nil
+end
+
+-- Ends the segment: its node warms up, records, replays or runs eagerly.
+-- Which memory a graph may reuse comes from explicit releases alone
+-- (gt.scope, t:free()), never from what Lua's collector has seen.
+-- reason: "return" at the end of a call; nil at a sync point (gt.explain reads the stack).
+local function flush(level, reason)
+  local r = C.gt_tree_flush(rt)
+  if r ~= 0 then
+    local msg = gt._errmsg()
+    abort()
+    error(msg, level + 1)
   end
+  local want = C.gt_tree_explain_wanted(rt)       -- a node's first visit: its cut and shapes
+  if want ~= 0 then gt._explain(want, level + 1, reason) end
+  local a = gt._active
+  if a then a._seg0 = a._nw end
+end
+gt._flush = flush
 
-  -- Ends the segment: its node warms up, records, replays or runs eagerly.
-  -- Which memory a graph may reuse comes from explicit releases alone
-  -- (gt.scope, t:free()), never from what Lua's collector has seen.
-  -- reason: "return" at the end of a call; nil at a sync point (gt.explain reads the stack).
-  local function flush(level, reason)
-    local r = C.gt_tree_flush(rt)
-    if r ~= 0 then
-      local msg = gt._errmsg()
-      abort()
-      error(msg, level + 1)
-    end
-    local want = C.gt_tree_explain_wanted(rt)       -- a node's first visit: its cut and shapes
-    if want ~= 0 then gt._explain(want, level + 1, reason) end
-    local a = gt._active
-    if a then a._seg0 = a._nw end
+require("gt.explain")
+
+gt.on_warning = function(msg) io.stderr:write("gtlua: warning: ", msg, "\n") end
+
+-- A host read or write in a keyed tree's call: its path cannot be keyed.
+-- The first one of the call is kept as "what at file:line" (the user's line).
+function gt._note_sync(what, level)
+  local tree = gt._active
+  if not tree or not tree._keyed or tree._sync then return end
+  local lv, info = level + 1, nil
+  repeat
+    info = debug.getinfo(lv, "Sl")
+    lv = lv + 1
+  until not info or (info.what ~= "C" and not info.short_src:match("gt[/\\][%w_]+%.lua$"))
+  tree._sync = what .. (info and (" at " .. info.short_src .. ":" .. (info.currentline or 0)) or "")
+end
+
+-- The variable a tree is assigned to, read from its source line.
+local function guess_name(info)
+  local f = info.source:sub(1, 1) == "@" and io.open(info.source:sub(2))
+  if not f then return nil end
+  local line
+  for _ = 1, info.currentline do line = f:read("*l") end
+  f:close()
+  return line and (line:match("([%w_]+)%s*=%s*gt%.tree") or line:match("function%s+([%w_.:]+)"))
+end
+
+local check_opts = require "gt.treeopts"
+local ntrees = 0
+-- every tree made, for --stats/--report (weakly, unless the host asks to keep them)
+gt._trees = os.getenv("GTLUA_KEEP_TREES") == "1" and {} or setmetatable({}, { __mode = "v" })
+--- gt.tree(fn [, opts]) -> a callable tree.  opts: name, warmup (1),
+--- max_recordings (64), on_limit ("eager"|"error"), copy_inputs (false),
+--- buckets ({dim=, sizes=} or a list of them), warn_shapes (8), key, patch, verify;
+--- checked by gt.treeopts (a bad or unknown option raises naming it)
+function gt.tree(fn, opts)
+  if type(fn) ~= "function" then gt._error("gt.tree expects a function (the step) as its first argument, got " .. (fn == nil and "nil" or "a " .. type(fn))) end
+  opts = check_opts(opts, gt._error)
+  local info = debug.getinfo(2, "Sl")
+  local where = info.short_src .. ":" .. (info.currentline or 0)
+  ntrees = ntrees + 1
+  local name = opts.name or guess_name(info) or ("tree" .. ntrees)
+  local on_limit = opts.on_limit or "eager"
+  local o = ffi.new("gt_tree_opts")
+  o.name, o.where = name, where
+  o.warmup = opts.warmup or 1
+  o.max_recordings = opts.max_recordings or 64
+  o.on_limit_error = on_limit == "error" and 1 or 0
+  local t = C.gt_tree_new(rt, o)
+  if t == nil then error(gt._errmsg(), 2) end
+  local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
+                              _copy = opts.copy_inputs and true or false, _nwarn = 0,
+                              _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
+                              _nw = 0, _gen = 0, _seg0 = 0,
+                              _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
+  if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
+    if opts.buckets then error("gt.tree: key and buckets cannot be combined yet; bucket the inputs before a keyed tree", 2) end
+    gt.keyed._attach(self, opts)
   end
-  gt._flush = flush
+  if opts.buckets then gt.buckets._attach(self, opts.buckets, opts) end
+  gt._trees[#gt._trees + 1] = self
+  return self
+end
 
-  require("gt.explain")(gt)
+-- -- Calls ---------------------------------------------------------------
 
-  gt.on_warning = function(msg) io.stderr:write("gtlua: warning: ", msg, "\n") end
+-- A tensor input that lives in this tree's pool (an output of its previous
+-- call) or any tensor input with copy_inputs is copied to staging first.
+-- An input must be live; an output of this tree's previous call (one
+-- generation back) is too: it is copied before this call reuses its memory.
+-- Returns whether x lives in this tree's pool.
+local function check_input(self, x)
+  local b = x._b
+  local own = b.tree == self._t
+  local g, now = x._gen, b.gen_now[0]
+  if g ~= now and not (own and now == self._gen and g == C.gt_tree_prev_gen(self._t)) then gt._stale_error(x, 5) end
+  return own
+end
+gt._check_input = check_input
 
-  -- A host read or write in a keyed tree's call: its path cannot be keyed.
-  -- The first one of the call is kept as "what at file:line" (the user's line).
-  function gt._note_sync(what, level)
-    local tree = gt._active
-    if not tree or not tree._keyed or tree._sync then return end
-    local lv, info = level + 1, nil
-    repeat
-      info = debug.getinfo(lv, "Sl")
-      lv = lv + 1
-    until not info or (info.what ~= "C" and not info.short_src:match("gt[/\\][%w_]+%.lua$"))
-    tree._sync = what .. (info and (" at " .. info.short_src .. ":" .. (info.currentline or 0)) or "")
-  end
+local function stage(self, x, slot)
+  local b = x._b
+  if not check_input(self, x) and not self._copy then return x, slot end
+  if x._strides then error("a non-contiguous view as a tree input: :clone() it first", 4) end
+  if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then error(gt._errmsg(), 4) end
+  local sb = self._out[0]
+  return gt._view(sb, 0, x._sid, x._dt, sb.gen, 0, true), slot + 1
+end
 
-  -- The variable a tree is assigned to, read from its source line.
-  local function guess_name(info)
-    local f = info.source:sub(1, 1) == "@" and io.open(info.source:sub(2))
-    if not f then return nil end
-    local line
-    for _ = 1, info.currentline do line = f:read("*l") end
-    f:close()
-    return line and (line:match("([%w_]+)%s*=%s*gt%.tree") or line:match("function%s+([%w_.:]+)"))
-  end
+local function needs_stage(self, x)
+  if not is_tensor(x) then return false end
+  return self._copy or x._b.tree == self._t
+end
 
-  local check_opts = require "gt.treeopts"
-  local ntrees = 0
-  -- every tree made, for --stats/--report (weakly, unless the host asks to keep them)
-  gt._trees = os.getenv("GTLUA_KEEP_TREES") == "1" and {} or setmetatable({}, { __mode = "v" })
-  --- gt.tree(fn [, opts]) -> a callable tree.  opts: name, warmup (1),
-  --- max_recordings (64), on_limit ("eager"|"error"), copy_inputs (false),
-  --- buckets ({dim=, sizes=} or a list of them), warn_shapes (8), key, patch, verify;
-  --- checked by gt.treeopts (a bad or unknown option raises naming it)
-  function gt.tree(fn, opts)
-    if type(fn) ~= "function" then gt._error("gt.tree expects a function (the step) as its first argument, got " .. (fn == nil and "nil" or "a " .. type(fn))) end
-    opts = check_opts(opts, gt._error)
-    local info = debug.getinfo(2, "Sl")
-    local where = info.short_src .. ":" .. (info.currentline or 0)
-    ntrees = ntrees + 1
-    local name = opts.name or guess_name(info) or ("tree" .. ntrees)
-    local on_limit = opts.on_limit or "eager"
-    local o = ffi.new("gt_tree_opts")
-    o.name, o.where = name, where
-    o.warmup = opts.warmup or 1
-    o.max_recordings = opts.max_recordings or 64
-    o.on_limit_error = on_limit == "error" and 1 or 0
-    local t = C.gt_tree_new(rt, o)
-    if t == nil then error(gt._errmsg(), 2) end
-    local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
-                                _copy = opts.copy_inputs and true or false, _nwarn = 0,
-                                _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
-                                _nw = 0, _gen = 0, _seg0 = 0,
-                                _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
-    if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
-      if opts.buckets then error("gt.tree: key and buckets cannot be combined yet; bucket the inputs before a keyed tree", 2) end
-      gt.keyed._attach(self, opts)
-    end
-    if opts.buckets then gt.buckets._attach(self, opts.buckets, opts) end
-    gt._trees[#gt._trees + 1] = self
-    return self
-  end
-
-  -- -- Calls ---------------------------------------------------------------
-
-  -- A tensor input that lives in this tree's pool (an output of its previous
-  -- call) or any tensor input with copy_inputs is copied to staging first.
-  -- An input must be live; an output of this tree's previous call (one
-  -- generation back) is too: it is copied before this call reuses its memory.
-  -- Returns whether x lives in this tree's pool.
-  local function check_input(self, x)
+-- A previous call's staged tensor fed back in keeps its slot for this call.
+local function pin(self, x)
+  if is_tensor(x) then
     local b = x._b
-    local own = b.tree == self._t
-    local g, now = x._gen, b.gen_now[0]
-    if g ~= now and not (own and now == self._gen and g == C.gt_tree_prev_gen(self._t)) then gt._stale_error(x, 5) end
-    return own
+    if b.tree == self._t and bit.band(b.flags, STAGING) ~= 0 then C.gt_tree_stage_pin(rt, b) end
   end
-  gt._check_input = check_input
+end
 
-  local function stage(self, x, slot)
-    local b = x._b
-    if not check_input(self, x) and not self._copy then return x, slot end
-    if x._strides then error("a non-contiguous view as a tree input: :clone() it first", 4) end
-    if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then error(gt._errmsg(), 4) end
-    local sb = self._out[0]
-    return gt._view(sb, 0, x._sid, x._dt, sb.gen, 0, true), slot + 1
+-- Before anything is staged: pins the slots that inputs of this call live in.
+local function pin_inputs(self, args, n)
+  for i = 1, n do
+    local x = args[i]
+    if type(x) == "table" and getmetatable(x) == nil then
+      for _, v in pairs(x) do pin(self, v) end
+    else pin(self, x) end
   end
+end
+gt._pin_inputs = pin_inputs
 
-  local function needs_stage(self, x)
-    if not is_tensor(x) then return false end
-    return self._copy or x._b.tree == self._t
-  end
-
-  -- A previous call's staged tensor fed back in keeps its slot for this call.
-  local function pin(self, x)
+local function stage_args(self, n, ...)
+  local args, slot = { ... }, 0
+  pin_inputs(self, args, n)
+  for i = 1, n do
+    local x = args[i]
     if is_tensor(x) then
-      local b = x._b
-      if b.tree == self._t and bit.band(b.flags, STAGING) ~= 0 then C.gt_tree_stage_pin(rt, b) end
-    end
-  end
-
-  -- Before anything is staged: pins the slots that inputs of this call live in.
-  local function pin_inputs(self, args, n)
-    for i = 1, n do
-      local x = args[i]
-      if type(x) == "table" and getmetatable(x) == nil then
-        for _, v in pairs(x) do pin(self, v) end
-      else pin(self, x) end
-    end
-  end
-  gt._pin_inputs = pin_inputs
-
-  local function stage_args(self, n, ...)
-    local args, slot = { ... }, 0
-    pin_inputs(self, args, n)
-    for i = 1, n do
-      local x = args[i]
-      if is_tensor(x) then
-        args[i], slot = stage(self, x, slot)
-      elseif type(x) == "table" and getmetatable(x) == nil then
-        local copy
-        for k, v in pairs(x) do
-          if needs_stage(self, v) then
-            copy = copy or {}
-            copy[k], slot = stage(self, v, slot)
-          end
-        end
-        if copy then
-          for k, v in pairs(x) do if copy[k] == nil then copy[k] = v end end
-          args[i] = copy
-        end
-      end
-    end
-    return args
-  end
-
-  -- A tensor a call returns keeps its tree alive (the tree's pool holds its
-  -- memory) for as long as the tensor lives: a weak-keyed table, one entry
-  -- per returned tensor, never one per op.  The value is the tree's C handle,
-  -- not the Lua tree: the Lua tree holds tensors (its last one, its inputs), and
-  -- LuaJIT's weak keys are not ephemerons, so tree -> tensor -> tree would never go.
-  local anchors = setmetatable({}, { __mode = "k" })
-  local function anchor(self, x)
-    if is_tensor(x) then
-      if x._b.tree == self._t then anchors[x] = self._t end
+      args[i], slot = stage(self, x, slot)
     elseif type(x) == "table" and getmetatable(x) == nil then
-      for _, v in pairs(x) do if is_tensor(v) and v._b.tree == self._t then anchors[v] = self._t end end
-    end
-    return x
-  end
-  gt._anchor = anchor
-
-  local function warned(self)
-    local last = ffi.new("const char*[1]")
-    self._nwarn = C.gt_tree_warnings(self._t, last)
-    gt.on_warning(ffi.string(last[0]))
-  end
-
-  local function finish(self, ok, ...)
-    if not ok then
-      abort()
-      error((...), 0)
-    end
-    flush(2, "return")
-    gt._active = nil
-    if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 2) end
-    if C.gt_tree_warnings(self._t, nil) ~= self._nwarn then warned(self) end
-    local n = select("#", ...)
-    if n == 1 then anchor(self, (...))
-    else for i = 1, n do anchor(self, (select(i, ...))) end end
-    return ...
-  end
-
-  -- pcall(fn, ...) with a fixed number of arguments where it can (a vararg
-  -- pcall does not compile).
-  local function call(fn, n, a1, a2, a3, a4, ...)
-    if n <= 1 then
-      if n == 1 then return pcall(fn, a1) end
-      return pcall(fn)
-    elseif n == 2 then return pcall(fn, a1, a2)
-    elseif n == 3 then return pcall(fn, a1, a2, a3)
-    elseif n == 4 then return pcall(fn, a1, a2, a3, a4) end
-    return pcall(fn, a1, a2, a3, a4, ...)
-  end
-
-  local function shapes_of(...)
-    local parts = {}
-    for i = 1, select("#", ...) do
-      local x = select(i, ...)
-      if is_tensor(x) then parts[#parts + 1] = x.dtype .. " " .. gt._shape_str(x.shape) end
-    end
-    return table.concat(parts, ", ")
-  end
-
-  -- After warn_shapes distinct input shapes (new first segments), one warning.
-  local function watch_shapes(self, ...)
-    if C.gt_tree_child(self._t, -1, self._nroots) < 0 then return end
-    while C.gt_tree_child(self._t, -1, self._nroots) >= 0 do self._nroots = self._nroots + 1 end
-    local sig = shapes_of(...)
-    local seen = self._shapes
-    if not seen[sig] then seen[sig] = true; seen[#seen + 1] = sig end
-    if #seen >= self._warn_shapes then
-      self._warn_shapes = math.huge
-      gt.on_warning(("tree '%s' (%s) has seen %d input shapes (%s); each is its own recording: consider " ..
-        "buckets = { dim = 1, sizes = gt.buckets.pow2(N) }"):format(self.name, self.where, #seen, table.concat(seen, "; ")))
-    end
-  end
-
-  -- eager: nil, or a reason to run this call's segments eagerly without nodes.
-  local function run(self, eager, ...)
-    if C.gt_tree_begin(rt, self._t, eager) ~= 0 then error(gt._errmsg(), 3) end
-    self._nw, self._gen, self._seg0 = 0, C.gt_tree_gen(self._t), 0   -- the call's buffers so far, its generation
-    self._sync, self._staged = nil, nil
-    gt._active, self._resumes = self, 0
-    local prep = not eager and self._prep or nil            -- a call beyond the buckets pads nothing
-    local n, staged = select("#", ...), prep ~= nil
-    if not staged then
-      for i = 1, n do
-        local x = select(i, ...)
-        if needs_stage(self, x) then staged = true break end
-        if type(x) == "table" and getmetatable(x) == nil then
-          for _, v in pairs(x) do if needs_stage(self, v) then staged = true break end end
+      local copy
+      for k, v in pairs(x) do
+        if needs_stage(self, v) then
+          copy = copy or {}
+          copy[k], slot = stage(self, v, slot)
         end
       end
-    end
-    self._inn = n                                           -- the inputs, for a new first node's shapes
-    if not staged then
-      self._in1, self._in2, self._in3, self._in4 = ...
-      return finish(self, call(self.fn, n, ...))
-    end
-    local ok, args = pcall(prep or stage_args, self, n, ...)
-    if not ok then abort(); error(args, 0) end
-    self._staged = args
-    self._in1, self._in2, self._in3, self._in4 = args[1], args[2], args[3], args[4]
-    return finish(self, call(self.fn, n, unpack(args, 1, n)))
-  end
-  Tree._run = run
-  Tree._finish, Tree._abort, Tree._stage_args = finish, abort, stage_args
-  gt._stage = stage   -- buckets stage their non-bucketed inputs the same way
-
-  function Tree:__call(...)
-    if self._keyed then return self:_keyed_call(...) end
-    if self._buckets then return self:_bucket_call(...) end
-    if self._warn_shapes == math.huge then return run(self, nil, ...) end
-    self._a1, self._a2, self._a3, self._a4 = ...
-    return self:_watched(run(self, nil, ...))
-  end
-
-  function Tree:_watched(...)
-    local a1, a2, a3, a4 = self._a1, self._a2, self._a3, self._a4
-    self._a1, self._a2, self._a3, self._a4 = nil, nil, nil, nil
-    watch_shapes(self, a1, a2, a3, a4)
-    return ...
-  end
-
-  -- -- Statistics ------------------------------------------------------------
-
-  local function skip_table(t)
-    local r, reason, count = {}, ffi.new("const char*[1]"), ffi.new("int[1]")
-    local i = 0
-    while C.gt_tree_skip_reason(t, i, reason, count) == 0 do
-      r[ffi.string(reason[0])] = count[0]
-      i = i + 1
-    end
-    return r
-  end
-
-  --- tree:stats() -> the plain table of DESIGN.md section 9
-  function Tree:stats()
-    local s = ffi.new("gt_tree_info")
-    C.gt_tree_stats(self._t, s)
-    local r = {
-      name = self.name, where = self.where, calls = s.calls, nodes = s.nodes, recorded = s.recorded,
-      warmups = s.warmups, replays = s.replays, eager = s.eager, updates = s.updates,
-      skips = skip_table(self._t), skipped = s.skips, depth = s.depth,
-      pool = { reserved = tonumber(s.reserved), in_use = tonumber(s.in_use), high_water = tonumber(s.high_water) },
-      node = {},
-    }
-    local ni = ffi.new("gt_node_info")
-    for id = 0, s.nodes - 1 do
-      C.gt_tree_node(self._t, id, ni)
-      local kids, k = {}, 0
-      while true do
-        local c = C.gt_tree_child(self._t, id, k)
-        if c < 0 then break end
-        kids[#kids + 1] = c
-        k = k + 1
+      if copy then
+        for k, v in pairs(x) do if copy[k] == nil then copy[k] = v end end
+        args[i] = copy
       end
-      r.node[id] = {
-        id = id, parent = ni.parent >= 0 and ni.parent or nil, depth = ni.depth, children = kids,
-        label = ffi.string(ni.label), kernels = ni.kernels, visits = ni.visits, warmups = ni.warmups,
-        recorded = ni.recorded ~= 0, records = ni.records, replays = ni.replays, updates = ni.updates, eager = ni.eager,
-        skip = ni.skip ~= nil and ffi.string(ni.skip) or nil,
-        record_us = ni.record_us, instantiate_us = ni.instantiate_us, replay_cpu_us = ni.replay_cpu_us,
-        gpu_us = ni.gpu_us, planned_bytes = tonumber(ni.planned_bytes), checkpoint_bytes = tonumber(ni.checkpoint_bytes),
-        reusable_bytes = tonumber(ni.reusable_bytes), keyed = ni.keyed ~= 0,
-        last_call = tonumber(ni.last_call),
-        shapes = ni.shapes ~= nil and ffi.string(ni.shapes) or nil, cut = ni.cut ~= nil and ffi.string(ni.cut) or nil,
-        why = ni.why ~= nil and ffi.string(ni.why) or nil,
-      }
     end
-    if self._keyed then
-      local c = self._kstats
-      local refused = {}
-      for why, count in pairs(c.refused) do refused[why] = count end
-      r.keyed = { hits = c.hits, misses = c.misses, verified = c.verified, refused = refused }
+  end
+  return args
+end
+
+-- A tensor a call returns keeps its tree alive (the tree's pool holds its
+-- memory) for as long as the tensor lives: a weak-keyed table, one entry
+-- per returned tensor, never one per op.  The value is the tree's C handle,
+-- not the Lua tree: the Lua tree holds tensors (its last one, its inputs), and
+-- LuaJIT's weak keys are not ephemerons, so tree -> tensor -> tree would never go.
+local anchors = setmetatable({}, { __mode = "k" })
+local function anchor(self, x)
+  if is_tensor(x) then
+    if x._b.tree == self._t then anchors[x] = self._t end
+  elseif type(x) == "table" and getmetatable(x) == nil then
+    for _, v in pairs(x) do if is_tensor(v) and v._b.tree == self._t then anchors[v] = self._t end end
+  end
+  return x
+end
+gt._anchor = anchor
+
+local function warned(self)
+  local last = ffi.new("const char*[1]")
+  self._nwarn = C.gt_tree_warnings(self._t, last)
+  gt.on_warning(ffi.string(last[0]))
+end
+
+local function finish(self, ok, ...)
+  if not ok then
+    abort()
+    error((...), 0)
+  end
+  flush(2, "return")
+  gt._active = nil
+  if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 2) end
+  if C.gt_tree_warnings(self._t, nil) ~= self._nwarn then warned(self) end
+  local n = select("#", ...)
+  if n == 1 then anchor(self, (...))
+  else for i = 1, n do anchor(self, (select(i, ...))) end end
+  return ...
+end
+
+-- pcall(fn, ...) with a fixed number of arguments where it can (a vararg
+-- pcall does not compile).
+local function call(fn, n, a1, a2, a3, a4, ...)
+  if n <= 1 then
+    if n == 1 then return pcall(fn, a1) end
+    return pcall(fn)
+  elseif n == 2 then return pcall(fn, a1, a2)
+  elseif n == 3 then return pcall(fn, a1, a2, a3)
+  elseif n == 4 then return pcall(fn, a1, a2, a3, a4) end
+  return pcall(fn, a1, a2, a3, a4, ...)
+end
+
+local function shapes_of(...)
+  local parts = {}
+  for i = 1, select("#", ...) do
+    local x = select(i, ...)
+    if is_tensor(x) then parts[#parts + 1] = x.dtype .. " " .. gt._shape_str(x.shape) end
+  end
+  return table.concat(parts, ", ")
+end
+
+-- After warn_shapes distinct input shapes (new first segments), one warning.
+local function watch_shapes(self, ...)
+  if C.gt_tree_child(self._t, -1, self._nroots) < 0 then return end
+  while C.gt_tree_child(self._t, -1, self._nroots) >= 0 do self._nroots = self._nroots + 1 end
+  local sig = shapes_of(...)
+  local seen = self._shapes
+  if not seen[sig] then seen[sig] = true; seen[#seen + 1] = sig end
+  if #seen >= self._warn_shapes then
+    self._warn_shapes = math.huge
+    gt.on_warning(("tree '%s' (%s) has seen %d input shapes (%s); each is its own recording: consider " ..
+      "buckets = { dim = 1, sizes = gt.buckets.pow2(N) }"):format(self.name, self.where, #seen, table.concat(seen, "; ")))
+  end
+end
+
+-- eager: nil, or a reason to run this call's segments eagerly without nodes.
+local function run(self, eager, ...)
+  if C.gt_tree_begin(rt, self._t, eager) ~= 0 then error(gt._errmsg(), 3) end
+  self._nw, self._gen, self._seg0 = 0, C.gt_tree_gen(self._t), 0   -- the call's buffers so far, its generation
+  self._sync, self._staged = nil, nil
+  gt._active, self._resumes = self, 0
+  local prep = not eager and self._prep or nil            -- a call beyond the buckets pads nothing
+  local n, staged = select("#", ...), prep ~= nil
+  if not staged then
+    for i = 1, n do
+      local x = select(i, ...)
+      if needs_stage(self, x) then staged = true break end
+      if type(x) == "table" and getmetatable(x) == nil then
+        for _, v in pairs(x) do if needs_stage(self, v) then staged = true break end end
+      end
     end
-    r.roots = {}
-    local k = 0
+  end
+  self._inn = n                                           -- the inputs, for a new first node's shapes
+  if not staged then
+    self._in1, self._in2, self._in3, self._in4 = ...
+    return finish(self, call(self.fn, n, ...))
+  end
+  local ok, args = pcall(prep or stage_args, self, n, ...)
+  if not ok then abort(); error(args, 0) end
+  self._staged = args
+  self._in1, self._in2, self._in3, self._in4 = args[1], args[2], args[3], args[4]
+  return finish(self, call(self.fn, n, unpack(args, 1, n)))
+end
+Tree._run = run
+Tree._finish, Tree._abort, Tree._stage_args = finish, abort, stage_args
+gt._stage = stage   -- buckets stage their non-bucketed inputs the same way
+
+function Tree:__call(...)
+  if self._keyed then return self:_keyed_call(...) end
+  if self._buckets then return self:_bucket_call(...) end
+  if self._warn_shapes == math.huge then return run(self, nil, ...) end
+  self._a1, self._a2, self._a3, self._a4 = ...
+  return self:_watched(run(self, nil, ...))
+end
+
+function Tree:_watched(...)
+  local a1, a2, a3, a4 = self._a1, self._a2, self._a3, self._a4
+  self._a1, self._a2, self._a3, self._a4 = nil, nil, nil, nil
+  watch_shapes(self, a1, a2, a3, a4)
+  return ...
+end
+
+-- -- Statistics ------------------------------------------------------------
+
+local function skip_table(t)
+  local r, reason, count = {}, ffi.new("const char*[1]"), ffi.new("int[1]")
+  local i = 0
+  while C.gt_tree_skip_reason(t, i, reason, count) == 0 do
+    r[ffi.string(reason[0])] = count[0]
+    i = i + 1
+  end
+  return r
+end
+
+--- tree:stats() -> the plain table of DESIGN.md section 9
+function Tree:stats()
+  local s = ffi.new("gt_tree_info")
+  C.gt_tree_stats(self._t, s)
+  local r = {
+    name = self.name, where = self.where, calls = s.calls, nodes = s.nodes, recorded = s.recorded,
+    warmups = s.warmups, replays = s.replays, eager = s.eager, updates = s.updates,
+    skips = skip_table(self._t), skipped = s.skips, depth = s.depth,
+    pool = { reserved = tonumber(s.reserved), in_use = tonumber(s.in_use), high_water = tonumber(s.high_water) },
+    node = {},
+  }
+  local ni = ffi.new("gt_node_info")
+  for id = 0, s.nodes - 1 do
+    C.gt_tree_node(self._t, id, ni)
+    local kids, k = {}, 0
     while true do
-      local c = C.gt_tree_child(self._t, -1, k)
+      local c = C.gt_tree_child(self._t, id, k)
       if c < 0 then break end
-      r.roots[#r.roots + 1] = c
+      kids[#kids + 1] = c
       k = k + 1
     end
-    return r
+    r.node[id] = {
+      id = id, parent = ni.parent >= 0 and ni.parent or nil, depth = ni.depth, children = kids,
+      label = ffi.string(ni.label), kernels = ni.kernels, visits = ni.visits, warmups = ni.warmups,
+      recorded = ni.recorded ~= 0, records = ni.records, replays = ni.replays, updates = ni.updates, eager = ni.eager,
+      skip = ni.skip ~= nil and ffi.string(ni.skip) or nil,
+      record_us = ni.record_us, instantiate_us = ni.instantiate_us, replay_cpu_us = ni.replay_cpu_us,
+      gpu_us = ni.gpu_us, planned_bytes = tonumber(ni.planned_bytes), checkpoint_bytes = tonumber(ni.checkpoint_bytes),
+      reusable_bytes = tonumber(ni.reusable_bytes), keyed = ni.keyed ~= 0,
+      last_call = tonumber(ni.last_call),
+      shapes = ni.shapes ~= nil and ffi.string(ni.shapes) or nil, cut = ni.cut ~= nil and ffi.string(ni.cut) or nil,
+      why = ni.why ~= nil and ffi.string(ni.why) or nil,
+    }
   end
-
-  --- tree:history() -> the last calls (up to 1024), oldest first: { call, warmups,
-  --- records, replays, eager, updates, cpu_us, in_use, reserved } each
-  function Tree:history()
-    local r, ci, i = {}, ffi.new("gt_call_info"), 0
-    while C.gt_tree_history(self._t, i, ci) == 0 do
-      r[#r + 1] = { call = ci.call, warmups = ci.warmups, records = ci.records, replays = ci.replays, eager = ci.eager,
-                    updates = ci.updates, cpu_us = ci.cpu_us, in_use = tonumber(ci.in_use), reserved = tonumber(ci.reserved) }
-      i = i + 1
-    end
-    return r
+  if self._keyed then
+    local c = self._kstats
+    local refused = {}
+    for why, count in pairs(c.refused) do refused[why] = count end
+    r.keyed = { hits = c.hits, misses = c.misses, verified = c.verified, refused = refused }
   end
-
-  --- tree:trim([keep = 0]) -> graphs dropped: frees the graphs and memory of
-  --- all but the keep most recently used recordings (they record again when visited)
-  function Tree:trim(keep)
-    local n = C.gt_tree_trim(rt, self._t, keep or 0)
-    if n < 0 then error(gt._errmsg(), 2) end
-    return n
+  r.roots = {}
+  local k = 0
+  while true do
+    local c = C.gt_tree_child(self._t, -1, k)
+    if c < 0 then break end
+    r.roots[#r.roots + 1] = c
+    k = k + 1
   end
-
-  --- tree:floor(iters [, sync_each]) -> cpu_us, step_us: the last call's graphs
-  --- launched back to back from C with no tree logic (the benchmark floor)
-  function Tree:floor(iters, sync_each)
-    local c, s = ffi.new("double[1]"), ffi.new("double[1]")
-    if C.gt_tree_bench_floor(rt, self._t, iters or 100, sync_each == false and 0 or 1, c, s) ~= 0 then error(gt._errmsg(), 2) end
-    return c[0], s[0]
-  end
-
-
-  --- tree:advise([{measure = true}]) -> the advisor's findings for this tree (gt.advise; gtlua --advise prints them)
-  function Tree:advise(opts) return require("gt.advise").tree(self, opts) end
-
-  --- tree:dot([path]), tree:json([path]), tree:report(path): pictures (gt.report)
-  function Tree:dot(path) return gt.report.dot(self, path) end
-  function Tree:json(path) return gt.report.json(self, path) end
-  function Tree:report(path) return gt.report.html(self, path) end
-
-  --- tostring(tree): the tree drawn for a terminal
-  function Tree:__tostring() return require("gt.report").draw(self) end
+  return r
 end
+
+--- tree:history() -> the last calls (up to 1024), oldest first: { call, warmups,
+--- records, replays, eager, updates, cpu_us, in_use, reserved } each
+function Tree:history()
+  local r, ci, i = {}, ffi.new("gt_call_info"), 0
+  while C.gt_tree_history(self._t, i, ci) == 0 do
+    r[#r + 1] = { call = ci.call, warmups = ci.warmups, records = ci.records, replays = ci.replays, eager = ci.eager,
+                  updates = ci.updates, cpu_us = ci.cpu_us, in_use = tonumber(ci.in_use), reserved = tonumber(ci.reserved) }
+    i = i + 1
+  end
+  return r
+end
+
+--- tree:trim([keep = 0]) -> graphs dropped: frees the graphs and memory of
+--- all but the keep most recently used recordings (they record again when visited)
+function Tree:trim(keep)
+  local n = C.gt_tree_trim(rt, self._t, keep or 0)
+  if n < 0 then error(gt._errmsg(), 2) end
+  return n
+end
+
+--- tree:floor(iters [, sync_each]) -> cpu_us, step_us: the last call's graphs
+--- launched back to back from C with no tree logic (the benchmark floor)
+function Tree:floor(iters, sync_each)
+  local c, s = ffi.new("double[1]"), ffi.new("double[1]")
+  if C.gt_tree_bench_floor(rt, self._t, iters or 100, sync_each == false and 0 or 1, c, s) ~= 0 then error(gt._errmsg(), 2) end
+  return c[0], s[0]
+end
+
+
+--- tree:advise([{measure = true}]) -> the advisor's findings for this tree (gt.advise; gtlua --advise prints them)
+function Tree:advise(opts) return require("gt.advise").tree(self, opts) end
+
+--- tree:dot([path]), tree:json([path]), tree:report(path): pictures (gt.report)
+function Tree:dot(path) return gt.report.dot(self, path) end
+function Tree:json(path) return gt.report.json(self, path) end
+function Tree:report(path) return gt.report.html(self, path) end
+
+--- tostring(tree): the tree drawn for a terminal
+function Tree:__tostring() return require("gt.report").draw(self) end
