@@ -9,39 +9,52 @@
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
-__device__ __forceinline__ float gt_warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+struct gt_op_sum { __device__ float operator()(float a, float b) const { return a + b; } };
+struct gt_op_max { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+
+// Every lane of the warp gets op over the warp's values.
+template <class Op> __device__ __forceinline__ float gt_warp_reduce(float v, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffff, v, o));
   return v;
 }
 
-__device__ __forceinline__ float gt_warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-  return v;
-}
-
-// Every thread gets the block's total.  red: 32 shared floats; the trailing
-// barrier makes red reusable by the next reduction.  Threads add the per-warp
-// partials in the same order, so all see the same value.
-__device__ float gt_block_sum(float v, float *red) {
+// Every thread gets op over the block's values (init: op's identity).  red:
+// 32 shared floats; the trailing barrier makes red reusable by the next
+// reduction.  Threads combine the per-warp partials in the same order, so
+// all see the same value.
+template <class Op> __device__ float gt_block_reduce(float v, float *red, float init, Op op) {
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  v = gt_warp_sum(v);
+  v = gt_warp_reduce(v, op);
   if (lane == 0) red[warp] = v;
   __syncthreads();
-  float t = 0.0f;
-  for (int w = 0; w < nw; w++) t += red[w];
+  float t = init;
+  for (int w = 0; w < nw; w++) t = op(t, red[w]);
   __syncthreads();
   return t;
 }
 
-__device__ float gt_block_max(float v, float *red) {
+__device__ __forceinline__ float gt_warp_sum(float v) { return gt_warp_reduce(v, gt_op_sum()); }
+__device__ __forceinline__ float gt_block_sum(float v, float *red) { return gt_block_reduce(v, red, 0.0f, gt_op_sum()); }
+__device__ __forceinline__ float gt_block_max(float v, float *red) { return gt_block_reduce(v, red, -INFINITY, gt_op_max()); }
+
+// (value, index) pairs: the larger value wins, ties go to the smaller index.
+__device__ __forceinline__ void gt_argmax_pick(float *v, int *i, float ov, int oi) {
+  if (ov > *v || (ov == *v && oi < *i)) { *v = ov; *i = oi; }
+}
+
+// The block's first maximum of the threads' (v, i) pairs lands in thread 0's
+// *v, *i (an empty block: i stays 0x7fffffff).  redv, redi: 32 shared each.
+__device__ void gt_block_argmax(float *v, int *i, float *redv, int *redi) {
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  v = gt_warp_max(v);
-  if (lane == 0) red[warp] = v;
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffff, *v, o);
+    int oi = __shfl_xor_sync(0xffffffff, *i, o);
+    gt_argmax_pick(v, i, ov, oi);
+  }
+  if (lane == 0) { redv[warp] = *v; redi[warp] = *i; }
   __syncthreads();
-  float t = -INFINITY;
-  for (int w = 0; w < nw; w++) t = fmaxf(t, red[w]);
-  __syncthreads();
-  return t;
+  if (threadIdx.x == 0)
+    for (int w = 1; w < nw; w++) gt_argmax_pick(v, i, redv[w], redi[w]);
 }
 
 #endif

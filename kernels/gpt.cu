@@ -377,11 +377,6 @@ __global__ void __launch_bounds__(1024) attn_decode_f32(float *y, float *kc, flo
 
 // -- Greedy finish --------------------------------------------------------------
 
-// (value, index) pairs: the larger value wins, ties go to the smaller index.
-__device__ __forceinline__ void gpt_argmax_pick(float *v, int *i, float ov, int oi) {
-  if (ov > *v || (ov == *v && oi < *i)) { *v = ov; *i = oi; }
-}
-
 // One block per sequence (blocks striding over B): next = the first maximum
 // of logits row b; tok[b] = eot once sequence b is done, else next.  When
 // live != 0 a sequence whose next is eot becomes done (done[b] = 1, a device
@@ -391,7 +386,6 @@ __global__ void argmax_finish_f32(int *tok, int *done, int *hist, const float *l
                                   int live, int hstride, int pos) {
   __shared__ float redv[32];
   __shared__ int redi[32];
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
   for (int b = blockIdx.x; b < B; b += gridDim.x) {
     const float *xr = logits + (long long)b * V;
     float v = -INFINITY;
@@ -406,18 +400,11 @@ __global__ void argmax_finish_f32(int *tok, int *done, int *hist, const float *l
 #pragma unroll
       for (int u = 0; u < 8; u++) {
         int j = j0 + u * blockDim.x;
-        if (j < V) gpt_argmax_pick(&v, &i, x8[u], j);
+        if (j < V) gt_argmax_pick(&v, &i, x8[u], j);
       }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      float ov = __shfl_xor_sync(0xffffffff, v, o);
-      int oi = __shfl_xor_sync(0xffffffff, i, o);
-      gpt_argmax_pick(&v, &i, ov, oi);
-    }
-    if (lane == 0) { redv[warp] = v; redi[warp] = i; }
-    __syncthreads();
+    gt_block_argmax(&v, &i, redv, redi);
     if (threadIdx.x == 0) {
-      for (int w = 1; w < nw; w++) gpt_argmax_pick(&v, &i, redv[w], redi[w]);
       int n = (i == 0x7fffffff) ? 0 : i;
       int d = done[b];
       int t = d ? eot : n;

@@ -83,32 +83,17 @@ __global__ void rowmax_f32(float *y, const float *x, int M, int N) {
   }
 }
 
-// (value, index) pairs: the larger value wins, ties go to the smaller index.
-__device__ __forceinline__ void gt_argmax_pick(float *v, int *i, float ov, int oi) {
-  if (ov > *v || (ov == *v && oi < *i)) { *v = ov; *i = oi; }
-}
-
 // y[r] = index (0-based) of the first maximum of row r.
 __global__ void argmax_f32(int *y, const float *x, int M, int N) {
   __shared__ float redv[32];
   __shared__ int redi[32];
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
   for (int r = blockIdx.x; r < M; r += gridDim.x) {
     const float *xr = x + (long long)r * N;
     float v = -INFINITY;
     int i = 0x7fffffff;
     for (int j = threadIdx.x; j < N; j += blockDim.x) gt_argmax_pick(&v, &i, xr[j], j);
-    for (int o = 16; o > 0; o >>= 1) {
-      float ov = __shfl_xor_sync(0xffffffff, v, o);
-      int oi = __shfl_xor_sync(0xffffffff, i, o);
-      gt_argmax_pick(&v, &i, ov, oi);
-    }
-    if (lane == 0) { redv[warp] = v; redi[warp] = i; }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < nw; w++) gt_argmax_pick(&v, &i, redv[w], redi[w]);
-      y[r] = (i == 0x7fffffff) ? 0 : i;
-    }
+    gt_block_argmax(&v, &i, redv, redi);
+    if (threadIdx.x == 0) y[r] = (i == 0x7fffffff) ? 0 : i;
     __syncthreads();
   }
 }

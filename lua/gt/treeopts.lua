@@ -36,6 +36,14 @@ local function position(v)
 end
 
 -- Each option: a checker returning the value to use, or nil and what is allowed.
+-- A check that v is of Lua type t; allowed: what the message says is allowed.
+local function of_type(t, allowed)
+  return function(v)
+    if type(v) == t then return v end
+    return nil, allowed
+  end
+end
+
 local CHECK = {
   name = function(v)
     if type(v) == "string" and v ~= "" and not v:find("%z") then return v end
@@ -47,18 +55,12 @@ local CHECK = {
     if v == "eager" or v == "error" then return v end
     return nil, '"eager" (new paths past max_recordings run eagerly) or "error" (they raise)'
   end,
-  copy_inputs = function(v)
-    if type(v) == "boolean" then return v end
-    return nil, "true or false (copy every tensor input to a staging buffer first)"
-  end,
+  copy_inputs = of_type("boolean", "true or false (copy every tensor input to a staging buffer first)"),
   warn_shapes = function(v)
     if v == false or v == math.huge or whole(v, 1, INT_MAX) then return v end
     return nil, "a whole number >= 1 (distinct input shapes before one warning) or false (never warn)"
   end,
-  key = function(v)
-    if type(v) == "function" then return v end
-    return nil, "a function of the call's arguments returning the values that decide its path"
-  end,
+  key = of_type("function", "a function of the call's arguments returning the values that decide its path"),
   verify = function(v)
     if whole(v, 1, INT_MAX) then return v end
     return nil, "a whole number >= 1 (run the body on every n-th keyed call and compare its path)"
