@@ -81,6 +81,8 @@ function M.load(dir, paths)
   if ct and okc and inputs.gtlua and cv.scenarios then
     for _, sc in ipairs(cv.scenarios) do table.insert(inputs.gtlua.scenarios, sc) end
   end
+  local gc = read_file(path("gpt_check", "gpt_check.txt"))
+  inputs.gpt_check = gc and gc:match("(gpt_check: [PF][AI][SL][SL][^\n]*)")
   local ft = read_file(path("floor", "launch_floor.txt"))
   if ft and ft:find("nodes") then inputs.floor = M.parse_floor(ft) else missing[#missing + 1] = "launch_floor.txt" end
   local st = read_file(path("smi", "nvidia-smi.txt"))
@@ -440,6 +442,10 @@ function M.decode_section(inp)
       end
       if any then out[#out + 1] = row(cells) end
     end
+  end
+  if inp.gpt_check then
+    out[#out + 1] = "\nAgreement with PyTorch (`scripts/bench/gpt_check.py`, same weights and prompt, 32 greedy steps):\n\n    " ..
+      inp.gpt_check
   end
   return concat(out, "\n")
 end

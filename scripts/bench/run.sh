@@ -72,6 +72,11 @@ else
   say "skipped: no python3 with torch here"
 fi
 
+if [ -z "$quick" ] && [ -z "$only" ] && command -v python3 >/dev/null 2>&1 && python3 -c 'import torch' >/dev/null 2>&1; then
+  say "2b/4 GPT decoder against PyTorch (scripts/bench/gpt_check.py)"
+  stage "$dir/gpt_check.txt" "${T_GPT:-150}" python3 scripts/bench/gpt_check.py --bin "$BIN" || say "gpt_check failed (soft)"
+fi
+
 say "3/4 raw launch floor"
 if [ ! -x .anchors/launch_floor ] && [ -f .anchors/launch_floor.cu ] && command -v nvcc >/dev/null 2>&1; then
   say "compiling .anchors/launch_floor.cu"
