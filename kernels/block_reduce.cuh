@@ -57,4 +57,14 @@ __device__ void gt_block_argmax(float *v, int *i, float *redv, int *redi) {
     for (int w = 1; w < nw; w++) gt_argmax_pick(v, i, redv[w], redi[w]);
 }
 
+// The index (0-based) of the first maximum of xr[0..N), in thread 0 (0 for
+// an empty row).  redv, redi: 32 shared each.
+__device__ int gt_row_argmax(const float *xr, int N, float *redv, int *redi) {
+  float v = -INFINITY;
+  int i = 0x7fffffff;
+  for (int j = threadIdx.x; j < N; j += blockDim.x) gt_argmax_pick(&v, &i, xr[j], j);
+  gt_block_argmax(&v, &i, redv, redi);
+  return i == 0x7fffffff ? 0 : i;
+}
+
 #endif

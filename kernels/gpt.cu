@@ -235,26 +235,13 @@ __device__ void gpt_rows_linear(float *y, const float *x, const float *W, const 
   __shared__ float part[512]; \
   gpt_rows_linear<MT>(y, x, W, bias, res, g, beta, M, N, K, S, mode, gpt_xs, stat, part);
 
-__global__ void rows_linear_m1_f32(float *y, const float *x, const float *W, const float *bias, const float *res,
-                                   const float *g, const float *beta, int M, int N, int K, int S, int mode) {
-  GPT_ROWS_BODY(1)
-}
-__global__ void rows_linear_m2_f32(float *y, const float *x, const float *W, const float *bias, const float *res,
-                                   const float *g, const float *beta, int M, int N, int K, int S, int mode) {
-  GPT_ROWS_BODY(2)
-}
-__global__ void rows_linear_m4_f32(float *y, const float *x, const float *W, const float *bias, const float *res,
-                                   const float *g, const float *beta, int M, int N, int K, int S, int mode) {
-  GPT_ROWS_BODY(4)
-}
-__global__ void rows_linear_m8_f32(float *y, const float *x, const float *W, const float *bias, const float *res,
-                                   const float *g, const float *beta, int M, int N, int K, int S, int mode) {
-  GPT_ROWS_BODY(8)
-}
-__global__ void rows_linear_m16_f32(float *y, const float *x, const float *W, const float *bias, const float *res,
-                                    const float *g, const float *beta, int M, int N, int K, int S, int mode) {
-  GPT_ROWS_BODY(16)
-}
+// The five instances, one a line: gtlua reads a kernel's signature from the source text (macros are not
+// expanded there), so each __global__ definition is written out.
+__global__ void rows_linear_m1_f32(float *y, const float *x, const float *W, const float *bias, const float *res, const float *g, const float *beta, int M, int N, int K, int S, int mode) { GPT_ROWS_BODY(1) }
+__global__ void rows_linear_m2_f32(float *y, const float *x, const float *W, const float *bias, const float *res, const float *g, const float *beta, int M, int N, int K, int S, int mode) { GPT_ROWS_BODY(2) }
+__global__ void rows_linear_m4_f32(float *y, const float *x, const float *W, const float *bias, const float *res, const float *g, const float *beta, int M, int N, int K, int S, int mode) { GPT_ROWS_BODY(4) }
+__global__ void rows_linear_m8_f32(float *y, const float *x, const float *W, const float *bias, const float *res, const float *g, const float *beta, int M, int N, int K, int S, int mode) { GPT_ROWS_BODY(8) }
+__global__ void rows_linear_m16_f32(float *y, const float *x, const float *W, const float *bias, const float *res, const float *g, const float *beta, int M, int N, int K, int S, int mode) { GPT_ROWS_BODY(16) }
 
 // -- Attention over the KV cache ----------------------------------------------
 

@@ -88,12 +88,8 @@ __global__ void argmax_f32(int *y, const float *x, int M, int N) {
   __shared__ float redv[32];
   __shared__ int redi[32];
   for (int r = blockIdx.x; r < M; r += gridDim.x) {
-    const float *xr = x + (long long)r * N;
-    float v = -INFINITY;
-    int i = 0x7fffffff;
-    for (int j = threadIdx.x; j < N; j += blockDim.x) gt_argmax_pick(&v, &i, xr[j], j);
-    gt_block_argmax(&v, &i, redv, redi);
-    if (threadIdx.x == 0) y[r] = (i == 0x7fffffff) ? 0 : i;
+    int n = gt_row_argmax(x + (long long)r * N, N, redv, redi);
+    if (threadIdx.x == 0) y[r] = n;
     __syncthreads();
   }
 }
