@@ -162,6 +162,7 @@ gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* ordinary memory; refs = 
 gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes);  /* its index in the call is ->ci; NULL on error */
 gt_buf *gt_tree_buf_ptr(gt_tree *t, int i);              /* the struct of index i of the current (or last) call */
 uint32_t gt_tree_gen(gt_tree *t);                        /* the generation of the current (or last) call */
+int gt_tree_nbufs(gt_tree *t);                          /* buffers the current (or last) call has made so far */
 uint32_t gt_tree_prev_gen(gt_tree *t);                   /* in a call: the previous call's generation */
 void gt_buf_retain(gt_buf *b);                       /* one more Lua handle (a view) holds b */
 void gt_buf_release(gt_buf *b);                      /* a Lua handle of b was collected: drop its reference */

@@ -139,6 +139,7 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
 }
 
 uint32_t gt_tree_gen(gt_tree *t) { return t->gen; }
+int gt_tree_nbufs(gt_tree *t) { return t->nbufs; }
 uint32_t gt_tree_prev_gen(gt_tree *t) { return t->prev_gen; }
 
 uint32_t gt_tree_failed_gen(gt_tree *t) { return t->failed_gen; }

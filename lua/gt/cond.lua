@@ -10,7 +10,7 @@ local bit = require "bit"
 local gt = require "gt"
 local C, rt = gt._C, gt._rt
 local error = gt._error   -- every error names the user's file:line (init.lua)
-local type, getmetatable, pcall, select = type, getmetatable, pcall, select
+local type, pcall = type, pcall
 local IF, ELSE, WHILE, END = C.GT_COND_IF, C.GT_COND_ELSE, C.GT_COND_WHILE, C.GT_COND_END
 local NODES, ELSE_NODES = C.GT_COND_NODES, C.GT_COND_ELSE_NODES
 local CODE = { f32 = C.GT_F32, i32 = C.GT_I32, i64 = C.GT_I64, u8 = C.GT_U8 }

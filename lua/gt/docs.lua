@@ -279,8 +279,6 @@ gt.backend() -> "cpu" | "cuda"
 gt.device() -> { backend, name, cc, sms, memory, driver, nvrtc, compiler }]],
   ["gt.memory"] = [[
 gt.memory() -> bytes of ordinary (non-tree) device memory in use]],
-  ["gt.clock"] = [[
-gt.clock() -> seconds of a monotonic wall clock (for timing steps)]],
   ["gt.help"] = [[
 gt.help(x) -> the documentation text (also printed)
   x: an API value (gt.help(gt.tree), gt.help(t) for a tensor) or a name

@@ -6,7 +6,7 @@
 -- on a node's first visit, so replays pay one FFI call per segment.
 local gt = require "gt"
 local C, rt = gt._C, gt._rt
-local getmetatable, select, type, pairs, concat = getmetatable, select, type, pairs, table.concat
+local getmetatable, type, pairs, concat = getmetatable, type, pairs, table.concat
 local band = require("bit").band
 
 -- Frames of gtlua's own Lua modules are skipped when naming the user's line.
@@ -77,7 +77,7 @@ end
 
 -- The segment's last tensor made (its output, as a rule).
 local function output_text(tree)
-  if (tree._nw or 0) > (tree._seg0 or 0) and tree._last then return tensor_text(tree._last) end
+  if tree._last and C.gt_tree_nbufs(tree._t) > (tree._seg0 or 0) then return tensor_text(tree._last) end
   return "(nothing made)"
 end
 

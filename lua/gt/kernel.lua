@@ -2,7 +2,7 @@
 local ffi = require "ffi"
 
 local gt = require "gt"
-local C, rt, Tensor, DT = gt._C, gt._rt, gt.Tensor, gt._dtypes
+local C, rt, DT = gt._C, gt._rt, gt._dtypes
 local PTR_IN, PTR_OUT = 1, 2
 local SCALAR = { [3] = "i32", [4] = "u32", [5] = "i64", [6] = "u64", [7] = "f32", [8] = "f64", [9] = "bool" }
 local INTEGER = { i32 = true, u32 = true, i64 = true, u64 = true }

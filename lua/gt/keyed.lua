@@ -17,7 +17,7 @@ local function anchor(tree, t) return gt._anchor(tree, t) end
 local M = {}
 
 -- Keys of the memo trie for what is not a plain value.
-local NIL, NAN, TENSOR, PATCHED, TABLE = {}, {}, {}, {}, {}
+local NIL, NAN, TENSOR, PATCHED = {}, {}, {}, {}
 
 local function child(node, k)
   if k == nil then k = NIL elseif k ~= k then k = NAN end
@@ -205,7 +205,7 @@ local function keyed_call(self, ...)
   end
   if k and not verifying then
     if C.gt_tree_begin(rt, self._t, nil) ~= 0 then error(gt._errmsg(), 2) end
-    self._nw, self._gen, self._sync, self._staged, self._seg0 = 0, C.gt_tree_gen(self._t), nil, nil, 0
+    self._gen, self._sync, self._staged, self._seg0 = C.gt_tree_gen(self._t), nil, nil, 0
     gt._active, self._resumes = self, 0
     local staged
     if self._kstage then

@@ -130,7 +130,7 @@ end
 
 -- -- Handles ---------------------------------------------------------------
 
-local SLAB, STATIC_FLAG = C.GT_BUF_SLAB, C.GT_BUF_STATIC
+local SLAB = C.GT_BUF_SLAB
 local band, bor, bnot = bit.band, bit.bor, bit.bnot
 local gc, retain = ffi.gc, C.gt_buf_retain
 local function drop(t) C.gt_buf_release(t._b) end
@@ -172,7 +172,6 @@ local function new_sid(sid, d, level)
   if tree then
     local b = C.gt_tree_buf_new(rt, nb)
     if b == nil then error(gt._errmsg(), level + 1) end
-    tree._nw = b.ci + 1
     local t = TT(b, 0, nb, tree._gen, sid, d.code, 0)
     tree._last = t                                       -- a new node's shapes name its last tensor
     return t
@@ -540,7 +539,7 @@ end
 local function end_tree_scope(tree, first, fn, ...)
   for i = 1, select("#", ...) do keep((select(i, ...))) end
   local t = tree._t
-  for i = first, tree._nw - 1 do settle(C.gt_tree_buf_ptr(t, i), fn) end
+  for i = first, C.gt_tree_nbufs(t) - 1 do settle(C.gt_tree_buf_ptr(t, i), fn) end
   return ...
 end
 
@@ -566,7 +565,7 @@ end
 function gt.scope(fn, ...)
   if type(fn) ~= "function" then error("gt.scope(fn, ...): fn must be a function, got " .. type(fn), 2) end
   local tree = gt._active
-  if tree then return end_tree_scope(tree, tree._nw, fn, fn(...)) end
+  if tree then return end_tree_scope(tree, C.gt_tree_nbufs(tree._t), fn, fn(...)) end
   nplain = nplain + 1
   plain[nplain] = plain[nplain] or {}
   return end_plain_scope(fn, pcall(fn, ...))

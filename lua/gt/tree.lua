@@ -5,7 +5,7 @@ local bit = require "bit"
 local gt = require "gt"
 local C, rt, is_tensor = gt._C, gt._rt, gt.is_tensor
 local STAGING = C.GT_BUF_STAGING
-local select, getmetatable, type, pairs, next = select, getmetatable, type, pairs, next
+local select, getmetatable, type, pairs = select, getmetatable, type, pairs
 
 local Tree = {}
 Tree.__index = Tree
@@ -63,7 +63,7 @@ local function flush(level, reason)
   local want = C.gt_tree_explain_wanted(rt)       -- a node's first visit: its cut and shapes
   if want ~= 0 then gt._explain(want, level + 1, reason) end
   local a = gt._active
-  if a then a._seg0 = a._nw end
+  if a then a._seg0 = C.gt_tree_nbufs(a._t) end   -- the next segment's tensors come after these
 end
 gt._flush = flush
 
@@ -76,7 +76,7 @@ gt.on_warning = function(msg) io.stderr:write("gtlua: warning: ", msg, "\n") end
 function gt._note_sync(what, level)
   local tree = gt._active
   if not tree or not tree._keyed or tree._sync then return end
-  local lv, info = level + 1, nil
+  local lv, info = level + 1
   repeat
     info = debug.getinfo(lv, "Sl")
     lv = lv + 1
@@ -120,7 +120,7 @@ function gt.tree(fn, opts)
   local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
                               _copy = opts.copy_inputs and true or false, _nwarn = 0,
                               _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
-                              _nw = 0, _gen = 0, _seg0 = 0,
+                              _gen = 0, _seg0 = 0,
                               _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
   if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
     if opts.buckets then error("gt.tree: key and buckets cannot be combined yet; bucket the inputs before a keyed tree", 2) end
@@ -279,7 +279,7 @@ end
 -- eager: nil, or a reason to run this call's segments eagerly without nodes.
 local function run(self, eager, ...)
   if C.gt_tree_begin(rt, self._t, eager) ~= 0 then error(gt._errmsg(), 3) end
-  self._nw, self._gen, self._seg0 = 0, C.gt_tree_gen(self._t), 0   -- the call's buffers so far, its generation
+  self._gen, self._seg0 = C.gt_tree_gen(self._t), 0   -- the call's generation; its first segment's tensors from 0
   self._sync, self._staged = nil, nil
   gt._active, self._resumes = self, 0
   local prep = not eager and self._prep or nil            -- a call beyond the buckets pads nothing
