@@ -91,14 +91,21 @@ local function read_png(s)
   end
 end
 
+-- Chromium and a fresh scratch directory, or nil and why the spec is pending.
+local function browser_run()
+  local chromium = find_chromium()
+  if not chromium then return nil, "no Chromium here (apt-get install chromium, or set CHROMIUM)" end
+  if not BIN then return nil, "GTLUA_BIN is not set (run inside gtlua)" end
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert.is_true(sh("mkdir -p " .. shq(dir)))
+  return chromium, dir
+end
+
 describe("the HTML report in a browser #browser", function()
   it("renders examples/branchy.lua's tree in headless Chromium", function()
-    local chromium = find_chromium()
-    if not chromium then return pending("no Chromium here (apt-get install chromium, or set CHROMIUM)") end
-    if not BIN then return pending("GTLUA_BIN is not set (run inside gtlua)") end
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert.is_true(sh("mkdir -p " .. shq(dir)))
+    local chromium, dir = browser_run()
+    if not chromium then return pending(dir) end
     local html, png = dir .. "/branchy.html", os.getenv("GTLUA_SHOT") or (dir .. "/branchy.png")
     assert.is_true(sh(string.format("timeout 60 %s --report=%s examples/branchy.lua > /dev/null 2>&1", shq(BIN), shq(html))))
     local cmd = string.format("cd %s && timeout 120 %s --headless --disable-gpu --no-sandbox --hide-scrollbars " ..
@@ -166,12 +173,8 @@ end
 
 describe("the HTML report of a 33-node tree in a browser #browser", function()
   it("keeps every root, every table and every label inside a 1280 px window", function()
-    local chromium = find_chromium()
-    if not chromium then return pending("no Chromium here (apt-get install chromium, or set CHROMIUM)") end
-    if not BIN then return pending("GTLUA_BIN is not set (run inside gtlua)") end
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert.is_true(sh("mkdir -p " .. shq(dir)))
+    local chromium, dir = browser_run()
+    if not chromium then return pending(dir) end
     local html = dir .. "/wide.html"
     assert.is_true(sh(string.format("timeout 60 %s --report=%s spec/fixtures/wide_tree.lua > /dev/null 2>&1", shq(BIN), shq(html))))
     local page = slurp(html)

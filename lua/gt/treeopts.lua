@@ -116,7 +116,8 @@ end
 local NAMES = { "name", "warmup", "max_recordings", "on_limit", "copy_inputs", "buckets", "warn_shapes", "key", "patch", "verify" }
 local KNOWN = {}
 for _, n in ipairs(NAMES) do KNOWN[n] = true end
-local LATER = { pool = "sharing one pool between trees (pool = other_tree) is not implemented yet" }
+-- Options DESIGN names for later: asking for one raises (never silently ignored).
+local NOT_BUILT = { pool = "sharing one pool between trees (pool = other_tree) is not implemented yet; give each tree its own" }
 
 -- Levenshtein distance, for did-you-mean (names are short).
 local function distance(a, b)
@@ -138,7 +139,7 @@ local function unknown(k, fail)
     fail("gt.tree: options are named (opts = {warmup = 1, ...}); got the key " .. show(k) ..
       ". Options: " .. table.concat(NAMES, ", "))
   end
-  if LATER[k] then fail("gt.tree: option '" .. k .. "': " .. LATER[k]) end
+  if NOT_BUILT[k] then fail("gt.tree: option '" .. k .. "': " .. NOT_BUILT[k]) end
   local best, bestd = nil, math.huge
   for _, n in ipairs(NAMES) do
     local d = distance(k:lower(), n)
