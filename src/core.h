@@ -224,6 +224,8 @@ struct gt_tree {
   void (*keyed_free)(struct gt_tree *t);  /* frees them (keyed.c sets it: the tree does not call up into keyed.c) */
   gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
+  int *cdirty, ndirty, cdirtycap;    /* launches whose scalars or external addresses differ from cand's graph */
+  int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
 };
 
 /* Backend nodes for t's queue as n's graph: n->argvals receives the argument
@@ -242,6 +244,9 @@ uint64_t gt_segment_key(gt_tree *t, int topology);  /* topology: without grids, 
 void gt_cursor_start(gt_tree *t, gt_node *parent);  /* a segment begins under parent */
 void gt_cursor_push(gt_tree *t);                    /* a launch was queued */
 gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its node if the cursor matched throughout */
+/* After a hit on n: the launches a replay must patch (t->cdirty), or -1
+   when every launch must be compared (n was not the cursor's). */
+int gt_cursor_dirty(const gt_tree *t, const gt_node *n);
 int gt_cursor_save(gt_tree *t, gt_node *n, int first);  /* n was recorded from the queue */
 void gt_cursor_forget(gt_node *n);
 /* -- Device-side branches (cond.c) ---------------------------------------- */

@@ -183,6 +183,16 @@ int gt_module_count(gt_module *m);
 gt_kernel *gt_module_kernel(gt_module *m, int i);
 int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
               unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_arg *args); /* args: k->nparams of them */
+/* A launch configuration checked once: a bound launcher's kernel, grid, block
+   and shared memory (K.name:config in Lua). */
+typedef struct gt_launchcfg { gt_kernel *k; unsigned grid[3], block[3], smem; } gt_launchcfg;
+int gt_launch_config(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
+                     unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_launchcfg *out);
+/* gt_launch with a checked configuration and arguments already in normal form
+   (what Lua's generated launchers write): every tensor parameter a live
+   tensor, every scalar's buf NULL and its unused bits zero.  In a tree call
+   this only queues the launch. */
+int gt_launch_bound(gt_runtime *rt, const gt_launchcfg *c, gt_arg *args);
 
 /* -- Trees -------------------------------------------------------------- */
 gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts);

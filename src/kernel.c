@@ -304,10 +304,8 @@ static void fault_sizes(gt_runtime *rt, const gt_kernel *k, const gt_arg *args) 
   }
 }
 
-/* Queues (in a tree call) or runs the kernel.  Arguments were checked by the
-   Lua layer; scalars are normalised here so equal values compare equal. */
-int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
-              unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_arg *args) {
+static int check_dims(gt_runtime *rt, const gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
+                      unsigned bx, unsigned by, unsigned bz) {
   if (!gx || !gy || !gz || !bx || !by || !bz)
     return gt_fail(rt, "kernel '%s': grid and block sizes must be at least 1", k->name);
   /* CUDA's limits on every current device; the cpu backend keeps them too so
@@ -318,6 +316,34 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
   if (bx > 1024 || by > 1024 || bz > 64 || (uint64_t)bx * by * bz > 1024)
     return gt_fail(rt, "kernel '%s': block %ux%ux%u exceeds the device limits (x, y up to 1024, z up to 64, "
                    "at most 1024 threads in all)", k->name, bx, by, bz);
+  return GT_OK;
+}
+
+int gt_launch_config(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
+                     unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_launchcfg *out) {
+  if (check_dims(rt, k, gx, gy, gz, bx, by, bz)) return GT_ERR;
+  *out = (gt_launchcfg){ k, { gx, gy, gz }, { bx, by, bz }, smem };
+  return GT_OK;
+}
+
+/* Runs the launch now (outside a tree call). */
+static int launch_now(gt_runtime *rt, const gt_qlaunch *l, gt_arg *args) {
+  const gt_kernel *k = l->k;
+  for (int i = 0; i < k->nparams; i++)
+    if (args[i].buf && !args[i].buf->addr) return gt_fail(rt, "kernel '%s': parameter '%s' has no memory", k->name, k->pname[i]);
+  rt->be.fault_addr = 0;
+  if (gt_submit(rt, l, args) != GT_OK) {
+    fault_sizes(rt, k, args);
+    return GT_ERR;
+  }
+  return GT_OK;
+}
+
+/* Queues (in a tree call) or runs the kernel.  Scalars are normalised here
+   so equal values compare equal. */
+int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
+              unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_arg *args) {
+  if (check_dims(rt, k, gx, gy, gz, bx, by, bz)) return GT_ERR;
   for (int i = 0; i < k->nparams; i++) {
     switch (k->ptype[i]) {
     case GT_P_IN: case GT_P_OUT:
@@ -331,15 +357,13 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
     }
   }
   gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = k, .grid = { gx, gy, gz }, .block = { bx, by, bz }, .smem = smem, .nargs = k->nparams };
-  if (rt->active) return gt_submit(rt, &l, args);
-  for (int i = 0; i < k->nparams; i++)
-    if (args[i].buf && !args[i].buf->addr) return gt_fail(rt, "kernel '%s': parameter '%s' has no memory", k->name, k->pname[i]);
-  rt->be.fault_addr = 0;
-  if (gt_submit(rt, &l, args) != GT_OK) {
-    fault_sizes(rt, k, args);
-    return GT_ERR;
-  }
-  return GT_OK;
+  return rt->active ? gt_submit(rt, &l, args) : launch_now(rt, &l, args);
+}
+
+int gt_launch_bound(gt_runtime *rt, const gt_launchcfg *c, gt_arg *args) {
+  gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = c->k, .grid = { c->grid[0], c->grid[1], c->grid[2] },
+                   .block = { c->block[0], c->block[1], c->block[2] }, .smem = c->smem, .nargs = c->k->nparams };
+  return rt->active ? gt_submit(rt, &l, args) : launch_now(rt, &l, args);
 }
 
 /* -- Tests --------------------------------------------------------------- */

@@ -81,7 +81,27 @@ uint64_t gt_segment_key(gt_tree *t, int topology) {
 
 static int same_launch(const gt_qlaunch *a, const gt_qlaunch *b) {
   return a->kind == b->kind && a->k == b->k && a->nargs == b->nargs && a->smem == b->smem && a->bytes == b->bytes &&
-         a->value == b->value && !memcmp(a->grid, b->grid, sizeof a->grid) && !memcmp(a->block, b->block, sizeof a->block);
+         a->value == b->value && a->grid[0] == b->grid[0] && a->grid[1] == b->grid[1] && a->grid[2] == b->grid[2] &&
+         a->block[0] == b->block[0] && a->block[1] == b->block[1] && a->block[2] == b->block[2];
+}
+
+/* Launch i, which matched: its scalars and external addresses against the
+   values n's graph holds.  Internal, path and static arguments that matched
+   are at the addresses the graph holds (the plan is fixed while n lives). */
+static void note_dirty(gt_tree *t, const gt_node *n, const gt_qlaunch *l, const gt_arg *a, const gt_asig *s, int i) {
+  if (!t->cexact) return;
+  const uint64_t *was = n->argvals ? n->argvals + n->launches[i].arg0 : NULL;
+  if (!was || n->nargvals < n->launches[i].arg0 + l->nargs) { t->cexact = 0; return; }
+  for (int j = 0; j < l->nargs; j++) {
+    uint64_t v;
+    if (!a[j].buf) v = a[j].v.bits;
+    else if (s[j].role == GT_ROLE_EXTERNAL) v = a[j].buf->addr + (uint64_t)a[j].off;
+    else continue;
+    if (v == was[j]) continue;
+    if (GT_GROW(t->cdirty, t->cdirtycap, t->ndirty + 1)) { t->cexact = 0; return; }
+    t->cdirty[t->ndirty++] = i;
+    return;
+  }
 }
 
 /* Launch i of the queue against launch i of n's recording. */
@@ -96,15 +116,22 @@ static int match_at(gt_tree *t, const gt_node *n, int i) {
     gt_asig x = arg_sig(t, &a[j], 0, t->cserial, &t->cseen);
     if (x.role != s[j].role || x.id != s[j].id || x.off != s[j].off || x.nbytes != s[j].nbytes) return 0;
   }
+  note_dirty(t, n, l, a, s, i);
   return 1;
+}
+
+static void restart(gt_tree *t) {
+  t->cserial = next_serial();
+  t->cseen = 0;
+  t->ndirty = 0;
+  t->cexact = 1;
 }
 
 /* A segment begins under parent: predict the child visited there last. */
 void gt_cursor_start(gt_tree *t, gt_node *parent) {
   t->cand = parent->last_kid;
   t->cmiss = !t->cand;
-  t->cserial = next_serial();
-  t->cseen = 0;
+  restart(t);
 }
 
 /* The prediction missed at launch i: a sibling whose recording matches the
@@ -115,8 +142,7 @@ static void switch_cand(gt_tree *t, int i) {
   for (int k = 0; k < p->nkids; k++) {
     gt_node *c = p->kids[k];
     if (c == miss || c->nsig <= i) continue;
-    t->cserial = next_serial();
-    t->cseen = 0;
+    restart(t);
     int j = 0;
     while (j <= i && match_at(t, c, j)) j++;
     if (j > i) { t->cand = c; t->cmiss = 0; return; }
@@ -140,6 +166,10 @@ gt_node *gt_cursor_hit(gt_tree *t, int first) {
     if (b->rel != r->rel || b->seg != r->seg || b->idx != r->idx) return NULL;
   }
   return n;
+}
+
+int gt_cursor_dirty(const gt_tree *t, const gt_node *n) {
+  return n == t->cand && !t->cmiss && t->cexact ? t->ndirty : -1;
 }
 
 /* After n's graph was built from the queue: what the cursor compares with. */

@@ -77,7 +77,7 @@ void gt_tree_free(gt_tree *t) {
   free(t->root.kids);
   for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
   free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
-  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned);
+  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned); free(t->cdirty);
   free(t->rels);
   gt_queue_free(&t->q);
   gt_slab_give(t);
@@ -242,8 +242,9 @@ static int replay(gt_tree *t, gt_node *n, int first) {
   for (int i = 0; i < n->nnew; i++) t->bufs[first + i]->addr = t->pool.base + n->plan[i];
   if (scratch(t, q->nargs)) return GT_ERR;
   uint64_t *vals = t->scratch;
-  int refused = 0;
-  for (int i = 0; i < q->n; i++) {
+  int refused = 0, ndirty = gt_cursor_dirty(t, n), all = ndirty < 0;
+  for (int d = 0; d < (all ? q->n : ndirty); d++) {
+    int i = all ? d : t->cdirty[d];
     const gt_qlaunch *l = &q->l[i];
     uint64_t *now = vals + l->arg0, *was = n->argvals + l->arg0;
     gt_queue_resolve(q, i, now);

@@ -100,58 +100,63 @@ local function make_launcher(k)
   -- too few arguments leave the last one nil; too many arrive in ...
   local count = "if select('#', ...) > 0 " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
     "then count_error(select('#', ...)" .. (n > 0 and ", " .. plist or "") .. ") end\n"
-  local src = "local C, rt, k, args, T, fail, floor, istype, type, raise, select, count_error = ...\n" ..
-    "return function(gx, gy, gz, bx, by, bz, sm" .. (n > 0 and ", " .. plist or "") .. ", ...)\n" .. count ..
-    table.concat(body, "\n") .. "\n" ..
-    "if C.gt_launch(rt, k, gx, gy, gz, bx, by, bz, sm, args) ~= 0 then raise() end\nend"
+  local body = "(" .. plist .. (n > 0 and ", ..." or "...") .. ")\n" .. count .. table.concat(body, "\n") ..
+    "\nif bound(rt, cfg, args) ~= 0 then raise() end\nend"
+  -- factory(cfg): the bound launcher of one checked configuration
+  local src = "local rt, args, T, fail, floor, istype, type, raise, select, count_error, bound = ...\n" ..
+    "return function(cfg) return function" .. body .. " end"
   local args = ffi.new("gt_arg[?]", math.max(n, 1))
-  local function fail(i, v) arg_error(k, i, v, 4) end
-  local function raise() error(gt._errmsg(), 4) end
+  local function fail(i, v) arg_error(k, i, v, 3) end
+  local function raise() error(gt._errmsg(), 3) end
   local function count_error(extra, ...)
     local p = {}
     for i = 0, n - 1 do p[#p + 1] = ffi.string(k.ptext[i]) .. " " .. ffi.string(k.pname[i]) end
     local sig = ffi.string(k.name) .. "(" .. table.concat(p, ", ") .. ")"
-    if extra > 0 then error(("kernel %s takes %d arguments, got %d"):format(sig, n, n + extra), 4) end
+    if extra > 0 then error(("kernel %s takes %d arguments, got %d"):format(sig, n, n + extra), 3) end
     local given = { ... }
     local miss = 1
     while given[miss] ~= nil do miss = miss + 1 end
     error(("kernel %s takes %d arguments: argument #%d ('%s', %s) is missing"):format(
-      sig, n, miss, ffi.string(k.pname[miss - 1]), ffi.string(k.ptext[miss - 1])), 4)
+      sig, n, miss, ffi.string(k.pname[miss - 1]), ffi.string(k.ptext[miss - 1])), 3)
   end
   local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name)))
-  return f(C, rt, k, args, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, select, count_error), plist
+  return f(rt, args, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, select, count_error,
+           C.gt_launch_bound)
+end
+
+local CFG = ffi.typeof("gt_launchcfg")
+
+-- A checked configuration of kernel k (raises at the caller's caller).
+local function launch_config(k, name, grid, block, smem)
+  local gx, gy, gz = dims(grid, "grid", name, 3)
+  local bx, by, bz = dims(block, "block", name, 3)
+  local cfg = CFG()
+  if C.gt_launch_config(rt, k, gx, gy, gz, bx, by, bz, smem, cfg) ~= 0 then error(gt._errmsg(), 3) end
+  return cfg
 end
 
 local function new_kernel(k, module)
-  local launch, plist = make_launcher(k)
+  local factory = make_launcher(k)
   local name = ffi.string(k.name)
   local params = {}
   for i = 0, k.nparams - 1 do params[i + 1] = { name = ffi.string(k.pname[i]), type = ffi.string(k.ptext[i]) } end
-  -- config(grid, block [, smem]) -> a bound launcher with no argument parsing
-  local factory = assert(loadstring("local L = ...\nreturn function(gx, gy, gz, bx, by, bz, sm)\n" ..
-    "return function(" .. plist .. (plist ~= "" and ", ..." or "...") .. ") L(gx, gy, gz, bx, by, bz, sm" ..
-    (plist ~= "" and ", " .. plist or "") .. ", ...) end end", "=gt.config." .. name))(launch)
   return setmetatable({ name = name, params = params, graphable = k.graphable ~= 0,
-                        _k = k, _launch = launch, _factory = factory, _module = module }, Kernel)
+                        _k = k, _factory = factory, _module = module }, Kernel)
 end
 
 --- K.name(grid, block, args...): launch (queued inside a tree call)
 function Kernel:__call(grid, block, ...)
-  local gx, gy, gz = dims(grid, "grid", self.name, 2)
-  local bx, by, bz = dims(block, "block", self.name, 2)
-  self._launch(gx, gy, gz, bx, by, bz, 0, ...)
+  self._factory(launch_config(self._k, self.name, grid, block, 0))(...)
 end
 
 --- K.name:config(grid, block [, smem_bytes]) -> f(args...), a cheap bound launcher
 function Kernel:config(grid, block, smem)
-  local gx, gy, gz = dims(grid, "grid", self.name, 2)
-  local bx, by, bz = dims(block, "block", self.name, 2)
   smem = smem or 0
   if type(smem) ~= "number" or smem < 0 or smem > 2 ^ 32 - 1 or smem ~= math.floor(smem) then
     error("kernel '" .. self.name .. "': shared memory must be a whole number of bytes in 0..4294967295 " ..
       "(the device allows far less), got " .. tostring(smem), 2)
   end
-  return self._factory(gx, gy, gz, bx, by, bz, smem)
+  return self._factory(launch_config(self._k, self.name, grid, block, smem))
 end
 
 function Kernel:__tostring()
