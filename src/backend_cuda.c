@@ -1043,8 +1043,9 @@ static int cuda_graph_set_kernel(gt_backend *b, gt_bgraph *g, int i, const gt_gn
     }
     return CU(I, cuGraphKernelNodeSetParams, g->nodes[i], &p);
   }
-  if ((rc = CU(I, cuGraphExecKernelNodeSetParams, g->exec, g->nodes[i], &p)) ||
-      (rc = CU(I, cuGraphKernelNodeSetParams, g->nodes[i], &p)))  /* keep the graph the truth */
+  /* The exec alone: the graph it came from lends only its node handles (an
+     update copies its new parameters into them), so one driver call a patch. */
+  if ((rc = CU(I, cuGraphExecKernelNodeSetParams, g->exec, g->nodes[i], &p)))
     launch_context(b, node->fn, node->grid, node->block, node->smem);
   return rc;
 }

@@ -62,6 +62,7 @@ typedef struct gt_buf {
   int32_t ci;              /* tree buffers: index within the call (gt_tree_buf_new's result) */
   int32_t relseg;          /* tree buffers: segment in which it was released (-1: not released) */
   uint32_t rel;            /* tree buffers: launches queued in that segment before the release */
+  int32_t site;            /* the gt.scope that released it (gt_tree_scope_end's site), 0: another release */
 } gt_buf;
 
 /* One kernel argument: a tensor view (buf != NULL) or a scalar in v. */
@@ -163,6 +164,10 @@ gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes);  /* its index in the ca
 gt_buf *gt_tree_buf_ptr(gt_tree *t, int i);              /* the struct of index i of the current (or last) call */
 uint32_t gt_tree_gen(gt_tree *t);                        /* the generation of the current (or last) call */
 int gt_tree_nbufs(gt_tree *t);                          /* buffers the current (or last) call has made so far */
+/* A gt.scope in the running call ends: the call's buffers first.. that it
+   did not return (GT_BUF_KEEP, cleared here) and that are not yet released
+   are released, naming site.  GT_ERR when out of host memory. */
+int gt_tree_scope_end(gt_runtime *rt, int first, int site);
 uint32_t gt_tree_prev_gen(gt_tree *t);                   /* in a call: the previous call's generation */
 void gt_buf_retain(gt_buf *b);                       /* one more Lua handle (a view) holds b */
 void gt_buf_release(gt_buf *b);                      /* a Lua handle of b was collected: drop its reference */

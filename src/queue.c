@@ -116,6 +116,7 @@ int gt_buf_free(gt_runtime *rt, gt_buf *b) {
   if (b->flags & GT_BUF_RELEASED) return gt_fail(rt, "the tensor was already released");
   b->flags |= GT_BUF_RELEASED;
   b->gen_now = &gt_released_gen;
+  b->site = 0;
   gt_tree *t = rt->active;
   if ((b->flags & GT_BUF_SLAB) && b->tree == t && t && b->gen == t->gen) return release_queued(t, b);
   if (!b->tree) gt_buf_return(rt, b);   /* (staging: the memory is the tree's slot) */

@@ -36,6 +36,19 @@ gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   return b;
 }
 
+int gt_tree_scope_end(gt_runtime *rt, int first, int site) {
+  gt_tree *t = rt->active;
+  if (!t) return gt_fail(rt, "gt_tree_scope_end outside a tree call");
+  for (int i = first < 0 ? 0 : first; i < t->nbufs; i++) {
+    gt_buf *b = t->bufs[i];
+    if (b->flags & GT_BUF_KEEP) { b->flags &= ~GT_BUF_KEEP; continue; }
+    if (b->flags & GT_BUF_RELEASED) continue;
+    if (gt_buf_free(rt, b)) return GT_ERR;
+    b->site = site;
+  }
+  return GT_OK;
+}
+
 gt_buf *gt_tree_buf_ptr(gt_tree *t, int i) {
   return i >= 0 && i / GT_SLAB < t->nslab ? &t->slab[i / GT_SLAB][i % GT_SLAB] : NULL;
 }

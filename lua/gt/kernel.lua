@@ -77,15 +77,19 @@ local function make_launcher(k)
     local s = "args[" .. (i - 1) .. "]"
     if pt == PTR_IN or pt == PTR_OUT then
       local want = gt._dtype_of_code[k.pdtype[i - 1]]
-      local dcheck = want and DT[want] and (" or t._dt ~= %d"):format(DT[want].code) or ""
+      -- live, contiguous and of the dtype: one guard (one snapshot in a trace), not three
+      local dcheck = want and DT[want] and (", bxor(t._dt, %d)"):format(DT[want].code) or ""
       body[#body + 1] = ("do local t = a%d; if not istype(T, t) then fail(%d, t) end; local b = t._b; " ..
-        "if t._gen ~= b.gen_now[0] or t._vid ~= 0%s then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
+        "if bor(bxor(t._gen, b.gen_now[0]), t._vid%s) ~= 0 then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
         :format(i, i, dcheck, i, s, s, s)
     else
       local st = SCALAR[pt]
       if st == "bool" then
         body[#body + 1] = ("do local v = a%d; if v == true then v = 1 elseif v == false or v == nil then v = 0 " ..
           "elseif type(v) ~= 'number' then fail(%d, v) end; %s.v.u64 = v ~= 0 and 1 or 0 end"):format(i, i, s)
+      elseif st == "i32" or st == "u32" then   -- an integer in range: one guard
+        body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' or tobit(v)%s ~= v then fail(%d, v) end; %s.v.%s = v end")
+          :format(i, st == "u32" and " % 4294967296" or "", i, s, FIELD[st])
       elseif INTEGER[st] then
         local r = RANGE[st]
         body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' or v ~= floor(v) or v < %.17g or v >= %.17g " ..
@@ -97,13 +101,14 @@ local function make_launcher(k)
     end
   end
   local plist = table.concat(params, ", ")
-  -- too few arguments leave the last one nil; too many arrive in ...
-  local count = "if select('#', ...) > 0 " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
-    "then count_error(select('#', ...)" .. (n > 0 and ", " .. plist or "") .. ") end\n"
-  local body = "(" .. plist .. (n > 0 and ", ..." or "...") .. ")\n" .. count .. table.concat(body, "\n") ..
+  -- too few arguments leave the last one nil; one too many arrives in `extra`
+  -- (no varargs: a vararg function cannot start a trace of its own)
+  local count = "if extra ~= nil " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
+    "then count_error(extra" .. (n > 0 and ", " .. plist or "") .. ") end\n"
+  local body = "(" .. plist .. (n > 0 and ", extra" or "extra") .. ")\n" .. count .. table.concat(body, "\n") ..
     "\nif bound(rt, cfg, args) ~= 0 then raise() end\nend"
   -- factory(cfg): the bound launcher of one checked configuration
-  local src = "local rt, args, T, fail, floor, istype, type, raise, select, count_error, bound = ...\n" ..
+  local src = "local rt, args, T, fail, floor, istype, type, raise, count_error, bound, bor, bxor, tobit = ...\n" ..
     "return function(cfg) return function" .. body .. " end"
   local args = ffi.new("gt_arg[?]", math.max(n, 1))
   local function fail(i, v) arg_error(k, i, v, 3) end
@@ -112,7 +117,10 @@ local function make_launcher(k)
     local p = {}
     for i = 0, n - 1 do p[#p + 1] = ffi.string(k.ptext[i]) .. " " .. ffi.string(k.pname[i]) end
     local sig = ffi.string(k.name) .. "(" .. table.concat(p, ", ") .. ")"
-    if extra > 0 then error(("kernel %s takes %d arguments, got %d"):format(sig, n, n + extra), 3) end
+    if extra ~= nil then
+      error(("kernel %s takes %d arguments, got more (argument #%d is %s)"):format(sig, n, n + 1,
+        gt.is_tensor(extra) and "a tensor" or "a " .. type(extra)), 3)
+    end
     local given = { ... }
     local miss = 1
     while given[miss] ~= nil do miss = miss + 1 end
@@ -120,8 +128,8 @@ local function make_launcher(k)
       sig, n, miss, ffi.string(k.pname[miss - 1]), ffi.string(k.ptext[miss - 1])), 3)
   end
   local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name)))
-  return f(rt, args, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, select, count_error,
-           C.gt_launch_bound)
+  return f(rt, args, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error, C.gt_launch_bound,
+           bit.bor, bit.bxor, bit.tobit)
 end
 
 local CFG = ffi.typeof("gt_launchcfg")

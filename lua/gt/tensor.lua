@@ -194,6 +194,19 @@ end
 -- (shared by every view; a tree's buffer structs are reused call to call,
 -- so the table stays as small as the structs are few).
 local released_by = {}
+
+-- The functions of gt.scope calls that released tree buffers, by the id the
+-- core keeps on each buffer (b.site); weak both ways, so a scope made per call
+-- (a closure) does not accumulate.
+local SITES, SITE_OF, nsites = setmetatable({}, { __mode = "v" }), setmetatable({}, { __mode = "k" }), 0
+local function site_id(fn)
+  local id = SITE_OF[fn]
+  if id then return id end
+  nsites = nsites < 2 ^ 31 - 1 and nsites + 1 or 1
+  SITES[nsites], SITE_OF[fn] = fn, nsites
+  return nsites
+end
+
 local RELEASED, KEEP = C.GT_BUF_RELEASED, C.GT_BUF_KEEP
 local function addr(b) return tonumber(ffi.cast("uintptr_t", b)) end
 
@@ -210,7 +223,7 @@ local function stale_error(t, level)
   local b = t._b
   local what = "tensor " .. t.dtype .. " " .. shape_str(t.shape)
   if band(b.flags, RELEASED) ~= 0 and b.gen == t._gen then
-    local by, advice = site_text(released_by[addr(b)])
+    local by, advice = site_text(b.site ~= 0 and (SITES[b.site] or "a gt.scope") or released_by[addr(b)])
     error(what .. " was released by " .. by .. "; " .. advice, level + 1)
   end
   if b.tree ~= nil then
@@ -535,12 +548,39 @@ local function settle(b, fn)
   return false
 end
 
--- In a tree call: the call's buffers first..(now) are the scope's.
-local function end_tree_scope(tree, first, fn, ...)
-  for i = 1, select("#", ...) do keep((select(i, ...))) end
-  local t = tree._t
-  for i = first, C.gt_tree_nbufs(t) - 1 do settle(C.gt_tree_buf_ptr(t, i), fn) end
+-- fn(a1, ..., an) for n <= 8 (exactly n arguments).
+local function call_n(fn, n, a1, a2, a3, a4, a5, a6, a7, a8)
+  if n <= 4 then
+    if n <= 2 then
+      if n == 0 then return fn() elseif n == 1 then return fn(a1) end
+      return fn(a1, a2)
+    end
+    if n == 3 then return fn(a1, a2, a3) end
+    return fn(a1, a2, a3, a4)
+  end
+  if n <= 6 then
+    if n == 5 then return fn(a1, a2, a3, a4, a5) end
+    return fn(a1, a2, a3, a4, a5, a6)
+  end
+  if n == 7 then return fn(a1, a2, a3, a4, a5, a6, a7) end
+  return fn(a1, a2, a3, a4, a5, a6, a7, a8)
+end
+gt._call_n = call_n
+
+-- In a tree call: the call's buffers first..(now) are the scope's; the core
+-- releases those not returned.
+local function end_tree_scope(first, fn, ...)
+  if select("#", ...) == 1 then keep((...))
+  else for i = 1, select("#", ...) do keep((select(i, ...))) end end
+  if C.gt_tree_scope_end(rt, first, site_id(fn)) ~= 0 then error(gt._errmsg(), 3) end
   return ...
+end
+
+-- gt.scope in a tree call with at most 8 arguments.  Not a vararg function:
+-- LuaJIT starts no trace in one, so when the caller's loop does not compile
+-- (a large body) this part still does.
+local function tree_scope(tree, fn, n, a1, a2, a3, a4, a5, a6, a7, a8)
+  return end_tree_scope(C.gt_tree_nbufs(tree._t), fn, call_n(fn, n, a1, a2, a3, a4, a5, a6, a7, a8))
 end
 
 local function end_plain_scope(fn, ok, ...)
@@ -564,8 +604,11 @@ end
 --- same in tree calls (in queue order) and outside them.
 function gt.scope(fn, ...)
   if type(fn) ~= "function" then error("gt.scope(fn, ...): fn must be a function, got " .. type(fn), 2) end
-  local tree = gt._active
-  if tree then return end_tree_scope(tree, C.gt_tree_nbufs(tree._t), fn, fn(...)) end
+  local tree, n = gt._active, select("#", ...)
+  if tree then
+    if n <= 8 then return tree_scope(tree, fn, n, ...) end
+    return end_tree_scope(C.gt_tree_nbufs(tree._t), fn, fn(...))
+  end
   nplain = nplain + 1
   plain[nplain] = plain[nplain] or {}
   return end_plain_scope(fn, pcall(fn, ...))
