@@ -113,7 +113,7 @@ local function rows_launcher(Mr, N, Kd)
     SMS = SMS or gt.device().sms
     local p = M.rows_plan(Mr, N, Kd, SMS)
     r = { f = kernels()["rows_linear_m" .. p.mt .. "_f32"]:config(p.grid, p.block, p.smem), S = p.S,
-          M = Mr, N = N, K = Kd, shape = { Mr, N } }
+          M = Mr, N = N, K = Kd, shape = gt.shape { Mr, N } }
     byK[Mr] = r
   end
   return r
@@ -304,7 +304,7 @@ function M.new(c, w)
   local plans = {}
   local function plan(B)
     local P = {
-      x = { B, D }, tok = { B },
+      x = gt.shape { B, D }, tok = gt.shape { B },
       qkv = rows_launcher(B, 3 * D, D), proj = rows_launcher(B, D, D),
       fc = rows_launcher(B, 4 * D, D), out = rows_launcher(B, D, 4 * D), lm = rows_launcher(B, V, D),
       attn = KK.attn_decode_f32:config(min(B * H, 65535), attn_block(B)),

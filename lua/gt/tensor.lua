@@ -263,6 +263,9 @@ end
 
 -- -- Creation -------------------------------------------------------------
 
+--- gt.shape(shape) -> the interned, read-only table of that shape (t.shape is one)
+function gt.shape(shape) return SHAPES[shape_id(shape, 2)] end
+
 --- gt.tensor(shape [, dtype]) -> uninitialised tensor
 function gt.tensor(shape, dtype) return new(shape, dtype, 2) end
 
