@@ -1,6 +1,6 @@
 -- gt.buckets: pad inputs of a tree to a few fixed sizes so that few recordings serve many shapes.
 local gt = require "gt"
-local C, rt, is_tensor = gt._C, gt._rt, gt.is_tensor
+local C, rt, is_tensor, SHAPES = gt._C, gt._rt, gt.is_tensor, gt._shapes
 
 local M = {}
 
@@ -113,7 +113,9 @@ local function bucket_call(self, ...)
   -- the real size: the first bucketed input's size along its dim
   local first = self._buckets[1]
   local n
-  for i = 1, select("#", ...) do
+  local x1 = ...                          -- the usual case: the first argument, without a loop
+  if is_tensor(x1) and (first.arg == nil or first.arg == 1) then n = SHAPES[x1._sid][first.dim] end
+  for i = 1, n and 0 or select("#", ...) do
     local x = select(i, ...)
     if is_tensor(x) and (first.arg == nil or first.arg == i) and #x.shape >= first.dim then
       n = x.shape[first.dim]
@@ -124,6 +126,9 @@ local function bucket_call(self, ...)
   local p = bucket_of(first.sizes, n)
   if not p then return self._run(self, "beyond buckets", ...) end   -- a call of the tree all the same, run eagerly
   self._breal[1], self._bpad = n, p
+  -- already at the bucket's size: nothing to pad or to narrow (the inputs are
+  -- used where they are, as in a tree without buckets)
+  if p == n and #self._buckets == 1 then return self._run(self, false, ...) end
   return narrow_all(self, self._run(self, nil, ...))
 end
 

@@ -276,13 +276,14 @@ local function watch_shapes(self, ...)
   end
 end
 
--- eager: nil, or a reason to run this call's segments eagerly without nodes.
+-- eager: nil, or a reason to run this call's segments eagerly without nodes
+-- (false: neither eager nor padded, a bucketed call already at its bucket's size).
 local function run(self, eager, ...)
-  if C.gt_tree_begin(rt, self._t, eager) ~= 0 then error(gt._errmsg(), 3) end
+  if C.gt_tree_begin(rt, self._t, eager or nil) ~= 0 then error(gt._errmsg(), 3) end
   self._gen, self._seg0 = C.gt_tree_gen(self._t), 0   -- the call's generation; its first segment's tensors from 0
   self._sync, self._staged = nil, nil
   gt._active, self._resumes = self, 0
-  local prep = not eager and self._prep or nil            -- a call beyond the buckets pads nothing
+  local prep = eager == nil and self._prep or nil         -- a call beyond the buckets pads nothing
   local n, staged = select("#", ...), prep ~= nil
   if not staged then
     for i = 1, n do

@@ -170,7 +170,9 @@ function M.decode_scenarios(cfg)
       label = format("GPT decode step, batch %d", B), kernels = 0,   -- both refined by setup
       opts = { buckets = { dim = 1, sizes = { 1, 2, 4, 8, 16 } } },
       fn = function(x, pos) local _, logits = gm.step(x, pos, 1); return logits end,
-      args = function(i) return ids, (i - 1) % d.ctx end }
+      args = function(i) return ids, (i - 1) % d.ctx end,
+      -- keyed: one path per batch size (a keyed tree of its own, no buckets); the position is patched
+      keyed = { key = function() return 0 end, patch = { 2 } } }
     sc.setup = function()
       setup()
       ids = gt.from(gpt.random_prompt(c, 1, B, B)[1], "i32")
