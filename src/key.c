@@ -85,38 +85,33 @@ static int same_launch(const gt_qlaunch *a, const gt_qlaunch *b) {
          a->block[0] == b->block[0] && a->block[1] == b->block[1] && a->block[2] == b->block[2];
 }
 
-/* Launch i, which matched: its scalars and external addresses against the
-   values n's graph holds.  Internal, path and static arguments that matched
-   are at the addresses the graph holds (the plan is fixed while n lives). */
-static void note_dirty(gt_tree *t, const gt_node *n, const gt_qlaunch *l, const gt_arg *a, const gt_asig *s, int i) {
-  if (!t->cexact) return;
-  const uint64_t *was = n->argvals ? n->argvals + n->launches[i].arg0 : NULL;
-  if (!was || n->nargvals < n->launches[i].arg0 + l->nargs) { t->cexact = 0; return; }
-  for (int j = 0; j < l->nargs; j++) {
-    uint64_t v;
-    if (!a[j].buf) v = a[j].v.bits;
-    else if (s[j].role == GT_ROLE_EXTERNAL) v = a[j].buf->addr + (uint64_t)a[j].off;
-    else continue;
-    if (v == was[j]) continue;
-    if (GT_GROW(t->cdirty, t->cdirtycap, t->ndirty + 1)) { t->cexact = 0; return; }
-    t->cdirty[t->ndirty++] = i;
-    return;
-  }
-}
-
-/* Launch i of the queue against launch i of n's recording. */
+/* Launch i of the queue against launch i of n's recording.  On a match, i
+   joins t->cdirty when one of its scalars or external addresses differs from
+   the value n's graph holds (internal, path and static arguments that match
+   are at the addresses the graph holds: the plan is fixed while n lives). */
 static int match_at(gt_tree *t, const gt_node *n, int i) {
   if (i >= n->nsig) return 0;
   const gt_qlaunch *l = &t->q.l[i], *r = &n->launches[i];
   if (!same_launch(l, r)) return 0;
   const gt_arg *a = t->q.args + l->arg0;
   const gt_asig *s = n->asig + r->arg0;
+  static const uint64_t none[64];
+  const uint64_t *was = n->argvals && n->nargvals >= r->arg0 + l->nargs && l->nargs <= 64 ? n->argvals + r->arg0 : none;
+  uint64_t dirty = was == none;
   for (int j = 0; j < l->nargs; j++) {
-    if (!a[j].buf) { if (s[j].role) return 0; continue; }
+    if (!a[j].buf) {
+      if (s[j].role) return 0;
+      dirty |= a[j].v.bits ^ was[j];
+      continue;
+    }
     gt_asig x = arg_sig(t, &a[j], 0, t->cserial, &t->cseen);
     if (x.role != s[j].role || x.id != s[j].id || x.off != s[j].off || x.nbytes != s[j].nbytes) return 0;
+    if (x.role == GT_ROLE_EXTERNAL) dirty |= (a[j].buf->addr + (uint64_t)a[j].off) ^ was[j];
   }
-  note_dirty(t, n, l, a, s, i);
+  if (dirty && t->cexact) {
+    if (was == none || GT_GROW(t->cdirty, t->cdirtycap, t->ndirty + 1)) t->cexact = 0;
+    else t->cdirty[t->ndirty++] = i;
+  }
   return 1;
 }
 
