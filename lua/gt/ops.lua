@@ -9,6 +9,7 @@
 local gt = require "gt"
 
 local ceil, max = math.ceil, math.max
+local bor, bxor = bit.bor, bit.bxor
 local type, error, format, concat = type, gt._error, string.format, table.concat   -- errors name the user's line
 
 local ops = {}
@@ -262,22 +263,20 @@ end
 local launch_linear = tiled("linear", "linear_f32")
 local ACT = { relu = 1, gelu = 2, tanh = 3, none = 0 }
 
---- ops.linear(x, W [, b] [, act]) -> act(x @ W + b).
--- x {..., K} (leading dims are rows), W {K, N}, b {N} or nil,
--- act "relu" | "gelu" | "tanh" | nil.  The result is {..., N}.
-function ops.linear(x, W, b, act)
-  if type(b) == "string" and act == nil then b, act = nil, b end
-  local xs, ws = check("linear", "x", x), check("linear", "W", W)
-  if #ws ~= 2 then fail(2, "linear", "W must be 2-D {K, N}, got %s", shape_str(ws)) end
+-- The checked path of ops.linear; returns y and, for the fast path, the
+-- plan of this x shape, W shape and bias shape (nil without a bias).
+local function linear_checked(x, W, b, act)
+  local xs, ws = check("linear", "x", x, nil, 3), check("linear", "W", W, nil, 3)
+  if #ws ~= 2 then fail(3, "linear", "W must be 2-D {K, N}, got %s", shape_str(ws)) end
   local K, N = ws[1], ws[2]
   if xs[#xs] ~= K then
-    fail(2, "linear", "x is %s but W is %s: inner dimensions differ", shape_str(xs), shape_str(ws))
+    fail(3, "linear", "x is %s but W is %s: inner dimensions differ", shape_str(xs), shape_str(ws))
   end
   local has_bias = 0
   if b ~= nil then
-    local bs = check("linear", "b", b)
+    local bs = check("linear", "b", b, nil, 3)
     if #bs ~= 1 or bs[1] ~= N then
-      fail(2, "linear", "b is %s but W is %s: b must be a vector of %d", shape_str(bs), shape_str(ws), N)
+      fail(3, "linear", "b is %s but W is %s: b must be a vector of %d", shape_str(bs), shape_str(ws), N)
     end
     has_bias = 1
   end
@@ -285,13 +284,46 @@ function ops.linear(x, W, b, act)
   if act ~= nil then
     a = ACT[act]
     if not a then
-      fail(2, "linear", "act must be \"relu\", \"gelu\", \"tanh\" or nil, got %s",
+      fail(3, "linear", "act must be \"relu\", \"gelu\", \"tanh\" or nil, got %s",
         type(act) == "string" and format("%q", act) or describe(act))
     end
   end
   local M = rows(xs, NUMEL[x._sid])
-  local y = new_sid(with_last(x._sid, N), F32, 2)
-  launch_linear(M, N)(y, x, W, b or W, M, N, K, has_bias, a)
+  local p = { y = with_last(x._sid, N), f = launch_linear(M, N), M = M, N = N, K = K }
+  local y = new_sid(p.y, F32, 3)
+  p.f(y, x, W, b or W, M, N, K, has_bias, a)
+  return y, p
+end
+
+-- Plans of checked calls: [x shape id][W shape id][bias shape id or 0].
+local linear_plans = {}
+local F32C = F32.code
+
+--- ops.linear(x, W [, b] [, act]) -> act(x @ W + b).
+-- x {..., K} (leading dims are rows), W {K, N}, b {N} or nil,
+-- act "relu" | "gelu" | "tanh" | nil.  The result is {..., N}.
+function ops.linear(x, W, b, act)
+  if type(b) == "string" and act == nil then b, act = nil, b end
+  local bsid = 0
+  if b ~= nil then bsid = is_tensor(b) and b._dt == F32C and b._vid == 0 and b._sid or -1 end
+  -- shapes seen before: one lookup instead of the checks (the launcher still
+  -- checks that every tensor is live, contiguous and f32)
+  if is_tensor(x) and is_tensor(W) and bor(bxor(x._dt, F32C), x._vid, bxor(W._dt, F32C), W._vid) == 0 then
+    local byx = linear_plans[x._sid]
+    local byw = byx and byx[W._sid]
+    local p = byw and byw[bsid]
+    local a = act == nil and 0 or ACT[act]
+    if p and a then
+      local y = new_sid(p.y, F32, 2)
+      p.f(y, x, W, b or W, p.M, p.N, p.K, bsid ~= 0 and 1 or 0, a)
+      return y
+    end
+  end
+  local y, p = linear_checked(x, W, b, act)
+  local byx = linear_plans[x._sid] or {}
+  linear_plans[x._sid] = byx
+  byx[W._sid] = byx[W._sid] or {}
+  byx[W._sid][bsid] = p
   return y
 end
 
