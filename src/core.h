@@ -157,7 +157,9 @@ enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UP
 typedef struct gt_ckpt { int32_t seg, idx; uint64_t off, size; } gt_ckpt;
 /* What the key sees of one argument (role 0: a scalar), and of one release. */
 enum { GT_ROLE_INTERNAL = 1, GT_ROLE_PATH, GT_ROLE_STATIC, GT_ROLE_EXTERNAL };
-typedef struct gt_asig { uint64_t id; int64_t off, nbytes; int role; } gt_asig;
+/* One tensor argument as a key sees it; buf: the struct it was (the cursor's
+   shortcut for the call's own buffers and static ones, see key.c). */
+typedef struct gt_asig { uint64_t id; int64_t off, nbytes; int role; const gt_buf *buf; } gt_asig;
 typedef struct gt_rsig { uint32_t rel; int32_t seg, idx; } gt_rsig;
 typedef struct gt_skip { char *reason; int count; } gt_skip;
 

@@ -39,7 +39,7 @@ int gt_role_of(const gt_tree *t, const gt_buf *b) {
    of use, not address. */
 static gt_asig arg_sig(const gt_tree *t, const gt_arg *a, int topology, uint32_t serial, uint32_t *nseen) {
   gt_buf *b = a->buf;
-  gt_asig s = { 0, a->off, a->nbytes, gt_role_of(t, b) };
+  gt_asig s = { 0, a->off, a->nbytes, gt_role_of(t, b), b };
   switch (s.role) {
   case GT_ROLE_INTERNAL: s.id = (uint64_t)b->idx; break;
   case GT_ROLE_PATH: s.id = ((uint64_t)b->seg << 32) | (uint32_t)b->idx; break;
@@ -85,6 +85,18 @@ static int same_launch(const gt_qlaunch *a, const gt_qlaunch *b) {
          a->block[0] == b->block[0] && a->block[1] == b->block[1] && a->block[2] == b->block[2];
 }
 
+/* The struct the recording saw, seen again (b == s->buf), is the same
+   argument without working out its role: one of the call's own buffers (the
+   slab struct of the same index in the call: along the same path, the same
+   segment and index; a live argument was made in this call) or a static
+   tensor still static at the same address.  External buffers take the long
+   way: their numbering follows order of first use. */
+static inline int same_place(const gt_buf *b, const gt_asig *s) {
+  if (s->role == GT_ROLE_INTERNAL || s->role == GT_ROLE_PATH) return 1;
+  return s->role == GT_ROLE_STATIC && (b->flags & (GT_BUF_STATIC | GT_BUF_TREE | GT_BUF_STAGING)) == GT_BUF_STATIC &&
+         b->addr == s->id;
+}
+
 /* Launch i of the queue against launch i of n's recording.  On a match, i
    joins t->cdirty when one of its scalars or external addresses differs from
    the value n's graph holds (internal, path and static arguments that match
@@ -99,11 +111,13 @@ static int match_at(gt_tree *t, const gt_node *n, int i) {
   const uint64_t *was = n->argvals && n->nargvals >= r->arg0 + l->nargs && l->nargs <= 64 ? n->argvals + r->arg0 : none;
   uint64_t dirty = was == none;
   for (int j = 0; j < l->nargs; j++) {
-    if (!a[j].buf) {
+    const gt_buf *b = a[j].buf;
+    if (!b) {
       if (s[j].role) return 0;
       dirty |= a[j].v.bits ^ was[j];
       continue;
     }
+    if (b == s[j].buf && a[j].off == s[j].off && a[j].nbytes == s[j].nbytes && same_place(b, &s[j])) continue;
     gt_asig x = arg_sig(t, &a[j], 0, t->cserial, &t->cseen);
     if (x.role != s[j].role || x.id != s[j].id || x.off != s[j].off || x.nbytes != s[j].nbytes) return 0;
     if (x.role == GT_ROLE_EXTERNAL) dirty |= (a[j].buf->addr + (uint64_t)a[j].off) ^ was[j];
