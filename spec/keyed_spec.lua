@@ -146,6 +146,33 @@ describe("keyed calls", function()
     assert.matches("^false\t2", out)
   end)
 
+  it("works with buckets: padded sizes and exact ones equal eager, h = step(h) included, and the body stops running", function()
+    local runs = 0
+    local b = gt.randn({ 8 }, { seed = 9 }):static()
+    local function f(x, s) local h = ops.linear(x, W, b, "relu"); return ops.add(h, s), h end
+    local step = gt.tree(function(x, s) runs = runs + 1; return f(x, s) end,
+      { key = function() return 0 end, patch = { 2 }, buckets = { dim = 1, sizes = { 2, 4, 8 } }, warn_shapes = false })
+    local seed = 3
+    for i = 1, 120 do
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      local n = math.floor(seed / 65536) % 8 + 1
+      local x = gt.randn({ n, 8 }, { seed = 20 + i })
+      local y, h = step(x, i * 0.25)
+      local ey, eh = f(x, i * 0.25)
+      assert.are.same({ n, 8 }, y.shape)
+      assert.are.same({ n, 8 }, h.shape)
+      assert.is_true(maxdiff(y, ey) < 1e-5 and maxdiff(h, eh) < 1e-5)
+      if i % 10 == 0 then                                 -- an output fed back (staged, padded when short)
+        local y2 = step(y, 1)
+        assert.is_true(maxdiff(y2, f(ey, 1)) < 1e-5)
+      end
+    end
+    local k = step:stats().keyed
+    assert.is_true(runs <= 40, "the body ran " .. runs .. " times")
+    assert.is_true(k.hits >= 90, "hits " .. k.hits)
+    assert.are.same({}, k.refused)
+  end)
+
   it("refuses table arguments and rejects bad options with clear errors", function()
     assert.has_error(function() gt.tree(function() end, { key = 3 }) end,
       "gt.tree: option key must be a function of the call's arguments returning the values that decide its path, got 3")

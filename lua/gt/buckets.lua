@@ -128,7 +128,13 @@ local function bucket_call(self, ...)
   self._breal[1], self._bpad = n, p
   -- already at the bucket's size: nothing to pad or to narrow (the inputs are
   -- used where they are, as in a tree without buckets)
-  if p == n and #self._buckets == 1 then return self._run(self, false, ...) end
+  local exact = p == n and #self._buckets == 1
+  if self._keyed then                    -- a keyed call of the bucket's path (keyed.lua pads with prep)
+    self._bexact = exact
+    if exact then return self:_keyed_call(...) end
+    return narrow_all(self, self:_keyed_call(...))
+  end
+  if exact then return self._run(self, false, ...) end
   return narrow_all(self, self._run(self, nil, ...))
 end
 

@@ -187,6 +187,10 @@ end
 
 local verify_all = os.getenv("GTLUA_VERIFY_KEYS") == "1"
 
+-- How a body run of this call starts (tree.lua's run): padded to the bucket
+-- (nil), or as it is (false: no buckets, or already at the bucket's size).
+local function body_mode(self) if self._buckets and not self._bexact then return nil end return false end
+
 local function keyed_call(self, ...)
   local n = select("#", ...)
   if n > self._nins then
@@ -195,8 +199,8 @@ local function keyed_call(self, ...)
   end
   local leaf, why = walk_args(self, walk_keys(self._memo, self._key(...)), n, ...)
   local st = self._kstats
-  if not leaf then refuse(self, self._memo, why); return self._run(self, nil, ...) end
-  if leaf.refused then refuse(self, leaf, leaf.refused); return self._run(self, nil, ...) end
+  if not leaf then refuse(self, self._memo, why); return self._run(self, body_mode(self), ...) end
+  if leaf.refused then refuse(self, leaf, leaf.refused); return self._run(self, body_mode(self), ...) end
   local k = leaf.k
   local verifying = false
   if k then
@@ -208,8 +212,9 @@ local function keyed_call(self, ...)
     self._gen, self._sync, self._staged, self._seg0 = C.gt_tree_gen(self._t), nil, nil, 0
     gt._active, self._resumes = self, 0
     local staged
-    if self._kstage then
-      local ok, args = pcall(self._stage_args, self, n, ...)
+    local pad = body_mode(self) == nil    -- bucketed inputs padded into the bucket's staging slots
+    if pad or self._kstage then
+      local ok, args = pcall(pad and self._prep or self._stage_args, self, n, ...)
       if not ok then self._abort(); error(args, 0) end
       staged = args
       self._staged = args
@@ -227,7 +232,7 @@ local function keyed_call(self, ...)
     return settle(self, leaf, false, n, { ... }, self._finish(self, pcall(self.fn, unpack(args, 1, n))))
   end
   if not k then st.misses = st.misses + 1 end
-  return settle(self, leaf, verifying, n, { ... }, self._run(self, nil, ...))
+  return settle(self, leaf, verifying, n, { ... }, self._run(self, body_mode(self), ...))
 end
 
 --- Called by gt.tree when opts.key (or patch/verify) is given.

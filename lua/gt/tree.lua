@@ -123,7 +123,6 @@ function gt.tree(fn, opts)
                               _gen = 0, _seg0 = 0,
                               _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
   if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
-    if opts.buckets then error("gt.tree: key and buckets cannot be combined yet; bucket the inputs before a keyed tree", 2) end
     gt.keyed._attach(self, opts)
   end
   if opts.buckets then gt.buckets._attach(self, opts.buckets, opts) end
@@ -310,8 +309,8 @@ Tree._finish, Tree._abort, Tree._stage_args = finish, abort, stage_args
 gt._stage = stage   -- buckets stage their non-bucketed inputs the same way
 
 function Tree:__call(...)
+  if self._buckets then return self:_bucket_call(...) end   -- (a keyed call inside, with key)
   if self._keyed then return self:_keyed_call(...) end
-  if self._buckets then return self:_bucket_call(...) end
   if self._warn_shapes == math.huge then return run(self, nil, ...) end
   self._a1, self._a2, self._a3, self._a4 = ...
   return self:_watched(run(self, nil, ...))

@@ -172,6 +172,5 @@ return function(opts, fail)
   if (out.patch or out.verify) and not out.key then
     fail("gt.tree: option " .. (out.patch and "patch" or "verify") .. " needs key = function(...) (they belong to keyed calls)")
   end
-  if out.key and out.buckets then fail("gt.tree: key and buckets cannot be combined yet; bucket the inputs before a keyed tree") end
   return out
 end
