@@ -1,10 +1,9 @@
 -- decode.lua: greedy autoregressive decoding with a GPT-2-shaped model
 -- (examples/gpt.lua), eagerly and through one gt.tree with batch buckets
 -- {1, 2, 4, 8, 16}: tokens/s, host µs per step, and the tree (one node per
--- bucket, whatever the position).  A batch that is a bucket size also runs
--- through a keyed tree (key = function() return 0 end, patch = {pos, live}:
--- a known step replays without running the Lua body; keyed trees take no
--- buckets yet).
+-- bucket, whatever the position).  Each batch also runs through a keyed tree
+-- with the same buckets (key = function() return 0 end, patch = {pos, live}:
+-- a known step replays without running the Lua body).
 --
 --   gtlua examples/decode.lua                       (full GPT-2 small on cuda, tiny on cpu)
 --   gtlua examples/decode.lua --tiny|--full [--batches 1,3,8] [--prompt 8] [--steps 64]
@@ -78,8 +77,8 @@ local function main(argv)
   end
   local m = gpt.new(cfg, w)
   local step = gt.tree(m.step, { name = "decode", buckets = { dim = 1, sizes = cfg.buckets }, warn_shapes = false })
-  local keyed = gt.tree(m.step, { name = "decode-keyed", warn_shapes = false, key = function() return 0 end,
-                                  patch = { 2, 3 } })
+  local keyed = gt.tree(m.step, { name = "decode-keyed", buckets = { dim = 1, sizes = cfg.buckets }, warn_shapes = false,
+                                  key = function() return 0 end, patch = { 2, 3 } })
   print(("gpt decode: backend %s, %s config: %d layers, hidden %d, %d heads, vocab %d, context %d, eot %d; %s; %d kernels a step")
     :format(gt.backend(), o.weights and "file" or size, cfg.layers, cfg.hidden, cfg.heads, cfg.vocab, cfg.ctx,
             cfg.eot, source, m.kernels))
@@ -111,26 +110,21 @@ local function main(argv)
     local t = gpt.generate(m, step, prompt, steps, { check_every = k })
     local bucket = B
     for _, sz in ipairs(cfg.buckets) do if sz >= B then bucket = sz break end end
-    local kd
-    if bucket == B then
-      gpt.generate(m, keyed, prompt, steps, { check_every = k })   -- warm up, record, replay once
-      gpt.generate(m, keyed, prompt, steps, { check_every = k })
-      kd = gpt.generate(m, keyed, prompt, steps, { check_every = k })
-    end
+    gpt.generate(m, keyed, prompt, steps, { check_every = k })   -- warm up, record, replay once
+    gpt.generate(m, keyed, prompt, steps, { check_every = k })
+    local kd = gpt.generate(m, keyed, prompt, steps, { check_every = k })
     local function agree(r)
       local same = e.steps == r.steps
       for b = 1, B do for i = 1, e.steps do same = same and e.tokens[b][i] == r.tokens[b][i] end end
       ok = ok and same
       return same
     end
-    local same = agree(t) and (not kd or agree(kd))
+    local same = agree(t) and agree(kd)
     local function rate(r) return B * r.steps / r.seconds end
     print(("batch %2d (bucket %2d): %d prompt + %d generated tokens per sequence%s"):format(B, bucket, #prompt[1], t.steps, t.steps < steps and " (all sequences ended with eot)" or ""))
     print(("  eager %10.1f tokens/s  %8.1f host us/step   tree %10.1f tokens/s  %8.1f host us/step  (%.1fx)  tokens %s")
       :format(rate(e), e.host_us, rate(t), t.host_us, rate(t) / rate(e), same and "agree" or "DIFFER"))
-    if kd then
-      print(("  keyed %10.1f tokens/s  %8.1f host us/step"):format(rate(kd), kd.host_us))
-    end
+    print(("  keyed %10.1f tokens/s  %8.1f host us/step"):format(rate(kd), kd.host_us))
     print("  sequence 1: " .. table.concat(t.tokens[1], " "))
   end
   print(step)

@@ -171,7 +171,7 @@ function M.decode_scenarios(cfg)
       opts = { buckets = { dim = 1, sizes = { 1, 2, 4, 8, 16 } } },
       fn = function(x, pos) local _, logits = gm.step(x, pos, 1); return logits end,
       args = function(i) return ids, (i - 1) % d.ctx end,
-      -- keyed: one path per batch size (a keyed tree of its own, no buckets); the position is patched
+      -- keyed: the same buckets, the position patched
       keyed = { key = function() return 0 end, patch = { 2 } } }
     sc.setup = function()
       setup()
@@ -352,7 +352,8 @@ function M.run_scenario(cfg, sc, r)
   r.agree = M.agree(tree, sc)
   if sc.grow and sc.grow == cfg.heap_grow then r.record_heap = M.record_with_heap(sc, cfg.heap_mb) end
   if sc.keyed then   -- the same step as a keyed tree: known paths replay without running the body
-    local ko = { name = sc.name .. "+keyed", warn_shapes = false, key = sc.keyed.key, patch = sc.keyed.patch }
+    local ko = { name = sc.name .. "+keyed", warn_shapes = false, key = sc.keyed.key, patch = sc.keyed.patch,
+                 buckets = sc.opts and sc.opts.buckets }
     local kt, kargs = gt.tree(fn, ko), sc.keyed.args or args
     M.startup(kt, kargs, max(warm, 4 * sc.variants))
     r.modes.keyed = M.measure(function(i) return kt(kargs(i)) end, warm, reps, pipe)
