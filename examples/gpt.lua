@@ -284,6 +284,7 @@ function M.new(c, w)
   end
   m.done = gt.zeros({ Bmax }, "i32")      -- 1 once a sequence has produced eot
   m.hist = gt.zeros({ Bmax, T }, "i32")   -- hist[b, pos]: the token generated at pos
+  m.posd = gt.zeros({ 1 }, "i32")         -- the step's position on the device (embed writes it, attention reads it)
 
   local KK = kernels()
   local embed = flat("embed_pos_f32")
@@ -322,11 +323,11 @@ function M.new(c, w)
     return y
   end
 
-  -- One transformer block on x {B, D} at position pos; returns the new x.
-  local function block(x, L, kc, vc, P, B, pos)
+  -- One transformer block on x {B, D} at the position posd holds (on the device); returns the new x.
+  local function block(x, L, kc, vc, P, B, posd)
     local qkv = rows(P.qkv, LN + BIAS, x, L.wqkv, L.bqkv, x, L.ln1_g, L.ln1_b)
     local a = tensor(P.x)
-    P.attn(a, kc, vc, qkv, B, H, Dh, T, pos, scale)
+    P.attn(a, kc, vc, qkv, B, H, Dh, T, posd, scale)
     x = rows(P.proj, BIAS + RES, a, L.wproj, L.bproj, x, x, x)
     local h = rows(P.fc, LN + BIAS + GELU, x, L.wfc, L.bfc, x, L.ln2_g, L.ln2_b)
     return rows(P.out, BIAS + RES, h, L.wout, L.bout, x, x, x)
@@ -342,12 +343,13 @@ function M.new(c, w)
     if pos < 0 or pos >= T then error("gpt: position " .. pos .. " outside the context of " .. T, 2) end
     local P = plans[B] or plan(B)
     local x = tensor(P.x)
-    P.embed(x, ids, w.wte, w.wpe, B, D, V, pos)
+    P.embed(x, m.posd, ids, w.wte, w.wpe, B, D, V, pos)
     local layers, kc, vc = w.layers, m.kc, m.vc
-    for l = 1, NL do x = scope(block, x, layers[l], kc[l], vc[l], P, B, pos) end
+    local posd = m.posd
+    for l = 1, NL do x = scope(block, x, layers[l], kc[l], vc[l], P, B, posd) end
     local logits = rows(P.lm, LN, x, w.lm, x, x, w.lnf_g, w.lnf_b)
     local tok = tensor(P.tok, "i32")
-    P.finish(tok, m.done, m.hist, logits, B, V, c.eot, live or 0, hstride, pos)
+    P.finish(tok, m.done, m.hist, logits, B, V, c.eot, live or 0, hstride, m.posd)
     return tok, logits
   end
   return m

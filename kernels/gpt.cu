@@ -23,8 +23,11 @@
        i += (long long)blockDim.x * gridDim.x)
 
 // y[b, :] = wte[ids[b], :] + wpe[pos, :]; an id outside [0, V) gives wpe's row alone.
-__global__ void embed_pos_f32(float *y, const int *ids, const float *wte, const float *wpe,
+// posd[0] = pos: the step's later kernels read the position from the device,
+// so a new position patches this one kernel of the recorded step.
+__global__ void embed_pos_f32(float *y, int *posd, const int *ids, const float *wte, const float *wpe,
                               int B, int D, int V, int pos) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) posd[0] = pos;
   GPT_STRIDE_LOOP(k, (long long)B * D) {
     int b = (int)(k / D), d = (int)(k - (long long)b * D);
     int id = ids[b];
@@ -259,7 +262,8 @@ __global__ void rows_linear_m16_f32(float *y, const float *x, const float *W, co
 #define GPT_ATTN_UNROLL 4
 
 __global__ void __launch_bounds__(1024) attn_decode_f32(float *y, float *kc, float *vc, const float *qkv,
-                                                        int B, int H, int Dh, int T, int pos, float scale) {
+                                                        int B, int H, int Dh, int T, const int *posd, float scale) {
+  int pos = posd[0];
   __shared__ float p[GPT_MAX_T];
   __shared__ float4 part[1024];
   __shared__ float red[32];
@@ -370,7 +374,8 @@ __global__ void __launch_bounds__(1024) attn_decode_f32(float *y, float *kc, flo
 // flag the host reads every few steps) and tok[b] is kept in hist[b, pos]
 // (hist is [Bmax, hstride]; a pos outside it is skipped).
 __global__ void argmax_finish_f32(int *tok, int *done, int *hist, const float *logits, int B, int V, int eot,
-                                  int live, int hstride, int pos) {
+                                  int live, int hstride, const int *posd) {
+  int pos = posd[0];
   __shared__ float redv[32];
   __shared__ int redi[32];
   for (int b = blockIdx.x; b < B; b += gridDim.x) {

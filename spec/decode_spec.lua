@@ -274,7 +274,8 @@ describe("kernels/gpt.cu", function()
       local y = gt.zeros { c.B, D }
       local scale = 1 / math.sqrt(c.Dh)
       local K0, V0, Q = kc:tolist(), vc:tolist(), qkv:tolist()
-      K.attn_decode_f32(math.max(1, c.B * c.H - 1), c.block, y, kc, vc, qkv, c.B, c.H, c.Dh, c.T, c.pos, scale)  -- blocks stride
+      local posd = gt.from({ c.pos }, "i32")
+      K.attn_decode_f32(math.max(1, c.B * c.H - 1), c.block, y, kc, vc, qkv, c.B, c.H, c.Dh, c.T, posd, scale)  -- blocks stride
       local Y, K1 = y:tolist(), kc:tolist()
       for b = 1, c.B do
         for d = 1, D do K0[b][c.pos + 1][d], V0[b][c.pos + 1][d] = Q[b][D + d], Q[b][2 * D + d] end
