@@ -141,6 +141,7 @@ int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message 
 void gt_buf_retain(gt_buf *b);
 void gt_buf_unref(gt_buf *b);                      /* the core's reference */
 extern const uint32_t gt_released_gen;             /* what a released buffer's gen_now points at */
+extern uint64_t gt_static_frees;                   /* static buffers' structs freed so far */
 uint32_t gt_gen_next(void);                        /* a new generation, unique in the process (until 2^32 calls) */
 void gt_buf_settle(gt_runtime *rt);                /* what gt_buf_release/gt_buf_free deferred in a tree call */
 void gt_buf_return(gt_runtime *rt, gt_buf *b);     /* b's ordinary memory back to the allocator (after the queue, in a call) */
@@ -188,6 +189,7 @@ typedef struct gt_node {
   /* key.c: the recording as the cursor compares it (nsig launches, 0: none) */
   struct gt_node *last_kid;          /* the child visited last: the cursor's prediction */
   gt_asig *asig; uint64_t *bsig; gt_rsig *rsig; int nsig, nbsig, nrsig;
+  uint64_t sfrees;                   /* gt_static_frees when asig was saved */
 } gt_node;
 
 struct gt_tree {

@@ -91,10 +91,11 @@ static int same_launch(const gt_qlaunch *a, const gt_qlaunch *b) {
    segment and index; a live argument was made in this call) or a static
    tensor still static at the same address.  External buffers take the long
    way: their numbering follows order of first use. */
-static inline int same_place(const gt_buf *b, const gt_asig *s) {
+static inline int same_place(const gt_buf *b, const gt_asig *s, int statics_kept) {
   if (s->role == GT_ROLE_INTERNAL || s->role == GT_ROLE_PATH) return 1;
-  return s->role == GT_ROLE_STATIC && (b->flags & (GT_BUF_STATIC | GT_BUF_TREE | GT_BUF_STAGING)) == GT_BUF_STATIC &&
-         b->addr == s->id;
+  if (s->role != GT_ROLE_STATIC) return 0;
+  if (statics_kept) return 1;        /* no static struct freed since: the same buffer, static for good */
+  return (b->flags & (GT_BUF_STATIC | GT_BUF_TREE | GT_BUF_STAGING)) == GT_BUF_STATIC && b->addr == s->id;
 }
 
 /* Launch i of the queue against launch i of n's recording.  On a match, i
@@ -110,6 +111,7 @@ static int match_at(gt_tree *t, const gt_node *n, int i) {
   static const uint64_t none[64];
   const uint64_t *was = n->argvals && n->nargvals >= r->arg0 + l->nargs && l->nargs <= 64 ? n->argvals + r->arg0 : none;
   uint64_t dirty = was == none;
+  int statics_kept = n->sfrees == gt_static_frees;
   for (int j = 0; j < l->nargs; j++) {
     const gt_buf *b = a[j].buf;
     if (!b) {
@@ -117,7 +119,7 @@ static int match_at(gt_tree *t, const gt_node *n, int i) {
       dirty |= a[j].v.bits ^ was[j];
       continue;
     }
-    if (b == s[j].buf && a[j].off == s[j].off && a[j].nbytes == s[j].nbytes && same_place(b, &s[j])) continue;
+    if (b == s[j].buf && a[j].off == s[j].off && a[j].nbytes == s[j].nbytes && same_place(b, &s[j], statics_kept)) continue;
     gt_asig x = arg_sig(t, &a[j], 0, t->cserial, &t->cseen);
     if (x.role != s[j].role || x.id != s[j].id || x.off != s[j].off || x.nbytes != s[j].nbytes) return 0;
     if (x.role == GT_ROLE_EXTERNAL) dirty |= (a[j].buf->addr + (uint64_t)a[j].off) ^ was[j];
@@ -196,6 +198,7 @@ int gt_cursor_save(gt_tree *t, gt_node *n, int first) {
   gt_cursor_forget(n);
   n->asig = as; n->bsig = bs; n->rsig = rs;
   n->nsig = q->n; n->nbsig = nb; n->nrsig = t->nrels;
+  n->sfrees = gt_static_frees;
   return GT_OK;
 }
 
@@ -315,6 +318,12 @@ static void test_cursor(void) {
   GT_CHECK(replayed(&f, &e[0], &e[0], &s[0], 1.0f, 8) == NULL);           /* other aliasing: a miss */
   GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 16) == &m);            /* the sibling's grid: the cursor switches to it */
   GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 32) == NULL);          /* a grid no node recorded: a miss */
+  uint64_t was = s[0].addr;
+  s[0].addr = 0x900000u;                                                   /* the struct of a freed static, reused: */
+  gt_static_frees++;                                                       /* (no live static moves) */
+  GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == NULL);           /* its address is compared again: a miss */
+  s[0].addr = was;
+  GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == &n);
   f.made[0].bytes = 256;
   GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == NULL);           /* a buffer of another size: a miss */
   f.made[0].bytes = 512;

@@ -242,10 +242,13 @@ static void return_memory(gt_buf *b) {
   b->block = 0;
 }
 
+uint64_t gt_static_frees;
+
 void gt_buf_unref(gt_buf *b) {
   if ((b->flags & GT_BUF_SLAB) || --b->refs > 0) return;
   if (b->tree) gt_tree_unref(b->tree);
   else return_memory(b);
+  if (b->flags & GT_BUF_STATIC) gt_static_frees++;   /* the struct may come back as another buffer (key.c) */
   free(b);
 }
 
