@@ -21,6 +21,14 @@ if rt == nil then
   error(setmetatable({ msg = msg }, { __tostring = function(e) return e.msg end }), 0)
 end
 
+-- LuaJIT's loop optimisation copies a loop's body and keeps what does not
+-- change across iterations live through it.  A model's step loop (layers of
+-- launches, each a few calls into C) then has more live values than spill
+-- slots, its trace is refused, and the loop runs in the interpreter: GPT
+-- decode's host time per step was a third lower without it, the chains of
+-- the bench the same.  GTLUA_JIT_LOOP=1 keeps it (or jit.opt.start("+loop")).
+if jit and os.getenv("GTLUA_JIT_LOOP") ~= "1" then jit.opt.start("-loop") end
+
 local gt = { _C = C, _rt = rt, version = "0.1.0" }
 package.loaded.gt = gt   -- the modules below (gt.tensor, ...) require "gt" while it loads
 reg["gtlua.gt"] = gt
