@@ -170,11 +170,9 @@ local function new_sid(sid, d, level)
   local nb = NUMEL[sid] * d.size
   local tree = gt._active
   if tree then
-    local b = C.gt_tree_buf_new(rt, nb)
+    local b = C.gt_tree_buf_new(rt, nb, sid, d.code)     -- (a new node's shapes name its last tensor's)
     if b == nil then error(gt._errmsg(), level + 1) end
-    local t = TT(b, 0, nb, tree._gen, sid, d.code, 0)
-    tree._last = t                                       -- a new node's shapes name its last tensor
-    return t
+    return TT(b, 0, nb, tree._gen, sid, d.code, 0)
   end
   local b = C.gt_buf_new(rt, nb)
   if b == nil then error(gt._errmsg(), level + 1) end
