@@ -133,7 +133,7 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   t->segstart[0] = 0;
   t->calls++;
   t->at_begin = (gt_call_info){ t->calls, t->warmups, t->records, t->replays, t->eager, t->updates, 0, 0, 0 };
-  t->begin_us = gt_now_us();
+  t->begin_us = gt_fast_us();
   rt->active = t;
   return GT_OK;
 }
@@ -373,7 +373,7 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
     if (ran == GT_V_UPDATE) { n->updates++; t->updates++; }
     else {
       n->replays++; t->replays++;
-      if (t0 > 0) { n->replay_us_sum += gt_now_us() - t0; n->replay_n++; }
+      if (t0 > 0) { n->replay_us_sum += gt_fast_us() - t0; n->replay_n++; }
     }
     t->state_node = n;
     return ran;
@@ -432,7 +432,7 @@ int gt_tree_flush(gt_runtime *rt) {
   if (t->eager_call) return flush_eager_call(t, first);
   /* a replay's host time is sampled (every call for the first 64, then one
      in 16): a clock read costs as much as a few launches' bookkeeping */
-  double t0 = t->calls <= 64 || !(t->calls & 15) ? gt_now_us() : 0;
+  double t0 = t->calls <= 64 || !(t->calls & 15) ? gt_fast_us() : 0;
   gt_node *parent = t->cur ? t->cur : &t->root;
   gt_node *n = gt_cursor_hit(t, first), *upd = NULL;
   gt_segkey key = { n ? n->key : 0, 0 };
@@ -461,7 +461,7 @@ static void note_call(gt_tree *t) {
   gt_call_info *b = &t->at_begin;
   t->hist[(t->calls - 1) % GT_HISTORY] = (gt_call_info){
     t->calls, t->warmups - b->warmups, t->records - b->records, t->replays - b->replays, t->eager - b->eager,
-    t->updates - b->updates, gt_now_us() - t->begin_us,
+    t->updates - b->updates, gt_fast_us() - t->begin_us,
     t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(&t->pool), t->pool.committed };
 }
 

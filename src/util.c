@@ -26,6 +26,48 @@ double gt_now_us(void) {
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+/* The bookkeeping clock (a call's time in the history, sampled replay
+   times): the time-stamp counter where the kernel itself keeps time with it
+   (its clocksource is "tsc": invariant and synchronised), scaled against
+   CLOCK_MONOTONIC over the first 2 ms; else gt_now_us.  A clock_gettime is a
+   few launches' worth of host time on some machines; rdtsc a fraction. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <x86intrin.h>
+static int tsc_state;                /* 0: not decided, 1: calibrating, 2: in use, -1: not used */
+static uint64_t tsc0;
+static double tsc_us0, us_per_tick;
+
+static int kernel_uses_tsc(void) {
+  char src[32] = "";
+  FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+  if (!f) return 0;
+  int ok = fgets(src, sizeof src, f) && !strncmp(src, "tsc", 3) && (src[3] == '\n' || !src[3]);
+  fclose(f);
+  return ok && !getenv("GTLUA_NO_TSC");
+}
+
+double gt_fast_us(void) {
+  if (tsc_state == 2) return tsc_us0 + (double)(__rdtsc() - tsc0) * us_per_tick;
+  double now = gt_now_us();
+  if (tsc_state == 0) {
+    tsc_state = kernel_uses_tsc() ? 1 : -1;
+    tsc0 = __rdtsc();
+    tsc_us0 = now;
+  } else if (tsc_state == 1 && now - tsc_us0 >= 2000) {
+    uint64_t t = __rdtsc();
+    if (t > tsc0) {
+      us_per_tick = (now - tsc_us0) / (double)(t - tsc0);
+      tsc0 = t;
+      tsc_us0 = now;
+      tsc_state = 2;
+    } else tsc_state = -1;
+  }
+  return now;
+}
+#else
+double gt_fast_us(void) { return gt_now_us(); }
+#endif
+
 /* -- The kernel cache directory ------------------------------------------ */
 
 /* The cache holds code this process runs (shared objects, CUBINs), so a
