@@ -66,54 +66,37 @@ local function arg_error(k, i, v, level)
   error(("%s expects an integer in %s, got %s"):format(where, r[3], tostring(v)), level + 1)
 end
 
--- Generates a launcher with fixed arity for kernel k: the checks inline,
--- then one call into the core.  Keeping this small keeps every step cheap.
-local function make_launcher(k)
-  local n = k.nparams
-  local params, body = {}, {}
-  for i = 1, n do
-    params[i] = "a" .. i
-    local pt = k.ptype[i - 1]
-    local s = "args[" .. (i - 1) .. "]"
-    if pt == PTR_IN or pt == PTR_OUT then
-      local want = gt._dtype_of_code[k.pdtype[i - 1]]
-      -- live, contiguous and of the dtype: one guard (one snapshot in a trace), not three
-      local dcheck = want and DT[want] and (", bxor(t._dt, %d)"):format(DT[want].code) or ""
-      body[#body + 1] = ("do local t = a%d; if not istype(T, t) then fail(%d, t) end; local b = t._b; " ..
-        "if bor(bxor(t._gen, b.gen_now[0]), t._vid%s) ~= 0 then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
-        :format(i, i, dcheck, i, s, s, s)
-    else
-      local st = SCALAR[pt]
-      if st == "bool" then
-        body[#body + 1] = ("do local v = a%d; if v == true then v = 1 elseif v == false or v == nil then v = 0 " ..
-          "elseif type(v) ~= 'number' then fail(%d, v) end; %s.v.u64 = v ~= 0 and 1 or 0 end"):format(i, i, s)
-      elseif st == "i32" or st == "u32" then   -- an integer in range: one guard
-        body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' or tobit(v)%s ~= v then fail(%d, v) end; %s.v.%s = v end")
-          :format(i, st == "u32" and " % 4294967296" or "", i, s, FIELD[st])
-      elseif INTEGER[st] then
-        local r = RANGE[st]
-        body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' or v ~= floor(v) or v < %.17g or v >= %.17g " ..
-          "then fail(%d, v) end; %s.v.%s = v end"):format(i, r[1], r[2], i, s, FIELD[st])
-      else
-        body[#body + 1] = ("do local v = a%d; if type(v) ~= 'number' then fail(%d, v) end; %s.v.%s = v end")
-          :format(i, i, s, FIELD[st])
-      end
-    end
+-- The Lua source that checks argument i of kernel k and stores it in the
+-- argument array (s: "args[i-1]").
+local function arg_code(k, i, s)
+  local pt = k.ptype[i - 1]
+  if pt == PTR_IN or pt == PTR_OUT then
+    local want = gt._dtype_of_code[k.pdtype[i - 1]]
+    -- live, contiguous and of the dtype: one guard (one snapshot in a trace), not three
+    local dcheck = want and DT[want] and (", bxor(t._dt, %d)"):format(DT[want].code) or ""
+    return ("do local t = a%d; if not istype(T, t) then fail(%d, t) end; local b = t._b; " ..
+      "if bor(bxor(t._gen, b.gen_now[0]), t._vid%s) ~= 0 then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
+      :format(i, i, dcheck, i, s, s, s)
   end
-  local plist = table.concat(params, ", ")
-  -- too few arguments leave the last one nil; one too many arrives in `extra`
-  -- (no varargs: a vararg function cannot start a trace of its own)
-  local count = "if extra ~= nil " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
-    "then count_error(extra" .. (n > 0 and ", " .. plist or "") .. ") end\n"
-  local body = "(" .. plist .. (n > 0 and ", extra" or "extra") .. ")\n" .. count .. table.concat(body, "\n") ..
-    "\nif bound(rt, cfg, args) ~= 0 then raise() end\nend"
-  -- factory(cfg): the bound launcher of one checked configuration
-  local src = "local rt, args, T, fail, floor, istype, type, raise, count_error, bound, bor, bxor, tobit = ...\n" ..
-    "return function(cfg) return function" .. body .. " end"
-  local args = ffi.new("gt_arg[?]", math.max(n, 1))
-  local function fail(i, v) arg_error(k, i, v, 3) end
-  local function raise() error(gt._errmsg(), 3) end
-  local function count_error(extra, ...)
+  local st = SCALAR[pt]
+  if st == "bool" then
+    return ("do local v = a%d; if v == true then v = 1 elseif v == false or v == nil then v = 0 " ..
+      "elseif type(v) ~= 'number' then fail(%d, v) end; %s.v.u64 = v ~= 0 and 1 or 0 end"):format(i, i, s)
+  elseif st == "i32" or st == "u32" then   -- an integer in range: one guard
+    return ("do local v = a%d; if type(v) ~= 'number' or tobit(v)%s ~= v then fail(%d, v) end; %s.v.%s = v end")
+      :format(i, st == "u32" and " % 4294967296" or "", i, s, FIELD[st])
+  elseif INTEGER[st] then
+    local r = RANGE[st]
+    return ("do local v = a%d; if type(v) ~= 'number' or v ~= floor(v) or v < %.17g or v >= %.17g " ..
+      "then fail(%d, v) end; %s.v.%s = v end"):format(i, r[1], r[2], i, s, FIELD[st])
+  end
+  return ("do local v = a%d; if type(v) ~= 'number' then fail(%d, v) end; %s.v.%s = v end"):format(i, i, s, FIELD[st])
+end
+
+-- The error of a launch with a wrong number of arguments (extra: the one too many, else nil).
+local function count_error_of(k)
+  local n = k.nparams
+  return function(extra, ...)
     local p = {}
     for i = 0, n - 1 do p[#p + 1] = ffi.string(k.ptext[i]) .. " " .. ffi.string(k.pname[i]) end
     local sig = ffi.string(k.name) .. "(" .. table.concat(p, ", ") .. ")"
@@ -127,9 +110,32 @@ local function make_launcher(k)
     error(("kernel %s takes %d arguments: argument #%d ('%s', %s) is missing"):format(
       sig, n, miss, ffi.string(k.pname[miss - 1]), ffi.string(k.ptext[miss - 1])), 3)
   end
+end
+
+-- Generates a launcher with fixed arity for kernel k: the checks inline,
+-- then one call into the core.  Keeping this small keeps every step cheap.
+-- Returns factory(cfg): the bound launcher of one checked configuration.
+local function make_launcher(k)
+  local n = k.nparams
+  local params, code = {}, {}
+  for i = 1, n do
+    params[i] = "a" .. i
+    code[i] = arg_code(k, i, "args[" .. (i - 1) .. "]")
+  end
+  local plist = table.concat(params, ", ")
+  -- too few arguments leave the last one nil; one too many arrives in `extra`
+  -- (no varargs: a vararg function cannot start a trace of its own)
+  local count = "if extra ~= nil " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
+    "then count_error(extra" .. (n > 0 and ", " .. plist or "") .. ") end\n"
+  local src = "local rt, args, T, fail, floor, istype, type, raise, count_error, bound, bor, bxor, tobit = ...\n" ..
+    "return function(cfg) return function(" .. plist .. (n > 0 and ", extra" or "extra") .. ")\n" .. count ..
+    table.concat(code, "\n") .. "\nif bound(rt, cfg, args) ~= 0 then raise() end\nend end"
+  local args = ffi.new("gt_arg[?]", math.max(n, 1))
+  local function fail(i, v) arg_error(k, i, v, 3) end
+  local function raise() error(gt._errmsg(), 3) end
   local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name)))
-  return f(rt, args, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error, C.gt_launch_bound,
-           bit.bor, bit.bxor, bit.tobit)
+  return f(rt, args, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error_of(k),
+           C.gt_launch_bound, bit.bor, bit.bxor, bit.tobit)
 end
 
 local CFG = ffi.typeof("gt_launchcfg")
