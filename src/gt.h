@@ -63,7 +63,6 @@ typedef struct gt_buf {
   int32_t relseg;          /* tree buffers: segment in which it was released (-1: not released) */
   uint32_t rel;            /* tree buffers: launches queued in that segment before the release */
   int32_t site;            /* the gt.scope that released it (gt_tree_scope_end's site), 0: another release */
-  uint32_t sid, dt;        /* tree buffers: the shape id and dtype code of the tensor made with it (for pictures) */
 } gt_buf;
 
 /* One kernel argument: a tensor view (buf != NULL) or a scalar in v. */
@@ -161,7 +160,7 @@ gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* ordinary memory; refs = 
    segment).  The struct lives in the tree (reused by later calls; compare
    generations to tell stale views); its memory stays the call's until the
    call ends unless gt_buf_free releases it earlier. */
-gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes, uint32_t sid, uint32_t dt);  /* index in the call: ->ci; NULL on error */
+gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes);  /* its index in the call is ->ci; NULL on error */
 gt_buf *gt_tree_buf_ptr(gt_tree *t, int i);              /* the struct of index i of the current (or last) call */
 uint32_t gt_tree_gen(gt_tree *t);                        /* the generation of the current (or last) call */
 int gt_tree_nbufs(gt_tree *t);                          /* buffers the current (or last) call has made so far */

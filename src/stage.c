@@ -14,7 +14,7 @@ static int grow_slab(gt_tree *t) {
   return GT_OK;
 }
 
-gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes, uint32_t sid, uint32_t dt) {
+gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   gt_tree *t = rt->active;
   if (!t) { gt_fail(rt, "gt_tree_buf_new outside a tree call"); return NULL; }
   int i = t->nbufs;
@@ -32,8 +32,6 @@ gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes, uint32_t sid, uint32_t d
   b->ci = i;
   b->relseg = -1;
   b->qpos = (uint32_t)t->q.n;
-  b->sid = sid;
-  b->dt = dt;
   t->bufs[t->nbufs++] = b;
   return b;
 }

@@ -77,12 +77,7 @@ end
 
 -- The segment's last tensor made (its output, as a rule).
 local function output_text(tree)
-  local n = C.gt_tree_nbufs(tree._t)
-  if n > (tree._seg0 or 0) then
-    local b = C.gt_tree_buf_ptr(tree._t, n - 1)
-    local shape, dtype = gt._shapes[b.sid], gt._dtype_of_code[b.dt]
-    if shape and dtype then return gt._shape_str(shape) .. " " .. dtype end
-  end
+  if tree._last and C.gt_tree_nbufs(tree._t) > (tree._seg0 or 0) then return tensor_text(tree._last) end
   return "(nothing made)"
 end
 

@@ -170,9 +170,11 @@ local function new_sid(sid, d, level)
   local nb = NUMEL[sid] * d.size
   local tree = gt._active
   if tree then
-    local b = C.gt_tree_buf_new(rt, nb, sid, d.code)     -- (a new node's shapes name its last tensor's)
+    local b = C.gt_tree_buf_new(rt, nb)
     if b == nil then error(gt._errmsg(), level + 1) end
-    return TT(b, 0, nb, tree._gen, sid, d.code, 0)
+    local t = TT(b, 0, nb, tree._gen, sid, d.code, 0)
+    tree._last = t                                       -- a new node's shapes name its last tensor
+    return t
   end
   local b = C.gt_buf_new(rt, nb)
   if b == nil then error(gt._errmsg(), level + 1) end
