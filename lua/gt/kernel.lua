@@ -93,16 +93,22 @@ local function arg_code(k, i, s)
   return ("do local v = a%d; if type(v) ~= 'number' then fail(%d, v) end; %s.v.%s = v end"):format(i, i, s, FIELD[st])
 end
 
--- The error of a launch with a wrong number of arguments (extra: the one too many, else nil).
+-- Arguments past a kernel's parameters that a launcher takes in, to count
+-- them in its error (more are counted as "more than").
+local EXTRA = 8
+
+-- The error of a launch with a wrong number of arguments: extras (a table of
+-- the EXTRA arguments past the parameters) and the arguments.
 local function count_error_of(k)
   local n = k.nparams
-  return function(extra, ...)
+  return function(extras, ...)
     local p = {}
     for i = 0, n - 1 do p[#p + 1] = ffi.string(k.ptext[i]) .. " " .. ffi.string(k.pname[i]) end
     local sig = ffi.string(k.name) .. "(" .. table.concat(p, ", ") .. ")"
-    if extra ~= nil then
-      error(("kernel %s takes %d arguments, got more (argument #%d is %s)"):format(sig, n, n + 1,
-        gt.is_tensor(extra) and "a tensor" or "a " .. type(extra)), 3)
+    local more = 0
+    for i = 1, EXTRA do if extras[i] ~= nil then more = i end end
+    if more > 0 then
+      error(("kernel %s takes %d arguments, got %s%d"):format(sig, n, more == EXTRA and "at least " or "", n + more), 3)
     end
     local given = { ... }
     local miss = 1
@@ -117,18 +123,19 @@ end
 -- Returns factory(cfg): the bound launcher of one checked configuration.
 local function make_launcher(k)
   local n = k.nparams
-  local params, code = {}, {}
+  local params, code, extras = {}, {}, {}
   for i = 1, n do
     params[i] = "a" .. i
     code[i] = arg_code(k, i, "args[" .. (i - 1) .. "]")
   end
-  local plist = table.concat(params, ", ")
-  -- too few arguments leave the last one nil; one too many arrives in `extra`
-  -- (no varargs: a vararg function cannot start a trace of its own)
-  local count = "if extra ~= nil " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
-    "then count_error(extra" .. (n > 0 and ", " .. plist or "") .. ") end\n"
+  for i = 1, EXTRA do extras[i] = "e" .. i end
+  local plist, elist = table.concat(params, ", "), table.concat(extras, ", ")
+  -- too few arguments leave the last one nil; too many arrive in e1.. (no
+  -- varargs: a vararg function cannot start a trace of its own)
+  local count = "if e1 ~= nil " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
+    "then count_error({" .. elist .. "}" .. (n > 0 and ", " .. plist or "") .. ") end\n"
   local src = "local rt, args, T, fail, floor, istype, type, raise, count_error, bound, bor, bxor, tobit = ...\n" ..
-    "return function(cfg) return function(" .. plist .. (n > 0 and ", extra" or "extra") .. ")\n" .. count ..
+    "return function(cfg) return function(" .. plist .. (n > 0 and ", " or "") .. elist .. ")\n" .. count ..
     table.concat(code, "\n") .. "\nif bound(rt, cfg, args) ~= 0 then raise() end\nend end"
   local args = ffi.new("gt_arg[?]", math.max(n, 1))
   local function fail(i, v) arg_error(k, i, v, 3) end
