@@ -37,7 +37,7 @@ local function check_spec(b, i)
     end
     sizes[k] = v
   end
-  return { dim = dim, sizes = sizes, arg = b.arg or i }
+  return { dim = dim, sizes = sizes, arg = b.arg or i, of = {} }
 end
 
 local function bucket_of(sizes, n)
@@ -109,21 +109,25 @@ local function narrow_all(self, ...)
   return unpack(r, 1, nres)
 end
 
+-- The first bucketed input's size along its dim (spec: the first bucket spec).
+local function real_size(spec, ...)
+  for i = 1, select("#", ...) do
+    local x = select(i, ...)
+    if is_tensor(x) and (spec.arg == nil or spec.arg == i) and #x.shape >= spec.dim then return x.shape[spec.dim] end
+  end
+end
+
 local function bucket_call(self, ...)
   -- the real size: the first bucketed input's size along its dim
   local first = self._buckets[1]
   local n
   local x1 = ...                          -- the usual case: the first argument, without a loop
   if is_tensor(x1) and (first.arg == nil or first.arg == 1) then n = SHAPES[x1._sid][first.dim] end
-  for i = 1, n and 0 or select("#", ...) do
-    local x = select(i, ...)
-    if is_tensor(x) and (first.arg == nil or first.arg == i) and #x.shape >= first.dim then
-      n = x.shape[first.dim]
-      break
-    end
-  end
+  if not n then n = real_size(first, ...) end
   if not n then error("tree '" .. self.name .. "': no tensor input to bucket along dim " .. first.dim, 2) end
-  local p = bucket_of(first.sizes, n)
+  -- the bucket of n, remembered (a loop on every call would stop the caller's trace)
+  local p = first.of[n]
+  if p == nil then p = bucket_of(first.sizes, n) or false; first.of[n] = p end
   if not p then return self._run(self, "beyond buckets", ...) end   -- a call of the tree all the same, run eagerly
   self._breal[1], self._bpad = n, p
   -- already at the bucket's size: nothing to pad or to narrow (the inputs are

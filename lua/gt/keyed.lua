@@ -26,41 +26,64 @@ local function child(node, k)
   return c
 end
 
+-- The key's values down the memo trie.  Up to three without a loop: a loop
+-- run on every call becomes a trace of its own and stops the caller's.
 local function walk_keys(node, ...)
-  for i = 1, select("#", ...) do node = child(node, (select(i, ...))) end
+  local n = select("#", ...)
+  if n <= 3 then
+    local k1, k2, k3 = ...
+    if n >= 1 then node = child(node, k1) end
+    if n >= 2 then node = child(node, k2) end
+    if n >= 3 then node = child(node, k3) end
+    return node
+  end
+  for i = 1, n do node = child(node, (select(i, ...))) end
   return node
 end
 
--- The argument signature below the key's node: fills ins/kinds for the
--- core; returns the leaf, or nil and why the call cannot be keyed.
-local function walk_args(self, node, n, ...)
-  local ins, kinds, patch = self._ins, self._kinds, self._patch
-  self._kstage = false                     -- whether an argument needs staging (this tree's own output)
-  for i = 1, n do
-    local x = select(i, ...)
-    local a = ins[i - 1]
-    a.buf = nil
-    kinds[i - 1] = 0
-    if is_tensor(x) then
-      local b = x._b
-      if x._vid ~= 0 then return nil, "a non-contiguous tensor argument" end
-      if self._copy or b.tree == self._t then self._kstage = true end
-      node = child(child(node, TENSOR), x._sid * 16 + x._dt)   -- shape and dtype: interned, one key
-      if band(b.flags, STATIC) ~= 0 then
-        node = child(node, tonumber(ffi.cast("uintptr_t", b)) + x._off)   -- a static tensor: by address
-      else
-        a.buf, a.off, a.nbytes = b, x._off, x._nb
-        kinds[i - 1] = 1
-      end
-    elseif type(x) == "number" and patch[i] then
-      node = child(node, PATCHED)
-      a.v.f64 = x
-      kinds[i - 1] = 2
-    elseif type(x) == "table" and getmetatable(x) == nil then
-      return nil, "a table argument"
-    else
-      node = child(node, x)
+-- Argument i (x) below node: fills ins/kinds for the core; returns the next
+-- node, or nil and why the call cannot be keyed.
+local function walk_arg(self, node, i, x)
+  local a = self._ins[i - 1]
+  a.buf = nil
+  self._kinds[i - 1] = 0
+  if is_tensor(x) then
+    local b = x._b
+    if x._vid ~= 0 then return nil, "a non-contiguous tensor argument" end
+    if self._copy or b.tree == self._t then self._kstage = true end
+    node = child(child(node, TENSOR), x._sid * 16 + x._dt)   -- shape and dtype: interned, one key
+    if band(b.flags, STATIC) ~= 0 then
+      return child(node, tonumber(ffi.cast("uintptr_t", b)) + x._off)   -- a static tensor: by address
     end
+    a.buf, a.off, a.nbytes = b, x._off, x._nb
+    self._kinds[i - 1] = 1
+    return node
+  elseif type(x) == "number" and self._patch[i] then
+    a.v.f64 = x
+    self._kinds[i - 1] = 2
+    return child(node, PATCHED)
+  elseif type(x) == "table" and getmetatable(x) == nil then
+    return nil, "a table argument"
+  end
+  return child(node, x)
+end
+
+-- The argument signature below the key's node; returns the leaf, or nil and
+-- why the call cannot be keyed.  Up to four arguments without a loop.
+local function walk_args(self, node, n, ...)
+  self._kstage = false                     -- whether an argument needs staging (this tree's own output)
+  local why
+  if n <= 4 then
+    local a1, a2, a3, a4 = ...
+    if n >= 1 then node, why = walk_arg(self, node, 1, a1); if not node then return nil, why end end
+    if n >= 2 then node, why = walk_arg(self, node, 2, a2); if not node then return nil, why end end
+    if n >= 3 then node, why = walk_arg(self, node, 3, a3); if not node then return nil, why end end
+    if n >= 4 then node, why = walk_arg(self, node, 4, a4); if not node then return nil, why end end
+    return child(node, n)
+  end
+  for i = 1, n do
+    node, why = walk_arg(self, node, i, (select(i, ...)))
+    if not node then return nil, why end
   end
   return child(node, n)
 end
