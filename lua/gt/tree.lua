@@ -160,6 +160,15 @@ local function needs_stage(self, x)
   return self._copy or x._b.tree == self._t
 end
 
+-- x (a tensor, or tensors in a plain table) must be staged.
+local function arg_needs_stage(self, x)
+  if needs_stage(self, x) then return true end
+  if type(x) == "table" and getmetatable(x) == nil then
+    for _, v in pairs(x) do if needs_stage(self, v) then return true end end
+  end
+  return false
+end
+
 -- A previous call's staged tensor fed back in keeps its slot for this call.
 local function pin(self, x)
   if is_tensor(x) then
@@ -235,7 +244,10 @@ local function finish(self, ok, ...)
   if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 2) end
   if C.gt_tree_warnings(self._t, nil) ~= self._nwarn then warned(self) end
   local n = select("#", ...)
-  if n == 1 then anchor(self, (...))
+  if n <= 2 then
+    local r1, r2 = ...
+    if n >= 1 then anchor(self, r1) end
+    if n == 2 then anchor(self, r2) end
   else for i = 1, n do anchor(self, (select(i, ...))) end end
   return ...
 end
@@ -284,18 +296,18 @@ local function run(self, eager, ...)
   gt._active, self._resumes = self, 0
   local prep = eager == nil and self._prep or nil         -- a call beyond the buckets pads nothing
   local n, staged = select("#", ...), prep ~= nil
-  if not staged then
-    for i = 1, n do
-      local x = select(i, ...)
-      if needs_stage(self, x) then staged = true break end
-      if type(x) == "table" and getmetatable(x) == nil then
-        for _, v in pairs(x) do if needs_stage(self, v) then staged = true break end end
-      end
+  local a1, a2, a3, a4 = ...
+  if not staged then                                      -- up to four arguments without a loop (see walk_keys)
+    if n <= 4 then
+      staged = n >= 1 and arg_needs_stage(self, a1) or n >= 2 and arg_needs_stage(self, a2) or
+               n >= 3 and arg_needs_stage(self, a3) or n >= 4 and arg_needs_stage(self, a4)
+    else
+      for i = 1, n do if arg_needs_stage(self, (select(i, ...))) then staged = true break end end
     end
   end
   self._inn = n                                           -- the inputs, for a new first node's shapes
   if not staged then
-    self._in1, self._in2, self._in3, self._in4 = ...
+    self._in1, self._in2, self._in3, self._in4 = a1, a2, a3, a4
     return finish(self, call(self.fn, n, ...))
   end
   local ok, args = pcall(prep or stage_args, self, n, ...)
