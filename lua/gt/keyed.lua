@@ -138,6 +138,8 @@ local function describe_outputs(self, args, n, ...)
     outs[r] = o
   end
   outs.n = select("#", ...)
+  outs.noarg = true                        -- no output is an argument: outputs need not see the arguments
+  for i = 1, outs.n do if outs[i].kind == "arg" then outs.noarg = false end end
   return outs, cis
 end
 
@@ -247,6 +249,7 @@ local function keyed_call(self, ...)
     if r == 0 then
       gt._active = nil
       st.hits = st.hits + 1
+      if leaf.outs.noarg then return outputs(self, leaf.outs, staged) end   -- (no vararg to pass on)
       return outputs(self, leaf.outs, staged, ...)
     end
     if r < 0 then self._abort(); error(gt._errmsg(), 2) end

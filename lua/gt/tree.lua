@@ -234,21 +234,41 @@ local function warned(self)
   gt.on_warning(ffi.string(last[0]))
 end
 
+-- The call's end after its body returned: the last segment, the core's end, warnings.
+local function end_call(self)
+  flush(3, "return")
+  gt._active = nil
+  if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 3) end
+  if C.gt_tree_warnings(self._t, nil) ~= self._nwarn then warned(self) end
+end
+
+-- finish for up to two results: no vararg left to return, so a side trace
+-- that starts in the call's end compiles to its return.
+local function finish2(self, ok, n, r1, r2)
+  if not ok then
+    abort()
+    error(r1, 0)
+  end
+  end_call(self)
+  if n == 0 then return end
+  anchor(self, r1)
+  if n == 1 then return r1 end
+  anchor(self, r2)
+  return r1, r2
+end
+
 local function finish(self, ok, ...)
+  local n = select("#", ...)
+  if n <= 2 then
+    local r1, r2 = ...
+    return finish2(self, ok, n, r1, r2)
+  end
   if not ok then
     abort()
     error((...), 0)
   end
-  flush(2, "return")
-  gt._active = nil
-  if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 2) end
-  if C.gt_tree_warnings(self._t, nil) ~= self._nwarn then warned(self) end
-  local n = select("#", ...)
-  if n <= 2 then
-    local r1, r2 = ...
-    if n >= 1 then anchor(self, r1) end
-    if n == 2 then anchor(self, r2) end
-  else for i = 1, n do anchor(self, (select(i, ...))) end end
+  end_call(self)
+  for i = 1, n do anchor(self, (select(i, ...))) end
   return ...
 end
 
@@ -308,6 +328,7 @@ local function run(self, eager, ...)
   self._inn = n                                           -- the inputs, for a new first node's shapes
   if not staged then
     self._in1, self._in2, self._in3, self._in4 = a1, a2, a3, a4
+    if n <= 4 then return finish(self, call(self.fn, n, a1, a2, a3, a4)) end
     return finish(self, call(self.fn, n, ...))
   end
   local ok, args = pcall(prep or stage_args, self, n, ...)
