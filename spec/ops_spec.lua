@@ -88,6 +88,20 @@ end
 
 -- -- Elementwise -----------------------------------------------------------------
 
+describe("gt.shape", function()
+  it("is the shared table of a shape: the one a tensor's .shape is, equal sizes the same table", function()
+    local s = gt.shape { 3, 5 }
+    assert.are.equal(s, gt.tensor({ 3, 5 }).shape)
+    assert.are.equal(s, gt.shape { 3, 5 })
+    assert.are.same({ 3, 5 }, s)
+    local t = gt.tensor(s, "i32")
+    assert.are.same({ 3, 5 }, t.shape)
+    assert.are.equal("i32", t.dtype)
+    assert.are.same({ 7 }, gt.shape(7))
+    assert.matches("bad shape: dimension 2 is %-1, not a size", select(2, pcall(gt.shape, { 2, -1 })))
+  end)
+end)
+
 describe("gt.ops elementwise", function()
   for _, shape in ipairs { { 1 }, { 7, 13 }, { 3, 1000 } } do
     local label = table.concat(shape, "x")
