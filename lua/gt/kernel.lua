@@ -166,8 +166,19 @@ local function new_kernel(k, module)
 end
 
 --- K.name(grid, block, args...): launch (queued inside a tree call)
+-- The bound launcher of the last grid and block is kept: a kernel launched
+-- again with the same sizes makes no new configuration.
 function Kernel:__call(grid, block, ...)
-  self._factory(launch_config(self._k, self.name, grid, block, 0))(...)
+  local gx, gy, gz = dims(grid, "grid", self.name, 2)
+  local bx, by, bz = dims(block, "block", self.name, 2)
+  local l = self._last
+  if not (l and l[1] == gx and l[2] == gy and l[3] == gz and l[4] == bx and l[5] == by and l[6] == bz) then
+    local cfg = CFG()
+    if C.gt_launch_config(rt, self._k, gx, gy, gz, bx, by, bz, 0, cfg) ~= 0 then error(gt._errmsg(), 2) end
+    l = { gx, gy, gz, bx, by, bz, f = self._factory(cfg) }
+    self._last = l
+  end
+  l.f(...)
 end
 
 --- K.name:config(grid, block [, smem_bytes]) -> f(args...), a cheap bound launcher
