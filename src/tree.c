@@ -1,14 +1,15 @@
 /* tree.c - graph trees: calls, segment nodes, choosing and running a visit (warmup, record, replay, eager).
 
-   The replay path of one call: Lua's op calls gt_launch (kernel.c), which
-   checks the arguments and hands the launch to gt_submit (queue.c); inside
+   The replay path of one call: Lua's op calls gt_launch_bound (kernel.c)
+   with arguments its launcher checked, which hands the launch to gt_submit
+   (queue.c); inside
    a tree call it is appended to the segment's queue and gt_cursor_push
    (key.c) compares it with what the predicted node recorded at that
    position.  At a sync point or the call's end Lua calls gt_tree_flush
    (here): gt_cursor_hit gives the node when everything matched (else
    gt_segment_key finds it among the parent's children), choose_mode picks
    the visit, visit() runs it (replay(): bind the new buffers to the plan,
-   patch the arguments that changed, launch the graph through the backend),
+   patch the launches the cursor noted as changed, launch the graph),
    and advance() moves the cursor under the node for the next segment. */
 #include <stdio.h>
 #include <stdlib.h>
