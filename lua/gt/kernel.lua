@@ -147,13 +147,12 @@ end
 
 local CFG = ffi.typeof("gt_launchcfg")
 
--- A checked configuration of kernel k (raises at the caller's caller).
-local function launch_config(k, name, grid, block, smem)
-  local gx, gy, gz = dims(grid, "grid", name, 3)
-  local bx, by, bz = dims(block, "block", name, 3)
+-- The bound launcher of kernel k for a checked configuration (raises at the
+-- caller's caller).
+local function bound(k, factory, gx, gy, gz, bx, by, bz, smem)
   local cfg = CFG()
   if C.gt_launch_config(rt, k, gx, gy, gz, bx, by, bz, smem, cfg) ~= 0 then error(gt._errmsg(), 3) end
-  return cfg
+  return factory(cfg)
 end
 
 local function new_kernel(k, module)
@@ -173,9 +172,7 @@ function Kernel:__call(grid, block, ...)
   local bx, by, bz = dims(block, "block", self.name, 2)
   local l = self._last
   if not (l and l[1] == gx and l[2] == gy and l[3] == gz and l[4] == bx and l[5] == by and l[6] == bz) then
-    local cfg = CFG()
-    if C.gt_launch_config(rt, self._k, gx, gy, gz, bx, by, bz, 0, cfg) ~= 0 then error(gt._errmsg(), 2) end
-    l = { gx, gy, gz, bx, by, bz, f = self._factory(cfg) }
+    l = { gx, gy, gz, bx, by, bz, f = bound(self._k, self._factory, gx, gy, gz, bx, by, bz, 0) }
     self._last = l
   end
   l.f(...)
@@ -183,12 +180,14 @@ end
 
 --- K.name:config(grid, block [, smem_bytes]) -> f(args...), a cheap bound launcher
 function Kernel:config(grid, block, smem)
+  local gx, gy, gz = dims(grid, "grid", self.name, 2)
+  local bx, by, bz = dims(block, "block", self.name, 2)
   smem = smem or 0
   if type(smem) ~= "number" or smem < 0 or smem > 2 ^ 32 - 1 or smem ~= math.floor(smem) then
     error("kernel '" .. self.name .. "': shared memory must be a whole number of bytes in 0..4294967295 " ..
       "(the device allows far less), got " .. tostring(smem), 2)
   end
-  return self._factory(launch_config(self._k, self.name, grid, block, smem))
+  return bound(self._k, self._factory, gx, gy, gz, bx, by, bz, smem)
 end
 
 function Kernel:__tostring()

@@ -568,7 +568,6 @@ local function call_n(fn, n, a1, a2, a3, a4, a5, a6, a7, a8)
   if n == 7 then return fn(a1, a2, a3, a4, a5, a6, a7) end
   return fn(a1, a2, a3, a4, a5, a6, a7, a8)
 end
-gt._call_n = call_n
 
 -- In a tree call: the call's buffers first..(now) are the scope's; the core
 -- releases those not returned.
