@@ -134,9 +134,8 @@ local function bucket_call(self, ...)
   -- used where they are, as in a tree without buckets)
   local exact = p == n and #self._buckets == 1
   if self._keyed then                    -- a keyed call of the bucket's path (keyed.lua pads with prep)
-    self._bexact = exact
-    if exact then return self:_keyed_call(...) end
-    return narrow_all(self, self:_keyed_call(...))
+    if exact then return self:_keyed_call(false, ...) end
+    return narrow_all(self, self:_keyed_call(true, ...))
   end
   if exact then return self._run(self, false, ...) end
   return narrow_all(self, self._run(self, nil, ...))

@@ -212,11 +212,12 @@ end
 
 local verify_all = os.getenv("GTLUA_VERIFY_KEYS") == "1"
 
--- How a body run of this call starts (tree.lua's run): padded to the bucket
--- (nil), or as it is (false: no buckets, or already at the bucket's size).
-local function body_mode(self) if self._buckets and not self._bexact then return nil end return false end
-
-local function keyed_call(self, ...)
+-- A keyed call; pad: its inputs are padded to their bucket (a bucketed call
+-- below the bucket's size), for the body (tree.lua's run: nil pads, false
+-- does not) and for the staging of a hit.
+local function keyed_call(self, pad, ...)
+  local mode = false
+  if pad then mode = nil end
   local n = select("#", ...)
   if n > self._nins then
     self._nins = n
@@ -224,8 +225,8 @@ local function keyed_call(self, ...)
   end
   local leaf, why = walk_args(self, walk_keys(self._memo, self._key(...)), n, ...)
   local st = self._kstats
-  if not leaf then refuse(self, self._memo, why); return self._run(self, body_mode(self), ...) end
-  if leaf.refused then refuse(self, leaf, leaf.refused); return self._run(self, body_mode(self), ...) end
+  if not leaf then refuse(self, self._memo, why); return self._run(self, mode, ...) end
+  if leaf.refused then refuse(self, leaf, leaf.refused); return self._run(self, mode, ...) end
   local k = leaf.k
   local verifying = false
   if k then
@@ -237,7 +238,6 @@ local function keyed_call(self, ...)
     self._gen, self._sync, self._staged, self._seg0 = C.gt_tree_gen(self._t), nil, nil, 0
     gt._active, self._resumes = self, 0
     local staged
-    local pad = body_mode(self) == nil    -- bucketed inputs padded into the bucket's staging slots
     if pad or self._kstage then
       local ok, args = pcall(pad and self._prep or self._stage_args, self, n, ...)
       if not ok then self._abort(); error(args, 0) end
@@ -258,7 +258,7 @@ local function keyed_call(self, ...)
     return settle(self, leaf, false, n, { ... }, self._finish(self, pcall(self.fn, unpack(args, 1, n))))
   end
   if not k then st.misses = st.misses + 1 end
-  return settle(self, leaf, verifying, n, { ... }, self._run(self, body_mode(self), ...))
+  return settle(self, leaf, verifying, n, { ... }, self._run(self, mode, ...))
 end
 
 --- Called by gt.tree when opts.key (or patch/verify) is given.

@@ -343,7 +343,7 @@ gt._stage = stage   -- buckets stage their non-bucketed inputs the same way
 
 function Tree:__call(...)
   if self._buckets then return self:_bucket_call(...) end   -- (a keyed call inside, with key)
-  if self._keyed then return self:_keyed_call(...) end
+  if self._keyed then return self:_keyed_call(false, ...) end
   if self._warn_shapes == math.huge then return run(self, nil, ...) end
   self._a1, self._a2, self._a3, self._a4 = ...
   return self:_watched(run(self, nil, ...))
