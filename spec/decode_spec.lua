@@ -177,15 +177,21 @@ describe("the GPT decoder (tiny config)", function()
     end
   end)
 
+  -- generate(run, prompt, steps, opts) with the end token set to eot
+  local function with_eot(eot, run, prompt, steps, opts)
+    local old = m.cfg.eot
+    m.cfg.eot = eot
+    local r = gpt.generate(m, run, prompt, steps, opts)
+    m.cfg.eot = old
+    return r
+  end
+
   it("stops on the end token: a device flag per sequence, read every k steps", function()
     local prompt = gpt.random_prompt(m.cfg, 2, 3, 5)
     local free = gpt.generate(m, m.step, prompt, 24, { all = true })
-    -- make sequence 1's 3rd token and sequence 2's 6th the end token
-    local old = m.cfg.eot
-    m.cfg.eot = free.tokens[1][3]
-    local r = gpt.generate(m, step, prompt, 24, { check_every = 4 })
-    m.cfg.eot = old
+    -- make sequence 1's 3rd token the end token
     local eot = free.tokens[1][3]
+    local r = with_eot(eot, step, prompt, 24, { check_every = 4 })
     -- sequence 1 repeats eot after it; the run stops at a check once every sequence is done
     for i = 3, r.steps do assert.are.equal(eot, r.tokens[1][i]) end
     local ended2
@@ -203,10 +209,7 @@ describe("the GPT decoder (tiny config)", function()
   it("stops early when every sequence has ended", function()
     local prompt = gpt.random_prompt(m.cfg, 1, 3, 9)
     local free = gpt.generate(m, m.step, prompt, 20, { all = true })
-    local old = m.cfg.eot
-    m.cfg.eot = free.tokens[1][2]
-    local r = gpt.generate(m, step, prompt, 20, { check_every = 4 })
-    m.cfg.eot = old
+    local r = with_eot(free.tokens[1][2], step, prompt, 20, { check_every = 4 })
     assert.are.equal(4, r.steps)
     assert.are.same({ free.tokens[1][1], free.tokens[1][2], free.tokens[1][2], free.tokens[1][2] }, r.tokens[1])
   end)
