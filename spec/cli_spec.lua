@@ -6,19 +6,13 @@ local BIN = assert(os.getenv("GTLUA_BIN"), "run the specs inside gtlua: build/gt
 local HAS_GT = pcall(require, "gt")
 
 local S = require "spec.support"
-local shq, spit, slurp, gtlua = S.shq, S.spit, S.slurp, S.gtlua
+local shq, spit, slurp, gtlua, tmpfile = S.shq, S.spit, S.slurp, S.gtlua, S.tmpfile
 
 local function with_gt(name, fn)
   it(name .. " #gt", function()
     if not HAS_GT then return pending("lua/gt is not there yet (require 'gt' fails)") end
     fn()
   end)
-end
-
-local function tmpfile(text)
-  local path = os.tmpname()
-  spit(path, text)
-  return path
 end
 
 describe("gtlua command line", function()

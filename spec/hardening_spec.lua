@@ -4,7 +4,7 @@
 local gt = require "gt"
 require "gt.busted"
 local S = require "spec.support"
-local shq, spit, gtlua = S.shq, S.spit, S.gtlua
+local shq, spit, gtlua, tmpfile = S.shq, S.spit, S.gtlua, S.tmpfile
 
 local function error_of(f, ...)
   local ok, err = pcall(f, ...)
@@ -13,12 +13,6 @@ local function error_of(f, ...)
 end
 
 local function has(s, part) return s:find(part, 1, true) ~= nil end
-
-local function tmpfile(text)
-  local path = os.tmpname()
-  spit(path, text)
-  return path
-end
 
 describe("launch arguments", function()
   local K = gt.compile([[

@@ -15,6 +15,13 @@ function M.spit(path, text)
   f:close()
 end
 
+--- M.tmpfile(text) -> the path of a new temporary file holding text
+function M.tmpfile(text)
+  local path = os.tmpname()
+  M.spit(path, text)
+  return path
+end
+
 --- M.slurp(path [, keep]): a file's text; the file is removed unless keep
 function M.slurp(path, keep)
   local f = assert(io.open(path, "rb"))
