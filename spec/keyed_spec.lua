@@ -88,6 +88,58 @@ describe("keyed calls", function()
     assert.are.equal(4, step:stats().keyed.hits)
   end)
 
+  it("returns an input given back as is, whether the key's first calls staged it or not", function()
+    -- h = step(h) stages h (the tree's own output) and returns the staged view;
+    -- a later call with an outside tensor stages nothing and must return that tensor
+    local step = gt.tree(function(x) return x, ops.linear(x, W) end, { key = function() return 0 end })
+    local a, y = step(gt.randn({ 2, 8 }, { seed = 3 }))
+    for _ = 1, 4 do
+      local was = y:tolist()
+      a, y = step(y)
+      assert.is_false(a:is_stale())                                  -- the staged copy of the last y
+      assert.are.same(was, a:tolist())
+    end
+    local x = gt.randn({ 2, 8 }, { seed = 4 })
+    for _ = 1, 3 do
+      local a2, y2 = step(x)
+      assert.are.equal(x, a2)
+      assert.is_true(maxdiff(y2, ops.linear(x, W)) < 1e-5)
+    end
+    assert.is_true(step:stats().keyed.hits >= 4)
+  end)
+
+  it("times a keyed hit one call in 16 after the first 64, and leaves the others' cpu_us nil", function()
+    local step = gt.tree(function(x) return ops.relu(x) end, { key = function() return 1 end })
+    local x = gt.from { -1, 2 }
+    for _ = 1, 100 do step(x) end
+    local h = step:history()
+    assert.are.equal(100, #h)
+    for _, c in ipairs(h) do
+      local timed = c.call <= 64 or c.call % 16 == 0
+      assert.are.equal(timed, c.cpu_us ~= nil, "call " .. c.call)
+      if timed then assert.is_true(c.cpu_us > 0) end
+    end
+    assert.is_true(step:stats().keyed.hits >= 95)
+    assert.matches("Host time per call", gt.report.html(step))
+    local tree = gt.tree(function(v) return ops.relu(v) end)            -- a call that runs its body is always timed
+    for _ = 1, 100 do tree(x) end
+    for _, c in ipairs(tree:history()) do assert.is_true(c.cpu_us > 0) end
+  end)
+
+  it("leaves the runtime usable after a keyed call refused inside another tree's call", function()
+    local inner = gt.tree(function(x) return ops.relu(x) end, { key = function() return 1 end })
+    local x = gt.from { -1, 2 }
+    for _ = 1, 4 do inner(x) end
+    local hits = inner:stats().keyed.hits
+    local outer = gt.tree(function(v) return inner(v) end)
+    assert.has_error(function() outer(x) end, nil)
+    local ok, err = pcall(outer, x)
+    assert.is_false(ok)
+    assert.matches("cannot nest", tostring(err))
+    assert.tensor_near({ 0, 2 }, inner(x))
+    assert.are.equal(hits + 1, inner:stats().keyed.hits)
+  end)
+
   it("refuses a path that reads the device mid-call, naming the reason and its line, and runs the body", function()
     local warned = {}
     local old = gt.on_warning

@@ -232,6 +232,19 @@ struct gt_tree {
   int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
 };
 
+/* A tree call's buffer struct made afresh, every field written (a memset
+   or a struct literal of it compiles to rep stos, slow at this size; the
+   assert catches a field added without its store here). */
+#if UINTPTR_MAX == 0xffffffffffffffffu
+_Static_assert(sizeof(gt_buf) == 96, "gt_buf changed: update gt_slab_buf_init");
+#endif
+static inline void gt_slab_buf_init(gt_buf *b, gt_tree *t, uint64_t addr, uint64_t bytes, int seg, int idx, int ci,
+                                    uint32_t qpos) {
+  b->addr = addr; b->bytes = bytes; b->gen = t->gen; b->gen_now = &t->gen;
+  b->flags = GT_BUF_TREE | GT_BUF_SLAB; b->refs = 0; b->tree = t; b->seg = seg; b->idx = idx; b->block = 0;
+  b->qpos = qpos; b->kmark = 0; b->kord = 0; b->ci = ci; b->relseg = -1; b->rel = 0; b->site = 0;
+}
+
 /* Backend nodes for t's queue as n's graph: n->argvals receives the argument
    values the graph holds; *ptrs (argument pointers) and *deps live while the
    nodes are used, the caller frees all three.  GT_ERR when out of host memory. */
@@ -246,6 +259,7 @@ int gt_plan_node(gt_tree *t, gt_node *n, int first);  /* placed for n's recordin
 int gt_role_of(const gt_tree *t, const gt_buf *b);  /* GT_ROLE_* of a tensor argument in the segment being queued */
 uint64_t gt_segment_key(gt_tree *t, int topology);  /* topology: without grids, static tensors by order */
 void gt_cursor_start(gt_tree *t, gt_node *parent);  /* a segment begins under parent */
+int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always);   /* gt_tree_begin of a keyed call */
 void gt_cursor_push(gt_tree *t);                    /* a launch was queued */
 gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its node if the cursor matched throughout */
 /* After a hit on n: the launches a replay must patch (t->cdirty), or -1

@@ -246,9 +246,14 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
                              const int *outs, int nout);
 /* In a call begun with gt_tree_begin (inputs staged): patch the memoized
    path's inputs and scalars from ins, launch its graphs, make the output
-   buffers of the call, end the call.  1: the path is gone (a trim) or needs
+   buffers of the call (to outb, when not NULL), end the call.  1: the path is gone (a trim) or needs
    more than a patch: run the body in the same call instead.  GT_ERR on failure. */
-int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins);
+int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb);
+/* A keyed call whose inputs need no staging, in one call: begins the tree's
+   call, then as gt_tree_keyed_run.  outb (k's output count, the order of
+   gt_tree_keyed_save's outs) receives the output buffers of a replay.  1: the
+   call has begun and its body must run; GT_ERR: nothing is left begun. */
+int gt_tree_keyed_call(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb);
 /* -1 when the tree's last call took k's path, else the first segment (0-based) where it did not. */
 int gt_tree_keyed_differs(gt_tree *t, gt_keyed *k);
 /* After a body run (same key, same path, ins as for run): settles which kernel

@@ -170,7 +170,7 @@ int gt_tree_keyed_confirm(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
   return GT_OK;
 }
 
-int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
+int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {
   gt_tree *t = k->t;
   gt_backend *be = &rt->be;
   if (rt->active != t) return gt_fail(rt, "keyed run outside its tree's call");
@@ -214,18 +214,17 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
   for (int i = 0; i < k->no; i++) {           /* the outputs: buffers of this call at their planned addresses */
     const kout *o = &k->o[i];
     gt_buf *b = gt_tree_buf_ptr(t, o->ci);
-    memset(b, 0, sizeof *b);
-    b->bytes = o->bytes;
-    b->addr = t->pool.base + k->path[o->seg]->plan[o->idx];
-    b->tree = t;
-    b->gen = t->gen;
-    b->gen_now = &t->gen;
-    b->flags = GT_BUF_TREE | GT_BUF_SLAB;
-    b->seg = o->seg;
-    b->idx = o->idx;
-    b->ci = o->ci;
-    b->relseg = -1;
+    gt_slab_buf_init(b, t, t->pool.base + k->path[o->seg]->plan[o->idx], o->bytes, o->seg, o->idx, o->ci, 0);
+    if (outb) outb[i] = b;
   }
   gt_tree_finish_call(t);
   return GT_OK;
+}
+
+int gt_tree_keyed_call(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {
+  if (gt_tree_begin_timed(rt, k->t, 0)) return GT_ERR;
+  int r = gt_tree_keyed_run(rt, k, ins, outb);
+  if (r == 1) k->t->begin_us = gt_fast_us();   /* the body runs: the call is timed (its start was a few checks ago) */
+  if (r < 0 && rt->active == k->t) gt_tree_abort(rt);
+  return r;
 }

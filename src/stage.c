@@ -21,17 +21,7 @@ gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   if (GT_GROW(t->bufs, t->bufcap, i + 1)) { gt_fail(rt, "out of host memory"); return NULL; }
   if (i / GT_SLAB >= t->nslab && grow_slab(t)) return NULL;
   gt_buf *b = &t->slab[i / GT_SLAB][i % GT_SLAB];
-  memset(b, 0, sizeof *b);
-  b->bytes = bytes;
-  b->tree = t;
-  b->gen = t->gen;
-  b->gen_now = &t->gen;
-  b->flags = GT_BUF_TREE | GT_BUF_SLAB;
-  b->seg = t->depth;
-  b->idx = i - t->segstart[t->depth];
-  b->ci = i;
-  b->relseg = -1;
-  b->qpos = (uint32_t)t->q.n;
+  gt_slab_buf_init(b, t, 0, bytes, t->depth, i - t->segstart[t->depth], i, (uint32_t)t->q.n);
   t->bufs[t->nbufs++] = b;
   return b;
 }

@@ -111,7 +111,22 @@ void gt_tree_note_skip(gt_tree *t, const char *reason) {
 
 /* -- Calls --------------------------------------------------------------- */
 
+/* Whether call number `call` times its host time: every call for the first
+   64, then one in 16 (a clock read costs as much as a few launches'
+   bookkeeping; it matters in a keyed call's microsecond). */
+static int timed_call(int call) { return call <= 64 || !(call & 15); }
+
 int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
+  if (gt_tree_begin_timed(rt, t, 1)) return GT_ERR;
+  t->eager_call = eager != NULL;
+  if (eager) gt_tree_note_skip(t, eager);
+  t->cmiss |= t->eager_call;
+  return GT_OK;
+}
+
+/* gt_tree_begin without an eager reason; always: time it whatever the
+   sampling says (else history's cpu_us is -1 on an untimed call). */
+int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   if (rt->active)
     return gt_fail(rt, "tree '%s' was called inside a call of tree '%s': tree calls cannot nest", t->name, rt->active->name);
   if (t->closed) return gt_fail(rt, "tree '%s' was freed", t->name);
@@ -125,16 +140,14 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   t->depth = 0;
   t->npath = 0;
   t->nrels = 0;
-  t->eager_call = eager != NULL;
-  if (eager) gt_tree_note_skip(t, eager);
+  t->eager_call = 0;
   gt_cursor_start(t, &t->root);
-  t->cmiss |= t->eager_call;
   if (t->nstage) memset(t->pinned, 0, t->nstage);
   if (GT_GROW(t->segstart, t->segcap, 1)) return gt_fail(rt, "out of host memory");
   t->segstart[0] = 0;
   t->calls++;
   t->at_begin = (gt_call_info){ t->calls, t->warmups, t->records, t->replays, t->eager, t->updates, 0, 0, 0 };
-  t->begin_us = gt_fast_us();
+  t->begin_us = always || timed_call(t->calls) ? gt_fast_us() : -1;
   rt->active = t;
   return GT_OK;
 }
@@ -433,7 +446,7 @@ int gt_tree_flush(gt_runtime *rt) {
   if (t->eager_call) return flush_eager_call(t, first);
   /* a replay's host time is sampled (every call for the first 64, then one
      in 16): a clock read costs as much as a few launches' bookkeeping */
-  double t0 = t->calls <= 64 || !(t->calls & 15) ? gt_fast_us() : 0;
+  double t0 = timed_call(t->calls) ? gt_fast_us() : 0;
   gt_node *parent = t->cur ? t->cur : &t->root;
   gt_node *n = gt_cursor_hit(t, first), *upd = NULL;
   gt_segkey key = { n ? n->key : 0, 0 };
@@ -462,7 +475,7 @@ static void note_call(gt_tree *t) {
   gt_call_info *b = &t->at_begin;
   t->hist[(t->calls - 1) % GT_HISTORY] = (gt_call_info){
     t->calls, t->warmups - b->warmups, t->records - b->records, t->replays - b->replays, t->eager - b->eager,
-    t->updates - b->updates, gt_fast_us() - t->begin_us,
+    t->updates - b->updates, t->begin_us >= 0 ? gt_fast_us() - t->begin_us : -1,
     t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(&t->pool), t->pool.committed };
 }
 

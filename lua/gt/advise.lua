@@ -88,6 +88,7 @@ function M.launch(tree, s, measure)
     local pure_eager = c.replays + c.records + c.updates == 0 and c.warmups + c.eager > 0
     if pure_eager and c.call > 1 then eager[#eager + 1] = c.cpu_us end   -- the first call also compiles kernels
     if c.replays > 0 and c.records + c.updates + c.warmups + c.eager == 0 then replay[#replay + 1] = c.cpu_us end
+    -- (an untimed call, a keyed hit past the first 64 calls, has no cpu_us: the medians are of timed calls)
   end
   local ids, launches = last_path(s)
   local r = { launches = launches, segments = #ids, sync = sync, eager_calls = #eager, replay_calls = #replay }

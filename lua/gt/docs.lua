@@ -208,7 +208,8 @@ tree:trim([keep = 0]) -> graphs dropped
 tree:history() -> the last calls (up to 1024), oldest first
   { call, warmups, records, replays, eager, updates, cpu_us, in_use, reserved }
   per call: its visits of each kind, host µs from start to end, pool bytes
-  after it. tree:report() charts them over calls.]],
+  after it. A keyed hit (its body not run) past the first 64 calls is timed
+  one in 16, the others have cpu_us nil. tree:report() charts them over calls.]],
   ["tree:floor"] = [[
 tree:floor([iters = 100] [, sync_each = true]) -> cpu_us, step_us
   The last call's graphs launched back to back from C with no tree logic: the

@@ -17,7 +17,7 @@ local function anchor(tree, t) return gt._anchor(tree, t) end
 local M = {}
 
 -- Keys of the memo trie for what is not a plain value.
-local NIL, NAN, TENSOR, PATCHED = {}, {}, {}, {}
+local NIL, NAN, TENSOR, PATCHED, STAGED = {}, {}, {}, {}, {}
 
 local function child(node, k)
   if k == nil then k = NIL elseif k ~= k then k = NAN end
@@ -50,7 +50,10 @@ local function walk_arg(self, node, i, x)
   if is_tensor(x) then
     local b = x._b
     if x._vid ~= 0 then return nil, "a non-contiguous tensor argument" end
-    if self._copy or b.tree == self._t then self._kstage = true end
+    if self._copy or b.tree == self._t then          -- staged: a path of its own (its outputs may be staged views)
+      self._kstage = true
+      node = child(node, STAGED)
+    end
     node = child(child(node, TENSOR), x._sid * 16 + x._dt)   -- shape and dtype: interned, one key
     if band(b.flags, STATIC) ~= 0 then
       return child(node, tonumber(ffi.cast("uintptr_t", b)) + x._off)   -- a static tensor: by address
@@ -126,7 +129,7 @@ local function describe_outputs(self, args, n, ...)
           if not o then return nil, "it returns a staged view it cannot place" end
         else
           cis[#cis + 1] = b.ci
-          o = { kind = "buf", ci = b.ci, off = y._off, sid = y._sid, dt = y._dt, vid = y._vid }
+          o = { kind = "buf", bi = #cis - 1, off = y._off, sid = y._sid, dt = y._dt, vid = y._vid }
         end
       end
       o = o or { kind = "value", v = y }
@@ -143,10 +146,12 @@ local function describe_outputs(self, args, n, ...)
   return outs, cis
 end
 
-local function rebuild(self, o, staged, ...)
+-- Result o of a hit; outb: the call's output buffers (gt_tree_keyed_run's).
+local function rebuild(self, o, outb, staged, ...)
   local k = o.kind
   if k == "buf" then
-    return anchor(self, view(C.gt_tree_buf_ptr(self._t, o.ci), o.off, o.sid, o.dt, self._gen, o.vid))
+    local b = outb[o.bi]
+    return anchor(self, view(b, o.off, o.sid, o.dt, b.gen, o.vid))
   elseif k == "arg" then return (select(o.i, ...))
   elseif k == "staged" then
     local s = staged[o.i]
@@ -155,12 +160,12 @@ local function rebuild(self, o, staged, ...)
   return o.v
 end
 
-local function outputs(self, outs, staged, ...)
+local function outputs(self, outs, outb, staged, ...)
   local n = outs.n
-  if n == 1 then return rebuild(self, outs[1], staged, ...) end
-  if n == 2 then return rebuild(self, outs[1], staged, ...), rebuild(self, outs[2], staged, ...) end
+  if n == 1 then return rebuild(self, outs[1], outb, staged, ...) end
+  if n == 2 then return rebuild(self, outs[1], outb, staged, ...), rebuild(self, outs[2], outb, staged, ...) end
   local r = {}
-  for i = 1, n do r[i] = rebuild(self, outs[i], staged, ...) end
+  for i = 1, n do r[i] = rebuild(self, outs[i], outb, staged, ...) end
   return unpack(r, 1, n)
 end
 
@@ -206,7 +211,7 @@ local function settle(self, leaf, verifying, n, args, ...)
     end
     return ...
   end
-  leaf.k, leaf.outs = k, outs
+  leaf.k, leaf.outs, leaf.outb = k, outs, ffi.new("gt_buf*[?]", math.max(#cis, 1))
   return ...
 end
 
@@ -233,6 +238,20 @@ local function keyed_call(self, pad, ...)
     st.calls = st.calls + 1
     verifying = verify_all or (self._verify and st.calls % self._verify == 0)
   end
+  if k and not verifying and not (pad or self._kstage) then      -- nothing to stage: one call into the core
+    local outb = leaf.outb
+    local r = C.gt_tree_keyed_call(rt, k, self._ins, outb)
+    if r == 0 then
+      st.hits = st.hits + 1
+      if leaf.outs.noarg then return outputs(self, leaf.outs, outb) end   -- (no vararg to pass on)
+      return outputs(self, leaf.outs, outb, nil, ...)
+    end
+    if r < 0 then error(gt._errmsg(), 2) end
+    self._gen, self._sync, self._staged, self._seg0 = C.gt_tree_gen(self._t), nil, nil, 0   -- begun: run the body
+    gt._active, self._resumes = self, 0
+    st.misses = st.misses + 1
+    return settle(self, leaf, false, n, { ... }, self._finish(self, pcall(self.fn, ...)))
+  end
   if k and not verifying then
     if C.gt_tree_begin(rt, self._t, nil) ~= 0 then error(gt._errmsg(), 2) end
     self._gen, self._sync, self._staged, self._seg0 = C.gt_tree_gen(self._t), nil, nil, 0
@@ -245,12 +264,11 @@ local function keyed_call(self, pad, ...)
       self._staged = args
       fill_staged(self, staged, n)
     end
-    local r = C.gt_tree_keyed_run(rt, k, self._ins)
+    local r = C.gt_tree_keyed_run(rt, k, self._ins, leaf.outb)
     if r == 0 then
       gt._active = nil
       st.hits = st.hits + 1
-      if leaf.outs.noarg then return outputs(self, leaf.outs, staged) end   -- (no vararg to pass on)
-      return outputs(self, leaf.outs, staged, ...)
+      return outputs(self, leaf.outs, leaf.outb, staged, ...)
     end
     if r < 0 then self._abort(); error(gt._errmsg(), 2) end
     st.misses = st.misses + 1                      -- a patch needs the body: run it in this call
