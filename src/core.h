@@ -87,6 +87,8 @@ typedef struct gt_queue {
 } gt_queue;
 
 int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args);
+gt_qlaunch *gt_queue_reserve(gt_queue *q, int nargs, gt_arg **args);   /* fill in, then gt_queue_commit */
+void gt_queue_commit(gt_queue *q, gt_qlaunch *d);
 void gt_queue_clear(gt_queue *q);
 void gt_queue_free(gt_queue *q);
 /* Launch i's arguments as values (addresses, scalar bits) into vals. */

@@ -193,11 +193,14 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
 typedef struct gt_launchcfg { gt_kernel *k; unsigned grid[3], block[3], smem; } gt_launchcfg;
 int gt_launch_config(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_launchcfg *out);
-/* gt_launch with a checked configuration and arguments already in normal form
-   (what Lua's generated launchers write): every tensor parameter a live
-   tensor, every scalar's buf NULL and its unused bits zero.  In a tree call
-   this only queues the launch. */
-int gt_launch_bound(gt_runtime *rt, const gt_launchcfg *c, gt_arg *args);
+/* gt_launch with a checked configuration, what Lua's generated launchers
+   call: tensors[i] is tensor parameter i's handle (checked here: live,
+   contiguous, of the parameter's dtype), args[i] scalar parameter i (buf
+   NULL; i32, u32 and f32 in their low 4 bytes, the others in all 8); other
+   entries are not read.  In a tree call this only queues the launch.  0,
+   GT_ERR with the message set, or i + 1 when tensor parameter i fails its
+   check (no message: the caller says what is wrong with its argument). */
+int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *const *tensors, const gt_arg *args);
 
 /* -- Trees -------------------------------------------------------------- */
 gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts);

@@ -360,10 +360,54 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
   return rt->active ? gt_submit(rt, &l, args) : launch_now(rt, &l, args);
 }
 
-int gt_launch_bound(gt_runtime *rt, const gt_launchcfg *c, gt_arg *args) {
-  gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = c->k, .grid = { c->grid[0], c->grid[1], c->grid[2] },
-                   .block = { c->block[0], c->block[1], c->block[2] }, .smem = c->smem, .nargs = c->k->nparams };
-  return rt->active ? gt_submit(rt, &l, args) : launch_now(rt, &l, args);
+/* A bound launch's arguments into out (k->nparams): the tensor parameters
+   from their handles, the scalars from args in normal form (a 4-byte one is
+   read as 4 bytes, as Lua stored it: an 8-byte load of a fresh 4-byte store
+   waits for the store to reach the cache).  0, or j + 1 when tensor
+   parameter j is stale, non-contiguous or of another dtype. */
+static int bind_args(const gt_kernel *k, const gt_tensor *const *ts, const gt_arg *args, gt_arg *out) {
+  for (int j = 0; j < k->nparams; j++) {
+    gt_arg *o = &out[j];
+    switch (k->ptype[j]) {
+    case GT_P_IN: case GT_P_OUT: {
+      const gt_tensor *t = ts[j];
+      gt_buf *b = t->_b;
+      if (t->_gen != *b->gen_now || t->_vid || (k->pdtype[j] && t->_dt != k->pdtype[j])) return j + 1;
+      o->buf = b; o->off = (int64_t)t->_off; o->nbytes = (int64_t)t->_nb; o->v.u64 = 0;
+      break;
+    }
+    case GT_P_I32: case GT_P_U32: case GT_P_F32:
+      o->buf = NULL; o->off = o->nbytes = 0; o->v.u64 = args[j].v.u32;
+      break;
+    default:
+      o->buf = NULL; o->off = o->nbytes = 0; o->v.u64 = args[j].v.u64;
+      break;
+    }
+  }
+  return 0;
+}
+
+int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *const *ts, const gt_arg *args) {
+  gt_kernel *k = c->k;
+  gt_tree *t = rt->active;
+  if (t) {                         /* in a tree call: straight into the queue, compared as it lands */
+    gt_arg *a;
+    gt_qlaunch *d = gt_queue_reserve(&t->q, k->nparams, &a);
+    if (!d) return gt_fail(rt, "out of host memory");
+    int bad = bind_args(k, ts, args, a);
+    if (bad) return bad;
+    d->kind = GT_GN_KERNEL; d->k = k; d->smem = c->smem; d->nargs = k->nparams; d->bytes = 0; d->value = 0;
+    for (int i = 0; i < 3; i++) { d->grid[i] = c->grid[i]; d->block[i] = c->block[i]; }
+    gt_queue_commit(&t->q, d);
+    gt_cursor_push(t);
+    return GT_OK;
+  }
+  gt_arg a[64];
+  int bad = bind_args(k, ts, args, a);
+  if (bad) return bad;
+  gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = k, .grid = { c->grid[0], c->grid[1], c->grid[2] },
+                   .block = { c->block[0], c->block[1], c->block[2] }, .smem = c->smem, .nargs = k->nparams };
+  return launch_now(rt, &l, a);
 }
 
 /* -- Tests --------------------------------------------------------------- */

@@ -4,17 +4,31 @@
 #include "core.h"
 #include "gt_test.h"
 
+/* Room for one more launch of nargs arguments at the queue's end: its entry,
+   and in *args where its arguments go; gt_queue_commit appends it once
+   filled in.  NULL when host memory runs out. */
+gt_qlaunch *gt_queue_reserve(gt_queue *q, int nargs, gt_arg **args) {
+  if (GT_GROW(q->l, q->cap, q->n + 1) || GT_GROW(q->args, q->argcap, q->nargs + nargs)) return NULL;
+  *args = q->args + q->nargs;
+  return &q->l[q->n];
+}
+
+void gt_queue_commit(gt_queue *q, gt_qlaunch *d) {
+  d->arg0 = q->nargs;
+  q->nargs += d->nargs;
+  q->n++;
+}
+
 /* Appends a launch.  No references are taken: a buffer whose Lua handle is
    collected, or which is released, during a tree call keeps its memory until
    the call's queue has run (gt_buf_settle).  GT_ERR only when host memory runs out. */
 int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args) {
-  if (GT_GROW(q->l, q->cap, q->n + 1) || GT_GROW(q->args, q->argcap, q->nargs + l->nargs))
-    return GT_ERR;
-  gt_qlaunch *d = &q->l[q->n++];
+  gt_arg *a;
+  gt_qlaunch *d = gt_queue_reserve(q, l->nargs, &a);
+  if (!d) return GT_ERR;
   *d = *l;
-  d->arg0 = q->nargs;
-  if (l->nargs) memcpy(q->args + q->nargs, args, l->nargs * sizeof *args);   /* args may be NULL with none */
-  q->nargs += l->nargs;
+  if (l->nargs) memcpy(a, args, l->nargs * sizeof *args);   /* args may be NULL with none */
+  gt_queue_commit(q, d);
   return GT_OK;
 }
 

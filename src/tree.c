@@ -1,8 +1,7 @@
 /* tree.c - graph trees: calls, segment nodes, choosing and running a visit (warmup, record, replay, eager).
 
-   The replay path of one call: Lua's op calls gt_launch_bound (kernel.c)
-   with arguments its launcher checked, which hands the launch to gt_submit
-   (queue.c); inside
+   The replay path of one call: Lua's op calls gt_launch_tensors (kernel.c)
+   with the tensors and scalars its launcher passes; inside
    a tree call it is appended to the segment's queue and gt_cursor_push
    (key.c) compares it with what the predicted node recorded at that
    position.  At a sync point or the call's end Lua calls gt_tree_flush

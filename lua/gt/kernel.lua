@@ -66,17 +66,13 @@ local function arg_error(k, i, v, level)
   error(("%s expects an integer in %s, got %s"):format(where, r[3], tostring(v)), level + 1)
 end
 
--- The Lua source that checks argument i of kernel k and stores it in the
--- argument array (s: "args[i-1]").
+-- The Lua source that checks argument i of kernel k and stores it: a tensor
+-- as its handle in tensors[i-1] (the core checks that it is live, contiguous
+-- and of the dtype), a scalar in the argument array (s: "args[i-1]").
 local function arg_code(k, i, s)
   local pt = k.ptype[i - 1]
   if pt == PTR_IN or pt == PTR_OUT then
-    local want = gt._dtype_of_code[k.pdtype[i - 1]]
-    -- live, contiguous and of the dtype: one guard (one snapshot in a trace), not three
-    local dcheck = want and DT[want] and (", bxor(t._dt, %d)"):format(DT[want].code) or ""
-    return ("do local t = a%d; if not istype(T, t) then fail(%d, t) end; local b = t._b; " ..
-      "if bor(bxor(t._gen, b.gen_now[0]), t._vid%s) ~= 0 then fail(%d, t) end; %s.buf = b; %s.off = t._off; %s.nbytes = t._nb end")
-      :format(i, i, dcheck, i, s, s, s)
+    return ("if not istype(T, a%d) then fail(%d, a%d) end; tensors[%d] = a%d"):format(i, i, i, i - 1, i)
   end
   local st = SCALAR[pt]
   if st == "bool" then
@@ -134,15 +130,19 @@ local function make_launcher(k)
   -- varargs: a vararg function cannot start a trace of its own)
   local count = "if e1 ~= nil " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
     "then count_error({" .. elist .. "}" .. (n > 0 and ", " .. plist or "") .. ") end\n"
-  local src = "local rt, args, T, fail, floor, istype, type, raise, count_error, bound, bor, bxor, tobit = ...\n" ..
+  -- the core's answer: 0, GT_ERR (its message), or i + 1 for a tensor argument i it refused
+  local done = "local r = launch(rt, cfg, tensors, args)\nif r ~= 0 then " ..
+    (n > 0 and ("if r > 0 then fail(r, (select(r, " .. plist .. "))) end ") or "") .. "raise() end\n"
+  local src = "local rt, args, tensors, T, fail, floor, istype, type, raise, count_error, launch, tobit, select = ...\n" ..
     "return function(cfg) return function(" .. plist .. (n > 0 and ", " or "") .. elist .. ")\n" .. count ..
-    table.concat(code, "\n") .. "\nif bound(rt, cfg, args) ~= 0 then raise() end\nend end"
+    table.concat(code, "\n") .. "\n" .. done .. "end end"
   local args = ffi.new("gt_arg[?]", math.max(n, 1))
+  local tensors = ffi.new("const gt_tensor *[?]", math.max(n, 1))
   local function fail(i, v) arg_error(k, i, v, 3) end
   local function raise() error(gt._errmsg(), 3) end
   local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name)))
-  return f(rt, args, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error_of(k),
-           C.gt_launch_bound, bit.bor, bit.bxor, bit.tobit)
+  return f(rt, args, tensors, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error_of(k),
+           C.gt_launch_tensors, bit.tobit, select)
 end
 
 local CFG = ffi.typeof("gt_launchcfg")
