@@ -173,7 +173,32 @@ static const char *find_root(void) {
   return NULL;
 }
 
+/* gt.host.pcall(f, ...) -> true, results | false, error: pcall from C.  A
+   tree runs its body through it.  A compiled trace that reaches the body's
+   return then stops there and goes on in the interpreter, because the frame
+   it returns to is C's.  It cannot do that across the frame of Lua's own
+   pcall: a trace returning there aborts ("NYI: return to lower frame"),
+   and after a few aborts the interpreter runs that code every step. */
+static int host_pcall(lua_State *L) {
+  int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+  lua_pushboolean(L, status == 0);
+  lua_insert(L, 1);
+  return lua_gettop(L);
+}
+
+static int open_host(lua_State *L) {
+  lua_newtable(L);
+  lua_pushcfunction(L, host_pcall);
+  lua_setfield(L, -2, "pcall");
+  return 1;
+}
+
 static void set_paths(lua_State *L) {
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, open_host);
+  lua_setfield(L, -2, "gt.host");
+  lua_pop(L, 2);
   const char *root = gt_root = find_root();
   if (root == NULL) return;
   lua_getglobal(L, "package");
