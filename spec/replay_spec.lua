@@ -76,4 +76,31 @@ describe("a replayed op", function()
     assert.are.equal(3, s.nodes)
     assert.is_true(s.replays >= 24)
   end)
+
+  it("runs the end of a body compiled: no trace aborts returning from the body (the tree's pcall is made from C)", function()
+    -- a layer loop with its own trace, then an op after it: the side trace from
+    -- the loop's exit reaches the body's return.  Across the frame of Lua's
+    -- pcall LuaJIT cannot return ("NYI: return to lower frame"), and after a
+    -- few aborts the end of every step ran in the interpreter.
+    local traceerr = require("jit.vmdef").traceerr
+    local W = gt.randn({ 8, 8 }, { seed = 1, scale = 0.3 }):static()
+    local step = gt.tree(function(x)
+      for _ = 1, 6 do x = gt.ops.linear(x, W) end
+      return gt.ops.relu(x)
+    end)
+    local x = gt.randn({ 2, 8 }, { seed = 2 })
+    local bad = {}
+    jit.flush()
+    local function watch(what, _, _, _, code, info)
+      if what == "abort" and traceerr[code] and traceerr[code]:match("return to lower frame") then
+        bad[#bad + 1] = traceerr[code]:format(info)
+      end
+    end
+    jit.attach(watch, "trace")
+    local ok, err = pcall(function() for _ = 1, 400 do step(x) end end)
+    jit.attach(watch)                                      -- (detaches it)
+    assert(ok, err)
+    assert.are.same({}, bad)
+    assert.is_true(step:stats().replays >= 390)
+  end)
 end)
