@@ -2,7 +2,7 @@
 local ffi = require "ffi"
 
 local gt = require "gt"
-local C, rt, DT = gt._C, gt._rt, gt._dtypes
+local C, rt = gt._C, gt._rt
 local PTR_IN, PTR_OUT = 1, 2
 local SCALAR = { [3] = "i32", [4] = "u32", [5] = "i64", [6] = "u64", [7] = "f32", [8] = "f64", [9] = "bool" }
 local INTEGER = { i32 = true, u32 = true, i64 = true, u64 = true }
@@ -133,7 +133,8 @@ local function make_launcher(k)
   -- the core's answer: 0, GT_ERR (its message), or i + 1 for a tensor argument i it refused
   local done = "local r = launch(rt, cfg, tensors, args)\nif r ~= 0 then " ..
     (n > 0 and ("if r > 0 then fail(r, (select(r, " .. plist .. "))) end ") or "") .. "raise() end\n"
-  local src = "local rt, args, tensors, T, fail, floor, istype, type, raise, count_error, launch, tobit, select = ...\n" ..
+  local src = "local rt, args, tensors, T, fail, floor, istype, type, raise, count_error, launch, tobit, select" ..
+    " = ...\n" ..
     "return function(cfg) return function(" .. plist .. (n > 0 and ", " or "") .. elist .. ")\n" .. count ..
     table.concat(code, "\n") .. "\n" .. done .. "end end"
   local args = ffi.new("gt_arg[?]", math.max(n, 1))

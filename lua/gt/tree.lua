@@ -428,7 +428,8 @@ function Tree:history()
   local r, ci, i = {}, ffi.new("gt_call_info"), 0
   while C.gt_tree_history(self._t, i, ci) == 0 do
     r[#r + 1] = { call = ci.call, warmups = ci.warmups, records = ci.records, replays = ci.replays, eager = ci.eager,
-                  updates = ci.updates, cpu_us = ci.cpu_us >= 0 and ci.cpu_us or nil, in_use = tonumber(ci.in_use), reserved = tonumber(ci.reserved) }
+                  updates = ci.updates, cpu_us = ci.cpu_us >= 0 and ci.cpu_us or nil,   -- (an untimed keyed hit: nil)
+                  in_use = tonumber(ci.in_use), reserved = tonumber(ci.reserved) }
     i = i + 1
   end
   return r
