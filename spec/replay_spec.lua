@@ -77,7 +77,7 @@ describe("a replayed op", function()
     assert.is_true(s.replays >= 24)
   end)
 
-  it("runs the end of a body compiled: no trace aborts returning from the body (the tree's pcall is made from C)", function()
+  it("runs the end of a body compiled: no trace aborts returning from the body (the tree's pcalls are made from C)", function()
     -- a layer loop with its own trace, then an op after it: the side trace from
     -- the loop's exit reaches the body's return.  Across the frame of Lua's
     -- pcall LuaJIT cannot return ("NYI: return to lower frame"), and after a

@@ -214,6 +214,14 @@ gt_tree *gt_tree_active(gt_runtime *rt);          /* the tree whose call is runn
 int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager);
 int gt_tree_flush(gt_runtime *rt);                /* end the segment: warm up, record, replay or run it */
 int gt_tree_end(gt_runtime *rt);                  /* end the call (flushes) */
+/* gt_tree_begin returning the call's generation (0: it failed, the message set). */
+uint32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager);
+/* The body returned: flush its last segment and end the call, in one call.
+   nwarn: the warnings the caller has seen.  0: ended; 1: ended with new
+   warnings; 8 | gt_tree_explain_wanted's bits: flushed, not ended (a node's
+   first visit: explain it, then gt_tree_end); GT_ERR: the flush failed (the
+   call is still open: abort it). */
+int gt_tree_return(gt_runtime *rt, int nwarn);
 void gt_tree_abort(gt_runtime *rt);               /* a Lua error: drop the queued segment, end the call */
 /* Copy an input into the tree's staging slot: `outer` chunks of chunk bytes
    (src stride chunk) into chunks of padded bytes, zero-filling the rest; *out

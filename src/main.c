@@ -173,23 +173,45 @@ static const char *find_root(void) {
   return NULL;
 }
 
-/* gt.host.pcall(f, ...) -> true, results | false, error: pcall from C.  A
-   tree runs its body through it.  A compiled trace that reaches the body's
-   return then stops there and goes on in the interpreter, because the frame
-   it returns to is C's.  It cannot do that across the frame of Lua's own
-   pcall: a trace returning there aborts ("NYI: return to lower frame"),
-   and after a few aborts the interpreter runs that code every step. */
-static int host_pcall(lua_State *L) {
-  int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+/* gt.host.run(extra, finish, self, fn, ...) -> ok, n, r1, r2: a tree call's
+   body and end.  fn(...) runs in a pcall made from C; then, also protected,
+   finish(self, ok, n, r1, r2) (with an error: ok false, n 1, r1 the error;
+   results past the second in extra[1..n-2]).  The result: true, fn's result
+   count and first two results; or false, 1, the error (of fn, passed on by
+   finish, or finish's own).  Compiled code returning from the body or from
+   finish meets this C frame, and a trace stops there cleanly; across the
+   frame of Lua's own pcall it could not return ("NYI: return to lower
+   frame"), the trace aborted, and after a few aborts the end of every step
+   ran in the interpreter. */
+static int host_run(lua_State *L) {
+  int status = lua_pcall(L, lua_gettop(L) - 4, LUA_MULTRET, 0);
+  int n = status ? 1 : lua_gettop(L) - 3;      /* fn's results (or its error) from index 4 */
+  if (n == 0) lua_pushnil(L);                  /* so that 4 and 5 hold r1 and r2 */
+  if (n <= 1) lua_pushnil(L);
+  for (int i = 3; i <= n; i++) {
+    lua_pushvalue(L, 3 + i);
+    lua_rawseti(L, 1, i - 2);
+  }
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, 3);
   lua_pushboolean(L, status == 0);
-  lua_insert(L, 1);
-  return lua_gettop(L);
+  lua_pushinteger(L, n);
+  lua_pushvalue(L, 4);
+  lua_pushvalue(L, 5);
+  int err = lua_gettop(L) - 5;                 /* where finish's error lands */
+  if (lua_pcall(L, 5, 0, 0) != 0) status = 1;
+  else err = 4;                                /* (fn's error, if any: finish passes it on) */
+  lua_pushboolean(L, status == 0);
+  lua_pushinteger(L, status ? 1 : n);
+  lua_pushvalue(L, status ? err : 4);
+  if (status) lua_pushnil(L); else lua_pushvalue(L, 5);
+  return 4;
 }
 
 static int open_host(lua_State *L) {
   lua_newtable(L);
-  lua_pushcfunction(L, host_pcall);
-  lua_setfield(L, -2, "pcall");
+  lua_pushcfunction(L, host_run);
+  lua_setfield(L, -2, "run");
   return 1;
 }
 

@@ -496,6 +496,20 @@ int gt_tree_end(gt_runtime *rt) {
   return GT_OK;
 }
 
+uint32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager) {
+  return gt_tree_begin(rt, t, eager) ? 0 : t->gen;
+}
+
+int gt_tree_return(gt_runtime *rt, int nwarn) {
+  gt_tree *t = rt->active;
+  if (!t) return 0;
+  if (gt_tree_flush(rt)) return GT_ERR;
+  int want = gt_tree_explain_wanted(rt);
+  if (want) return 8 | want;
+  gt_tree_finish_call(t);
+  return t->nwarn != nwarn;
+}
+
 int gt_tree_grow_path(gt_tree *t, int n) { return GT_GROW(t->path, t->pathcap, n); }
 
 /* A Lua error (or a failed segment): the queued segment is dropped, its new

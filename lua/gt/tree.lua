@@ -235,11 +235,24 @@ local function warned(self)
 end
 
 -- The call's end after its body returned: the last segment, the core's end, warnings.
+-- (One call into the core when nothing needs explaining: in a step whose
+-- end runs in the interpreter every call into C costs.)
 local function end_call(self)
-  flush(3, "return")
+  local r = C.gt_tree_return(rt, self._nwarn)
+  if r == 0 then gt._active = nil; return end
+  if r < 0 then
+    local msg = gt._errmsg()
+    abort()
+    error(msg, 3)
+  end
+  if r >= 8 then                                  -- a node's first visit: its cut and shapes
+    gt._explain(r - 8, 3, "return")
+    gt._active = nil
+    if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 3) end
+    if C.gt_tree_warnings(self._t, nil) == self._nwarn then return end
+  end
   gt._active = nil
-  if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 3) end
-  if C.gt_tree_warnings(self._t, nil) ~= self._nwarn then warned(self) end
+  warned(self)
 end
 
 -- finish for up to two results: no vararg left to return, so a side trace
@@ -272,19 +285,61 @@ local function finish(self, ok, ...)
   return ...
 end
 
--- pcall(fn, ...) with a fixed number of arguments where it can (a vararg
--- pcall does not compile).  Inside gtlua it is the host's pcall from C (see
--- main.c's host_pcall: traces that reach the body's end stop cleanly there).
+-- The end of a call whose body has returned (host.run calls it after the
+-- body): ok false passes the body's error on; results past the second are
+-- in extra[1..n-2].
+local extra = {}
+local function anchor_extra(self, n)
+  for i = 1, n - 2 do anchor(self, extra[i]) end
+end
+local function end_body(self, ok, n, r1, r2)
+  if not ok then
+    abort()
+    error(r1, 0)
+  end
+  end_call(self)
+  if n >= 1 then anchor(self, r1) end
+  if n >= 2 then anchor(self, r2) end
+  if n > 2 then anchor_extra(self, n) end
+end
+
+-- host.run (main.c's host_run): the body and end_body, each in a pcall made
+-- from C, so that compiled code returning from either stops cleanly at a C
+-- frame.  Outside gtlua (no host) the same with Lua's pcall.
 local hostok, host = pcall(require, "gt.host")
-local pcall = hostok and host.pcall or pcall
-local function call(fn, n, a1, a2, a3, a4, ...)
+local hrun = hostok and host.run or function(x, fin, self, fn, ...)
+  local r = { pcall(fn, ...) }
+  local n = r[1] and select("#", unpack(r)) - 1 or 1
+  for i = 3, n do x[i - 2] = r[i + 1] end
+  local ok, e = pcall(fin, self, r[1], n, r[2], r[3])
+  if not ok then return false, 1, e, nil end
+  if not r[1] then return false, 1, r[2], nil end
+  return true, n, r[2], r[3]
+end
+
+-- The results of hrun: up to two without a vararg, more from extra.
+local function results(ok, n, r1, r2)
+  if not ok then error(r1, 0) end
+  if n <= 2 then
+    if n == 2 then return r1, r2 elseif n == 1 then return r1 end
+    return
+  end
+  local more = { unpack(extra, 1, n - 2) }
+  for i = 1, n - 2 do extra[i] = nil end
+  return r1, r2, unpack(more, 1, n - 2)
+end
+
+-- The body with up to four arguments (no vararg call) and the call's end.
+-- (hrun's results are spread into results(): a trace stops at the C call,
+-- cleanly, rather than stitching on into frames it cannot return through.)
+local function run_body(self, n, a1, a2, a3, a4)
+  local fn = self.fn
   if n <= 1 then
-    if n == 1 then return pcall(fn, a1) end
-    return pcall(fn)
-  elseif n == 2 then return pcall(fn, a1, a2)
-  elseif n == 3 then return pcall(fn, a1, a2, a3)
-  elseif n == 4 then return pcall(fn, a1, a2, a3, a4) end
-  return pcall(fn, a1, a2, a3, a4, ...)
+    if n == 1 then return results(hrun(extra, end_body, self, fn, a1)) end
+    return results(hrun(extra, end_body, self, fn))
+  elseif n == 2 then return results(hrun(extra, end_body, self, fn, a1, a2))
+  elseif n == 3 then return results(hrun(extra, end_body, self, fn, a1, a2, a3)) end
+  return results(hrun(extra, end_body, self, fn, a1, a2, a3, a4))
 end
 
 local function shapes_of(...)
@@ -313,8 +368,9 @@ end
 -- eager: nil, or a reason to run this call's segments eagerly without nodes
 -- (false: neither eager nor padded, a bucketed call already at its bucket's size).
 local function run(self, eager, ...)
-  if C.gt_tree_begin(rt, self._t, eager or nil) ~= 0 then error(gt._errmsg(), 3) end
-  self._gen, self._seg0 = C.gt_tree_gen(self._t), 0   -- the call's generation; its first segment's tensors from 0
+  local gen = C.gt_tree_call(rt, self._t, eager or nil)
+  if gen == 0 then error(gt._errmsg(), 3) end
+  self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
   self._sync, self._staged = nil, nil
   gt._active, self._resumes = self, 0
   local prep = eager == nil and self._prep or nil         -- a call beyond the buckets pads nothing
@@ -331,14 +387,14 @@ local function run(self, eager, ...)
   self._inn = n                                           -- the inputs, for a new first node's shapes
   if not staged then
     self._in1, self._in2, self._in3, self._in4 = a1, a2, a3, a4
-    if n <= 4 then return finish(self, call(self.fn, n, a1, a2, a3, a4)) end
-    return finish(self, call(self.fn, n, ...))
+    if n <= 4 then return run_body(self, n, a1, a2, a3, a4) end
+    return results(hrun(extra, end_body, self, self.fn, ...))
   end
   local ok, args = pcall(prep or stage_args, self, n, ...)
   if not ok then abort(); error(args, 0) end
   self._staged = args
   self._in1, self._in2, self._in3, self._in4 = args[1], args[2], args[3], args[4]
-  return finish(self, call(self.fn, n, unpack(args, 1, n)))
+  return results(hrun(extra, end_body, self, self.fn, unpack(args, 1, n)))
 end
 Tree._run = run
 Tree._finish, Tree._abort, Tree._stage_args = finish, abort, stage_args
