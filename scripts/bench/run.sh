@@ -42,7 +42,10 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     || rm -f "$dir/nvidia-smi.txt"
 fi
 
-RUNS=${BENCH_RUNS:-3}
+# 5 by default: on the H200's host a process now and then runs everything
+# (the pure-C floor included) two to four times slower, and with 3 processes
+# two such were enough to move a median.
+RUNS=${BENCH_RUNS:-5}
 say "1/4 gtlua scenarios, $RUNS processes (limit ${T_GTLUA} s each), then the cond scenario"
 # LuaJIT's traces form differently in each process: every figure is the median
 # over RUNS processes, with their spread (gtlua_bench.lua --merge).
