@@ -53,6 +53,21 @@ describe("a replayed op", function()
     assert.are.same({ 2, 4, 6 }, y:tolist())
   end)
 
+  it("keeps the latest call's outputs valid once the tree is dropped (a keyed hit's too); earlier ones are stale", function()
+    for _, opts in ipairs { {}, { key = function() return 0 end } } do
+      local t = gt.tree(function(x) return gt.ops.mul(x, 2), gt.ops.mul(x, 3), gt.ops.mul(x, 4) end, opts)
+      local x = gt.from({ 1, 2 })
+      local old = t(x)
+      local a, b, c
+      for _ = 1, 5 do a, b, c = t(x) end
+      if opts.key then assert.is_true(t:stats().keyed.hits >= 3) end
+      t = nil   -- luacheck: ignore
+      for _ = 1, 4 do collectgarbage() end
+      assert.are.same({ { 2, 4 }, { 3, 6 }, { 4, 8 } }, { a:tolist(), b:tolist(), c:tolist() })
+      assert.stale(old)
+    end
+  end)
+
   it("follows the branch a call takes: the cursor switches to the sibling that matches, results stay right", function()
     local W = gt.randn({ 4, 4 }, { seed = 5 }):static()
     local step = gt.tree(function(x, r)

@@ -12,7 +12,7 @@ local select, type, getmetatable, rawequal = select, type, getmetatable, rawequa
 local is_tensor, view = gt.is_tensor, gt._view
 local band = bit.band
 local STATIC, STAGING = C.GT_BUF_STATIC, C.GT_BUF_STAGING
-local function anchor(tree, t) return gt._anchor(tree, t) end
+local function anchor(tree, t, gen) return gt._anchor(tree, t, gen) end
 
 local M = {}
 
@@ -151,7 +151,7 @@ local function rebuild(self, o, outb, staged, ...)
   local k = o.kind
   if k == "buf" then
     local b = outb[o.bi]
-    return anchor(self, view(b, o.off, o.sid, o.dt, b.gen, o.vid))
+    return anchor(self, view(b, o.off, o.sid, o.dt, b.gen, o.vid), b.gen)
   elseif k == "arg" then return (select(o.i, ...))
   elseif k == "staged" then
     local s = staged[o.i]

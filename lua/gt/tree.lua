@@ -217,12 +217,43 @@ end
 -- per returned tensor, never one per op.  The value is the tree's C handle,
 -- not the Lua tree: the Lua tree holds tensors (its last one, its inputs), and
 -- LuaJIT's weak keys are not ephemerons, so tree -> tensor -> tree would never go.
+-- Only the latest call's outputs are anchored: at a tree's next call every
+-- tensor of its pool from before goes stale (a stale tensor needs no memory),
+-- so the first output of a newer call (gen: the call's generation) drops the
+-- entries of the last one.  The table stays as small as the trees are few
+-- (an entry per output ever returned made it grow and rehash until the
+-- collector came: a third of a keyed call's bookkeeping).
 local anchors = setmetatable({}, { __mode = "k" })
-local function anchor(self, x)
+local function unanchor(self)
+  local a1, a2, more = self._an1, self._an2, self._anx
+  if a1 ~= nil then anchors[a1] = nil; self._an1 = nil end
+  if a2 ~= nil then anchors[a2] = nil; self._an2 = nil end
+  if more then
+    for i = 1, #more do anchors[more[i]] = nil end
+    self._anx = nil
+  end
+end
+local function anchor_one(self, x, gen)
+  if gen ~= self._ang then
+    unanchor(self)
+    self._ang = gen
+  end
+  anchors[x] = self._t
+  if self._an1 == nil then self._an1 = x
+  elseif self._an2 == nil then self._an2 = x
+  else
+    local more = self._anx or {}
+    self._anx = more
+    more[#more + 1] = x
+  end
+end
+-- anchor(self, x [, gen]): x (a tensor, or tensors in a plain table) returned
+-- by the call of generation gen (default: the call self runs now)
+local function anchor(self, x, gen)
   if is_tensor(x) then
-    if x._b.tree == self._t then anchors[x] = self._t end
+    if x._b.tree == self._t then anchor_one(self, x, gen or self._gen) end
   elseif type(x) == "table" and getmetatable(x) == nil then
-    for _, v in pairs(x) do if is_tensor(v) and v._b.tree == self._t then anchors[v] = self._t end end
+    for _, v in pairs(x) do if is_tensor(v) and v._b.tree == self._t then anchor_one(self, v, gen or self._gen) end end
   end
   return x
 end
