@@ -68,6 +68,29 @@ describe("a replayed op", function()
     end
   end)
 
+  it("passes any number of arguments and results through a call, nils included, and an error with its value", function()
+    local mul = gt.ops.mul
+    local t = gt.tree(function(a, b, c, d, e, f)
+      if f == "boom" then error({ code = 7 }) end
+      return mul(a, b), nil, mul(a, c), d, e, f
+    end)
+    local x = gt.from({ 1, 2 })
+    for _ = 1, 4 do
+      local r = table.pack(t(x, 2, 3, nil, "e", 6))
+      assert.are.equal(6, r.n)
+      assert.are.same({ 2, 4 }, r[1]:tolist())
+      assert.is_nil(r[2])
+      assert.are.same({ 3, 6 }, r[3]:tolist())
+      assert.are.same({ nil, "e", 6 }, { r[4], r[5], r[6] })
+    end
+    local ok, err = pcall(t, x, 2, 3, nil, "e", "boom")
+    assert.is_false(ok)
+    assert.are.same({ code = 7 }, err)
+    assert.are.same({ 2, 4 }, t(x, 2, 3):tolist())                  -- and the tree goes on
+    local t0 = gt.tree(function() end)
+    assert.are.equal(0, select("#", t0()))
+  end)
+
   it("follows the branch a call takes: the cursor switches to the sibling that matches, results stay right", function()
     local W = gt.randn({ 4, 4 }, { seed = 5 }):static()
     local step = gt.tree(function(x, r)

@@ -336,17 +336,8 @@ end
 
 -- host.run (main.c's host_run): the body and end_body, each in a pcall made
 -- from C, so that compiled code returning from either stops cleanly at a C
--- frame.  Outside gtlua (no host) the same with Lua's pcall.
-local hostok, host = pcall(require, "gt.host")
-local hrun = hostok and host.run or function(x, fin, self, fn, ...)
-  local r = { pcall(fn, ...) }
-  local n = r[1] and select("#", unpack(r)) - 1 or 1
-  for i = 3, n do x[i - 2] = r[i + 1] end
-  local ok, e = pcall(fin, self, r[1], n, r[2], r[3])
-  if not ok then return false, 1, e, nil end
-  if not r[1] then return false, 1, r[2], nil end
-  return true, n, r[2], r[3]
-end
+-- frame.  (gt runs inside gtlua only: its core is the host's own code.)
+local hrun = require("gt.host").run
 
 -- The results of hrun: up to two without a vararg, more from extra.
 local function results(ok, n, r1, r2)
