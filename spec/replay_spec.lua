@@ -53,7 +53,7 @@ describe("a replayed op", function()
     assert.are.same({ 2, 4, 6 }, y:tolist())
   end)
 
-  it("keeps the latest call's outputs valid once the tree is dropped (a keyed hit's too); earlier ones are stale", function()
+  it("keeps the latest call's outputs valid once its tree is dropped (keyed hits too), earlier ones stale", function()
     for _, opts in ipairs { {}, { key = function() return 0 end } } do
       local t = gt.tree(function(x) return gt.ops.mul(x, 2), gt.ops.mul(x, 3), gt.ops.mul(x, 4) end, opts)
       local x = gt.from({ 1, 2 })
@@ -115,7 +115,7 @@ describe("a replayed op", function()
     assert.is_true(s.replays >= 24)
   end)
 
-  it("runs the end of a body compiled: no trace aborts returning from the body (the tree's pcalls are made from C)", function()
+  it("runs the end of a body compiled: no trace aborts returning from it (the tree's pcalls are made from C)", function()
     -- a layer loop with its own trace, then an op after it: the side trace from
     -- the loop's exit reaches the body's return.  Across the frame of Lua's
     -- pcall LuaJIT cannot return ("NYI: return to lower frame"), and after a
