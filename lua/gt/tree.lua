@@ -222,7 +222,7 @@ end
 -- so the first output of a newer call (gen: the call's generation) drops the
 -- entries of the last one.  The table stays as small as the trees are few
 -- (an entry per output ever returned made it grow and rehash until the
--- collector came: a third of a keyed call's bookkeeping).
+-- collector came).
 local anchors = setmetatable({}, { __mode = "k" })
 local function unanchor(self)
   local a1, a2, more = self._an1, self._an2, self._anx
