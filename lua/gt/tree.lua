@@ -286,36 +286,6 @@ local function end_call(self)
   warned(self)
 end
 
--- finish for up to two results: no vararg left to return, so a side trace
--- that starts in the call's end compiles to its return.
-local function finish2(self, ok, n, r1, r2)
-  if not ok then
-    abort()
-    error(r1, 0)
-  end
-  end_call(self)
-  if n == 0 then return end
-  anchor(self, r1)
-  if n == 1 then return r1 end
-  anchor(self, r2)
-  return r1, r2
-end
-
-local function finish(self, ok, ...)
-  local n = select("#", ...)
-  if n <= 2 then
-    local r1, r2 = ...
-    return finish2(self, ok, n, r1, r2)
-  end
-  if not ok then
-    abort()
-    error((...), 0)
-  end
-  end_call(self)
-  for i = 1, n do anchor(self, (select(i, ...))) end
-  return ...
-end
-
 -- The end of a call whose body has returned (host.run calls it after the
 -- body): ok false passes the body's error on; results past the second are
 -- in extra[1..n-2].
@@ -332,6 +302,23 @@ local function end_body(self, ok, n, r1, r2)
   if n >= 1 then anchor(self, r1) end
   if n >= 2 then anchor(self, r2) end
   if n > 2 then anchor_extra(self, n) end
+end
+
+-- The same after Lua's pcall (keyed.lua's body runs), returning the results.
+local function finish(self, ok, ...)
+  local n = select("#", ...)
+  if n <= 2 then
+    local r1, r2 = ...
+    end_body(self, ok, n, r1, r2)
+    return ...
+  end
+  if not ok then
+    abort()
+    error((...), 0)
+  end
+  end_call(self)
+  for i = 1, n do anchor(self, (select(i, ...))) end
+  return ...
 end
 
 -- host.run (main.c's host_run): the body and end_body, each in a pcall made
