@@ -109,6 +109,27 @@ describe("keyed calls", function()
     assert.is_true(step:stats().keyed.hits >= 4)
   end)
 
+  it("raises for a released or overwritten tensor argument on a hit, as any call does, and goes on", function()
+    local step = gt.tree(function(x) return ops.linear(x, W) end, { key = function() return 0 end })
+    local other = gt.tree(function(x) return ops.relu(x) end)
+    local x = gt.randn({ 2, 8 }, { seed = 6 })
+    for _ = 1, 8 do step(x) end
+    local hits = step:stats().keyed.hits
+    assert.is_true(hits >= 4)
+    local gone = x:clone()
+    gone:free()
+    local ok, err = pcall(step, gone)
+    assert.is_false(ok)
+    assert.matches("was released by :free%(%) at", err)
+    local old = other(x)
+    other(x)                                                       -- old is overwritten now
+    ok, err = pcall(step, old)
+    assert.is_false(ok)
+    assert.matches("was overwritten by a later call", err)
+    assert.is_true(maxdiff(step(x), ops.linear(x, W)) < 1e-5)     -- and the tree goes on
+    assert.are.equal(hits + 1, step:stats().keyed.hits)
+  end)
+
   it("times a keyed hit one call in 16 after the first 64, and leaves the others' cpu_us nil", function()
     local step = gt.tree(function(x) return ops.relu(x) end, { key = function() return 1 end })
     local x = gt.from { -1, 2 }

@@ -49,6 +49,9 @@ local function walk_arg(self, node, i, x)
   self._kinds[i - 1] = 0
   if is_tensor(x) then
     local b = x._b
+    -- a released or overwritten tensor raises as in any call (an output of
+    -- this tree's last call is staged: the staging checks it)
+    if x._gen ~= b.gen_now[0] and b.tree ~= self._t then gt._stale_error(x, 4) end
     if x._vid ~= 0 then return nil, "a non-contiguous tensor argument" end
     if self._copy or b.tree == self._t then          -- staged: a path of its own (its outputs may be staged views)
       self._kstage = true
