@@ -328,7 +328,10 @@ local hrun = require("gt.host").run
 
 -- The results of hrun: up to two without a vararg, more from extra.
 local function results(ok, n, r1, r2)
-  if not ok then error(r1, 0) end
+  if not ok then
+    for i in pairs(extra) do extra[i] = nil end        -- (results of a body whose call's end failed)
+    error(r1, 0)
+  end
   if n <= 2 then
     if n == 2 then return r1, r2 elseif n == 1 then return r1 end
     return
