@@ -186,6 +186,7 @@ static const char *find_root(void) {
 static int host_run(lua_State *L) {
   int status = lua_pcall(L, lua_gettop(L) - 4, LUA_MULTRET, 0);
   int n = status ? 1 : lua_gettop(L) - 3;      /* fn's results (or its error) from index 4 */
+  luaL_checkstack(L, 10, "gt.host.run");
   if (n == 0) lua_pushnil(L);                  /* so that 4 and 5 hold r1 and r2 */
   if (n <= 1) lua_pushnil(L);
   for (int i = 3; i <= n; i++) {
@@ -215,12 +216,16 @@ static int open_host(lua_State *L) {
   return 1;
 }
 
-static void set_paths(lua_State *L) {
+/* require "gt.host": the host's functions for gt's modules. */
+static void preload_host(lua_State *L) {
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "preload");
   lua_pushcfunction(L, open_host);
   lua_setfield(L, -2, "gt.host");
   lua_pop(L, 2);
+}
+
+static void set_paths(lua_State *L) {
   const char *root = gt_root = find_root();
   if (root == NULL) return;
   lua_getglobal(L, "package");
@@ -734,6 +739,7 @@ static int pmain(lua_State *L) {
   int args = s->args, ok;
   globalL = L;
   luaL_openlibs(L);
+  preload_host(L);
   set_paths(L);
   createargtable(L, s->argv, s->argc, s->script);
   ok = handle_init(L) == 0 && load_gt(L) == 0;
