@@ -250,15 +250,14 @@ local function keyed_call(self, pad, ...)
       return outputs(self, leaf.outs, outb, nil, ...)
     end
     if r < 0 then error(gt._errmsg(), 2) end
-    self._gen, self._sync, self._staged, self._seg0 = C.gt_tree_gen(self._t), nil, nil, 0   -- begun: run the body
-    gt._active, self._resumes = self, 0
+    self._enter(self, C.gt_tree_gen(self._t))                      -- begun: run the body
     st.misses = st.misses + 1
-    return settle(self, leaf, false, n, { ... }, self._finish(self, pcall(self.fn, ...)))
+    return settle(self, leaf, false, n, { ... }, self._body(self, ...))
   end
   if k and not verifying then
-    if C.gt_tree_begin(rt, self._t, nil) ~= 0 then error(gt._errmsg(), 2) end
-    self._gen, self._sync, self._staged, self._seg0 = C.gt_tree_gen(self._t), nil, nil, 0
-    gt._active, self._resumes = self, 0
+    local gen = C.gt_tree_call(rt, self._t, nil)
+    if gen == 0 then error(gt._errmsg(), 2) end
+    self._enter(self, gen)
     local staged
     if pad or self._kstage then
       local ok, args = pcall(pad and self._prep or self._stage_args, self, n, ...)
@@ -276,7 +275,7 @@ local function keyed_call(self, pad, ...)
     if r < 0 then self._abort(); error(gt._errmsg(), 2) end
     st.misses = st.misses + 1                      -- a patch needs the body: run it in this call
     local args = staged or { ... }
-    return settle(self, leaf, false, n, { ... }, self._finish(self, pcall(self.fn, unpack(args, 1, n))))
+    return settle(self, leaf, false, n, { ... }, self._body(self, unpack(args, 1, n)))
   end
   if not k then st.misses = st.misses + 1 end
   return settle(self, leaf, verifying, n, { ... }, self._run(self, mode, ...))

@@ -304,23 +304,6 @@ local function end_body(self, ok, n, r1, r2)
   if n > 2 then anchor_extra(self, n) end
 end
 
--- The same after Lua's pcall (keyed.lua's body runs), returning the results.
-local function finish(self, ok, ...)
-  local n = select("#", ...)
-  if n <= 2 then
-    local r1, r2 = ...
-    end_body(self, ok, n, r1, r2)
-    return ...
-  end
-  if not ok then
-    abort()
-    error((...), 0)
-  end
-  end_call(self)
-  for i = 1, n do anchor(self, (select(i, ...))) end
-  return ...
-end
-
 -- host.run (main.c's host_run): the body and end_body, each in a pcall made
 -- from C, so that compiled code returning from either stops cleanly at a C
 -- frame.  (gt runs inside gtlua only: its core is the host's own code.)
@@ -354,6 +337,18 @@ local function run_body(self, n, a1, a2, a3, a4)
   return results(hrun(extra, end_body, self, fn, a1, a2, a3, a4))
 end
 
+-- The same for any arguments (more than four, staged ones, keyed misses).
+local function body(self, ...)
+  return results(hrun(extra, end_body, self, self.fn, ...))
+end
+
+-- A call has begun in the core (gen: its generation): the Lua side's state.
+local function enter(self, gen)
+  self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
+  self._sync, self._staged = nil, nil
+  gt._active, self._resumes = self, 0
+end
+
 local function shapes_of(...)
   local parts = {}
   for i = 1, select("#", ...) do
@@ -382,9 +377,7 @@ end
 local function run(self, eager, ...)
   local gen = C.gt_tree_call(rt, self._t, eager or nil)
   if gen == 0 then error(gt._errmsg(), 3) end
-  self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
-  self._sync, self._staged = nil, nil
-  gt._active, self._resumes = self, 0
+  enter(self, gen)
   local prep = eager == nil and self._prep or nil         -- a call beyond the buckets pads nothing
   local n, staged = select("#", ...), prep ~= nil
   local a1, a2, a3, a4 = ...
@@ -400,16 +393,16 @@ local function run(self, eager, ...)
   if not staged then
     self._in1, self._in2, self._in3, self._in4 = a1, a2, a3, a4
     if n <= 4 then return run_body(self, n, a1, a2, a3, a4) end
-    return results(hrun(extra, end_body, self, self.fn, ...))
+    return body(self, ...)
   end
   local ok, args = pcall(prep or stage_args, self, n, ...)
   if not ok then abort(); error(args, 0) end
   self._staged = args
   self._in1, self._in2, self._in3, self._in4 = args[1], args[2], args[3], args[4]
-  return results(hrun(extra, end_body, self, self.fn, unpack(args, 1, n)))
+  return body(self, unpack(args, 1, n))
 end
 Tree._run = run
-Tree._finish, Tree._abort, Tree._stage_args = finish, abort, stage_args
+Tree._body, Tree._enter, Tree._abort, Tree._stage_args = body, enter, abort, stage_args
 gt._stage = stage   -- buckets stage their non-bucketed inputs the same way
 
 function Tree:__call(...)
