@@ -387,6 +387,12 @@ static int bind_args(const gt_kernel *k, const gt_tensor *const *ts, const gt_ar
   return 0;
 }
 
+/* The queue entry of a launch of configuration c. */
+static gt_qlaunch launch_of(const gt_launchcfg *c) {
+  return (gt_qlaunch){ .kind = GT_GN_KERNEL, .k = c->k, .grid = { c->grid[0], c->grid[1], c->grid[2] },
+                       .block = { c->block[0], c->block[1], c->block[2] }, .smem = c->smem, .nargs = c->k->nparams };
+}
+
 int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *const *ts, const gt_arg *args) {
   gt_kernel *k = c->k;
   gt_tree *t = rt->active;
@@ -396,8 +402,7 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
     if (!d) return gt_fail(rt, "out of host memory");
     int bad = bind_args(k, ts, args, a);
     if (bad) return bad;
-    d->kind = GT_GN_KERNEL; d->k = k; d->smem = c->smem; d->nargs = k->nparams; d->bytes = 0; d->value = 0;
-    for (int i = 0; i < 3; i++) { d->grid[i] = c->grid[i]; d->block[i] = c->block[i]; }
+    *d = launch_of(c);
     gt_queue_commit(&t->q, d);
     gt_cursor_push(t);
     return GT_OK;
@@ -405,8 +410,7 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
   gt_arg a[64];
   int bad = bind_args(k, ts, args, a);
   if (bad) return bad;
-  gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = k, .grid = { c->grid[0], c->grid[1], c->grid[2] },
-                   .block = { c->block[0], c->block[1], c->block[2] }, .smem = c->smem, .nargs = k->nparams };
+  gt_qlaunch l = launch_of(c);
   return launch_now(rt, &l, a);
 }
 

@@ -179,10 +179,10 @@ static const char *find_root(void) {
    results past the second in extra[1..n-2]).  The result: true, fn's result
    count and first two results; or false, 1, the error (of fn, passed on by
    finish, or finish's own).  Compiled code returning from the body or from
-   finish meets this C frame, and a trace stops there cleanly; across the
-   frame of Lua's own pcall it could not return ("NYI: return to lower
-   frame"), the trace aborted, and after a few aborts the end of every step
-   ran in the interpreter. */
+   finish meets this C frame, and a trace stops there cleanly.  LuaJIT
+   cannot compile a return across the frame of its own pcall (the trace
+   aborts with "return to lower frame"), and after a few aborts the end of
+   every step ran in the interpreter. */
 static int host_run(lua_State *L) {
   int status = lua_pcall(L, lua_gettop(L) - 4, LUA_MULTRET, 0);
   int n = status ? 1 : lua_gettop(L) - 3;      /* fn's results (or its error) from index 4 */
