@@ -142,3 +142,28 @@ describe("a replayed op", function()
     assert.is_true(step:stats().replays >= 390)
   end)
 end)
+
+describe("tree:floor", function()
+  it("launches the last call's graphs, and with patch repeats the kernel-node patches that call made", function()
+    local W = gt.randn({ 8, 8 }, { seed = 1, scale = 0.3 }):static()
+    local function f(x, s) return gt.ops.add(gt.ops.linear(x, W), s) end
+    local step = gt.tree(f)
+    local x = gt.randn({ 2, 8 }, { seed = 2 })
+    for _ = 1, 3 do step(x, 1) end                         -- warmup, record, replay: the graph holds s = 1
+    local y = step(x, 2)                                   -- a replay that patches s (one kernel node)
+    assert.are.equal(1, step:stats().recorded)
+    local cpu, stepus, np = step:floor(5, true, true)
+    assert.is_true(cpu > 0 and stepus > 0)
+    assert.are.equal(1, np)
+    assert.are.equal(0, select(3, step:floor(5, true)))   -- without patch: none
+    assert.are.same(f(x, 2):tolist(), y:tolist())          -- the floor ran the graph at s = 2: y holds it
+    step(x, 2)                                             -- the graph holds 2 already: nothing patched
+    assert.are.equal(0, select(3, step:floor(5, false, true)))
+    -- a keyed hit's patches count the same way
+    local kt = gt.tree(f, { key = function() return 0 end, patch = { 2 } })
+    for _ = 1, 4 do kt(x, 1) end
+    local z = kt(x, 3)
+    assert.are.equal(1, select(3, kt:floor(5, true, true)))
+    assert.are.same(f(x, 3):tolist(), z:tolist())
+  end)
+end)

@@ -9,6 +9,7 @@
 #define GT_ALIGN 256u
 #define GT_SLAB 256
 #define GT_HISTORY 1024
+#define GT_MAX_PARAMS 64      /* a kernel's parameters at most (kernel.c refuses more) */
 
 /* -- Pool (pool.c): reserved address ranges, grown by committing ---------- */
 typedef struct gt_block { uint64_t off, size; gt_buf *buf; } gt_block;
@@ -232,6 +233,7 @@ struct gt_tree {
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
   int *cdirty, ndirty, cdirtycap;    /* launches whose scalars or external addresses differ from cand's graph */
   int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
+  int *patched; int npatched, patchedcap;  /* this call's kernel-node patches: (path index, launch) pairs */
 };
 
 /* A tree call's buffer struct made afresh, every field written (a memset
@@ -278,6 +280,8 @@ int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at);
 int gt_tree_grow_path(gt_tree *t, int n);
 int gt_tree_launch_graph(gt_tree *t, gt_node *n);   /* launch n's graph (timed when profiling) */
 void gt_tree_finish_call(gt_tree *t);               /* end the active call after its segments ran */
+/* Sets launch i of n's graph to the values n->argvals holds (d >= 0: n's index in the call's path, noted for the floor). */
+int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i);
 /* -- Explaining nodes (explain.c) ----------------------------------------- */
 void gt_explain_node(gt_tree *t, gt_node *n);     /* at creation: why (shapes come later from Lua) */
 void gt_explain_free(gt_node *n);

@@ -244,7 +244,7 @@ int gt_tree_warnings(gt_tree *t, const char **last);     /* warnings so far, the
    gt_tree_note fills them (NULL leaves one as it is). */
 int gt_tree_explain_wanted(gt_runtime *rt);
 void gt_tree_note(gt_runtime *rt, const char *cut, const char *shapes);
-int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, double *cpu_us, double *step_us); /* replay the last call's graphs back to back, no tree logic */
+int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, int patch, double *cpu_us, double *step_us); /* replay the last call's graphs back to back, no tree logic (patch: its kernel-node patches before each); the patches a step repeats */
 
 /* -- Keyed calls -------------------------------------------------------- */
 /* Memoizes the path of the tree's last call (every segment replayed) for

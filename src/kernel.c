@@ -39,7 +39,7 @@ static char *strip_comments(const char *src) {
 static int is_id(int c) { return isalnum(c) || c == '_'; }
 
 typedef struct { char name[128]; char text[128]; uint8_t ptype, pdtype; } param_t;
-typedef struct { char name[128]; int np; param_t p[64]; } ksig_t;
+typedef struct { char name[128]; int np; param_t p[GT_MAX_PARAMS]; } ksig_t;
 
 /* Words of a type, without qualifiers, joined by single spaces. */
 static void base_type(const char *t, char *out, size_t cap) {
@@ -162,7 +162,7 @@ static int parse_kernels(const char *src, ksig_t *ks, int cap, int *nk, char *er
         char tmp[256];
         trim_copy(tmp, sizeof tmp, a, p);
         if (tmp[0] && strcmp(tmp, "void")) {
-          if (k->np == 64) { snprintf(err, GT_ERRLEN, "kernel '%s': more than 64 parameters", k->name); st = GT_ERR; break; }
+          if (k->np == GT_MAX_PARAMS) { snprintf(err, GT_ERRLEN, "kernel '%s': more than %d parameters", k->name, GT_MAX_PARAMS); st = GT_ERR; break; }
           if (parse_param(a, p, &k->p[k->np], k->name, err) != GT_OK) { st = GT_ERR; break; }
           k->np++;
         }

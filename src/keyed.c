@@ -172,7 +172,6 @@ int gt_tree_keyed_confirm(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
 
 int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {
   gt_tree *t = k->t;
-  gt_backend *be = &rt->be;
   if (rt->active != t) return gt_fail(rt, "keyed run outside its tree's call");
   for (int d = 0; d < k->npath; d++) if (!k->path[d]->graph || k->path[d]->key != k->keys[d]) return 1;
   for (int i = 0; i < k->np; i++) {           /* first the checks: nothing runs unless all can be patched */
@@ -201,13 +200,7 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
                                       : ins[p->in].buf->addr + (uint64_t)ins[p->in].off + (uint64_t)p->delta;
     if (v == n->argvals[p->slot]) continue;
     n->argvals[p->slot] = v;
-    const gt_qlaunch *l = &n->launches[p->launch];
-    void *ptrs[64];
-    gt_gnode g = { .kind = GT_GN_KERNEL, .fn = l->k->fn, .smem = l->smem, .nargs = l->nargs, .args = ptrs };
-    memcpy(g.grid, l->grid, sizeof g.grid);
-    memcpy(g.block, l->block, sizeof g.block);
-    for (int j = 0; j < l->nargs && j < 64; j++) ptrs[j] = &n->argvals[l->arg0 + j];
-    if (be->graph_set_kernel(be, n->graph, p->launch, &g) != GT_BOK) return gt_fail_be(rt, "graph patch");
+    if (gt_tree_patch_node(t, p->node, n, p->launch)) return GT_ERR;
   }
   t->npath = k->npath;
   t->state_node = k->path[k->npath - 1];

@@ -82,13 +82,26 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The last call's patches again (the values its graphs hold now), for a
+   floor that pays what a step at a new scalar or address pays. */
+static int repatch(gt_tree *t, int np) {
+  for (int p = 0; p < np; p++) {
+    gt_node *n = t->lastpath[t->patched[2 * p]];
+    if (n->launches && gt_tree_patch_node(t, -1, n, t->patched[2 * p + 1])) return GT_ERR;
+  }
+  return GT_OK;
+}
+
 /* Launches the graphs of the tree's last call back to back, no tree logic:
-   the floor that tree replay is measured against.  Medians in µs. */
-int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, double *cpu_us, double *step_us) {
+   the floor that tree replay is measured against (patch: each launch
+   preceded by the kernel-node patches the last call made).  Medians in µs;
+   returns the patches a step repeats, or GT_ERR. */
+int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, int patch, double *cpu_us, double *step_us) {
   gt_backend *be = &rt->be;
   if (!t->nlastpath || iters < 1) return gt_fail(rt, "tree '%s': call it at least once before measuring the floor", t->name);
   for (int i = 0; i < t->nlastpath; i++)
     if (!t->lastpath[i]->graph) return gt_fail(rt, "tree '%s': the last call did not replay every segment", t->name);
+  int np = patch ? t->npatched : 0;
   double *c = malloc(iters * sizeof *c), *s = malloc(iters * sizeof *s);
   if (!c || !s) { free(c); free(s); return gt_fail(rt, "out of host memory"); }
   if (be->sync(be)) { free(c); free(s); return gt_fail_be(rt, NULL); }
@@ -96,6 +109,7 @@ int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, do
   int st = GT_BOK;
   for (int k = 0; k < iters && st == GT_BOK; k++) {
     double t0 = gt_now_us();
+    if (np && repatch(t, np)) { free(c); free(s); return GT_ERR; }
     for (int i = 0; i < t->nlastpath && st == GT_BOK; i++) st = be->graph_launch(be, t->lastpath[i]->graph);
     double t1 = gt_now_us();
     if (sync_each && st == GT_BOK) st = be->sync(be);
@@ -109,5 +123,5 @@ int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, do
   *cpu_us = c[iters / 2];
   *step_us = sync_each ? s[iters / 2] : total / iters;
   free(c); free(s);
-  return st == GT_BOK ? GT_OK : gt_fail_be(rt, NULL);
+  return st == GT_BOK ? np : gt_fail_be(rt, NULL);
 }

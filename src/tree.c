@@ -77,7 +77,7 @@ void gt_tree_free(gt_tree *t) {
   free(t->root.kids);
   for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
   free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
-  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned); free(t->cdirty);
+  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned); free(t->cdirty); free(t->patched);
   free(t->rels);
   gt_queue_free(&t->q);
   gt_slab_give(t);
@@ -138,6 +138,7 @@ int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   t->cur_planned = 0;
   t->depth = 0;
   t->npath = 0;
+  t->npatched = 0;
   t->nrels = 0;
   t->eager_call = 0;
   gt_cursor_start(t, &t->root);
@@ -247,6 +248,27 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
   return update ? GT_V_UPDATE : GT_V_RECORD;
 }
 
+/* Notes that this call patched launch i of the node at path index d (the
+   floor repeats the call's patches: tree:floor's patch). */
+static void note_patch(gt_tree *t, int d, int i) {
+  if (GT_GROW(t->patched, t->patchedcap, 2 * t->npatched + 2)) return;   /* (only the floor reads it) */
+  t->patched[2 * t->npatched] = d;
+  t->patched[2 * t->npatched + 1] = i;
+  t->npatched++;
+}
+
+int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i) {
+  const gt_qlaunch *l = &n->launches[i];
+  void *ptrs[GT_MAX_PARAMS];
+  gt_gnode g = { .kind = GT_GN_KERNEL, .fn = l->k->fn, .smem = l->smem, .nargs = l->nargs, .args = ptrs };
+  memcpy(g.grid, l->grid, sizeof g.grid);
+  memcpy(g.block, l->block, sizeof g.block);
+  for (int j = 0; j < l->nargs; j++) ptrs[j] = &n->argvals[l->arg0 + j];
+  if (t->rt->be.graph_set_kernel(&t->rt->be, n->graph, i, &g) != GT_BOK) return gt_fail_be(t->rt, "graph patch");
+  if (d >= 0) note_patch(t, d, i);
+  return GT_OK;
+}
+
 /* Replay n: bind the new buffers to the plan, patch changed arguments, launch.
    GT_V_REPLAY, or GT_V_UPDATE when a moved copy needed a whole-graph update. */
 static int replay(gt_tree *t, gt_node *n, int first) {
@@ -269,6 +291,7 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     if (pst == GT_BREFUSED) { refused = 1; continue; }   /* (a node in a conditional body the driver will not patch) */
     if (pst != GT_BOK) return gt_fail_be(t->rt, "graph patch");
     memcpy(was, now, l->nargs * sizeof *now);
+    note_patch(t, t->npath, i);
   }
   if (refused) {                      /* a copy node moved: update the whole exec */
     gt_gnode *g = NULL;

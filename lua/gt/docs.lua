@@ -211,9 +211,12 @@ tree:history() -> the last calls (up to 1024), oldest first
   after it. A keyed hit (its body not run) past the first 64 calls is timed
   one in 16, the others have cpu_us nil. tree:report() charts them over calls.]],
   ["tree:floor"] = [[
-tree:floor([iters = 100] [, sync_each = true]) -> cpu_us, step_us
+tree:floor([iters = 100] [, sync_each = true] [, patch = false]) -> cpu_us, step_us, patches
   The last call's graphs launched back to back from C with no tree logic: the
-  lowest cost a call could have (a benchmark floor).]],
+  lowest cost a call could have (a benchmark floor).  patch: each step first
+  repeats the kernel-node patches the last call made (a scalar such as a
+  decode position, or an input's address): what a step at a new value pays;
+  patches: how many a step repeats (0 without patch).]],
   ["tree:dot"] = [[
 tree:dot([path]) -> Graphviz text (written to path when given)
   One box per node (label, visits, replays, warmups, state, planned bytes),

@@ -504,12 +504,15 @@ function Tree:trim(keep)
   return n
 end
 
---- tree:floor(iters [, sync_each]) -> cpu_us, step_us: the last call's graphs
---- launched back to back from C with no tree logic (the benchmark floor)
-function Tree:floor(iters, sync_each)
+--- tree:floor(iters [, sync_each [, patch]]) -> cpu_us, step_us, patches: the last
+--- call's graphs launched back to back from C with no tree logic (the benchmark
+--- floor); patch: each step first repeats the kernel-node patches the last call
+--- made (patches: how many a step repeats)
+function Tree:floor(iters, sync_each, patch)
   local c, s = ffi.new("double[1]"), ffi.new("double[1]")
-  if C.gt_tree_bench_floor(rt, self._t, iters or 100, sync_each == false and 0 or 1, c, s) ~= 0 then error(gt._errmsg(), 2) end
-  return c[0], s[0]
+  local np = C.gt_tree_bench_floor(rt, self._t, iters or 100, sync_each == false and 0 or 1, patch and 1 or 0, c, s)
+  if np < 0 then error(gt._errmsg(), 2) end
+  return c[0], s[0], np
 end
 
 

@@ -172,7 +172,11 @@ function M.decode_scenarios(cfg)
       fn = function(x, pos) local _, logits = gm.step(x, pos, 1); return logits end,
       args = function(i) return ids, (i - 1) % d.ctx end,
       -- keyed: the same buckets, the position patched
-      keyed = { key = function() return 0 end, patch = { 2 } } }
+      keyed = { key = function() return 0 end, patch = { 2 } },
+      -- the floor at the middles of eight equal spans of the position cycle
+      -- (attention reads pos + 1 cached positions), the position patched
+      floor_points = {}, floor_patch = true }
+    for k = 0, 7 do sc.floor_points[k + 1] = floor((2 * k + 1) * d.ctx / 16) + 1 end
     sc.setup = function()
       setup()
       ids = gt.from(gpt.random_prompt(c, 1, B, B)[1], "i32")
@@ -270,12 +274,24 @@ end
 
 -- The floor: each variant stepped once through the tree (a replay), then its
 -- graphs launched from C; the mean over the variants, as a cycle visits each once.
+-- A scenario whose steps patch a scalar (decode's position) gives floor_points,
+-- the steps whose arguments stand for its cycle (the device's work grows with
+-- the position), and floor_patch: each launch repeats the step's patches, as
+-- any launcher of these graphs at a new position must.  The points share
+-- the reps out.
 function M.floor(tree, sc, reps, pipe)
+  local points = sc.floor_points
+  if points then
+    reps, pipe = max(20, math.ceil(reps / #points)), max(20, math.ceil(pipe / #points))
+  else
+    points = {}
+    for v = 1, sc.variants do points[v] = v end
+  end
   local c, s, p = {}, {}, {}
-  for v = 1, sc.variants do
-    tree(sc.args(v))
-    c[v], s[v] = tree:floor(reps, true)
-    local _, pp = tree:floor(pipe, false)
+  for v, i in ipairs(points) do
+    tree(sc.args(i))
+    c[v], s[v] = tree:floor(reps, true, sc.floor_patch)
+    local _, pp = tree:floor(pipe, false, sc.floor_patch)
     p[v] = pp
   end
   return { cpu_us = mean(c), step_us = mean(s), pipe_us = mean(p) }
