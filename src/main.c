@@ -783,6 +783,8 @@ int main(int argc, char **argv) {
   }
   status = lua_cpcall(L, pmain, &s);
   report(L, status);
+  /* at exit a dropped tree's finalizer frees it, outputs alive or not (tree.lua) */
+  (void)luaL_dostring(L, "local g = package.loaded.gt; if g then g._closing = true end");
   lua_close(L);
   return (status == 0 && s.status == 0) ? EXIT_SUCCESS : EXIT_FAILURE;
 }

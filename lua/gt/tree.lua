@@ -96,8 +96,44 @@ end
 
 local check_opts = require "gt.treeopts"
 local ntrees = 0
+-- A tensor a call returns keeps its tree's memory valid for as long as the
+-- tensor lives, whether the tree is dropped or not.  Only the latest call's
+-- outputs need it: at a tree's next call every tensor of its pool from
+-- before goes stale (a stale tensor needs no memory).  While the tree lives
+-- there is nothing to hold: a call only notes its outputs in the tree's
+-- weak-valued list `held` (array stores; an entry per output in a weak-keyed
+-- table cost a hash insert per call, and a rehash every few).  When the
+-- tree's C handle is collected, its finalizer anchors the noted outputs
+-- still alive (output -> handle, weak-keyed: the handle, not the Lua tree,
+-- as LuaJIT's weak keys are not ephemerons) and waits: it runs again once
+-- they are gone, and frees the tree then.
+local WEAK_VALUES = { __mode = "v" }
+local anchors = setmetatable({}, { __mode = "k" })
+local function finalizer(held)
+  local fin
+  fin = function(tc)
+    local live = false
+    if not gt._closing then                      -- (at exit everything goes)
+      for i = 1, held.n do
+        local y = held[i]
+        if y ~= nil then anchors[y] = tc; live = true end
+        held[i] = nil
+      end
+      held.n = 0
+    end
+    if live then ffi.gc(tc, fin) else C.gt_tree_free(tc) end
+  end
+  return fin
+end
+local function anchor_one(self, x, gen)
+  local held = self._held
+  local n = held.n + 1
+  if gen ~= self._ang then self._ang = gen; n = 1 end   -- a newer call's first output
+  held[n], held.n = x, n
+end
+
 -- every tree made, for --stats/--report (weakly, unless the host asks to keep them)
-gt._trees = os.getenv("GTLUA_KEEP_TREES") == "1" and {} or setmetatable({}, { __mode = "v" })
+gt._trees = os.getenv("GTLUA_KEEP_TREES") == "1" and {} or setmetatable({}, WEAK_VALUES)
 --- gt.tree(fn [, opts]) -> a callable tree.  opts: name, warmup (1),
 --- max_recordings (64), on_limit ("eager"|"error"), copy_inputs (false),
 --- buckets ({dim=, sizes=} or a list of them), warn_shapes (8), key, patch, verify;
@@ -117,7 +153,8 @@ function gt.tree(fn, opts)
   o.on_limit_error = on_limit == "error" and 1 or 0
   local t = C.gt_tree_new(rt, o)
   if t == nil then error(gt._errmsg(), 2) end
-  local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, C.gt_tree_free),
+  local held = setmetatable({ n = 0 }, WEAK_VALUES)
+  local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, finalizer(held)), _held = held,
                               _copy = opts.copy_inputs and true or false, _nwarn = 0,
                               _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
                               _gen = 0, _seg0 = 0,
@@ -212,41 +249,6 @@ local function stage_args(self, n, ...)
   return args
 end
 
--- A tensor a call returns keeps its tree alive (the tree's pool holds its
--- memory) for as long as the tensor lives: a weak-keyed table, one entry
--- per returned tensor, never one per op.  The value is the tree's C handle,
--- not the Lua tree: the Lua tree holds tensors (its last one, its inputs), and
--- LuaJIT's weak keys are not ephemerons, so tree -> tensor -> tree would never go.
--- Only the latest call's outputs are anchored: at a tree's next call every
--- tensor of its pool from before goes stale (a stale tensor needs no memory),
--- so the first output of a newer call (gen: the call's generation) drops the
--- entries of the last one.  The table stays as small as the trees are few
--- (an entry per output ever returned made it grow and rehash until the
--- collector came).
-local anchors = setmetatable({}, { __mode = "k" })
-local function unanchor(self)
-  local a1, a2, more = self._an1, self._an2, self._anx
-  if a1 ~= nil then anchors[a1] = nil; self._an1 = nil end
-  if a2 ~= nil then anchors[a2] = nil; self._an2 = nil end
-  if more then
-    for i = 1, #more do anchors[more[i]] = nil end
-    self._anx = nil
-  end
-end
-local function anchor_one(self, x, gen)
-  if gen ~= self._ang then
-    unanchor(self)
-    self._ang = gen
-  end
-  anchors[x] = self._t
-  if self._an1 == nil then self._an1 = x
-  elseif self._an2 == nil then self._an2 = x
-  else
-    local more = self._anx or {}
-    self._anx = more
-    more[#more + 1] = x
-  end
-end
 -- anchor(self, x [, gen]): x (a tensor, or tensors in a plain table) returned
 -- by the call of generation gen (default: the call self runs now)
 local function anchor(self, x, gen)
