@@ -6,6 +6,7 @@ local gt = require "gt"
 local C, rt, is_tensor = gt._C, gt._rt, gt.is_tensor
 local STAGING = C.GT_BUF_STAGING
 local select, getmetatable, type, pairs = select, getmetatable, type, pairs
+local huge = math.huge
 
 local Tree = {}
 Tree.__index = Tree
@@ -158,7 +159,7 @@ function gt.tree(fn, opts)
                               _copy = opts.copy_inputs and true or false, _nwarn = 0,
                               _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
                               _gen = 0, _seg0 = 0,
-                              _warn_shapes = opts.warn_shapes == false and math.huge or (opts.warn_shapes or 8) }, Tree)
+                              _warn_shapes = opts.warn_shapes == false and huge or (opts.warn_shapes or 8) }, Tree)
   if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
     gt.keyed._attach(self, opts)
   end
@@ -288,6 +289,30 @@ local function end_call(self)
   warned(self)
 end
 
+local function shapes_of(...)
+  local parts = {}
+  for i = 1, select("#", ...) do
+    local x = select(i, ...)
+    if is_tensor(x) then parts[#parts + 1] = x.dtype .. " " .. gt._shape_str(x.shape) end
+  end
+  return table.concat(parts, ", ")
+end
+
+-- After warn_shapes distinct input shapes (new first segments), one warning.
+-- (end_body calls it once a plain call made a new first node: the inputs are
+-- the call's _in1.._in4.)
+local function watch_shapes(self)
+  while C.gt_tree_child(self._t, -1, self._nroots) >= 0 do self._nroots = self._nroots + 1 end
+  local sig = shapes_of(self._in1, self._in2, self._in3, self._in4)
+  local seen = self._shapes
+  if not seen[sig] then seen[sig] = true; seen[#seen + 1] = sig end
+  if #seen >= self._warn_shapes then
+    self._warn_shapes = huge
+    gt.on_warning(("tree '%s' (%s) has seen %d input shapes (%s); each is its own recording: consider " ..
+      "buckets = { dim = 1, sizes = gt.buckets.pow2(N) }"):format(self.name, self.where, #seen, table.concat(seen, "; ")))
+  end
+end
+
 -- The end of a call whose body has returned (host.run calls it after the
 -- body): ok false passes the body's error on; results past the second are
 -- in extra[1..n-2].
@@ -304,6 +329,10 @@ local function end_body(self, ok, n, r1, r2)
   if n >= 1 then anchor(self, r1) end
   if n >= 2 then anchor(self, r2) end
   if n > 2 then anchor_extra(self, n) end
+  if self._watch then
+    self._watch = false
+    if C.gt_tree_child(self._t, -1, self._nroots) >= 0 then watch_shapes(self) end
+  end
 end
 
 -- host.run (main.c's host_run): the body and end_body, each in a pcall made
@@ -351,29 +380,6 @@ local function enter(self, gen)
   gt._active, self._resumes = self, 0
 end
 
-local function shapes_of(...)
-  local parts = {}
-  for i = 1, select("#", ...) do
-    local x = select(i, ...)
-    if is_tensor(x) then parts[#parts + 1] = x.dtype .. " " .. gt._shape_str(x.shape) end
-  end
-  return table.concat(parts, ", ")
-end
-
--- After warn_shapes distinct input shapes (new first segments), one warning.
-local function watch_shapes(self, ...)
-  if C.gt_tree_child(self._t, -1, self._nroots) < 0 then return end
-  while C.gt_tree_child(self._t, -1, self._nroots) >= 0 do self._nroots = self._nroots + 1 end
-  local sig = shapes_of(...)
-  local seen = self._shapes
-  if not seen[sig] then seen[sig] = true; seen[#seen + 1] = sig end
-  if #seen >= self._warn_shapes then
-    self._warn_shapes = math.huge
-    gt.on_warning(("tree '%s' (%s) has seen %d input shapes (%s); each is its own recording: consider " ..
-      "buckets = { dim = 1, sizes = gt.buckets.pow2(N) }"):format(self.name, self.where, #seen, table.concat(seen, "; ")))
-  end
-end
-
 -- eager: nil, or a reason to run this call's segments eagerly without nodes
 -- (false: neither eager nor padded, a bucketed call already at its bucket's size).
 local function run(self, eager, ...)
@@ -410,16 +416,8 @@ gt._stage = stage   -- buckets stage their non-bucketed inputs the same way
 function Tree:__call(...)
   if self._buckets then return self:_bucket_call(...) end   -- (a keyed call inside, with key)
   if self._keyed then return self:_keyed_call(false, ...) end
-  if self._warn_shapes == math.huge then return run(self, nil, ...) end
-  self._a1, self._a2, self._a3, self._a4 = ...
-  return self:_watched(run(self, nil, ...))
-end
-
-function Tree:_watched(...)
-  local a1, a2, a3, a4 = self._a1, self._a2, self._a3, self._a4
-  self._a1, self._a2, self._a3, self._a4 = nil, nil, nil, nil
-  watch_shapes(self, a1, a2, a3, a4)
-  return ...
+  self._watch = self._warn_shapes ~= huge                   -- its end counts new first nodes' shapes
+  return run(self, nil, ...)
 end
 
 -- -- Statistics ------------------------------------------------------------
