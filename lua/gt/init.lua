@@ -33,6 +33,16 @@ local gt = { _C = C, _rt = rt, version = "0.1.0" }
 package.loaded.gt = gt   -- the modules below (gt.tensor, ...) require "gt" while it loads
 reg["gtlua.gt"] = gt
 
+-- At exit a dropped tree's finalizer frees it, whatever outputs it left
+-- (tree.lua: else it would wait for them, and the state's close calls each
+-- finalizer once).  The host says so before it closes the state
+-- (main.c), and os.exit(code, true) closes it from here.
+local exit = os.exit
+os.exit = function(code, close)   -- luacheck: ignore 122
+  if close then gt._closing = true end
+  return exit(code, close)
+end
+
 -- The last failure of the core as a message.
 function gt._errmsg() return ffi.string(C.gt_errmsg(rt)) end
 
