@@ -98,9 +98,9 @@ typedef struct gt_tensor {
   double _off;             /* byte offset into the buffer */
   double _nb;              /* bytes of the elements (numel * dtype size) */
   uint32_t _gen;           /* the buffer's generation when the view was made */
-  uint32_t _sid;           /* interned shape */
-  uint32_t _dt;            /* dtype code (GT_F32 ...) */
-  uint32_t _vid;           /* 0: contiguous; else interned strides */
+  int32_t _sid;            /* interned shape (signed, as the next two: LuaJIT reads */
+  int32_t _dt;             /* dtype code (GT_F32 ...)   an int32_t as an integer, a */
+  int32_t _vid;            /* 0: contiguous; else interned strides   uint32_t as a double) */
 } gt_tensor;
 
 typedef struct gt_tree_opts {
