@@ -197,7 +197,9 @@ int gt_launch_config(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, uns
    call: tensors[i] is tensor parameter i's handle (checked here: live,
    contiguous, of the parameter's dtype), args[i] scalar parameter i (buf
    NULL; i32, u32 and f32 in their low 4 bytes, the others in all 8); other
-   entries are not read.  In a tree call this only queues the launch.  0,
+   entries are not read.  In a tree call this only queues the launch, and
+   an output parameter's handle may come without a buffer (_b NULL, _nb its
+   bytes): the call's buffer is made for it here (gt.ops.linear).  0,
    GT_ERR with the message set, or i + 1 when tensor parameter i fails its
    check (no message: the caller says what is wrong with its argument). */
 int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *const *tensors, const gt_arg *args);

@@ -397,6 +397,12 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
   gt_kernel *k = c->k;
   gt_tree *t = rt->active;
   if (t) {                         /* in a tree call: straight into the queue, compared as it lands */
+    for (int j = 0; j < k->nparams; j++) {   /* an output handle without a buffer yet (gt.ops.linear): made here */
+      gt_tensor *o = (gt_tensor *)ts[j];
+      if (k->ptype[j] != GT_P_OUT || o->_b) continue;
+      if (!(o->_b = gt_tree_buf_new(rt, (uint64_t)o->_nb))) return GT_ERR;
+      o->_gen = t->gen;
+    }
     gt_arg *a;
     gt_qlaunch *d = gt_queue_reserve(&t->q, k->nparams, &a);
     if (!d) return gt_fail(rt, "out of host memory");

@@ -290,6 +290,7 @@ local function linear_checked(x, W, b, act)
   end
   local M = rows(xs, NUMEL[x._sid])
   local p = { y = with_last(x._sid, N), f = launch_linear(M, N), M = M, N = N, K = K }
+  p.nb = NUMEL[p.y] * F32.size
   local y = new_sid(p.y, F32, 3)
   p.f(y, x, W, b or W, M, N, K, has_bias, a)
   return y, p
@@ -298,6 +299,7 @@ end
 -- Plans of checked calls: [x shape id][W shape id][bias shape id or 0].
 local linear_plans = {}
 local F32C = F32.code
+local TT = require("ffi").typeof("gt_tensor")
 
 --- ops.linear(x, W [, b] [, act]) -> act(x @ W + b).
 -- x {..., K} (leading dims are rows), W {K, N}, b {N} or nil,
@@ -314,6 +316,13 @@ function ops.linear(x, W, b, act)
     local p = byw and byw[bsid]
     local a = act == nil and 0 or ACT[act]
     if p and a then
+      local tree = gt._active
+      if tree then              -- in a tree call the launch makes y's buffer (one call into the core)
+        local y = TT(nil, 0, p.nb, 0, p.y, F32C, 0)
+        p.f(y, x, W, b or W, p.M, p.N, p.K, bsid ~= 0 and 1 or 0, a)
+        tree._last = y
+        return y
+      end
       local y = new_sid(p.y, F32, 2)
       p.f(y, x, W, b or W, p.M, p.N, p.K, bsid ~= 0 and 1 or 0, a)
       return y
