@@ -73,6 +73,7 @@ int gt_pool_plan(gt_pool *p, gt_interval *iv, int n, const gt_interval *old, int
 /* -- Queue (queue.c): the launches of the segment being built ------------- */
 typedef struct gt_qlaunch {
   int kind;                  /* GT_GN_KERNEL / GT_GN_MEMCPY / GT_GN_MEMSET */
+  uint32_t cfg;              /* the launch configuration's id (0: none): equal ids, equal kernel and dims */
   gt_kernel *k;
   unsigned grid[3], block[3], smem;
   int arg0, nargs;           /* slice of queue.args */

@@ -190,7 +190,7 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
               unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_arg *args); /* args: k->nparams of them */
 /* A launch configuration checked once: a bound launcher's kernel, grid, block
    and shared memory (K.name:config in Lua). */
-typedef struct gt_launchcfg { gt_kernel *k; unsigned grid[3], block[3], smem; } gt_launchcfg;
+typedef struct gt_launchcfg { gt_kernel *k; unsigned grid[3], block[3], smem, id; } gt_launchcfg;
 int gt_launch_config(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_launchcfg *out);
 /* gt_launch with a checked configuration, what Lua's generated launchers

@@ -1,6 +1,7 @@
 /* kernel.c - kernel sources: signature parsing, compilation through the backend, launches. */
 #include <ctype.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
@@ -322,7 +323,8 @@ static int check_dims(gt_runtime *rt, const gt_kernel *k, unsigned gx, unsigned 
 int gt_launch_config(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_launchcfg *out) {
   if (check_dims(rt, k, gx, gy, gz, bx, by, bz)) return GT_ERR;
-  *out = (gt_launchcfg){ k, { gx, gy, gz }, { bx, by, bz }, smem };
+  static unsigned ids;   /* a configuration's id, never reused (the cursor compares one number, key.c); 0 once spent */
+  *out = (gt_launchcfg){ k, { gx, gy, gz }, { bx, by, bz }, smem, ids < UINT_MAX ? ++ids : 0 };
   return GT_OK;
 }
 
@@ -389,7 +391,7 @@ static int bind_args(const gt_kernel *k, const gt_tensor *const *ts, const gt_ar
 
 /* The queue entry of a launch of configuration c. */
 static gt_qlaunch launch_of(const gt_launchcfg *c) {
-  return (gt_qlaunch){ .kind = GT_GN_KERNEL, .k = c->k, .grid = { c->grid[0], c->grid[1], c->grid[2] },
+  return (gt_qlaunch){ .kind = GT_GN_KERNEL, .cfg = c->id, .k = c->k, .grid = { c->grid[0], c->grid[1], c->grid[2] },
                        .block = { c->block[0], c->block[1], c->block[2] }, .smem = c->smem, .nargs = c->k->nparams };
 }
 

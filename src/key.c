@@ -105,7 +105,7 @@ static inline int same_place(const gt_buf *b, const gt_asig *s, int statics_kept
 static int match_at(gt_tree *t, const gt_node *n, int i) {
   if (i >= n->nsig) return 0;
   const gt_qlaunch *l = &t->q.l[i], *r = &n->launches[i];
-  if (!same_launch(l, r)) return 0;
+  if ((!l->cfg || l->cfg != r->cfg) && !same_launch(l, r)) return 0;
   const gt_arg *a = t->q.args + l->arg0;
   const gt_asig *s = n->asig + r->arg0;
   static const uint64_t none[64];
