@@ -365,15 +365,23 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
 /* A bound launch's arguments into out (k->nparams): the tensor parameters
    from their handles, the scalars from args in normal form (a 4-byte one is
    read as 4 bytes, as Lua stored it: an 8-byte load of a fresh 4-byte store
-   waits for the store to reach the cache).  0, or j + 1 when tensor
-   parameter j is stale, non-contiguous or of another dtype. */
-static int bind_args(const gt_kernel *k, const gt_tensor *const *ts, const gt_arg *args, gt_arg *out) {
+   waits for the store to reach the cache).  In tree call tr, an output
+   handle without a buffer (gt.ops.linear's) gets the call's next one.  0,
+   j + 1 when tensor parameter j is stale, non-contiguous or of another
+   dtype, or GT_ERR (out of host memory). */
+static int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *const *ts, const gt_arg *args, gt_arg *out) {
   for (int j = 0; j < k->nparams; j++) {
     gt_arg *o = &out[j];
     switch (k->ptype[j]) {
     case GT_P_IN: case GT_P_OUT: {
       const gt_tensor *t = ts[j];
       gt_buf *b = t->_b;
+      if (!b) {
+        if (!tr || k->ptype[j] != GT_P_OUT) return j + 1;
+        gt_tensor *y = (gt_tensor *)t;
+        if (!(b = y->_b = gt_tree_buf_new(tr->rt, (uint64_t)y->_nb))) return GT_ERR;
+        y->_gen = tr->gen;
+      }
       if (t->_gen != *b->gen_now || t->_vid || (k->pdtype[j] && t->_dt != k->pdtype[j])) return j + 1;
       o->buf = b; o->off = (int64_t)t->_off; o->nbytes = (int64_t)t->_nb; o->v.u64 = 0;
       break;
@@ -399,24 +407,18 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
   gt_kernel *k = c->k;
   gt_tree *t = rt->active;
   if (t) {                         /* in a tree call: straight into the queue, compared as it lands */
-    for (int j = 0; j < k->nparams; j++) {   /* an output handle without a buffer yet (gt.ops.linear): made here */
-      gt_tensor *o = (gt_tensor *)ts[j];
-      if (k->ptype[j] != GT_P_OUT || o->_b) continue;
-      if (!(o->_b = gt_tree_buf_new(rt, (uint64_t)o->_nb))) return GT_ERR;
-      o->_gen = t->gen;
-    }
     gt_arg *a;
     gt_qlaunch *d = gt_queue_reserve(&t->q, k->nparams, &a);
     if (!d) return gt_fail(rt, "out of host memory");
-    int bad = bind_args(k, ts, args, a);
+    int bad = bind_args(t, k, ts, args, a);
     if (bad) return bad;
     *d = launch_of(c);
     gt_queue_commit(&t->q, d);
     gt_cursor_push(t);
     return GT_OK;
   }
-  gt_arg a[64];
-  int bad = bind_args(k, ts, args, a);
+  gt_arg a[GT_MAX_PARAMS];
+  int bad = bind_args(NULL, k, ts, args, a);
   if (bad) return bad;
   gt_qlaunch l = launch_of(c);
   return launch_now(rt, &l, a);
