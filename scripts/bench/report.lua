@@ -87,6 +87,8 @@ function M.load(dir, paths)
   if ft and ft:find("nodes") then inputs.floor = M.parse_floor(ft) else missing[#missing + 1] = "launch_floor.txt" end
   local st = read_file(path("smi", "nvidia-smi.txt"))
   inputs.smi = st and parse_smi(st)
+  local cp = read_file(path("cpus", "cpus.txt"))
+  inputs.cpus = cp and cp:match("^%s*([%d,%-]+)")
   table.sort(missing)
   inputs.missing = missing
   return inputs
@@ -150,6 +152,9 @@ local function header_lines(inp)
     row { "gtlua", g.version and format("%s, backend %s, %s%s", g.version, g.backend or "?", g.luajit or "LuaJIT",
       g.quick and ", **quick run** (CI sizes)" or "") or DASH },
   }
+  if inp.cpus then
+    lines[#lines + 1] = row { "host cpus", inp.cpus .. " (every measured process pinned there: the quickest of a calibration)" }
+  end
   return concat(lines, "\n")
 end
 

@@ -42,6 +42,33 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     || rm -f "$dir/nvidia-smi.txt"
 fi
 
+# Cores: on the H200's host some cores run everything (the pure-C floor
+# included) two to four times slower than the others, for as long as a
+# process stays on them (measured 2026-12-01: 5 of 16).  Every measured
+# process (gtlua, PyTorch, the raw floor) runs on the same quickest quarter
+# of the cores of a short calibration: host work timed on each core, twice.
+# BENCH_CPUS=0,3 picks them; BENCH_CPUS=all pins nothing.  cpus.txt says.
+pin=
+if [ "${BENCH_CPUS:-}" != all ] && command -v taskset >/dev/null 2>&1; then
+  cpus=${BENCH_CPUS:-}
+  n=$(nproc 2>/dev/null || echo 1)
+  if [ -z "$cpus" ] && [ "$n" -ge 4 ]; then
+    cal='local c, a, s = gt.clock, {}, 0; local t0 = c(); for i = 1, 1000000 do a[i % 4096 + 1] = i; s = s + c() end; io.write(string.format("%.0f", (c() - t0) * 1e6))'
+    c=0
+    while [ "$c" -lt "$n" ]; do      # "µs cpu" per line, in cpus.cal
+      t1=$(GTLUA_BACKEND=cpu taskset -c "$c" "$BIN" -e "$cal" 2>/dev/null || echo 999999999)
+      t2=$(GTLUA_BACKEND=cpu taskset -c "$c" "$BIN" -e "$cal" 2>/dev/null || echo 999999999)
+      echo "$((t1 + t2)) $c"; c=$((c + 1))
+    done > "$dir/cpus.cal"
+    cpus=$(sort -n "$dir/cpus.cal" | head -n "$((n / 4))" | awk '{ print $2 }' | sort -n | paste -sd, -)
+  fi
+  if [ -n "$cpus" ]; then
+    pin="taskset -c $cpus"
+    echo "$cpus" > "$dir/cpus.txt"
+    say "every measured process runs on cpus $cpus (BENCH_CPUS)"
+  fi
+fi
+
 # 5 by default: on the H200's host a process now and then runs everything
 # (the pure-C floor included) two to four times slower, and with 3 processes
 # two such were enough to move a median.
@@ -53,7 +80,7 @@ gtlua_rc=0
 k=1
 while [ "$k" -le "$RUNS" ]; do
   # shellcheck disable=SC2086
-  stage "$dir/gtlua.$k.log" "$T_GTLUA" "$BIN" scripts/bench/gtlua_bench.lua $quick $only --json "$dir/gtlua.$k.json" \
+  stage "$dir/gtlua.$k.log" "$T_GTLUA" $pin "$BIN" scripts/bench/gtlua_bench.lua $quick $only --json "$dir/gtlua.$k.json" \
     || { gtlua_rc=$?; say "gtlua run $k failed (status $gtlua_rc)"; }
   k=$((k + 1))
 done
@@ -65,7 +92,7 @@ if [ -z "$only" ] || echo ",$BENCH_ONLY," | grep -q ",cond,"; then
   k=1
   while [ "$k" -le "$RUNS" ]; do
     # shellcheck disable=SC2086
-    stage "$dir/cond.$k.log" "$T_GTLUA" "$BIN" scripts/bench/cond_bench.lua $quick --json "$dir/cond.$k.json" \
+    stage "$dir/cond.$k.log" "$T_GTLUA" $pin "$BIN" scripts/bench/cond_bench.lua $quick --json "$dir/cond.$k.json" \
       || say "cond run $k failed (soft)"
     k=$((k + 1))
   done
@@ -77,7 +104,7 @@ fi
 say "2/4 PyTorch twins (limit ${T_TORCH} s)"
 if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch' >/dev/null 2>&1; then
   # shellcheck disable=SC2086
-  stage "$dir/torch.log" "$T_TORCH" python3 scripts/bench/torch_twins.py $quick $only \
+  stage "$dir/torch.log" "$T_TORCH" $pin python3 scripts/bench/torch_twins.py $quick $only \
     --budget "$(( T_TORCH - 30 ))" --json "$dir/torch.json" || say "torch stage failed (soft)"
 else
   say "skipped: no python3 with torch here"
@@ -95,7 +122,7 @@ if [ ! -x .anchors/launch_floor ] && [ -f .anchors/launch_floor.cu ] && command 
     || say "nvcc failed (soft)"
 fi
 if [ -x .anchors/launch_floor ]; then
-  stage "$dir/launch_floor.txt" "$T_FLOOR" .anchors/launch_floor || say "launch_floor failed (soft)"
+  stage "$dir/launch_floor.txt" "$T_FLOOR" $pin .anchors/launch_floor || say "launch_floor failed (soft)"
 else
   say "skipped: no .anchors/launch_floor (carry it, see scripts/bench/README.md)"
 fi
