@@ -129,8 +129,9 @@ local function main(argv)
   end
   print(step)
   local s, ks = step:stats(), keyed:stats()
-  print(("%d calls, %d nodes (one per batch bucket), %d replays; keyed tree: %d calls, %d keyed hits; eager and tree tokens %s")
-    :format(s.calls, s.nodes, s.replays, ks.calls, ks.keyed and ks.keyed.hits or 0, ok and "agree" or "DIFFER"))
+  local kk = ks.keyed or {}
+  print(("%d calls, %d nodes (one per batch bucket), %d replays; keyed tree: %d calls, %d keyed hits, %d verified; eager and tree tokens %s")
+    :format(s.calls, s.nodes, s.replays, ks.calls, kk.hits or 0, kk.verified or 0, ok and "agree" or "DIFFER"))
   if not ok then os.exit(1) end
 end
 
