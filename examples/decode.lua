@@ -130,7 +130,8 @@ local function main(argv)
   print(step)
   local s, ks = step:stats(), keyed:stats()
   local kk = ks.keyed or {}
-  print(("%d calls, %d nodes (one per batch bucket), %d replays; keyed tree: %d calls, %d keyed hits, %d verified; eager and tree tokens %s")
+  print(("%d calls, %d nodes (one per batch bucket), %d replays; keyed tree: %d calls, %d keyed hits, %d verified; " ..
+    "eager and tree tokens %s")
     :format(s.calls, s.nodes, s.replays, ks.calls, kk.hits or 0, kk.verified or 0, ok and "agree" or "DIFFER"))
   if not ok then os.exit(1) end
 end

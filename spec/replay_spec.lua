@@ -174,4 +174,34 @@ describe("tree:floor", function()
     assert.are.equal(1, select(3, kt:floor(5, true, true)))
     assert.are.same(f(x, 3):tolist(), z:tolist())
   end)
+
+  it("launches several calls' paths in turn, each with its patches; the graphs hold the last step's values", function()
+    local W = gt.randn({ 8, 8 }, { seed = 1, scale = 0.3 }):static()
+    local function f(x, s) return gt.ops.add(gt.ops.linear(x, W), s) end
+    local seen = gt.zeros({ 2, 8 })                        -- each launch also copies its result here
+    local step = gt.tree(function(x, s) local y = f(x, s); gt.ops.copy(seen, y); return y end)
+    local x = gt.randn({ 2, 8 }, { seed = 2 })
+    for _ = 1, 3 do step(x, 1) end
+    -- two marks of one node, s = 2 then s = 1; 5 steps end on the first (s = 2)
+    local cpu, stepus, np = step:floor(5, true, true, { { x, 2 }, { x, 1 } })
+    assert.is_true(cpu > 0 and stepus > 0)
+    assert.are.equal(1, np)
+    assert.are.same(f(x, 2):tolist(), seen:tolist())       -- the last step ran at s = 2
+    assert.are.same(f(x, 1):tolist(), step(x, 1):tolist())   -- the replay patches back to 1
+    assert.are.same(f(x, 2):tolist(), step(x, 2):tolist())
+    -- two routes: two paths, nothing patched
+    local route = gt.tree(function(v, r)
+      local h = gt.ops.linear(v, W)
+      gt.cut()
+      if r == 1 then return gt.ops.relu(h) end
+      return gt.ops.tanh(h)
+    end)
+    for i = 1, 6 do route(x, i % 2 + 1) end
+    local c2, s2, n2 = route:floor(4, false, true, { { x, 1 }, { x, 2 } })
+    assert.is_true(c2 > 0 and s2 > 0)
+    assert.are.equal(0, n2)
+    assert.are.equal(3, route:stats().nodes)
+    assert.has_error(function() route:floor(4, true, false, {}) end,
+      "tree:floor: calls must be a list of argument lists")
+  end)
 end)

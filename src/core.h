@@ -235,6 +235,7 @@ struct gt_tree {
   int *cdirty, ndirty, cdirtycap;    /* launches whose scalars or external addresses differ from cand's graph */
   int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
   int *patched; int npatched, patchedcap;  /* this call's kernel-node patches: (path index, launch) pairs */
+  struct gt_floorpath *fpaths; int nfpaths, fpathcap;   /* stats.c: the paths a floor launches in turn */
 };
 
 /* A tree call's buffer struct made afresh, every field written (a memset

@@ -246,7 +246,15 @@ int gt_tree_warnings(gt_tree *t, const char **last);     /* warnings so far, the
    gt_tree_note fills them (NULL leaves one as it is). */
 int gt_tree_explain_wanted(gt_runtime *rt);
 void gt_tree_note(gt_runtime *rt, const char *cut, const char *shapes);
-int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, int patch, double *cpu_us, double *step_us); /* replay the last call's graphs back to back, no tree logic (patch: its kernel-node patches before each); the patches a step repeats */
+/* The floor: the last call's graphs launched back to back from C, no tree
+   logic (patch: each step first repeats the kernel-node patches that call
+   made).  With paths marked (gt_tree_floor_mark: the last call's path, its
+   patches and their values), the marked paths instead, one a step, in
+   turn.  Medians in µs; returns the patches a step repeats (the most of
+   any path), or GT_ERR. */
+int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, int patch, double *cpu_us, double *step_us);
+int gt_tree_floor_mark(gt_runtime *rt, gt_tree *t);   /* the marks so far, or GT_ERR */
+void gt_tree_floor_clear(gt_tree *t);
 
 /* -- Keyed calls -------------------------------------------------------- */
 /* Memoizes the path of the tree's last call (every segment replayed) for

@@ -82,46 +82,100 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* The last call's patches again (the values its graphs hold now), for a
-   floor that pays what a step at a new scalar or address pays. */
-static int repatch(gt_tree *t, int np) {
-  for (int p = 0; p < np; p++) {
-    gt_node *n = t->lastpath[t->patched[2 * p]];
-    if (n->launches && gt_tree_patch_node(t, -1, n, t->patched[2 * p + 1])) return GT_ERR;
+/* A path the floor launches: its nodes, and the kernel-node patches of the
+   call it was taken from, with the argument values they set. */
+typedef struct gt_floorpath {
+  gt_node **path; int npath;
+  int *patched; int npatched;    /* (path index, launch) pairs */
+  uint64_t *vals;                /* each patched launch's arguments, one after another */
+} gt_floorpath;
+
+static void floorpath_free(gt_floorpath *f) { free(f->path); free(f->patched); free(f->vals); }
+
+/* The last call's path as a floor path into *f (its patches' values: what
+   the graphs hold now).  GT_ERR when out of host memory. */
+static int floorpath_of(gt_tree *t, gt_floorpath *f) {
+  int nv = 0;
+  for (int p = 0; p < t->npatched; p++) nv += t->lastpath[t->patched[2 * p]]->launches[t->patched[2 * p + 1]].nargs;
+  *f = (gt_floorpath){ malloc(t->nlastpath * sizeof *f->path), t->nlastpath, malloc((2 * t->npatched + 1) * sizeof *f->patched),
+                       t->npatched, malloc((nv + 1) * sizeof *f->vals) };
+  if (!f->path || !f->patched || !f->vals) { floorpath_free(f); return GT_ERR; }
+  memcpy(f->path, t->lastpath, t->nlastpath * sizeof *f->path);
+  memcpy(f->patched, t->patched, 2 * t->npatched * sizeof *f->patched);
+  for (int p = 0, v = 0; p < t->npatched; p++) {
+    const gt_node *n = f->path[f->patched[2 * p]];
+    const gt_qlaunch *l = &n->launches[f->patched[2 * p + 1]];
+    memcpy(f->vals + v, n->argvals + l->arg0, l->nargs * sizeof *f->vals);
+    v += l->nargs;
   }
   return GT_OK;
 }
 
-/* Launches the graphs of the tree's last call back to back, no tree logic:
-   the floor that tree replay is measured against (patch: each launch
-   preceded by the kernel-node patches the last call made).  Medians in µs;
-   returns the patches a step repeats, or GT_ERR. */
+int gt_tree_floor_mark(gt_runtime *rt, gt_tree *t) {
+  if (!t->nlastpath) return gt_fail(rt, "tree '%s': call it before marking a path for the floor", t->name);
+  if (GT_GROW(t->fpaths, t->fpathcap, t->nfpaths + 1) || floorpath_of(t, &t->fpaths[t->nfpaths]))
+    return gt_fail(rt, "out of host memory");
+  return ++t->nfpaths;
+}
+
+void gt_tree_floor_clear(gt_tree *t) {
+  for (int i = 0; i < t->nfpaths; i++) floorpath_free(&t->fpaths[i]);
+  t->nfpaths = 0;
+}
+
+/* One step of the floor: f's patches (its values into the graphs, and into
+   the nodes' argvals: what the graphs hold), then its graphs launched. */
+static int floor_step(gt_tree *t, const gt_floorpath *f, int patch) {
+  gt_backend *be = &t->rt->be;
+  for (int p = 0, v = 0; patch && p < f->npatched; p++) {
+    gt_node *n = f->path[f->patched[2 * p]];
+    int i = f->patched[2 * p + 1];
+    const gt_qlaunch *l = &n->launches[i];
+    memcpy(n->argvals + l->arg0, f->vals + v, l->nargs * sizeof *f->vals);
+    v += l->nargs;
+    if (gt_tree_patch_node(t, -1, n, i)) return GT_ERR;
+  }
+  for (int i = 0; i < f->npath; i++)
+    if (be->graph_launch(be, f->path[i]->graph) != GT_BOK) return gt_fail_be(t->rt, NULL);
+  return GT_OK;
+}
+
 int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, int patch, double *cpu_us, double *step_us) {
   gt_backend *be = &rt->be;
-  if (!t->nlastpath || iters < 1) return gt_fail(rt, "tree '%s': call it at least once before measuring the floor", t->name);
-  for (int i = 0; i < t->nlastpath; i++)
-    if (!t->lastpath[i]->graph) return gt_fail(rt, "tree '%s': the last call did not replay every segment", t->name);
-  int np = patch ? t->npatched : 0;
+  if ((!t->nlastpath && !t->nfpaths) || iters < 1)
+    return gt_fail(rt, "tree '%s': call it at least once before measuring the floor", t->name);
+  gt_floorpath last = { 0 }, *paths = t->fpaths;
+  int npaths = t->nfpaths, np = 0;
+  if (!npaths) {                              /* the last call's path */
+    if (floorpath_of(t, &last)) return gt_fail(rt, "out of host memory");
+    paths = &last;
+    npaths = 1;
+  }
+  for (int f = 0; f < npaths; f++) {
+    for (int i = 0; i < paths[f].npath; i++)
+      if (!paths[f].path[i]->graph) { floorpath_free(&last); return gt_fail(rt, "tree '%s': a path of the floor did not replay every segment", t->name); }
+    if (patch && paths[f].npatched > np) np = paths[f].npatched;
+  }
   double *c = malloc(iters * sizeof *c), *s = malloc(iters * sizeof *s);
-  if (!c || !s) { free(c); free(s); return gt_fail(rt, "out of host memory"); }
-  if (be->sync(be)) { free(c); free(s); return gt_fail_be(rt, NULL); }
+  int st = !c || !s ? gt_fail(rt, "out of host memory") : be->sync(be) ? gt_fail_be(rt, NULL) : GT_OK;
   double start = gt_now_us();
-  int st = GT_BOK;
-  for (int k = 0; k < iters && st == GT_BOK; k++) {
+  for (int k = 0; k < iters && st == GT_OK; k++) {
     double t0 = gt_now_us();
-    if (np && repatch(t, np)) { free(c); free(s); return GT_ERR; }
-    for (int i = 0; i < t->nlastpath && st == GT_BOK; i++) st = be->graph_launch(be, t->lastpath[i]->graph);
+    st = floor_step(t, &paths[k % npaths], patch);
     double t1 = gt_now_us();
-    if (sync_each && st == GT_BOK) st = be->sync(be);
+    if (sync_each && st == GT_OK && be->sync(be)) st = gt_fail_be(rt, NULL);
     c[k] = t1 - t0;
     s[k] = gt_now_us() - t0;
   }
-  if (st == GT_BOK) st = be->sync(be);
-  double total = gt_now_us() - start;
-  qsort(c, iters, sizeof *c, cmp_double);
-  qsort(s, iters, sizeof *s, cmp_double);
-  *cpu_us = c[iters / 2];
-  *step_us = sync_each ? s[iters / 2] : total / iters;
+  if (st == GT_OK && be->sync(be)) st = gt_fail_be(rt, NULL);
+  if (st == GT_OK) {
+    double total = gt_now_us() - start;
+    qsort(c, iters, sizeof *c, cmp_double);
+    qsort(s, iters, sizeof *s, cmp_double);
+    *cpu_us = c[iters / 2];
+    *step_us = sync_each ? s[iters / 2] : total / iters;
+  }
   free(c); free(s);
-  return st == GT_BOK ? np : gt_fail_be(rt, NULL);
+  floorpath_free(&last);
+  return st == GT_OK ? np : GT_ERR;
 }

@@ -211,12 +211,15 @@ tree:history() -> the last calls (up to 1024), oldest first
   after it. A keyed hit (its body not run) past the first 64 calls is timed
   one in 16, the others have cpu_us nil. tree:report() charts them over calls.]],
   ["tree:floor"] = [[
-tree:floor([iters = 100] [, sync_each = true] [, patch = false]) -> cpu_us, step_us, patches
+tree:floor([iters = 100] [, sync_each = true] [, patch = false] [, calls]) -> cpu_us, step_us, patches
   The last call's graphs launched back to back from C with no tree logic: the
   lowest cost a call could have (a benchmark floor).  patch: each step first
   repeats the kernel-node patches the last call made (a scalar such as a
   decode position, or an input's address): what a step at a new value pays;
-  patches: how many a step repeats (0 without patch).]],
+  patches: how many a step repeats (0 without patch).  calls: a list of
+  argument lists, e.g. {{x, 1}, {x, 2}}; each is called once, and the steps
+  then launch their paths in turn (each with its own patches and values), as
+  a model that cycles through them would.]],
   ["tree:dot"] = [[
 tree:dot([path]) -> Graphviz text (written to path when given)
   One box per node (label, visits, replays, warmups, state, planned bytes),

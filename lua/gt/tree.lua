@@ -504,13 +504,26 @@ function Tree:trim(keep)
   return n
 end
 
---- tree:floor(iters [, sync_each [, patch]]) -> cpu_us, step_us, patches: the last
---- call's graphs launched back to back from C with no tree logic (the benchmark
---- floor); patch: each step first repeats the kernel-node patches the last call
---- made (patches: how many a step repeats)
-function Tree:floor(iters, sync_each, patch)
+--- tree:floor(iters [, sync_each [, patch [, calls]]]) -> cpu_us, step_us, patches:
+--- the last call's graphs launched back to back from C with no tree logic (the
+--- benchmark floor); patch: each step first repeats the kernel-node patches the
+--- last call made (patches: how many a step repeats); calls: a list of argument
+--- lists (n = their count where nils end them), each called once, whose paths
+--- (and patches) the steps then launch in turn
+function Tree:floor(iters, sync_each, patch, calls)
+  local t = self._t
+  if calls ~= nil then
+    if type(calls) ~= "table" or #calls == 0 then error("tree:floor: calls must be a list of argument lists", 2) end
+    C.gt_tree_floor_clear(t)
+    for i, a in ipairs(calls) do
+      if type(a) ~= "table" then error("tree:floor: calls[" .. i .. "] must be a list of arguments", 2) end
+      self(unpack(a, 1, a.n or #a))
+      if C.gt_tree_floor_mark(rt, t) < 0 then C.gt_tree_floor_clear(t); error(gt._errmsg(), 2) end
+    end
+  end
   local c, s = ffi.new("double[1]"), ffi.new("double[1]")
-  local np = C.gt_tree_bench_floor(rt, self._t, iters or 100, sync_each == false and 0 or 1, patch and 1 or 0, c, s)
+  local np = C.gt_tree_bench_floor(rt, t, iters or 100, sync_each == false and 0 or 1, patch and 1 or 0, c, s)
+  if calls ~= nil then C.gt_tree_floor_clear(t) end
   if np < 0 then error(gt._errmsg(), 2) end
   return c[0], s[0], np
 end

@@ -1,6 +1,7 @@
 -- cpu_probe.lua: the host time of one graph launch from this cpu (run.sh
 -- times each core with it and pins the bench to the quickest).  Prints ns:
 -- the median of tree:floor over a small tree's graph, each launch synced.
+local gt = require "gt"
 local W = gt.randn({ 64, 64 }, { seed = 1, scale = 0.1 }):static()
 local x = gt.randn({ 8, 64 }, { seed = 2 })
 local step = gt.tree(function(v)

@@ -18,6 +18,7 @@ local gt = require "gt"
 local M = {}
 local clock, floor, sqrt, max, min = gt.clock, math.floor, math.sqrt, math.max, math.min
 local format, concat, sort = string.format, table.concat, table.sort
+local function pack(...) return { n = select("#", ...), ... } end
 
 -- -- Configuration -------------------------------------------------------------
 
@@ -53,11 +54,6 @@ local function median(v)
 end
 M.median = median
 
-local function mean(v)
-  local s = 0
-  for i = 1, #v do s = s + v[i] end
-  return s / #v
-end
 
 -- Values of a tensor (any shape) as a flat Lua array.
 local function flat(t)
@@ -272,29 +268,24 @@ local function main_record(events)
   return best
 end
 
--- The floor: each variant stepped once through the tree (a replay), then its
--- graphs launched from C; the mean over the variants, as a cycle visits each once.
--- A scenario whose steps patch a scalar (decode's position) gives floor_points,
--- the steps whose arguments stand for its cycle (the device's work grows with
--- the position), and floor_patch: each launch repeats the step's patches, as
--- any launcher of these graphs at a new position must.  The points share
--- the reps out.
+-- The floor: the paths of the steps a cycle visits (each variant's, called
+-- once through the tree), launched from C in turn (tree:floor's calls), the
+-- medians over the steps as for the other modes.  A scenario whose steps
+-- patch a scalar (decode's position) gives floor_points, the steps whose
+-- arguments stand for its cycle (the device's work grows with the position),
+-- and floor_patch: each step repeats its call's patches with their values,
+-- as any launcher of these graphs at a new position must.
 function M.floor(tree, sc, reps, pipe)
   local points = sc.floor_points
-  if points then
-    reps, pipe = max(20, math.ceil(reps / #points)), max(20, math.ceil(pipe / #points))
-  else
+  if not points then
     points = {}
     for v = 1, sc.variants do points[v] = v end
   end
-  local c, s, p = {}, {}, {}
-  for v, i in ipairs(points) do
-    tree(sc.args(i))
-    c[v], s[v] = tree:floor(reps, true, sc.floor_patch)
-    local _, pp = tree:floor(pipe, false, sc.floor_patch)
-    p[v] = pp
-  end
-  return { cpu_us = mean(c), step_us = mean(s), pipe_us = mean(p) }
+  local calls = {}
+  for k, i in ipairs(points) do calls[k] = pack(sc.args(i)) end
+  local c, s = tree:floor(reps, true, sc.floor_patch, calls)
+  local _, p = tree:floor(pipe, false, sc.floor_patch, calls)
+  return { cpu_us = c, step_us = s, pipe_us = p }
 end
 
 -- Largest |eager - tree| over every variant's output, and the largest |value|.

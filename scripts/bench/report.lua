@@ -153,7 +153,8 @@ local function header_lines(inp)
       g.quick and ", **quick run** (CI sizes)" or "") or DASH },
   }
   if inp.cpus then
-    lines[#lines + 1] = row { "host cpus", inp.cpus .. " (every measured process pinned there: the quickest of a calibration)" }
+    lines[#lines + 1] = row { "host cpus", inp.cpus ..
+      " (every measured process pinned there: the quickest of a calibration)" }
   end
   return concat(lines, "\n")
 end
