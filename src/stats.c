@@ -97,11 +97,11 @@ static void floorpath_free(gt_floorpath *f) { free(f->path); free(f->patched); f
 static int floorpath_of(gt_tree *t, gt_floorpath *f) {
   int nv = 0;
   for (int p = 0; p < t->npatched; p++) nv += t->lastpath[t->patched[2 * p]]->launches[t->patched[2 * p + 1]].nargs;
-  *f = (gt_floorpath){ malloc(t->nlastpath * sizeof *f->path), t->nlastpath, malloc((2 * t->npatched + 1) * sizeof *f->patched),
+  *f = (gt_floorpath){ malloc((t->nlastpath + 1) * sizeof *f->path), t->nlastpath, malloc((2 * t->npatched + 1) * sizeof *f->patched),
                        t->npatched, malloc((nv + 1) * sizeof *f->vals) };
   if (!f->path || !f->patched || !f->vals) { floorpath_free(f); return GT_ERR; }
-  memcpy(f->path, t->lastpath, t->nlastpath * sizeof *f->path);
-  memcpy(f->patched, t->patched, 2 * t->npatched * sizeof *f->patched);
+  if (t->nlastpath) memcpy(f->path, t->lastpath, t->nlastpath * sizeof *f->path);
+  if (t->npatched) memcpy(f->patched, t->patched, 2 * t->npatched * sizeof *f->patched);
   for (int p = 0, v = 0; p < t->npatched; p++) {
     const gt_node *n = f->path[f->patched[2 * p]];
     const gt_qlaunch *l = &n->launches[f->patched[2 * p + 1]];
