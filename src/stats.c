@@ -97,8 +97,9 @@ static void floorpath_free(gt_floorpath *f) { free(f->path); free(f->patched); f
 static int floorpath_of(gt_tree *t, gt_floorpath *f) {
   int nv = 0;
   for (int p = 0; p < t->npatched; p++) nv += t->lastpath[t->patched[2 * p]]->launches[t->patched[2 * p + 1]].nargs;
-  *f = (gt_floorpath){ malloc((t->nlastpath + 1) * sizeof *f->path), t->nlastpath, malloc((2 * t->npatched + 1) * sizeof *f->patched),
-                       t->npatched, malloc((nv + 1) * sizeof *f->vals) };
+  *f = (gt_floorpath){ .path = malloc((t->nlastpath + 1) * sizeof *f->path), .npath = t->nlastpath,
+                       .patched = malloc((2 * t->npatched + 1) * sizeof *f->patched), .npatched = t->npatched,
+                       .vals = malloc((nv + 1) * sizeof *f->vals) };
   if (!f->path || !f->patched || !f->vals) { floorpath_free(f); return GT_ERR; }
   if (t->nlastpath) memcpy(f->path, t->lastpath, t->nlastpath * sizeof *f->path);
   if (t->npatched) memcpy(f->patched, t->patched, 2 * t->npatched * sizeof *f->patched);
@@ -153,7 +154,10 @@ int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, in
   }
   for (int f = 0; f < npaths; f++) {
     for (int i = 0; i < paths[f].npath; i++)
-      if (!paths[f].path[i]->graph) { floorpath_free(&last); return gt_fail(rt, "tree '%s': a path of the floor did not replay every segment", t->name); }
+      if (!paths[f].path[i]->graph) {
+        floorpath_free(&last);
+        return gt_fail(rt, "tree '%s': a path of the floor did not replay every segment", t->name);
+      }
     if (patch && paths[f].npatched > np) np = paths[f].npatched;
   }
   double *c = malloc(iters * sizeof *c), *s = malloc(iters * sizeof *s);
