@@ -24,10 +24,14 @@ local function pack(...) return { n = select("#", ...), ... } end
 
 -- Same sizes as shared/anchors/torch_trees.py; reps shrink as kernels grow
 -- (reps * 32 / kernels, at least min_reps) so the 512-kernel case stays short.
+-- warm: calls before a mode is measured, at least 200 whatever the kernels:
+-- LuaJIT compiles a call's own code (the tree call, a keyed hit) only after
+-- some hundred calls, and with 20 the 512-kernel keyed hit was measured
+-- interpreted (10x its compiled cost on the cpu backend).
 M.FULL = {
   hidden = 256, batch = 8, layers = 32, prefix = 8, suffix = 8,
   batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
-  warm = 20, reps = 300, pipe = 1000, min_reps = 20, min_pipe = 50,
+  warm = 200, reps = 300, pipe = 1000, min_reps = 20, min_pipe = 50,
   heap_mb = 100, heap_grow = 128,
   decode = { model = "FULL", batches = { 1, 8 }, ctx = 256 },
 }
