@@ -512,9 +512,9 @@ end
 --- (and patches) the steps then launch in turn
 function Tree:floor(iters, sync_each, patch, calls)
   local t = self._t
+  C.gt_tree_floor_clear(t)               -- (marks a failed call left)
   if calls ~= nil then
     if type(calls) ~= "table" or #calls == 0 then error("tree:floor: calls must be a list of argument lists", 2) end
-    C.gt_tree_floor_clear(t)
     for i, a in ipairs(calls) do
       if type(a) ~= "table" then error("tree:floor: calls[" .. i .. "] must be a list of arguments", 2) end
       self(unpack(a, 1, a.n or #a))
