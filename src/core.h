@@ -95,9 +95,9 @@ void gt_queue_clear(gt_queue *q);
 void gt_queue_free(gt_queue *q);
 /* Launch i's arguments as values (addresses, scalar bits) into vals. */
 void gt_queue_resolve(const gt_queue *q, int i, uint64_t *vals);
-/* A backend node for launch i whose argument values are vals (ptrs: scratch
+/* A backend node for launch l whose argument values are vals (ptrs: scratch
    of nargs, kept alive by the caller while the node is used). */
-void gt_queue_gnode(const gt_queue *q, int i, uint64_t *vals, void **ptrs, gt_gnode *out);
+void gt_launch_gnode(const gt_qlaunch *l, uint64_t *vals, void **ptrs, gt_gnode *out);
 /* Run launch i now; backend status. */
 int gt_queue_run(gt_backend *be, gt_queue *q, int i);
 /* A launch from the API: queued in a tree call (and pushed past the replay

@@ -93,7 +93,7 @@ int gt_deps_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, void ***
   for (int i = 0; i < q->n; i++) {
     uint64_t *vals = n->argvals + q->l[i].arg0;
     gt_queue_resolve(q, i, vals);
-    gt_queue_gnode(q, i, vals, ptrs + q->l[i].arg0, &g[i]);
+    gt_launch_gnode(&q->l[i], vals, ptrs + q->l[i].arg0, &g[i]);
   }
   if (gt_deps_build(q, n->argvals, g, depmem)) goto oom;
   *out = g;

@@ -46,8 +46,7 @@ void gt_queue_resolve(const gt_queue *q, int i, uint64_t *vals) {
   for (int j = 0; j < l->nargs; j++) vals[j] = a[j].buf ? a[j].buf->addr + a[j].off : a[j].v.bits;
 }
 
-void gt_queue_gnode(const gt_queue *q, int i, uint64_t *vals, void **ptrs, gt_gnode *out) {
-  const gt_qlaunch *l = &q->l[i];
+void gt_launch_gnode(const gt_qlaunch *l, uint64_t *vals, void **ptrs, gt_gnode *out) {
   memset(out, 0, sizeof *out);
   out->kind = l->kind;
   if (l->kind == GT_GN_KERNEL) {
@@ -74,7 +73,7 @@ int gt_queue_run(gt_backend *be, gt_queue *q, int i) {
   }
   gt_gnode g;
   gt_queue_resolve(q, i, q->vals);
-  gt_queue_gnode(q, i, q->vals, q->ptrs, &g);
+  gt_launch_gnode(&q->l[i], q->vals, q->ptrs, &g);
   switch (g.kind) {
   case GT_GN_KERNEL: return be->launch(be, g.fn, g.grid, g.block, g.smem, g.args);
   case GT_GN_MEMCPY: return g.bytes ? be->dtod(be, g.dst, g.src, g.bytes) : GT_BOK;

@@ -262,10 +262,8 @@ static void note_patch(gt_tree *t, int d, int i) {
 int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i) {
   const gt_qlaunch *l = &n->launches[i];
   void *ptrs[GT_MAX_PARAMS];
-  gt_gnode g = { .kind = GT_GN_KERNEL, .fn = l->k->fn, .smem = l->smem, .nargs = l->nargs, .args = ptrs };
-  memcpy(g.grid, l->grid, sizeof g.grid);
-  memcpy(g.block, l->block, sizeof g.block);
-  for (int j = 0; j < l->nargs; j++) ptrs[j] = &n->argvals[l->arg0 + j];
+  gt_gnode g;
+  gt_launch_gnode(l, n->argvals + l->arg0, ptrs, &g);
   if (t->rt->be.graph_set_kernel(&t->rt->be, n->graph, i, &g) != GT_BOK) return gt_fail_be(t->rt, "graph patch");
   if (d >= 0) note_patch(t, d, i);
   return GT_OK;
@@ -288,7 +286,7 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     if (!memcmp(now, was, l->nargs * sizeof *now)) continue;
     if (l->kind != GT_GN_KERNEL) { refused = 1; continue; }
     gt_gnode g;
-    gt_queue_gnode(q, i, now, t->pscratch, &g);
+    gt_launch_gnode(l, now, t->pscratch, &g);
     int pst = be->graph_set_kernel(be, n->graph, i, &g);
     if (pst == GT_BREFUSED) { refused = 1; continue; }   /* (a node in a conditional body the driver will not patch) */
     if (pst != GT_BOK) return gt_fail_be(t->rt, "graph patch");
