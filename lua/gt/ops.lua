@@ -316,14 +316,10 @@ function ops.linear(x, W, b, act)
     local p = byw and byw[bsid]
     local a = act == nil and 0 or ACT[act]
     if p and a then
+      -- in a tree call a handle without a buffer: the launch makes it (one call into the core)
       local tree = gt._active
-      if tree then              -- in a tree call the launch makes y's buffer (one call into the core)
-        local y = TT(nil, 0, p.nb, 0, p.y, F32C, 0)
-        p.f(y, x, W, b or W, p.M, p.N, p.K, bsid ~= 0 and 1 or 0, a)
-        tree._last = y
-        return y
-      end
-      local y = new_sid(p.y, F32, 2)
+      local y = tree and TT(nil, 0, p.nb, 0, p.y, F32C, 0) or new_sid(p.y, F32, 2)
+      if tree then tree._last = y end
       p.f(y, x, W, b or W, p.M, p.N, p.K, bsid ~= 0 and 1 or 0, a)
       return y
     end
