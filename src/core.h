@@ -251,6 +251,48 @@ static inline void gt_slab_buf_init(gt_buf *b, gt_tree *t, uint64_t addr, uint64
   b->qpos = qpos; b->kmark = 0; b->kord = 0; b->ci = ci; b->relseg = -1; b->rel = 0; b->site = 0;
 }
 
+/* -- The cursor's quick test (key.c's match_at, and gt_launch_tensors as it
+   binds each argument: one pass over a launch on a replay) -------------- */
+
+/* The struct the recording saw, seen again (a->buf == s->buf at the same
+   view), is the same argument without working out its role: one of the
+   call's own buffers (the slab struct of the same index in the call: along
+   the same path, the same segment and index; a live argument was made in
+   this call) or a static tensor still static at the same address.  1: the
+   same argument (a scalar's difference from was, the value the graph holds,
+   goes into *dirty); 0: only the long way can tell (external buffers: their
+   numbering follows order of first use), or a scalar where a tensor was. */
+static inline int gt_arg_quick(const gt_arg *a, const gt_asig *s, uint64_t was, int statics_kept, uint64_t *dirty) {
+  const gt_buf *b = a->buf;
+  if (!b) {
+    *dirty |= a->v.bits ^ was;
+    return !s->role;
+  }
+  if (b != s->buf || a->off != s->off || a->nbytes != s->nbytes) return 0;
+  if (s->role == GT_ROLE_INTERNAL || s->role == GT_ROLE_PATH) return 1;
+  if (s->role != GT_ROLE_STATIC) return 0;
+  if (statics_kept) return 1;        /* no static struct freed since: the same buffer, static for good */
+  return (b->flags & (GT_BUF_STATIC | GT_BUF_TREE | GT_BUF_STAGING)) == GT_BUF_STATIC && b->addr == s->id;
+}
+
+/* For a launch of configuration cfg (an id, 0: none) with nargs arguments
+   about to be queued in t: the signature (*s) and graph values (*was) of the
+   predicted node's launch at that position, and whether statics are kept;
+   0 when there is nothing to test quickly (no prediction, another
+   configuration, values unknown): gt_cursor_push decides. */
+static inline int gt_cursor_expect(const gt_tree *t, uint32_t cfg, int nargs, const gt_asig **s, const uint64_t **was,
+                                   int *statics_kept) {
+  const gt_node *n = t->cand;
+  int i = t->q.n;
+  if (t->cmiss || !cfg || i >= n->nsig) return 0;
+  const gt_qlaunch *r = &n->launches[i];
+  if (r->cfg != cfg || !n->argvals || n->nargvals < r->arg0 + nargs || nargs > 64) return 0;
+  *s = n->asig + r->arg0;
+  *was = n->argvals + r->arg0;
+  *statics_kept = n->sfrees == gt_static_frees;
+  return 1;
+}
+
 /* Backend nodes for t's queue as n's graph: n->argvals receives the argument
    values the graph holds; *ptrs (argument pointers) and *deps live while the
    nodes are used, the caller frees all three.  GT_ERR when out of host memory. */
@@ -267,6 +309,8 @@ uint64_t gt_segment_key(gt_tree *t, int topology);  /* topology: without grids, 
 void gt_cursor_start(gt_tree *t, gt_node *parent);  /* a segment begins under parent */
 int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always);   /* gt_tree_begin of a keyed call */
 void gt_cursor_push(gt_tree *t);                    /* a launch was queued */
+/* The launch just queued passed gt_arg_quick throughout: dirty, its differences. */
+void gt_cursor_quick(gt_tree *t, uint64_t dirty);
 gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its node if the cursor matched throughout */
 /* After a hit on n: the launches a replay must patch (t->cdirty), or -1
    when every launch must be compared (n was not the cursor's). */

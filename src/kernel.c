@@ -368,8 +368,12 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
    waits for the store to reach the cache).  In tree call tr, an output
    handle without a buffer (gt.ops.linear's) gets the call's next one.  0,
    j + 1 when tensor parameter j is stale, non-contiguous or of another
-   dtype, or GT_ERR (out of host memory). */
-static int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *const *ts, const gt_arg *args, gt_arg *out) {
+   dtype, or GT_ERR (out of host memory).  With s (the cursor's expectation,
+   gt_cursor_expect), each argument takes gt_arg_quick's test as it is
+   bound: *quick stays 1 while all pass, *dirty gathers their differences. */
+static inline int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *const *ts, const gt_arg *args,
+                            gt_arg *out, const gt_asig *s, const uint64_t *was, int statics_kept, int *quick,
+                            uint64_t *dirty) {
   for (int j = 0; j < k->nparams; j++) {
     gt_arg *o = &out[j];
     switch (k->ptype[j]) {
@@ -393,6 +397,7 @@ static int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *const *ts
       o->buf = NULL; o->off = o->nbytes = 0; o->v.u64 = args[j].v.u64;
       break;
     }
+    if (s && *quick) *quick = gt_arg_quick(o, &s[j], was[j], statics_kept, dirty);
   }
   return 0;
 }
@@ -410,15 +415,23 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
     gt_arg *a;
     gt_qlaunch *d = gt_queue_reserve(&t->q, k->nparams, &a);
     if (!d) return gt_fail(rt, "out of host memory");
-    int bad = bind_args(t, k, ts, args, a);
+    const gt_asig *s = NULL;
+    const uint64_t *was = NULL;
+    int kept = 0, quick = 1;
+    uint64_t dirty = 0;
+    if (!gt_cursor_expect(t, c->id, k->nparams, &s, &was, &kept)) s = NULL;
+    int bad = bind_args(t, k, ts, args, a, s, was, kept, &quick, &dirty);
     if (bad) return bad;
     *d = launch_of(c);
     gt_queue_commit(&t->q, d);
-    gt_cursor_push(t);
+    if (s && quick) gt_cursor_quick(t, dirty);   /* the predicted launch, argument for argument */
+    else gt_cursor_push(t);
     return GT_OK;
   }
   gt_arg a[GT_MAX_PARAMS];
-  int bad = bind_args(NULL, k, ts, args, a);
+  int quick = 0;
+  uint64_t dirty = 0;
+  int bad = bind_args(NULL, k, ts, args, a, NULL, NULL, 0, &quick, &dirty);
   if (bad) return bad;
   gt_qlaunch l = launch_of(c);
   return launch_now(rt, &l, a);

@@ -85,17 +85,13 @@ static int same_launch(const gt_qlaunch *a, const gt_qlaunch *b) {
          a->block[0] == b->block[0] && a->block[1] == b->block[1] && a->block[2] == b->block[2];
 }
 
-/* The struct the recording saw, seen again (b == s->buf), is the same
-   argument without working out its role: one of the call's own buffers (the
-   slab struct of the same index in the call: along the same path, the same
-   segment and index; a live argument was made in this call) or a static
-   tensor still static at the same address.  External buffers take the long
-   way: their numbering follows order of first use. */
-static inline int same_place(const gt_buf *b, const gt_asig *s, int statics_kept) {
-  if (s->role == GT_ROLE_INTERNAL || s->role == GT_ROLE_PATH) return 1;
-  if (s->role != GT_ROLE_STATIC) return 0;
-  if (statics_kept) return 1;        /* no static struct freed since: the same buffer, static for good */
-  return (b->flags & (GT_BUF_STATIC | GT_BUF_TREE | GT_BUF_STAGING)) == GT_BUF_STATIC && b->addr == s->id;
+/* Notes launch i, matched, among those a replay patches when dirty (one of
+   its scalars or external addresses differs from the value the graph holds;
+   unknown: the values are not known). */
+static void note_dirty(gt_tree *t, int i, uint64_t dirty, int unknown) {
+  if (!dirty || !t->cexact) return;
+  if (unknown || GT_GROW(t->cdirty, t->cdirtycap, t->ndirty + 1)) t->cexact = 0;
+  else t->cdirty[t->ndirty++] = i;
 }
 
 /* Launch i of the queue against launch i of n's recording.  On a match, i
@@ -110,26 +106,20 @@ static int match_at(gt_tree *t, const gt_node *n, int i) {
   const gt_asig *s = n->asig + r->arg0;
   static const uint64_t none[64];
   const uint64_t *was = n->argvals && n->nargvals >= r->arg0 + l->nargs && l->nargs <= 64 ? n->argvals + r->arg0 : none;
-  uint64_t dirty = was == none;
+  uint64_t dirty = 0;
   int statics_kept = n->sfrees == gt_static_frees;
   for (int j = 0; j < l->nargs; j++) {
-    const gt_buf *b = a[j].buf;
-    if (!b) {
-      if (s[j].role) return 0;
-      dirty |= a[j].v.bits ^ was[j];
-      continue;
-    }
-    if (b == s[j].buf && a[j].off == s[j].off && a[j].nbytes == s[j].nbytes && same_place(b, &s[j], statics_kept)) continue;
+    if (gt_arg_quick(&a[j], &s[j], was[j], statics_kept, &dirty)) continue;
+    if (!a[j].buf) return 0;
     gt_asig x = arg_sig(t, &a[j], 0, t->cserial, &t->cseen);
     if (x.role != s[j].role || x.id != s[j].id || x.off != s[j].off || x.nbytes != s[j].nbytes) return 0;
     if (x.role == GT_ROLE_EXTERNAL) dirty |= (a[j].buf->addr + (uint64_t)a[j].off) ^ was[j];
   }
-  if (dirty && t->cexact) {
-    if (was == none || GT_GROW(t->cdirty, t->cdirtycap, t->ndirty + 1)) t->cexact = 0;
-    else t->cdirty[t->ndirty++] = i;
-  }
+  note_dirty(t, i, dirty | (was == none), was == none);
   return 1;
 }
+
+void gt_cursor_quick(gt_tree *t, uint64_t dirty) { note_dirty(t, t->q.n - 1, dirty, 0); }
 
 static void restart(gt_tree *t) {
   t->cserial = next_serial();

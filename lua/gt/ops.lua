@@ -297,7 +297,7 @@ local function linear_checked(x, W, b, act)
 end
 
 -- Plans of checked calls: [x shape id][W shape id][bias shape id or 0].
-local linear_plans = {}
+local linear_plans = require("table.new")(4096, 0)
 local F32C = F32.code
 local TT = require("ffi").typeof("gt_tensor")
 

@@ -28,11 +28,16 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- LuaJIT compiles a call's own code (the tree call, a keyed hit) only after
 -- some hundred calls, and with 20 the 512-kernel keyed hit was measured
 -- interpreted (10x its compiled cost on the cpu backend).
+-- prime: the first scenario runs once unmeasured before the measured ones.
+-- On the H200 a process's first scenario measured every mode slower, the
+-- floor (graphs launched from C) included: chain's floor 2.6 us against
+-- grow-32's 1.3 in the same processes, chain's tree 5.4-11.0 us against
+-- 6.5 (the host and the driver warm up over a process's first seconds).
 M.FULL = {
   hidden = 256, batch = 8, layers = 32, prefix = 8, suffix = 8,
   batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
   warm = 200, reps = 300, pipe = 1000, min_reps = 20, min_pipe = 50,
-  heap_mb = 100, heap_grow = 128,
+  heap_mb = 100, heap_grow = 128, prime = true,
   decode = { model = "FULL", batches = { 1, 8 }, ctx = 256 },
 }
 
@@ -459,7 +464,14 @@ function M.run(cfg, only, log)
                            decode = cfg.decode,
                            reps = cfg.reps, pipe = cfg.pipe },
                 scenarios = M.array {} }
+  local primed = not cfg.prime
   for _, sc in ipairs(M.scenarios(cfg, m)) do
+    if selected(only, sc.name) and not primed then
+      primed = true
+      local t0 = clock()
+      local ok, err = xpcall(M.run_scenario, debug.traceback, cfg, sc, {})
+      if log then log(format("gtlua bench: primed with %s %s in %.1f s", sc.name, ok and "" or "(FAILED: " .. tostring(err) .. ")", clock() - t0)) end
+    end
     if selected(only, sc.name) then
       local t0, r = clock(), {}
       res.scenarios[#res.scenarios + 1] = r
