@@ -146,6 +146,41 @@ local function make_launcher(k)
            C.gt_launch_tensors, bit.tobit, select)
 end
 
+-- The lean launcher of kernel k (gt.ops's, through Kernel:_lean): its
+-- scalars are fixed when it is made (checked then, as the launcher checks
+-- them, into an argument array of its own), and it takes the tensor
+-- parameters alone, in order; a step stores their handles and calls the
+-- core.  Returns factory(cfg, all arguments, tensors nil).
+local function make_lean(k)
+  local n = k.nparams
+  local params, fixed, tlist, store, which = {}, {}, {}, {}, {}
+  for i = 1, n do
+    params[i] = "a" .. i
+    local pt = k.ptype[i - 1]
+    if pt == PTR_IN or pt == PTR_OUT then
+      tlist[#tlist + 1] = "a" .. i
+      store[#store + 1] = ("if not istype(T, a%d) then fail(%d, a%d) end; tensors[%d] = a%d"):format(i, i, i, i - 1, i)
+      which[#which + 1] = ("r == %d and a%d"):format(i, i)
+    else
+      fixed[#fixed + 1] = arg_code(k, i, "args[" .. (i - 1) .. "]")
+    end
+  end
+  local tl = table.concat(tlist, ", ")
+  local src = "local rt, T, fail, floor, istype, type, raise, launch, tobit, ffi, n = ...\n" ..
+    "return function(cfg" .. (n > 0 and ", " or "") .. table.concat(params, ", ") .. ")\n" ..
+    "local args, tensors = ffi.new('gt_arg[?]', n), ffi.new('const gt_tensor *[?]', n)\n" ..
+    table.concat(fixed, "\n") .. "\n" ..
+    "return function(" .. tl .. ")\n" .. table.concat(store, "\n") .. "\n" ..
+    "local r = launch(rt, cfg, tensors, args)\nif r ~= 0 then " ..
+    (#which > 0 and ("if r > 0 then fail(r, " .. table.concat(which, " or ") .. ") end ") or "") .. "raise() end\n" ..
+    "end end"
+  local function fail(i, v) arg_error(k, i, v, 3) end
+  local function raise() error(gt._errmsg(), 3) end
+  local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name) .. ".lean"))
+  return f(rt, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, C.gt_launch_tensors, bit.tobit, ffi,
+           math.max(n, 1))
+end
+
 local CFG = ffi.typeof("gt_launchcfg")
 
 -- The bound launcher of kernel k for a checked configuration (raises at the
@@ -189,6 +224,19 @@ function Kernel:config(grid, block, smem)
       "(the device allows far less), got " .. tostring(smem), 2)
   end
   return bound(self._k, self._factory, gx, gy, gz, bx, by, bz, smem)
+end
+
+-- K.name:_lean(grid, block, smem, args...) -> f(tensors...): a launcher
+-- of this configuration with the scalar arguments fixed (args: all of them,
+-- in order, nil for the tensors), taking the tensor arguments alone.
+-- gt.ops's ops make one per plan: their scalars follow from the shapes.
+function Kernel:_lean(grid, block, smem, ...)
+  local gx, gy, gz = dims(grid, "grid", self.name, 2)
+  local bx, by, bz = dims(block, "block", self.name, 2)
+  self._leanf = self._leanf or make_lean(self._k)
+  local cfg = CFG()
+  if C.gt_launch_config(rt, self._k, gx, gy, gz, bx, by, bz, smem, cfg) ~= 0 then error(gt._errmsg(), 2) end
+  return self._leanf(cfg, ...)
 end
 
 function Kernel:__tostring()

@@ -69,13 +69,19 @@ local function rowwise(file, name)
   end
 end
 
+-- The grid of an m x n output of 16x16 tiles.
+local function tile_grid(m, n)
+  local gx, gy = ceil(n / TILE), ceil(m / TILE)
+  if gx > 65535 then gx = 65535 elseif gx < 1 then gx = 1 end
+  if gy > 65535 then gy = 65535 elseif gy < 1 then gy = 1 end
+  return gx, gy
+end
+
 -- Launcher for an m x n output of 16x16 tiles.
 local function tiled(file, name)
   local config = configs(file, name)
   return function(m, n)
-    local gx, gy = ceil(n / TILE), ceil(m / TILE)
-    if gx > 65535 then gx = 65535 elseif gx < 1 then gx = 1 end
-    if gy > 65535 then gy = 65535 elseif gy < 1 then gy = 1 end
+    local gx, gy = tile_grid(m, n)
     return config(gx * 65536 + gy, gx, gy, TILE, TILE)
   end
 end
@@ -260,11 +266,12 @@ end
 
 -- -- Matrix products -------------------------------------------------------------
 
-local launch_linear = tiled("linear", "linear_f32")
 local ACT = { relu = 1, gelu = 2, tanh = 3, none = 0 }
+local table_new = require "table.new"
 
--- The checked path of ops.linear; returns y and, for the fast path, the
--- plan of this x shape, W shape and bias shape (nil without a bias).
+-- The checks of ops.linear: its plan for these shapes ({ y = result shape
+-- id, nb = its bytes, M, N, K }; one per x shape, W shape and bias shape)
+-- and the activation's code.
 local function linear_checked(x, W, b, act)
   local xs, ws = check("linear", "x", x, nil, 3), check("linear", "W", W, nil, 3)
   if #ws ~= 2 then fail(3, "linear", "W must be 2-D {K, N}, got %s", shape_str(ws)) end
@@ -272,13 +279,11 @@ local function linear_checked(x, W, b, act)
   if xs[#xs] ~= K then
     fail(3, "linear", "x is %s but W is %s: inner dimensions differ", shape_str(xs), shape_str(ws))
   end
-  local has_bias = 0
   if b ~= nil then
     local bs = check("linear", "b", b, nil, 3)
     if #bs ~= 1 or bs[1] ~= N then
       fail(3, "linear", "b is %s but W is %s: b must be a vector of %d", shape_str(bs), shape_str(ws), N)
     end
-    has_bias = 1
   end
   local a = 0
   if act ~= nil then
@@ -289,17 +294,45 @@ local function linear_checked(x, W, b, act)
     end
   end
   local M = rows(xs, NUMEL[x._sid])
-  local p = { y = with_last(x._sid, N), f = launch_linear(M, N), M = M, N = N, K = K }
-  p.nb = NUMEL[p.y] * F32.size
-  local y = new_sid(p.y, F32, 3)
-  p.f(y, x, W, b or W, M, N, K, has_bias, a)
-  return y, p
+  local y = with_last(x._sid, N)
+  local p = table_new(4, 8)          -- p[a + 1]: its step with activation a (linear_step)
+  p.y, p.nb, p.M, p.N, p.K = y, NUMEL[y] * F32.size, M, N, K
+  return p, a
 end
 
--- Plans of checked calls: [x shape id][W shape id][bias shape id or 0].
-local linear_plans = require("table.new")(4096, 0)
+-- Plans of checked calls: [x shape id][W shape id][bias shape id or 0]
+-- (array parts: a hashed number key would cost a replayed op a hash walk).
+local linear_plans = table_new(4096, 0)
 local F32C = F32.code
 local TT = require("ffi").typeof("gt_tensor")
+
+-- The step of plan p with activation a (bias: 1 with one): makes the
+-- result, launches, returns the result.  Its launcher is a lean one (the
+-- scalars fixed, the tensors stored); its sizes are upvalues that LuaJIT
+-- compiles in as constants.  In a tree call the result is a handle without
+-- a buffer: the launch makes it (one call into the core).
+local function linear_step(p, a, bias)
+  local gx, gy = tile_grid(p.M, p.N)
+  local f = kernel("linear", "linear_f32"):_lean({ gx, gy, 1 }, { TILE, TILE, 1 }, 0,
+    nil, nil, nil, nil, p.M, p.N, p.K, bias, a)
+  local nb, ysid = p.nb, p.y
+  return function(x, W, b)
+    local tree = gt._active
+    local y = tree and TT(nil, 0, nb, 0, ysid, F32C, 0) or new_sid(ysid, F32, 3)
+    if tree then tree._last = y end
+    f(y, x, W, b)
+    return y
+  end
+end
+
+-- The plans of x shape id xs and W shape id ws, by bias shape id (made on first use).
+local function plans_of(xs, ws)
+  local byx = linear_plans[xs]
+  if not byx then byx = table_new(64, 0); linear_plans[xs] = byx end
+  local byw = byx[ws]
+  if not byw then byw = table_new(64, 0); byx[ws] = byw end
+  return byw
+end
 
 --- ops.linear(x, W [, b] [, act]) -> act(x @ W + b).
 -- x {..., K} (leading dims are rows), W {K, N}, b {N} or nil,
@@ -308,27 +341,25 @@ function ops.linear(x, W, b, act)
   if type(b) == "string" and act == nil then b, act = nil, b end
   local bsid = 0
   if b ~= nil then bsid = is_tensor(b) and b._dt == F32C and b._vid == 0 and b._sid or -1 end
-  -- shapes seen before: one lookup instead of the checks (the launcher still
+  -- shapes seen before: three lookups instead of the checks (the core still
   -- checks that every tensor is live, contiguous and f32)
   if is_tensor(x) and is_tensor(W) and bor(bxor(x._dt, F32C), x._vid, bxor(W._dt, F32C), W._vid) == 0 then
     local byx = linear_plans[x._sid]
     local byw = byx and byx[W._sid]
     local p = byw and byw[bsid]
     local a = act == nil and 0 or ACT[act]
-    if p and a then
-      -- in a tree call a handle without a buffer: the launch makes it (one call into the core)
-      local tree = gt._active
-      local y = tree and TT(nil, 0, p.nb, 0, p.y, F32C, 0) or new_sid(p.y, F32, 2)
-      if tree then tree._last = y end
-      p.f(y, x, W, b or W, p.M, p.N, p.K, bsid ~= 0 and 1 or 0, a)
+    local step = p and a and p[a + 1]
+    if step then
+      local y = step(x, W, b or W)
       return y
     end
   end
-  local y, p = linear_checked(x, W, b, act)
-  local byx = linear_plans[x._sid] or {}
-  linear_plans[x._sid] = byx
-  byx[W._sid] = byx[W._sid] or {}
-  byx[W._sid][bsid] = p
+  local p, a = linear_checked(x, W, b, act)
+  local byw = plans_of(x._sid, W._sid)
+  p = byw[bsid] or p
+  byw[bsid] = p
+  p[a + 1] = p[a + 1] or linear_step(p, a, bsid ~= 0 and 1 or 0)
+  local y = p[a + 1](x, W, b or W)
   return y
 end
 
