@@ -1,6 +1,7 @@
 -- gtlua_bench: the gtlua benchmark scenarios (chain, branch, shapes, grow, decode) in eager, tree and floor modes.
 --
---   gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only chain,grow,decode]
+--   gtlua scripts/bench/gtlua_bench.lua [--quick] [--each] [--json FILE] [--only chain,grow,decode]
+--   (--each: every scenario in a process of its own; --only =NAME: that scenario alone)
 --
 -- Every figure is a median in microseconds after warmup steps:
 --   cpu_us   wall time around one step call, no sync (the host's cost to issue)
@@ -28,16 +29,17 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- LuaJIT compiles a call's own code (the tree call, a keyed hit) only after
 -- some hundred calls, and with 20 the 512-kernel keyed hit was measured
 -- interpreted (10x its compiled cost on the cpu backend).
--- prime: the first scenario runs once unmeasured before the measured ones.
--- On the H200 a process's first scenario measured every mode slower, the
--- floor (graphs launched from C) included: chain's floor 2.6 us against
--- grow-32's 1.3 in the same processes, chain's tree 5.4-11.0 us against
--- 6.5 (the host and the driver warm up over a process's first seconds).
+-- prime: seconds of replays (a 32-kernel chain tree, unmeasured) before
+-- the first scenario.  On the H200 a process's first scenario measured
+-- every mode slower in 3 of 5 processes, the floor (graphs launched from C)
+-- included: chain's floor 2.6 us against 1.2 in the others, its tree 10.7
+-- against 5.4 (the host and the driver warm up over a process's first
+-- seconds).
 M.FULL = {
   hidden = 256, batch = 8, layers = 32, prefix = 8, suffix = 8,
   batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
   warm = 200, reps = 300, pipe = 1000, min_reps = 20, min_pipe = 50,
-  heap_mb = 100, heap_grow = 128, prime = true,
+  heap_mb = 100, heap_grow = 128, prime = 0.5,
   decode = { model = "FULL", batches = { 1, 8 }, ctx = 256 },
 }
 
@@ -197,7 +199,13 @@ end
 -- -- Measuring -----------------------------------------------------------------------
 
 -- cpu / step medians over reps steps after warm steps, then pipelined over pipe steps.
+-- LuaJIT's compiled traces are flushed first: each mode forms its own, as
+-- in a program that runs only that mode (a scenario's eager and tree modes
+-- run the same model function: the tree's replays otherwise ran as side
+-- traces of the eager mode's, 10-30% slower per op, and by how much varied
+-- from one process to the next).
 function M.measure(step, warm, reps, pipe)
+  if jit then jit.flush() end
   for i = 1, warm do step(i) end
   gt.sync()
   collectgarbage()
@@ -446,12 +454,36 @@ end
 
 -- -- Running -------------------------------------------------------------------------
 
+-- only: names separated by commas; "grow" selects grow-8 ... and "shapes"
+-- shapes+buckets too; "=shapes" that one alone.
 local function selected(only, name)
   if not only then return true end
   for w in only:gmatch("[^,]+") do
-    if name == w or name:sub(1, #w + 1) == w .. "-" or name:sub(1, #w + 1) == w .. "+" then return true end
+    if w:sub(1, 1) == "=" then
+      if name == w:sub(2) then return true end
+    elseif name == w or name:sub(1, #w + 1) == w .. "-" or name:sub(1, #w + 1) == w .. "+" then return true end
   end
   return false
+end
+
+-- Seconds of replays of a 32-kernel chain tree, unmeasured (see cfg.prime).
+function M.prime(cfg, m, seconds)
+  local x = gt.randn({ cfg.batch, cfg.hidden }, { seed = 7 })
+  local t = gt.tree(function(v) return m.chain(v, 32) end, { name = "prime", warn_shapes = false })
+  local t0 = clock()
+  repeat
+    for _ = 1, 20 do t(x) end
+    gt.sync()
+  until clock() - t0 >= seconds
+end
+
+-- The names of the selected scenarios (--each runs each in a process of its own).
+function M.names(cfg, only)
+  local out = {}
+  for _, sc in ipairs(M.scenarios(cfg, M.model(cfg))) do
+    if selected(only, sc.name) then out[#out + 1] = sc.name end
+  end
+  return out
 end
 
 --- run(cfg [, only [, log]]) -> results: every selected scenario, with device info
@@ -464,14 +496,8 @@ function M.run(cfg, only, log)
                            decode = cfg.decode,
                            reps = cfg.reps, pipe = cfg.pipe },
                 scenarios = M.array {} }
-  local primed = not cfg.prime
+  if cfg.prime then M.prime(cfg, m, cfg.prime) end
   for _, sc in ipairs(M.scenarios(cfg, m)) do
-    if selected(only, sc.name) and not primed then
-      primed = true
-      local t0 = clock()
-      local ok, err = xpcall(M.run_scenario, debug.traceback, cfg, sc, {})
-      if log then log(format("gtlua bench: primed with %s %s in %.1f s", sc.name, ok and "" or "(FAILED: " .. tostring(err) .. ")", clock() - t0)) end
-    end
     if selected(only, sc.name) then
       local t0, r = clock(), {}
       res.scenarios[#res.scenarios + 1] = r
@@ -486,6 +512,42 @@ function M.run(cfg, only, log)
 end
 
 -- -- Several processes ------------------------------------------------------------
+
+-- --each: every scenario in a process of its own (this program again, with
+-- --only =NAME; the children inherit the cores it is pinned to), their
+-- results joined into one.  A scenario measured after others ran in the
+-- same process measured their leftovers too: LuaJIT gives up compiling a
+-- loop or function that aborted often (it stays blacklisted for the
+-- process), and the shared model function carried side traces of the
+-- scenarios before (grow-512 51-61 us a step after chain and shapes on the
+-- cpu backend, 47-49 alone).
+function M.each(o, log)
+  local bin = os.getenv("GTLUA_BIN") or (arg and arg[-1]) or "gtlua"
+  local script = (arg and arg[0]) or "scripts/bench/gtlua_bench.lua"
+  local cfg = o.quick and M.QUICK or M.FULL
+  local res, failed = nil, 0
+  for _, name in ipairs(M.names(cfg, o.only)) do
+    local out = os.tmpname()
+    local cmd = format("%q %q %s--only =%s --json %q", bin, script, o.quick and "--quick " or "", name, out)
+    local ok = os.execute(cmd)
+    local f = io.open(out, "r")
+    local r = f and json.decode(f:read("*a"))
+    if f then f:close() end
+    os.remove(out)
+    if not r or not r.scenarios or not r.scenarios[1] then
+      r = { scenarios = M.array { { name = name, error = "its process failed (" .. tostring(ok) .. ")", modes = {} } },
+            failed = 1 }
+    end
+    local list = r.scenarios
+    if not res then res = r; res.scenarios = M.array {} end
+    for _, sc in ipairs(list) do res.scenarios[#res.scenarios + 1] = sc end
+    failed = failed + (r.failed or 0)
+    if log then log(format("gtlua bench: %s in its own process: %s", name, r.failed and "FAILED" or "done")) end
+  end
+  res = res or { scenarios = M.array {} }
+  res.failed = failed > 0 and failed or nil
+  return res
+end
 
 -- LuaJIT's traces form differently from one process to the next, so run.sh
 -- runs the scenarios in several processes and merges them: every number of a
@@ -514,7 +576,7 @@ function M.merge(runs)
   return res
 end
 
-local USAGE = "usage: gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only NAME,...]\n" ..
+local USAGE = "usage: gtlua scripts/bench/gtlua_bench.lua [--quick] [--each] [--json FILE] [--only NAME,...]\n" ..
   "       gtlua scripts/bench/gtlua_bench.lua --merge FILE... --json FILE"
 
 function M.parse_args(argv)
@@ -522,6 +584,7 @@ function M.parse_args(argv)
   while i <= #argv do
     local a = argv[i]
     if a == "--quick" then o.quick = true
+    elseif a == "--each" then o.each = true
     elseif a == "--json" then i = i + 1; o.json = argv[i]
     elseif a == "--only" then i = i + 1; o.only = argv[i]
     elseif a == "--merge" then
@@ -550,7 +613,9 @@ function M.main(argv)
     print(("merged %d runs into %s"):format(#runs, o.json))
     return
   end
-  local res = M.run(o.quick and M.QUICK or M.FULL, o.only, function(s) io.stderr:write(s, "\n") end)
+  local log = function(s) io.stderr:write(s, "\n") end
+  local res
+  if o.each then res = M.each(o, log) else res = M.run(o.quick and M.QUICK or M.FULL, o.only, log) end
   print(M.table_text(res))
   if o.json then
     write_file(o.json, M.encode(res) .. "\n")
