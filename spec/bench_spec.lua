@@ -107,9 +107,30 @@ describe("gtlua_bench.lua as a script", function()
     is_positive(res.scenarios[1].modes.floor.step_us, "floor step_us")
   end)
 
+  it("runs --each: every selected scenario in a process of its own, joined in order; =NAME selects that one alone", function()
+    local bin = assert(os.getenv("GTLUA_BIN"), "run the specs inside gtlua")
+    local json, out = os.tmpname(), os.tmpname()
+    local ok = sh(string.format("timeout 120 '%s' scripts/bench/gtlua_bench.lua --quick --each --only =shapes,grow-2,chain " ..
+      "--json '%s' > '%s' 2>&1", bin, json, out))
+    local text = slurp(out)
+    os.remove(out)
+    assert.is_true(ok, text)
+    local res = report.decode(slurp(json))
+    os.remove(json)
+    local names = {}
+    for i, sc in ipairs(res.scenarios) do
+      names[i] = sc.name
+      is_positive(sc.modes.tree.cpu_us, sc.name .. " tree cpu_us")
+    end
+    assert.are.same({ "chain", "shapes", "grow-2" }, names)   -- the scenarios' order, not the option's
+    assert.is_nil(res.failed)
+    assert.are.same({ "shapes", "shapes+buckets" }, bench.names(bench.QUICK, "shapes"))
+    assert.are.same({ "shapes" }, bench.names(bench.QUICK, "=shapes"))
+  end)
+
   it("rejects an unknown option with its usage", function()
     assert.has_error(function() bench.parse_args { "--fast" } end,
-      "usage: gtlua scripts/bench/gtlua_bench.lua [--quick] [--json FILE] [--only NAME,...]\n" ..
+      "usage: gtlua scripts/bench/gtlua_bench.lua [--quick] [--each] [--json FILE] [--only NAME,...]\n" ..
       "       gtlua scripts/bench/gtlua_bench.lua --merge FILE... --json FILE\nunknown argument: --fast")
     assert.are.same({ quick = true, json = "x.json" }, bench.parse_args { "--quick", "--json", "x.json" })
   end)
