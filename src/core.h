@@ -293,6 +293,18 @@ static inline int gt_cursor_expect(const gt_tree *t, uint32_t cfg, int nargs, co
   return 1;
 }
 
+/* The call's next buffer struct, of bytes, when t has room for it without
+   growing (NULL: gt_tree_buf_new, which grows, or fails); the same struct
+   gt_tree_buf_new would give.  A replayed op's output comes from here. */
+static inline gt_buf *gt_tree_buf_quick(gt_tree *t, uint64_t bytes) {
+  int i = t->nbufs;
+  if (i >= t->bufcap || i / GT_SLAB >= t->nslab) return NULL;
+  gt_buf *b = &t->slab[i / GT_SLAB][i % GT_SLAB];
+  gt_slab_buf_init(b, t, 0, bytes, t->depth, i - t->segstart[t->depth], i, (uint32_t)t->q.n);
+  t->bufs[t->nbufs++] = b;
+  return b;
+}
+
 /* Backend nodes for t's queue as n's graph: n->argvals receives the argument
    values the graph holds; *ptrs (argument pointers) and *deps live while the
    nodes are used, the caller frees all three.  GT_ERR when out of host memory. */

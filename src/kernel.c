@@ -383,7 +383,9 @@ static inline int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *co
       if (!b) {
         if (!tr || k->ptype[j] != GT_P_OUT) return j + 1;
         gt_tensor *y = (gt_tensor *)t;
-        if (!(b = y->_b = gt_tree_buf_new(tr->rt, (uint64_t)y->_nb))) return GT_ERR;
+        b = gt_tree_buf_quick(tr, (uint64_t)y->_nb);
+        if (!b && !(b = gt_tree_buf_new(tr->rt, (uint64_t)y->_nb))) return GT_ERR;
+        y->_b = b;
         y->_gen = tr->gen;
       }
       if (t->_gen != *b->gen_now || t->_vid || (k->pdtype[j] && t->_dt != k->pdtype[j])) return j + 1;
@@ -424,7 +426,7 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
     if (bad) return bad;
     *d = launch_of(c);
     gt_queue_commit(&t->q, d);
-    if (s && quick) gt_cursor_quick(t, dirty);   /* the predicted launch, argument for argument */
+    if (s && quick) { if (dirty) gt_cursor_quick(t, dirty); }   /* the predicted launch, argument for argument */
     else gt_cursor_push(t);
     return GT_OK;
   }

@@ -20,10 +20,7 @@ gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   int i = t->nbufs;
   if (GT_GROW(t->bufs, t->bufcap, i + 1)) { gt_fail(rt, "out of host memory"); return NULL; }
   if (i / GT_SLAB >= t->nslab && grow_slab(t)) return NULL;
-  gt_buf *b = &t->slab[i / GT_SLAB][i % GT_SLAB];
-  gt_slab_buf_init(b, t, 0, bytes, t->depth, i - t->segstart[t->depth], i, (uint32_t)t->q.n);
-  t->bufs[t->nbufs++] = b;
-  return b;
+  return gt_tree_buf_quick(t, bytes);
 }
 
 int gt_tree_scope_end(gt_runtime *rt, int first, int site) {

@@ -34,12 +34,14 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- every mode slower in 3 of 5 processes, the floor (graphs launched from C)
 -- included: chain's floor 2.6 us against 1.2 in the others, its tree 10.7
 -- against 5.4 (the host and the driver warm up over a process's first
--- seconds).
+-- seconds).  For the same reason run.sh does not use --each: with every
+-- scenario in a fresh process, the floors of one H200 run varied 2-3x
+-- between processes (grow-512's 2.4-7.1 us).
 M.FULL = {
   hidden = 256, batch = 8, layers = 32, prefix = 8, suffix = 8,
   batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
   warm = 200, reps = 300, pipe = 1000, min_reps = 20, min_pipe = 50,
-  heap_mb = 100, heap_grow = 128, prime = 0.5,
+  heap_mb = 100, heap_grow = 128, prime = 3,
   decode = { model = "FULL", batches = { 1, 8 }, ctx = 256 },
 }
 
@@ -199,13 +201,11 @@ end
 -- -- Measuring -----------------------------------------------------------------------
 
 -- cpu / step medians over reps steps after warm steps, then pipelined over pipe steps.
--- LuaJIT's compiled traces are flushed first: each mode forms its own, as
--- in a program that runs only that mode (a scenario's eager and tree modes
--- run the same model function: the tree's replays otherwise ran as side
--- traces of the eager mode's, 10-30% slower per op, and by how much varied
--- from one process to the next).
+-- (LuaJIT's traces are not flushed between modes: on the cpu backend a flush
+-- before each mode, or each scenario, made shapes 15% quicker and grow-128
+-- and grow-512 30% slower, medians of 6 processes; a compiled loop that a
+-- flush drops is not always compiled as well again.)
 function M.measure(step, warm, reps, pipe)
-  if jit then jit.flush() end
   for i = 1, warm do step(i) end
   gt.sync()
   collectgarbage()
@@ -363,7 +363,6 @@ function M.run_scenario(cfg, sc, r)
   r.name, r.label, r.kernels, r.grow, r.reps, r.pipe_reps = sc.name, sc.label, sc.kernels, sc.grow, reps, pipe
   r.batch = sc.batch
   r.modes = {}
-  r.modes.eager = M.measure(function(i) return fn(args(i)) end, warm, reps, pipe)
   local opts = { name = sc.name, warn_shapes = false }
   for k, v in pairs(sc.opts or {}) do opts[k] = v end
   local tree = gt.tree(fn, opts)
@@ -384,6 +383,10 @@ function M.run_scenario(cfg, sc, r)
     local k = kt:stats().keyed
     r.keyed = { hits = k.hits, misses = k.misses, refused = k.refused }
   end
+  -- eager last: the model function's loops compile for the mode measured
+  -- first, and a mode measured after another runs them as side traces (the
+  -- tree's replays 8% slower per op on the cpu backend at grow-512)
+  r.modes.eager = M.measure(function(i) return fn(args(i)) end, warm, reps, pipe)
   return r, tree
 end
 
@@ -466,10 +469,16 @@ local function selected(only, name)
   return false
 end
 
--- Seconds of replays of a 32-kernel chain tree, unmeasured (see cfg.prime).
+-- Seconds of replays of a 32-kernel chain tree, unmeasured (see cfg.prime);
+-- its own loop, so that the scenarios' model function forms its traces as
+-- it would without it.
 function M.prime(cfg, m, seconds)
   local x = gt.randn({ cfg.batch, cfg.hidden }, { seed = 7 })
-  local t = gt.tree(function(v) return m.chain(v, 32) end, { name = "prime", warn_shapes = false })
+  local linear = gt.ops.linear
+  local t = gt.tree(function(v)
+    for i = 1, 32 do v = linear(v, m.W[(i - 1) % cfg.layers + 1], m.B[(i - 1) % cfg.layers + 1], "relu") end
+    return v
+  end, { name = "prime", warn_shapes = false })
   local t0 = clock()
   repeat
     for _ = 1, 20 do t(x) end
@@ -515,12 +524,11 @@ end
 
 -- --each: every scenario in a process of its own (this program again, with
 -- --only =NAME; the children inherit the cores it is pinned to), their
--- results joined into one.  A scenario measured after others ran in the
--- same process measured their leftovers too: LuaJIT gives up compiling a
--- loop or function that aborted often (it stays blacklisted for the
--- process), and the shared model function carried side traces of the
--- scenarios before (grow-512 51-61 us a step after chain and shapes on the
--- cpu backend, 47-49 alone).
+-- results joined into one: each scenario's traces form without the others'
+-- (the model function is shared, and LuaJIT keeps a loop or function that
+-- aborted often from compiling again for the rest of the process).  For
+-- looking at one scenario on the cpu backend; run.sh does not use it (see
+-- prime in the configuration).
 function M.each(o, log)
   local bin = os.getenv("GTLUA_BIN") or (arg and arg[-1]) or "gtlua"
   local script = (arg and arg[0]) or "scripts/bench/gtlua_bench.lua"

@@ -17,7 +17,7 @@ quick=
 [ -n "${BENCH_QUICK:-}" ] && quick=--quick
 only=
 [ -n "${BENCH_ONLY:-}" ] && only="--only $BENCH_ONLY"
-T_GTLUA=${T_GTLUA:-240} T_TORCH=${T_TORCH:-270} T_NVCC=${T_NVCC:-60} T_FLOOR=${T_FLOOR:-45} T_REPORT=${T_REPORT:-15}
+T_GTLUA=${T_GTLUA:-120} T_TORCH=${T_TORCH:-270} T_NVCC=${T_NVCC:-60} T_FLOOR=${T_FLOOR:-45} T_REPORT=${T_REPORT:-15}
 mkdir -p "$dir"
 start=$(date +%s)
 say() { printf '[bench %4ss] %s\n' "$(( $(date +%s) - start ))" "$*"; }
@@ -75,14 +75,14 @@ fi
 RUNS=${BENCH_RUNS:-5}
 say "1/4 gtlua scenarios, $RUNS processes (limit ${T_GTLUA} s each), then the cond scenario"
 # LuaJIT's traces form differently in each process: every figure is the median
-# over RUNS processes, with their spread (gtlua_bench.lua --merge).  Within a
-# run each scenario has a process of its own (--each): one measured after
-# others measured their leftovers too (gtlua_bench.lua, M.each).
+# over RUNS processes, with their spread (gtlua_bench.lua --merge).  Each
+# process runs every scenario (not --each: a fresh process measures slower on
+# the H200 for its first seconds, see gtlua_bench.lua's prime).
 gtlua_rc=0
 k=1
 while [ "$k" -le "$RUNS" ]; do
   # shellcheck disable=SC2086
-  stage "$dir/gtlua.$k.log" "$T_GTLUA" $pin "$BIN" scripts/bench/gtlua_bench.lua --each $quick $only --json "$dir/gtlua.$k.json" \
+  stage "$dir/gtlua.$k.log" "$T_GTLUA" $pin "$BIN" scripts/bench/gtlua_bench.lua $quick $only --json "$dir/gtlua.$k.json" \
     || { gtlua_rc=$?; say "gtlua run $k failed (status $gtlua_rc)"; }
   k=$((k + 1))
 done
