@@ -37,11 +37,13 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- seconds).  For the same reason run.sh does not use --each: with every
 -- scenario in a fresh process, the floors of one H200 run varied 2-3x
 -- between processes (grow-512's 2.4-7.1 us).
+-- rounds: the tree, keyed and floor modes are measured in turn, in this many
+-- rounds of blocks (M.interleave).
 M.FULL = {
   hidden = 256, batch = 8, layers = 32, prefix = 8, suffix = 8,
   batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
   warm = 200, reps = 300, pipe = 1000, min_reps = 20, min_pipe = 50,
-  heap_mb = 100, heap_grow = 128, prime = 3,
+  heap_mb = 100, heap_grow = 128, prime = 3, rounds = 6,
   decode = { model = "FULL", batches = { 1, 8 }, ctx = 256 },
 }
 
@@ -49,7 +51,7 @@ M.FULL = {
 M.QUICK = {
   hidden = 16, batch = 4, layers = 6, prefix = 2, suffix = 2,
   batches = { 1, 2, 4 }, grow = { 2, 4, 8 },
-  warm = 2, reps = 3, pipe = 3, min_reps = 2, min_pipe = 2, quick = true,
+  warm = 2, reps = 3, pipe = 3, min_reps = 2, min_pipe = 2, quick = true, rounds = 2,
   heap_mb = 4, heap_grow = 8,
   decode = { model = "TINY", batches = { 1, 2 }, ctx = 16 },
 }
@@ -226,6 +228,58 @@ function M.measure(step, warm, reps, pipe)
   return { cpu_us = median(cpu), step_us = median(full), pipe_us = p }
 end
 
+-- A block of measured steps: n synced calls of step (numbered on from
+-- where the last block stopped, so that a cycle of variants goes on); the
+-- medians of their host and synced µs.
+function M.steps_block(step, first)
+  local i = first or 0
+  return function(n)
+    local cpu, full = {}, {}
+    for k = 1, n do
+      i = i + 1
+      local t0 = clock()
+      step(i)
+      local t1 = clock()
+      gt.sync()
+      local t2 = clock()
+      cpu[k], full[k] = (t1 - t0) * 1e6, (t2 - t0) * 1e6
+    end
+    return median(cpu), median(full)
+  end
+end
+
+-- Modes measured in turn: rounds of blocks, one block of each mode (order)
+-- a round, reps steps a mode in all; a mode's cpu_us and step_us are the
+-- medians of its blocks' medians.  The H200's host changed speed by 2x
+-- from one minute to the next (the floor, graphs launched from C, measured
+-- 2.4-7.1 us at 512 kernels in one run): modes measured one after the
+-- other took different spells, and their ratios moved with them.
+function M.interleave(blocks, order, reps, rounds)
+  rounds = max(1, min(rounds, reps))
+  local per = math.ceil(reps / rounds)
+  local got = {}
+  for _, name in ipairs(order) do got[name] = { cpu = {}, step = {} } end
+  for _ = 1, rounds do
+    for _, name in ipairs(order) do
+      local c, st = blocks[name](per)
+      local g = got[name]
+      g.cpu[#g.cpu + 1], g.step[#g.step + 1] = c, st
+    end
+  end
+  local out = {}
+  for _, name in ipairs(order) do out[name] = { cpu_us = median(got[name].cpu), step_us = median(got[name].step) } end
+  return out
+end
+
+-- Pipelined: n steps back to back (numbered from first + 1), one sync; µs per step.
+function M.pipe(step, n, first)
+  collectgarbage()
+  local t0 = clock()
+  for i = 1, n do step(first + i) end
+  gt.sync()
+  return (clock() - t0) * 1e6 / n
+end
+
 -- The collector's share of a step's host time: cpu_us medians over reps
 -- steps with the collector running and stopped (1 - stopped / running).
 function M.gc_share(step, reps)
@@ -285,14 +339,14 @@ local function main_record(events)
   return best
 end
 
--- The floor: the paths of the steps a cycle visits (each variant's, called
--- once through the tree), launched from C in turn (tree:floor's calls), the
+-- The floor's calls (tree:floor): the argument lists of the steps a cycle
+-- visits (each variant's), whose paths are launched from C in turn, the
 -- medians over the steps as for the other modes.  A scenario whose steps
 -- patch a scalar (decode's position) gives floor_points, the steps whose
 -- arguments stand for its cycle (the device's work grows with the position),
 -- and floor_patch: each step repeats its call's patches with their values,
 -- as any launcher of these graphs at a new position must.
-function M.floor(tree, sc, reps, pipe)
+function M.floor_calls(sc)
   local points = sc.floor_points
   if not points then
     points = {}
@@ -300,9 +354,15 @@ function M.floor(tree, sc, reps, pipe)
   end
   local calls = {}
   for k, i in ipairs(points) do calls[k] = pack(sc.args(i)) end
-  local c, s = tree:floor(reps, true, sc.floor_patch, calls)
+  return calls
+end
+
+-- The floor measured alone: reps synced steps, then pipe pipelined (cond_bench.lua).
+function M.floor(tree, sc, reps, pipe)
+  local calls = M.floor_calls(sc)
+  local c, st = tree:floor(reps, true, sc.floor_patch, calls)
   local _, p = tree:floor(pipe, false, sc.floor_patch, calls)
-  return { cpu_us = c, step_us = s, pipe_us = p }
+  return { cpu_us = c, step_us = st, pipe_us = p }
 end
 
 -- Largest |eager - tree| over every variant's output, and the largest |value|.
@@ -368,21 +428,40 @@ function M.run_scenario(cfg, sc, r)
   local tree = gt.tree(fn, opts)
   r.records = M.startup(tree, args, max(warm, 3 * sc.variants))
   r.record = main_record(r.records)
-  r.modes.tree = M.measure(function(i) return tree(args(i)) end, warm, reps, pipe)
-  r.modes.tree.gc_share = M.gc_share(function(i) return tree(args(i)) end, reps)
-  r.modes.floor = M.floor(tree, sc, reps, pipe)
-  r.stats = stats_summary(tree:stats())
-  r.agree = M.agree(tree, sc)
-  if sc.grow and sc.grow == cfg.heap_grow then r.record_heap = M.record_with_heap(sc, cfg.heap_mb) end
+  local kt, kargs
   if sc.keyed then   -- the same step as a keyed tree: known paths replay without running the body
     local ko = { name = sc.name .. "+keyed", warn_shapes = false, key = sc.keyed.key, patch = sc.keyed.patch,
                  buckets = sc.opts and sc.opts.buckets }
-    local kt, kargs = gt.tree(fn, ko), sc.keyed.args or args
+    kt, kargs = gt.tree(fn, ko), sc.keyed.args or args
     M.startup(kt, kargs, max(warm, 4 * sc.variants))
-    r.modes.keyed = M.measure(function(i) return kt(kargs(i)) end, warm, reps, pipe)
+  end
+  local tstep = function(i) return tree(args(i)) end
+  local kstep = kt and function(i) return kt(kargs(i)) end
+  for i = 1, warm do tstep(i) end
+  if kstep then for i = 1, warm do kstep(i) end end
+  gt.sync()
+  collectgarbage()
+  -- tree, keyed and floor in turn (M.interleave)
+  local calls = M.floor_calls(sc)
+  local blocks, order = { tree = M.steps_block(tstep, warm), floor = function(n)
+    local c, st = tree:floor(n, true, sc.floor_patch, calls)
+    return c, st
+  end }, { "tree", "floor" }
+  if kstep then blocks.keyed, order = M.steps_block(kstep, warm), { "tree", "keyed", "floor" } end
+  local m = M.interleave(blocks, order, reps, cfg.rounds or 6)
+  r.modes.tree, r.modes.floor, r.modes.keyed = m.tree, m.floor, m.keyed
+  r.modes.tree.pipe_us = M.pipe(tstep, pipe, warm + reps)
+  local _, fp = tree:floor(pipe, false, sc.floor_patch, calls)
+  r.modes.floor.pipe_us = fp
+  if kstep then
+    r.modes.keyed.pipe_us = M.pipe(kstep, pipe, warm + reps)
     local k = kt:stats().keyed
     r.keyed = { hits = k.hits, misses = k.misses, refused = k.refused }
   end
+  r.modes.tree.gc_share = M.gc_share(tstep, reps)
+  r.stats = stats_summary(tree:stats())
+  r.agree = M.agree(tree, sc)
+  if sc.grow and sc.grow == cfg.heap_grow then r.record_heap = M.record_with_heap(sc, cfg.heap_mb) end
   -- eager last: the model function's loops compile for the mode measured
   -- first, and a mode measured after another runs them as side traces (the
   -- tree's replays 8% slower per op on the cpu backend at grow-512)
