@@ -137,9 +137,10 @@ describe("a replayed op", function()
     local x = gt.randn({ 2, 8 }, { seed = 2 })
     local bad = {}
     jit.flush()
-    local function watch(what, _, _, _, code, info)
+    local funcinfo = require("jit.util").funcinfo
+    local function watch(what, _, func, pc, code, info)
       if what == "abort" and traceerr[code] and traceerr[code]:match("return to lower frame") then
-        bad[#bad + 1] = traceerr[code]:format(info)
+        bad[#bad + 1] = traceerr[code]:format(info) .. " at " .. tostring(funcinfo(func, pc).loc)   -- (where, if it fails)
       end
     end
     jit.attach(watch, "trace")
