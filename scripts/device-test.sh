@@ -4,6 +4,13 @@
 #   sh scripts/device-test.sh            # build here, bundle Busted, print the command
 #   sh scripts/device-test.sh memcheck   # the suite under compute-sanitizer memcheck
 #   sh scripts/device-test.sh racecheck  # ... racecheck (synccheck, initcheck also work)
+#   sh scripts/device-test.sh bench      # the suite, then make bench, in one call (about 5.5 minutes):
+#                                        # everything comes back as bench.tgz (the device returns 8 files
+#                                        # at most); then build/gtlua scripts/bench/report.lua DIR --out
+#                                        # scripts/bench/RESULTS.md --svg scripts/bench/steps.svg here
+#   sh scripts/device-test.sh ab OLD     # scripts/bench/ab.sh against the build in OLD: its lua/,
+#                                        # kernels/, build/gtlua and build/lib (cp -r build/lib) in a
+#                                        # folder inside this checkout that git ignores, e.g. .abold
 # The sanitizer modes run scripts/sanitize.sh there (one process per spec file,
 # options and their reasons at its top); SPECS="spec/x_spec.lua ..." before the
 # command picks files, e.g. the ones a run left for lack of time.
@@ -13,8 +20,8 @@ set -eu
 cd "$(dirname "$0")/.."
 mode=${1:-suite}
 case "$mode" in
-  suite|memcheck|racecheck|synccheck|initcheck) ;;
-  *) echo "usage: sh scripts/device-test.sh [memcheck|racecheck|synccheck|initcheck]" >&2; exit 2 ;;
+  suite|bench|ab|memcheck|racecheck|synccheck|initcheck) ;;
+  *) echo "usage: sh scripts/device-test.sh [bench|ab OLD|memcheck|racecheck|synccheck|initcheck]" >&2; exit 2 ;;
 esac
 make -s all build/gtlua-test
 mkdir -p build/lib
@@ -27,10 +34,26 @@ sh "$shared" .devlua >/dev/null
 # LuaJIT's own jit.* modules (jit.v, jit.dump, jit.p: scripts/bench/traces.sh) travel too
 for j in /usr/share/luajit-2.1*/jit; do [ -d "$j" ] && mkdir -p .devlua/share && cp -r "$j" .devlua/share/; done
 env='d=$PWD/.devlua; export LUA_PATH="$d/share/?.lua;$d/share/?/init.lua;;" LUA_CPATH="$d/lib/?.so;;" BUSTED=$d/bin/busted GTLUA_BUSTED=$d/bin/busted GTLUA_CACHE=/tmp/gtlua-cache GTLUA_BACKEND=cuda; nvidia-smi -L'
-echo 'carry: ["build", ".devlua"]'
+if [ "$mode" = bench ] || [ "$mode" = ab ]; then   # the anchors' raw launch floor travels in .anchors
+  mkdir -p .anchors && cp -r ../shared/anchors/* .anchors/ 2>/dev/null
+fi
+case "$mode" in
+  suite) echo 'carry: ["build", ".devlua"]' ;;
+  bench) echo 'carry: ["build", ".devlua", ".anchors"]' ;;
+  ab) echo "carry: [\"build\", \".devlua\", \"${2:?ab needs the old checkout, e.g. .abold}\"]" ;;
+  *) echo 'carry: ["build", ".devlua"]' ;;
+esac
 echo 'command:'
 if [ "$mode" = suite ]; then
   echo "$env; sh scripts/test.sh 2>&1 | tee \$OUT/cuda-test.log"
+elif [ "$mode" = bench ]; then
+  echo "$env; mkdir -p /tmp/b; sh scripts/test.sh > /tmp/b/cuda-test.log 2>&1; tail -2 /tmp/b/cuda-test.log;" \
+    "o=\$OUT; OUT=/tmp/b T_GTLUA=150 T_TORCH=300 T_NVCC=40 T_FLOOR=30 timeout 480 sh scripts/bench/run.sh > /tmp/b/bench.log 2>&1;" \
+    "cd /tmp/b && tar czf \$o/bench.tgz *.json *.txt cpus.cal *.log RESULTS.md 2>/dev/null; grep '^\[bench' bench.log"
+elif [ "$mode" = ab ]; then
+  echo "$env; for c in \$(seq 0 \$((\$(nproc) - 1))); do echo \"\$(timeout 20 taskset -c \$c build/gtlua scripts/bench/cpu_probe.lua" \
+    "2>/dev/null || echo 999999999) \$c\"; done > /tmp/cal; export BENCH_CPUS=\$(sort -n /tmp/cal | head -4 | awk '{print \$2}' |" \
+    "sort -n | paste -sd, -); timeout 420 sh scripts/bench/ab.sh \$PWD/$2 chain,grow-128,grow-512 5 2>&1 | tee \$OUT/ab.txt"
 else
   echo "$env; sh scripts/sanitize.sh $mode 2>&1 | tee \$OUT/$mode.log"
 fi
