@@ -140,7 +140,7 @@ describe("a replayed op", function()
     local funcinfo = require("jit.util").funcinfo
     local function watch(what, _, func, pc, code, info)
       if what == "abort" and traceerr[code] and traceerr[code]:match("return to lower frame") then
-        bad[#bad + 1] = traceerr[code]:format(info) .. " at " .. tostring(funcinfo(func, pc).loc)   -- (where, if it fails)
+        bad[#bad + 1] = traceerr[code]:format(info) .. " at " .. tostring(funcinfo(func, pc).loc)   -- (where)
       end
     end
     jit.attach(watch, "trace")
