@@ -114,6 +114,30 @@ local function count_error_of(k)
   end
 end
 
+-- The code of a launch's end: the core's answer is 0, GT_ERR (its message),
+-- or i + 1 for a tensor argument i it refused (value: the code of that
+-- argument's value, nil with no tensor argument).
+local function answer_code(value)
+  return "local r = launch(rt, cfg, tensors, args)\nif r ~= 0 then " ..
+    (value and ("if r > 0 then fail(r, " .. value .. ") end ") or "") .. "raise() end\n"
+end
+
+-- Compiles the code src of a launcher generator for kernel k (chunk name
+-- name) and returns what it returns.  src sees rt, args and tensors (the
+-- kernel's argument arrays), T, fail, raise, count_error, launch, the checks'
+-- helpers (floor, istype, type, tobit, select), ffi and n (the arrays' size).
+local function compile_launcher(k, name, src)
+  local n = math.max(k.nparams, 1)
+  local args, tensors = ffi.new("gt_arg[?]", n), ffi.new("const gt_tensor *[?]", n)
+  local function fail(i, v) arg_error(k, i, v, 3) end
+  local function raise() error(gt._errmsg(), 3) end
+  local head = "local rt, args, tensors, T, fail, floor, istype, type, raise, count_error, launch, tobit, select, " ..
+    "ffi, n = ...\n"
+  local f = assert(loadstring(head .. src, name))
+  return f(rt, args, tensors, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error_of(k),
+           C.gt_launch_tensors, bit.tobit, select, ffi, n)
+end
+
 -- Generates a launcher with fixed arity for kernel k: the checks inline,
 -- then one call into the core.  Keeping this small keeps every step cheap.
 -- Returns factory(cfg): the bound launcher of one checked configuration.
@@ -130,25 +154,14 @@ local function make_launcher(k)
   -- varargs: a vararg function cannot start a trace of its own)
   local count = "if e1 ~= nil " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
     "then count_error({" .. elist .. "}" .. (n > 0 and ", " .. plist or "") .. ") end\n"
-  -- the core's answer: 0, GT_ERR (its message), or i + 1 for a tensor argument i it refused
-  local done = "local r = launch(rt, cfg, tensors, args)\nif r ~= 0 then " ..
-    (n > 0 and ("if r > 0 then fail(r, (select(r, " .. plist .. "))) end ") or "") .. "raise() end\n"
-  local src = "local rt, args, tensors, T, fail, floor, istype, type, raise, count_error, launch, tobit, select" ..
-    " = ...\n" ..
+  return compile_launcher(k, "=gt.kernel." .. ffi.string(k.name),
     "return function(cfg) return function(" .. plist .. (n > 0 and ", " or "") .. elist .. ")\n" .. count ..
-    table.concat(code, "\n") .. "\n" .. done .. "end end"
-  local args = ffi.new("gt_arg[?]", math.max(n, 1))
-  local tensors = ffi.new("const gt_tensor *[?]", math.max(n, 1))
-  local function fail(i, v) arg_error(k, i, v, 3) end
-  local function raise() error(gt._errmsg(), 3) end
-  local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name)))
-  return f(rt, args, tensors, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error_of(k),
-           C.gt_launch_tensors, bit.tobit, select)
+    table.concat(code, "\n") .. "\n" .. answer_code(n > 0 and "(select(r, " .. plist .. "))" or nil) .. "end end")
 end
 
 -- The lean launcher of kernel k (gt.ops's, through Kernel:_lean): its
 -- scalars are fixed when it is made (checked then, as the launcher checks
--- them, into an argument array of its own), and it takes the tensor
+-- them, into argument arrays of its own), and it takes the tensor
 -- parameters alone, in order; a step stores their handles and calls the
 -- core.  Returns factory(cfg, all arguments, tensors nil).
 local function make_lean(k)
@@ -165,20 +178,12 @@ local function make_lean(k)
       fixed[#fixed + 1] = arg_code(k, i, "args[" .. (i - 1) .. "]")
     end
   end
-  local tl = table.concat(tlist, ", ")
-  local src = "local rt, T, fail, floor, istype, type, raise, launch, tobit, ffi, n = ...\n" ..
+  return compile_launcher(k, "=gt.kernel." .. ffi.string(k.name) .. ".lean",
     "return function(cfg" .. (n > 0 and ", " or "") .. table.concat(params, ", ") .. ")\n" ..
     "local args, tensors = ffi.new('gt_arg[?]', n), ffi.new('const gt_tensor *[?]', n)\n" ..
     table.concat(fixed, "\n") .. "\n" ..
-    "return function(" .. tl .. ")\n" .. table.concat(store, "\n") .. "\n" ..
-    "local r = launch(rt, cfg, tensors, args)\nif r ~= 0 then " ..
-    (#which > 0 and ("if r > 0 then fail(r, " .. table.concat(which, " or ") .. ") end ") or "") .. "raise() end\n" ..
-    "end end"
-  local function fail(i, v) arg_error(k, i, v, 3) end
-  local function raise() error(gt._errmsg(), 3) end
-  local f = assert(loadstring(src, "=gt.kernel." .. ffi.string(k.name) .. ".lean"))
-  return f(rt, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, C.gt_launch_tensors, bit.tobit, ffi,
-           math.max(n, 1))
+    "return function(" .. table.concat(tlist, ", ") .. ")\n" .. table.concat(store, "\n") .. "\n" ..
+    answer_code(#which > 0 and table.concat(which, " or ") or nil) .. "end end")
 end
 
 local CFG = ffi.typeof("gt_launchcfg")
