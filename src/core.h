@@ -276,21 +276,20 @@ static inline int gt_arg_quick(const gt_arg *a, const gt_asig *s, uint64_t was, 
 }
 
 /* For a launch of configuration cfg (an id, 0: none) with nargs arguments
-   about to be queued in t: the signature (*s) and graph values (*was) of the
-   predicted node's launch at that position, and whether statics are kept;
-   0 when there is nothing to test quickly (no prediction, another
+   about to be queued in t: the signature of the predicted node's launch at
+   that position, its graph values (*was) and whether statics are kept; NULL
+   when there is nothing to test quickly (no prediction, another
    configuration, values unknown): gt_cursor_push decides. */
-static inline int gt_cursor_expect(const gt_tree *t, uint32_t cfg, int nargs, const gt_asig **s, const uint64_t **was,
-                                   int *statics_kept) {
+static inline const gt_asig *gt_cursor_expect(const gt_tree *t, uint32_t cfg, int nargs, const uint64_t **was,
+                                              int *statics_kept) {
   const gt_node *n = t->cand;
   int i = t->q.n;
-  if (t->cmiss || !cfg || i >= n->nsig) return 0;
+  if (t->cmiss || !cfg || i >= n->nsig) return NULL;
   const gt_qlaunch *r = &n->launches[i];
-  if (r->cfg != cfg || !n->argvals || n->nargvals < r->arg0 + nargs || nargs > 64) return 0;
-  *s = n->asig + r->arg0;
+  if (r->cfg != cfg || !n->argvals || n->nargvals < r->arg0 + nargs) return NULL;
   *was = n->argvals + r->arg0;
   *statics_kept = n->sfrees == gt_static_frees;
-  return 1;
+  return n->asig + r->arg0;
 }
 
 /* The call's next buffer struct, of bytes, when t has room for it without

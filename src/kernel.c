@@ -417,11 +417,10 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
     gt_arg *a;
     gt_qlaunch *d = gt_queue_reserve(&t->q, k->nparams, &a);
     if (!d) return gt_fail(rt, "out of host memory");
-    const gt_asig *s = NULL;
     const uint64_t *was = NULL;
     int kept = 0, quick = 1;
     uint64_t dirty = 0;
-    if (!gt_cursor_expect(t, c->id, k->nparams, &s, &was, &kept)) s = NULL;
+    const gt_asig *s = gt_cursor_expect(t, c->id, k->nparams, &was, &kept);
     int bad = bind_args(t, k, ts, args, a, s, was, kept, &quick, &dirty);
     if (bad) return bad;
     *d = launch_of(c);

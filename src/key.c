@@ -104,8 +104,8 @@ static int match_at(gt_tree *t, const gt_node *n, int i) {
   if ((!l->cfg || l->cfg != r->cfg) && !same_launch(l, r)) return 0;
   const gt_arg *a = t->q.args + l->arg0;
   const gt_asig *s = n->asig + r->arg0;
-  static const uint64_t none[64];
-  const uint64_t *was = n->argvals && n->nargvals >= r->arg0 + l->nargs && l->nargs <= 64 ? n->argvals + r->arg0 : none;
+  static const uint64_t none[GT_MAX_PARAMS];   /* (a launch has at most GT_MAX_PARAMS arguments) */
+  const uint64_t *was = n->argvals && n->nargvals >= r->arg0 + l->nargs ? n->argvals + r->arg0 : none;
   uint64_t dirty = 0;
   int statics_kept = n->sfrees == gt_static_frees;
   for (int j = 0; j < l->nargs; j++) {
