@@ -51,9 +51,7 @@ elif [ "$mode" = bench ]; then
     "o=\$OUT; OUT=/tmp/b T_GTLUA=150 T_TORCH=300 T_NVCC=40 T_FLOOR=30 timeout 480 sh scripts/bench/run.sh > /tmp/b/bench.log 2>&1;" \
     "cd /tmp/b && tar czf \$o/bench.tgz *.json *.txt cpus.cal *.log RESULTS.md 2>/dev/null; grep '^\[bench' bench.log"
 elif [ "$mode" = ab ]; then
-  echo "$env; for c in \$(seq 0 \$((\$(nproc) - 1))); do echo \"\$(timeout 20 taskset -c \$c build/gtlua scripts/bench/cpu_probe.lua" \
-    "2>/dev/null || echo 999999999) \$c\"; done > /tmp/cal; export BENCH_CPUS=\$(sort -n /tmp/cal | head -4 | awk '{print \$2}' |" \
-    "sort -n | paste -sd, -); timeout 420 sh scripts/bench/ab.sh \$PWD/$2 chain,grow-128,grow-512 5 2>&1 | tee \$OUT/ab.txt"
+  echo "$env; timeout 420 sh scripts/bench/ab.sh \$PWD/$2 chain,grow-128,grow-512 5 2>&1 | tee \$OUT/ab.txt"
 else
   echo "$env; sh scripts/sanitize.sh $mode 2>&1 | tee \$OUT/$mode.log"
 fi

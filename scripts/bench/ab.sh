@@ -6,16 +6,19 @@
 # gtlua_bench.lua (--only SCENARIOS, default chain,grow-128,grow-512) N times
 # (default 6), old and new in turn, so a slow spell of the machine falls on
 # both; then per scenario and mode the median cpu_us of each and new/old.
-# BENCH_CPUS=1,2 pins both (taskset).  On the H200's host, whose speed moves
-# by 2x from one minute to the next, this is how a change's effect is seen.
+# Both are pinned to the quickest cores (cpus.sh), or BENCH_CPUS=1,2;
+# BENCH_CPUS=all pins nothing.  On the H200's host, whose speed moves by 2x
+# from one minute to the next, this is how a change's effect is seen.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 old=${1:?usage: sh scripts/bench/ab.sh OLD_HOME [SCENARIOS] [N]}
 only=${2:-chain,grow-128,grow-512}
 n=${3:-6}
 dir=$(mktemp -d)
-pin=
-[ -n "${BENCH_CPUS:-}" ] && command -v taskset >/dev/null 2>&1 && pin="taskset -c $BENCH_CPUS"
+pin= cpus=${BENCH_CPUS:-}
+[ -z "$cpus" ] && cpus=$(sh scripts/bench/cpus.sh "$dir/cpus.cal")
+[ -n "$cpus" ] && [ "$cpus" != all ] && command -v taskset >/dev/null 2>&1 && pin="taskset -c $cpus"
+echo "ab.sh: cpus ${cpus:-all}"
 i=1
 while [ "$i" -le "$n" ]; do
   # shellcheck disable=SC2086

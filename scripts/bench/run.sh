@@ -42,26 +42,15 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     || rm -f "$dir/nvidia-smi.txt"
 fi
 
-# Cores: on the H200's host some cores ran everything (the pure-C floor
-# included) two to four times slower than the others, for as long as a
-# process stayed there (5 of 16 on 2026-12-01), and the medians followed
-# where the scheduler put each process.  Every measured process (gtlua,
-# PyTorch, the raw floor) runs on the same quickest quarter of the cores:
-# each core's graph launch timed (cpu_probe.lua) in cpus.cal, the choice in
-# cpus.txt.  BENCH_CPUS=0,3 picks them; BENCH_CPUS=all pins nothing; below
-# four cores nothing is pinned.
+# Cores: every measured process (gtlua, PyTorch, the raw floor) runs on the
+# same quickest quarter of the cores (cpus.sh: each core's graph launch
+# timed in cpus.cal, the choice in cpus.txt), as the medians otherwise
+# followed where the scheduler put each process.  BENCH_CPUS=0,3 picks them;
+# BENCH_CPUS=all pins nothing; below four cores nothing is pinned.
 pin=
 if [ "${BENCH_CPUS:-}" != all ] && command -v taskset >/dev/null 2>&1; then
   cpus=${BENCH_CPUS:-}
-  n=$(nproc 2>/dev/null || echo 1)
-  if [ -z "$cpus" ] && [ "$n" -ge 4 ]; then
-    c=0
-    while [ "$c" -lt "$n" ]; do      # "ns cpu" per line
-      t=$(timeout 30 taskset -c "$c" "$BIN" scripts/bench/cpu_probe.lua 2>/dev/null) || t=999999999
-      echo "${t:-999999999} $c"; c=$((c + 1))
-    done > "$dir/cpus.cal"
-    cpus=$(sort -n "$dir/cpus.cal" | head -n "$((n / 4))" | awk '{ print $2 }' | sort -n | paste -sd, -)
-  fi
+  [ -z "$cpus" ] && cpus=$(GTLUA_BIN="$BIN" sh scripts/bench/cpus.sh "$dir/cpus.cal")
   if [ -n "$cpus" ]; then
     pin="taskset -c $cpus"
     echo "$cpus" > "$dir/cpus.txt"
