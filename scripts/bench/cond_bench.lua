@@ -69,9 +69,20 @@ function M.run(cfg)
   r.modes.eager = B.measure(function(i) return st.cond(args(i)) end, cfg.warm, reps, pipe)
   local ti = gt.tree(st.item, { name = "cond-item" })
   r.modes.item = B.measure(function(i) return ti(args(i)) end, cfg.warm, reps, pipe)
+  -- cond and its floor in turn (gtlua_bench.lua's M.interleave: paired ratios, vs_floor_*)
   local tc = gt.tree(st.cond, { name = "cond-cond" })
-  r.modes.cond = B.measure(function(i) return tc(args(i)) end, cfg.warm, reps, pipe)
-  r.modes.floor = B.floor(tc, { variants = 2, args = args }, reps, pipe)
+  local cstep = function(i) return tc(args(i)) end
+  for i = 1, cfg.warm do cstep(i) end
+  gt.sync()
+  collectgarbage()
+  local calls = B.floor_calls({ variants = 2, args = args })
+  local mm = B.interleave({ cond = B.steps_block(cstep, cfg.warm),
+                            floor = function(n) return tc:floor(n, true, nil, calls) end },
+                          { "cond", "floor" }, reps, cfg.rounds or 6, "floor")
+  r.modes.cond, r.modes.floor = mm.cond, mm.floor
+  r.modes.cond.pipe_us = B.pipe(cstep, pipe, cfg.warm + reps)
+  local _, fp = tc:floor(pipe, false, nil, calls)
+  r.modes.floor.pipe_us = fp
   r.nodes.item, r.nodes.cond = ti:stats().nodes, tc:stats().nodes
   r.max_abs_diff = math.max(agree(ti(args(1)), tc(args(1))), agree(ti(args(2)), tc(args(2))))
   r.cond_nodes = gt.cond_nodes()
@@ -94,8 +105,8 @@ function M.table_text(res)
   local c, f = r.modes.cond, r.modes.floor
   out[#out + 1] = ""
   out[#out + 1] = format("cond: %d node(s) (item: %d); step_us cond/floor %.2fx, cpu_us cond/floor %.2fx; " ..
-    "item vs cond max |diff| %.2g; conditional nodes: %s", r.nodes.cond, r.nodes.item, c.step_us / f.step_us,
-    c.cpu_us / f.cpu_us, r.max_abs_diff, r.cond_nodes and "yes" or "no (host branches)")
+    "item vs cond max |diff| %.2g; conditional nodes: %s", r.nodes.cond, r.nodes.item,
+    c.vs_floor_step or c.step_us / f.step_us, c.vs_floor_cpu or c.cpu_us / f.cpu_us, r.max_abs_diff, r.cond_nodes and "yes" or "no (host branches)")
   return table.concat(out, "\n")
 end
 

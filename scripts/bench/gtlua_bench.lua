@@ -253,21 +253,41 @@ end
 -- medians of its blocks' medians.  The H200's host changed speed by 2x
 -- from one minute to the next (the floor, graphs launched from C, measured
 -- 2.4-7.1 us at 512 kernels in one run): modes measured one after the
--- other took different spells, and their ratios moved with them.
-function M.interleave(blocks, order, reps, rounds)
+-- other took different spells, and their ratios moved with them.  With ref
+-- (a mode's name), every other mode also gets vs_<ref>_cpu and
+-- vs_<ref>_step: the medians over the rounds of its block's figure over
+-- ref's block of the same round (paired ratios: blocks seconds apart share
+-- the host's spell; on 2026-12-01 one process measured grow-512's floor at
+-- 10.2 us and the next at 2.6, keyed moving with it).
+function M.interleave(blocks, order, reps, rounds, ref)
   rounds = max(1, min(rounds, reps))
   local per = math.ceil(reps / rounds)
   local got = {}
-  for _, name in ipairs(order) do got[name] = { cpu = {}, step = {} } end
+  for _, name in ipairs(order) do got[name] = { cpu = {}, step = {}, rcpu = {}, rstep = {} } end
   for _ = 1, rounds do
+    local this = {}
     for _, name in ipairs(order) do
       local c, st = blocks[name](per)
       local g = got[name]
       g.cpu[#g.cpu + 1], g.step[#g.step + 1] = c, st
+      this[name] = { c, st }
+    end
+    local r = ref and this[ref]
+    if r and r[1] > 0 and r[2] > 0 then
+      for _, name in ipairs(order) do
+        local g = got[name]
+        if name ~= ref then g.rcpu[#g.rcpu + 1], g.rstep[#g.rstep + 1] = this[name][1] / r[1], this[name][2] / r[2] end
+      end
     end
   end
   local out = {}
-  for _, name in ipairs(order) do out[name] = { cpu_us = median(got[name].cpu), step_us = median(got[name].step) } end
+  for _, name in ipairs(order) do
+    local g = got[name]
+    out[name] = { cpu_us = median(g.cpu), step_us = median(g.step) }
+    if #g.rcpu > 0 then
+      out[name]["vs_" .. ref .. "_cpu"], out[name]["vs_" .. ref .. "_step"] = median(g.rcpu), median(g.rstep)
+    end
+  end
   return out
 end
 
@@ -448,7 +468,7 @@ function M.run_scenario(cfg, sc, r)
     return c, st
   end }, { "tree", "floor" }
   if kstep then blocks.keyed, order = M.steps_block(kstep, warm), { "tree", "keyed", "floor" } end
-  local m = M.interleave(blocks, order, reps, cfg.rounds or 6)
+  local m = M.interleave(blocks, order, reps, cfg.rounds or 6, "floor")
   r.modes.tree, r.modes.floor, r.modes.keyed = m.tree, m.floor, m.keyed
   r.modes.tree.pipe_us = M.pipe(tstep, pipe, warm + reps)
   local _, fp = tree:floor(pipe, false, sc.floor_patch, calls)

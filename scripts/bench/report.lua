@@ -127,6 +127,16 @@ end
 
 local function mode(s, m) return s and s.modes and s.modes[m] end
 
+-- Mode m of scenario s over its floor (field "cpu" or "step"): the paired
+-- ratio the bench measured (vs_floor_*: the median over rounds of a block of
+-- m over the floor's block of the same round), else the ratio of medians.
+local function over_floor(s, m, field)
+  local a = mode(s, m)
+  local paired = a and a["vs_floor_" .. field]
+  if type(paired) == "number" and paired == paired then return paired end
+  return ratio(a and a[field .. "_us"], (mode(s, "floor") or {})[field .. "_us"])
+end
+
 -- -- The report --------------------------------------------------------------------------
 
 local function version_text(v)
@@ -187,8 +197,7 @@ end
 function M.targets(inp)
   local T, rows = M.TARGETS, {}
   for _, s in ipairs(tree_scenarios(inp)) do
-    local tr, fl = mode(s, "tree"), mode(s, "floor")
-    local r = ratio(tr and tr.cpu_us, fl and fl.cpu_us)
+    local r = over_floor(s, "tree", "cpu")
     target_row(rows, "tree replay CPU / floor CPU", s.name, x(r), "≤ " .. T.replay_cpu .. "x", r and r <= T.replay_cpu)
   end
   for _, s in ipairs(tree_scenarios(inp)) do
@@ -199,9 +208,9 @@ function M.targets(inp)
     end
   end
   for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
-    local k, fl = mode(s, "keyed"), mode(s, "floor")
+    local k = mode(s, "keyed")
     if k then
-      local r = ratio(k.cpu_us, fl and fl.cpu_us)
+      local r = over_floor(s, "keyed", "cpu")
       target_row(rows, "keyed CPU / floor CPU", s.name, x(r), "≤ " .. T.keyed_cpu .. "x", r and r <= T.keyed_cpu)
       local ro = mode(by_name(inp.torch, s.name), "reduce_overhead")
       local r2 = ratio(ro and ro.cpu_us, k.cpu_us)
@@ -210,13 +219,13 @@ function M.targets(inp)
     end
   end
   for _, s in ipairs(tree_scenarios(inp)) do
-    local r = ratio((mode(s, "tree") or {}).step_us, (mode(s, "floor") or {}).step_us)
+    local r = over_floor(s, "tree", "step")
     target_row(rows, "tree step / floor step", s.name, x(r), "≤ " .. T.step .. "x", r and r <= T.step)
   end
   for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
     local c = mode(s, "cond")
     if c then
-      local r = ratio(c.step_us, (mode(s, "floor") or {}).step_us)
+      local r = over_floor(s, "cond", "step")
       target_row(rows, "gt.cond tree step / floor step", s.name, x(r), "≤ " .. T.cond_step .. "x", r and r <= T.cond_step)
     end
   end
@@ -481,7 +490,9 @@ function M.markdown(inp, svg_name)
     "what the scenarios and columns mean: [README.md](README.md). Medians in µs: **cpu** = host time to issue " ..
     "one step (no sync), **step** = issue + `sync`, **pipe** = many steps, one sync, per step." ..
     (inp.gtlua and inp.gtlua.runs and format(" gtlua's figures are medians over %d processes (LuaJIT's traces " ..
-      "form differently in each), with the lowest and highest in brackets.", inp.gtlua.runs) or ""),
+      "form differently in each), with the lowest and highest in brackets.", inp.gtlua.runs) or "") ..
+    " The targets' ratios to gtlua's floor are paired where the run measured them so: a block of steps over " ..
+    "the floor's block of the same round, the median over rounds (and processes).",
     header_lines(inp),
     "## Targets (shared/anchors/README.md)",
     targets_section(inp),
