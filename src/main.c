@@ -762,57 +762,6 @@ static int pmain(lua_State *L) {
   return 0;
 }
 
-/* Lua's memory: blocks of up to SMALL_MAX bytes come from free lists, one
-   per 16-byte size class, carved from chunks that are kept for the
-   process; larger ones from the C library.  A replayed op makes one small
-   handle and the collector frees it: a list push and pop, where LuaJIT's
-   own allocator splits and coalesces.  Lua passes every block's size
-   (osize), so a block's class needs no header. */
-#define SMALL_MAX 256
-#define SMALL_CHUNK (64 * 1024)
-static void *small_free[SMALL_MAX / 16 + 1];
-static char *small_at, *small_end;
-
-static void *small_new(size_t c) {
-  void **h = &small_free[c];
-  if (*h) { void *p = *h; *h = *(void **)p; return p; }
-  size_t n = c * 16;
-  if (small_end - small_at < (ptrdiff_t)n) {
-    if (!(small_at = malloc(SMALL_CHUNK))) { small_end = NULL; return NULL; }
-    small_end = small_at + SMALL_CHUNK;
-  }
-  void *p = small_at;
-  small_at += n;
-  return p;
-}
-
-static void *lua_alloc(void *ud, void *p, size_t osize, size_t nsize) {
-  (void)ud;
-  size_t oc = p && osize <= SMALL_MAX ? (osize + 15) / 16 : 0, nc = nsize && nsize <= SMALL_MAX ? (nsize + 15) / 16 : 0;
-  if (oc && oc == nc) return p;
-  if (!oc && !nc) {                  /* large to large (or a new large block) */
-    if (nsize) return realloc(p, nsize);
-    free(p);
-    return NULL;
-  }
-  void *q = NULL;
-  if (nsize) {
-    q = nc ? small_new(nc) : malloc(nsize);
-    if (!q) return NULL;
-    if (p) memcpy(q, p, osize < nsize ? osize : nsize);
-  }
-  if (p) {
-    if (oc) { *(void **)p = small_free[oc]; small_free[oc] = p; }
-    else free(p);
-  }
-  return q;
-}
-
-static int lua_panic(lua_State *L) {
-  l_message(PROGNAME, lua_tostring(L, -1));
-  return 0;
-}
-
 int main(int argc, char **argv) {
   struct smain s = { argc, argv, 0, argc, 0 };
   lua_State *L;
@@ -828,11 +777,16 @@ int main(int argc, char **argv) {
   }
   if (opt_backend) setenv("GTLUA_BACKEND", opt_backend, 1);  /* before gt loads */
   if ((s.args & (HAS_STATS | HAS_ADVISE)) || opt_report) setenv("GTLUA_KEEP_TREES", "1", 1);  /* trees stay for the exit report */
-  if ((L = lua_newstate(lua_alloc, NULL)) == NULL) {
+  /* Lua's memory: LuaJIT's own allocator.  Free lists of our own (session 7)
+     were 1-2% quicker per replayed op with warm caches, but the collector's
+     sweep order scattered the handles they gave out: with the caches cold
+     between steps (as after a device sync) a 512-op step slowed from 44 to
+     51-57 us over 3000 steps, where LuaJIT's allocator stayed at 43; and
+     they never gave memory back. */
+  if ((L = luaL_newstate()) == NULL) {
     l_message(PROGNAME, "cannot create state: not enough memory");
     return EXIT_FAILURE;
   }
-  lua_atpanic(L, lua_panic);
   status = lua_cpcall(L, pmain, &s);
   report(L, status);
   /* at exit a dropped tree's finalizer frees it, outputs alive or not (tree.lua) */
