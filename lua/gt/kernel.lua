@@ -125,17 +125,18 @@ end
 -- Compiles the code src of a launcher generator for kernel k (chunk name
 -- name) and returns what it returns.  src sees rt, args and tensors (the
 -- kernel's argument arrays), T, fail, raise, count_error, launch, the checks'
--- helpers (floor, istype, type, tobit, select), ffi and n (the arrays' size).
-local function compile_launcher(k, name, src)
+-- helpers (floor, istype, type, tobit, select), ffi, n (the arrays' size)
+-- and extra (compile_launcher's fourth argument).
+local function compile_launcher(k, name, src, extra)
   local n = math.max(k.nparams, 1)
   local args, tensors = ffi.new("gt_arg[?]", n), ffi.new("const gt_tensor *[?]", n)
   local function fail(i, v) arg_error(k, i, v, 3) end
   local function raise() error(gt._errmsg(), 3) end
   local head = "local rt, args, tensors, T, fail, floor, istype, type, raise, count_error, launch, tobit, select, " ..
-    "ffi, n = ...\n"
+    "ffi, n, extra = ...\n"
   local f = assert(loadstring(head .. src, name))
   return f(rt, args, tensors, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error_of(k),
-           C.gt_launch_tensors, bit.tobit, select, ffi, n)
+           C.gt_launch_tensors, bit.tobit, select, ffi, n, extra)
 end
 
 -- Generates a launcher with fixed arity for kernel k: the checks inline,
@@ -159,11 +160,16 @@ local function make_launcher(k)
     table.concat(code, "\n") .. "\n" .. answer_code(n > 0 and "(select(r, " .. plist .. "))" or nil) .. "end end")
 end
 
--- The lean launcher of kernel k (gt.ops's, through Kernel:_lean): its
--- scalars are fixed when it is made (checked then, as the launcher checks
--- them, into argument arrays of its own), and it takes the tensor
--- parameters alone, in order; a step stores their handles and calls the
--- core.  Returns factory(cfg, all arguments, tensors nil).
+-- The lean launcher of kernel k (gt.ops's, through Kernel:_lean): one
+-- runner for the kernel, run(st, tensors...), and states, one a
+-- configuration: state(all arguments, tensors nil) -> st, its scalars checked
+-- then (as the launcher checks them) into st's own argument array; st.cfg
+-- is left for gt_launch_config.  A run stores the tensor parameters' handles
+-- in st and calls the core.  One runner for every state: LuaJIT specializes a
+-- call to the closure it saw, so a call site that met a closure per
+-- configuration left its trace for a side trace whenever the configuration
+-- changed (the shapes scenario: every op).  st.nb and st.sid are the
+-- caller's (gt.ops: its result's bytes and shape id).
 local function make_lean(k)
   local n = k.nparams
   local params, fixed, tlist, store, which = {}, {}, {}, {}, {}
@@ -178,12 +184,16 @@ local function make_lean(k)
       fixed[#fixed + 1] = arg_code(k, i, "args[" .. (i - 1) .. "]")
     end
   end
+  local S = ffi.typeof("struct { gt_launchcfg cfg; gt_arg args[$]; const gt_tensor *tensors[$]; double nb; int32_t sid; }",
+    math.max(n, 1), math.max(n, 1))
   return compile_launcher(k, "=gt.kernel." .. ffi.string(k.name) .. ".lean",
-    "return function(cfg" .. (n > 0 and ", " or "") .. table.concat(params, ", ") .. ")\n" ..
-    "local args, tensors = ffi.new('gt_arg[?]', n), ffi.new('const gt_tensor *[?]', n)\n" ..
-    table.concat(fixed, "\n") .. "\n" ..
-    "return function(" .. table.concat(tlist, ", ") .. ")\n" .. table.concat(store, "\n") .. "\n" ..
-    answer_code(#which > 0 and table.concat(which, " or ") or nil) .. "end end")
+    "local S = extra\n" ..
+    "local function run(st" .. (#tlist > 0 and ", " or "") .. table.concat(tlist, ", ") .. ")\n" ..
+    "local cfg, args, tensors = st.cfg, st.args, st.tensors\n" .. table.concat(store, "\n") .. "\n" ..
+    answer_code(#which > 0 and table.concat(which, " or ") or nil) .. "end\n" ..
+    "local function state(" .. table.concat(params, ", ") .. ")\n" ..
+    "local st = S()\nlocal args = st.args\n" .. table.concat(fixed, "\n") .. "\nreturn st end\n" ..
+    "return run, state", S)
 end
 
 local CFG = ffi.typeof("gt_launchcfg")
@@ -231,17 +241,18 @@ function Kernel:config(grid, block, smem)
   return bound(self._k, self._factory, gx, gy, gz, bx, by, bz, smem)
 end
 
--- K.name:_lean(grid, block, smem, args...) -> f(tensors...): a launcher
--- of this configuration with the scalar arguments fixed (args: all of them,
--- in order, nil for the tensors), taking the tensor arguments alone.
--- gt.ops's ops make one per plan: their scalars follow from the shapes.
+-- K.name:_lean(grid, block, smem, args...) -> st, run: a state of this
+-- configuration with the scalar arguments fixed (args: all of them, in
+-- order, nil for the tensors) and the kernel's lean runner; run(st,
+-- tensors...) launches with the tensor arguments alone.  gt.ops's ops make a
+-- state per plan (their scalars follow from the shapes).
 function Kernel:_lean(grid, block, smem, ...)
   local gx, gy, gz = dims(grid, "grid", self.name, 2)
   local bx, by, bz = dims(block, "block", self.name, 2)
-  self._leanf = self._leanf or make_lean(self._k)
-  local cfg = CFG()
-  if C.gt_launch_config(rt, self._k, gx, gy, gz, bx, by, bz, smem, cfg) ~= 0 then error(gt._errmsg(), 2) end
-  return self._leanf(cfg, ...)
+  if not self._leanrun then self._leanrun, self._leanstate = make_lean(self._k) end
+  local st = self._leanstate(...)
+  if C.gt_launch_config(rt, self._k, gx, gy, gz, bx, by, bz, smem, st.cfg) ~= 0 then error(gt._errmsg(), 2) end
+  return st, self._leanrun
 end
 
 function Kernel:__tostring()

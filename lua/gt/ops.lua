@@ -295,7 +295,7 @@ local function linear_checked(x, W, b, act)
   end
   local M = rows(xs, NUMEL[x._sid])
   local y = with_last(x._sid, N)
-  local p = table_new(4, 8)          -- p[a + 1]: its step with activation a (linear_step)
+  local p = table_new(4, 8)          -- p[a + 1]: its state with activation a (linear_state)
   p.y, p.nb, p.M, p.N, p.K = y, NUMEL[y] * F32.size, M, N, K
   return p, a
 end
@@ -306,23 +306,27 @@ local linear_plans = table_new(4096, 0)
 local F32C = F32.code
 local TT = require("ffi").typeof("gt_tensor")
 
--- The step of plan p with activation a (bias: 1 with one): makes the
--- result, launches, returns the result.  Its launcher is a lean one (the
--- scalars fixed, the tensors stored); its sizes are upvalues that LuaJIT
--- compiles in as constants.  In a tree call the result is a handle without
--- a buffer: the launch makes it (one call into the core).
-local function linear_step(p, a, bias)
+-- The state of plan p with activation a (bias: 1 with one): linear_f32's
+-- lean state (the scalars fixed) with the result's bytes and shape id.
+local linear_run    -- linear_f32's lean runner: one function for every plan
+local function linear_state(p, a, bias)
   local gx, gy = tile_grid(p.M, p.N)
-  local f = kernel("linear", "linear_f32"):_lean({ gx, gy, 1 }, { TILE, TILE, 1 }, 0,
+  local st, run = kernel("linear", "linear_f32"):_lean({ gx, gy, 1 }, { TILE, TILE, 1 }, 0,
     nil, nil, nil, nil, p.M, p.N, p.K, bias, a)
-  local nb, ysid = p.nb, p.y
-  return function(x, W, b)
-    local tree = gt._active
-    local y = tree and TT(nil, 0, nb, 0, ysid, F32C, 0) or new_sid(ysid, F32, 3)
-    if tree then tree._last = y end
-    f(y, x, W, b)
-    return y
-  end
+  st.nb, st.sid = p.nb, p.y
+  linear_run = run
+  return st
+end
+
+-- A step of state st: makes the result, launches, returns the result.  In a
+-- tree call the result is a handle without a buffer: the launch makes it
+-- (one call into the core).
+local function linear_go(st, x, W, b)
+  local tree = gt._active
+  local y = tree and TT(nil, 0, st.nb, 0, st.sid, F32C, 0) or new_sid(st.sid, F32, 3)
+  if tree then tree._last = y end
+  linear_run(st, y, x, W, b)
+  return y
 end
 
 -- The plans of x shape id xs and W shape id ws, by bias shape id (made on first use).
@@ -348,9 +352,9 @@ function ops.linear(x, W, b, act)
     local byw = byx and byx[W._sid]
     local p = byw and byw[bsid]
     local a = act == nil and 0 or ACT[act]
-    local step = p and a and p[a + 1]
-    if step then
-      local y = step(x, W, b or W)
+    local st = p and a and p[a + 1]
+    if st then
+      local y = linear_go(st, x, W, b or W)
       return y
     end
   end
@@ -358,8 +362,8 @@ function ops.linear(x, W, b, act)
   local byw = plans_of(x._sid, W._sid)
   p = byw[bsid] or p
   byw[bsid] = p
-  p[a + 1] = p[a + 1] or linear_step(p, a, bsid ~= 0 and 1 or 0)
-  local y = p[a + 1](x, W, b or W)
+  p[a + 1] = p[a + 1] or linear_state(p, a, bsid ~= 0 and 1 or 0)
+  local y = linear_go(p[a + 1], x, W, b or W)
   return y
 end
 
