@@ -1,5 +1,6 @@
 -- kernels_spec.lua: user kernels through gt.compile / gt.load: barriers, shuffles, dynamic shared memory, 2-D grids, errors.
 local gt = require "gt"
+local ffi = require "ffi"
 
 local function flat(t) return require("gt.busted").flat(t:tolist()) end
 
@@ -160,6 +161,25 @@ describe("gt.compile kernels", function()
     local y = gt.zeros { 2 }
     K.k_two(1, 2, y, 2)
     assert.are.same({ 4, 4 }, y:tolist())
+  end)
+
+  it("gives each kernel's lean launcher (gt.ops's) arrays of its own parameter count", function()
+    -- busted memoizes ffi.typeof by its first argument: a "$" size parameter
+    -- would hand the second kernel the first one's argument arrays
+    local K = gt.compile [[
+      __global__ void lean_two(float *y, int n) { if (threadIdx.x < n) y[threadIdx.x] = 1.0f; }
+      __global__ void lean_six(float *y, const float *x, int n, float a, float b, float c) {
+        if (threadIdx.x < n) y[threadIdx.x] = a * x[threadIdx.x] + b + c;
+      }
+    ]]
+    local st2, run2 = K.lean_two:_lean(1, 32, 0, nil, 3)
+    local st6, run6 = K.lean_six:_lean(1, 32, 0, nil, nil, 3, 2, 1, 0.5)
+    assert.is_true(ffi.sizeof(st6) > ffi.sizeof(st2))
+    local x, y2, y6 = gt.from { 1, 2, 3 }, gt.zeros { 3 }, gt.zeros { 3 }
+    run2(st2, y2)
+    run6(st6, y6, x)
+    assert.are.same({ 1, 1, 1 }, y2:tolist())
+    assert.are.same({ 3.5, 5.5, 7.5 }, y6:tolist())
   end)
 end)
 

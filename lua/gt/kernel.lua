@@ -184,8 +184,10 @@ local function make_lean(k)
       fixed[#fixed + 1] = arg_code(k, i, "args[" .. (i - 1) .. "]")
     end
   end
-  local S = ffi.typeof("struct { gt_launchcfg cfg; gt_arg args[$]; const gt_tensor *tensors[$]; double nb; int32_t sid; }",
-    math.max(n, 1), math.max(n, 1))
+  -- (the sizes written into the declaration: busted memoizes ffi.typeof by
+  -- its first argument, and a "$" parameter would give every kernel the first one's)
+  local S = ffi.typeof(("struct { gt_launchcfg cfg; gt_arg args[%d]; const gt_tensor *tensors[%d]; " ..
+    "double nb; int32_t sid; }"):format(math.max(n, 1), math.max(n, 1)))
   return compile_launcher(k, "=gt.kernel." .. ffi.string(k.name) .. ".lean",
     "local S = extra\n" ..
     "local function run(st" .. (#tlist > 0 and ", " or "") .. table.concat(tlist, ", ") .. ")\n" ..
