@@ -377,14 +377,6 @@ function M.floor_calls(sc)
   return calls
 end
 
--- The floor measured alone: reps synced steps, then pipe pipelined (cond_bench.lua).
-function M.floor(tree, sc, reps, pipe)
-  local calls = M.floor_calls(sc)
-  local c, st = tree:floor(reps, true, sc.floor_patch, calls)
-  local _, p = tree:floor(pipe, false, sc.floor_patch, calls)
-  return { cpu_us = c, step_us = st, pipe_us = p }
-end
-
 -- Largest |eager - tree| over every variant's output, and the largest |value|.
 function M.agree(tree, sc)
   local diff, mag, n = 0, 0, 0
