@@ -178,7 +178,7 @@ local function make_lean(k)
     local pt = k.ptype[i - 1]
     if pt == PTR_IN or pt == PTR_OUT then
       tlist[#tlist + 1] = "a" .. i
-      store[#store + 1] = ("if not istype(T, a%d) then fail(%d, a%d) end; tensors[%d] = a%d"):format(i, i, i, i - 1, i)
+      store[#store + 1] = arg_code(k, i)      -- the launcher's check and store of a tensor
       which[#which + 1] = ("r == %d and a%d"):format(i, i)
     else
       fixed[#fixed + 1] = arg_code(k, i, "args[" .. (i - 1) .. "]")
