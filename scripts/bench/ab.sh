@@ -31,6 +31,7 @@ while [ "$i" -le "$n" ]; do
 done
 build/gtlua - "$dir" "$n" <<'LUA'
 local json = require "gt.json"
+local med = dofile("scripts/bench/gtlua_bench.lua").median
 local dir, n = arg[1], tonumber(arg[2])
 local vals, order = {}, {}
 for _, side in ipairs { "old", "new" } do
@@ -49,8 +50,6 @@ for _, side in ipairs { "old", "new" } do
   end
 end
 table.sort(order)
-local function med(v) table.sort(v); local c = #v; if c == 0 then return 0 / 0 end
-  return c % 2 == 1 and v[(c + 1) / 2] or (v[c / 2] + v[c / 2 + 1]) / 2 end
 print(("%-22s %10s %10s %9s   (cpu_us medians of %d processes each)"):format("scenario mode", "old", "new", "new/old", n))
 for _, k in ipairs(order) do
   local o, w = med(vals[k].old), med(vals[k].new)

@@ -69,20 +69,12 @@ function M.run(cfg)
   r.modes.eager = B.measure(function(i) return st.cond(args(i)) end, cfg.warm, reps, pipe)
   local ti = gt.tree(st.item, { name = "cond-item" })
   r.modes.item = B.measure(function(i) return ti(args(i)) end, cfg.warm, reps, pipe)
-  -- cond and its floor in turn (gtlua_bench.lua's M.interleave: paired ratios, vs_floor_*)
+  -- cond and its floor in turn (gtlua_bench.lua's M.in_turn: paired ratios, vs_floor_*)
   local tc = gt.tree(st.cond, { name = "cond-cond" })
-  local cstep = function(i) return tc(args(i)) end
-  for i = 1, cfg.warm do cstep(i) end
-  gt.sync()
-  collectgarbage()
   local calls = B.floor_calls({ variants = 2, args = args })
-  local mm = B.interleave({ cond = B.steps_block(cstep, cfg.warm),
-                            floor = function(n) return tc:floor(n, true, nil, calls) end },
-                          { "cond", "floor" }, reps, cfg.rounds or 6, "floor")
+  local mm = B.in_turn({ cond = function(i) return tc(args(i)) end }, { "cond" },
+    function(n, sync) return tc:floor(n, sync, nil, calls) end, cfg.warm, reps, pipe, cfg.rounds or 6)
   r.modes.cond, r.modes.floor = mm.cond, mm.floor
-  r.modes.cond.pipe_us = B.pipe(cstep, pipe, cfg.warm + reps)
-  local _, fp = tc:floor(pipe, false, nil, calls)
-  r.modes.floor.pipe_us = fp
   r.nodes.item, r.nodes.cond = ti:stats().nodes, tc:stats().nodes
   r.max_abs_diff = math.max(agree(ti(args(1)), tc(args(1))), agree(ti(args(2)), tc(args(2))))
   r.cond_nodes = gt.cond_nodes()

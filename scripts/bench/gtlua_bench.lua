@@ -211,21 +211,8 @@ function M.measure(step, warm, reps, pipe)
   for i = 1, warm do step(i) end
   gt.sync()
   collectgarbage()
-  local cpu, full = {}, {}
-  for i = 1, reps do
-    local t0 = clock()
-    step(warm + i)
-    local t1 = clock()
-    gt.sync()
-    local t2 = clock()
-    cpu[i], full[i] = (t1 - t0) * 1e6, (t2 - t0) * 1e6
-  end
-  collectgarbage()
-  local t0 = clock()
-  for i = 1, pipe do step(warm + reps + i) end
-  gt.sync()
-  local p = (clock() - t0) * 1e6 / pipe
-  return { cpu_us = median(cpu), step_us = median(full), pipe_us = p }
+  local c, st = M.steps_block(step, warm)(reps)
+  return { cpu_us = c, step_us = st, pipe_us = M.pipe(step, pipe, warm + reps) }
 end
 
 -- A block of measured steps: n synced calls of step (numbered on from
@@ -298,6 +285,24 @@ function M.pipe(step, n, first)
   for i = 1, n do step(first + i) end
   gt.sync()
   return (clock() - t0) * 1e6 / n
+end
+
+-- Steps (name -> step(i), measured in order's order) and their floor
+-- (launch_floor(n, sync_each) -> cpu µs, step µs: tree:floor) measured in turn:
+-- warm steps of each, then M.interleave (ratios to the floor paired), then
+-- each pipelined.  Returns the modes by name, the floor's as "floor".
+function M.in_turn(steps, order, launch_floor, warm, reps, pipe, rounds)
+  for _, name in ipairs(order) do for i = 1, warm do steps[name](i) end end
+  gt.sync()
+  collectgarbage()
+  local blocks, all = { floor = function(n) return launch_floor(n, true) end }, {}
+  for k, name in ipairs(order) do blocks[name], all[k] = M.steps_block(steps[name], warm), name end
+  all[#all + 1] = "floor"
+  local m = M.interleave(blocks, all, reps, rounds, "floor")
+  for _, name in ipairs(order) do m[name].pipe_us = M.pipe(steps[name], pipe, warm + reps) end
+  local _, fp = launch_floor(pipe, false)
+  m.floor.pipe_us = fp
+  return m
 end
 
 -- The collector's share of a step's host time: cpu_us medians over reps
@@ -447,30 +452,18 @@ function M.run_scenario(cfg, sc, r)
     kt, kargs = gt.tree(fn, ko), sc.keyed.args or args
     M.startup(kt, kargs, max(warm, 4 * sc.variants))
   end
-  local tstep = function(i) return tree(args(i)) end
-  local kstep = kt and function(i) return kt(kargs(i)) end
-  for i = 1, warm do tstep(i) end
-  if kstep then for i = 1, warm do kstep(i) end end
-  gt.sync()
-  collectgarbage()
-  -- tree, keyed and floor in turn (M.interleave)
+  -- tree, keyed and floor in turn
+  local steps, order = { tree = function(i) return tree(args(i)) end }, { "tree" }
+  if kt then steps.keyed, order[2] = function(i) return kt(kargs(i)) end, "keyed" end
   local calls = M.floor_calls(sc)
-  local blocks, order = { tree = M.steps_block(tstep, warm), floor = function(n)
-    local c, st = tree:floor(n, true, sc.floor_patch, calls)
-    return c, st
-  end }, { "tree", "floor" }
-  if kstep then blocks.keyed, order = M.steps_block(kstep, warm), { "tree", "keyed", "floor" } end
-  local m = M.interleave(blocks, order, reps, cfg.rounds or 6, "floor")
+  local m = M.in_turn(steps, order, function(n, sync) return tree:floor(n, sync, sc.floor_patch, calls) end,
+    warm, reps, pipe, cfg.rounds or 6)
   r.modes.tree, r.modes.floor, r.modes.keyed = m.tree, m.floor, m.keyed
-  r.modes.tree.pipe_us = M.pipe(tstep, pipe, warm + reps)
-  local _, fp = tree:floor(pipe, false, sc.floor_patch, calls)
-  r.modes.floor.pipe_us = fp
-  if kstep then
-    r.modes.keyed.pipe_us = M.pipe(kstep, pipe, warm + reps)
+  if kt then
     local k = kt:stats().keyed
     r.keyed = { hits = k.hits, misses = k.misses, refused = k.refused }
   end
-  r.modes.tree.gc_share = M.gc_share(tstep, reps)
+  r.modes.tree.gc_share = M.gc_share(steps.tree, reps)
   r.stats = stats_summary(tree:stats())
   r.agree = M.agree(tree, sc)
   if sc.grow and sc.grow == cfg.heap_grow then r.record_heap = M.record_with_heap(sc, cfg.heap_mb) end
