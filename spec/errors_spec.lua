@@ -47,6 +47,17 @@ describe("errors at the user's line", function()
     assert.truthy(err:find("tree 'tail_step' (spec/errors_spec.lua:", 1, true), err)
   end)
 
+  it("names the line of a tree call whose input cannot be staged, plain or keyed; the tree works after", function()
+    for _, opts in ipairs({ { copy_inputs = true }, { copy_inputs = true, key = function() return 1 end } }) do
+      local step = gt.tree(function(x) return ops.relu(x) end, opts)
+      local x = gt.randn({ 4, 4 }, { seed = 2 })
+      for _ = 1, 4 do step(x) end                 -- (a keyed call's path is known by now)
+      local line, err = here(), err_of(function() local y = step(x:narrow(2, 1, 2)) return y end)
+      assert.matches("^spec/errors_spec%.lua:" .. line .. ": a non%-contiguous view as a tree input: :clone%(%) it first", err)
+      assert.are.same(gt.ops.relu(x):tolist(), step(x):tolist())
+    end
+  end)
+
   it("names the user's line for tensor methods", function()
     local line, err = here(), err_of(function() local v = gt.zeros { 2 }:view { 3 } return v end)
     assert.matches("^spec/errors_spec%.lua:" .. line .. ": view: ", err)

@@ -123,32 +123,81 @@ describe("a replayed op", function()
     assert.is_true(s.replays >= 24)
   end)
 
+  -- The aborts "NYI: return to lower frame" of traces run during fn(), as
+  -- {"where", ...}.  (The watcher allocates nothing and is not compiled: a
+  -- vmevent handler that allocates or runs traces during a recording can
+  -- corrupt it in the LuaJIT of Debian 12, fixed upstream in 2023 and 2026.)
+  local function lower_frame_aborts(fn)
+    local traceerr, funcinfo = require("jit.vmdef").traceerr, require("jit.util").funcinfo
+    local RETL
+    for code, msg in pairs(traceerr) do if msg:match("return to lower frame") then RETL = code end end
+    assert(RETL, "jit.vmdef has no error 'return to lower frame'")
+    local funcs, pcs, n = { false, false, false, false, false, false, false, false }, { 0, 0, 0, 0, 0, 0, 0, 0 }, 0
+    local function watch(what, _, func, pc, code)
+      if what == "abort" and code == RETL and n < 8 then n = n + 1; funcs[n], pcs[n] = func, pc end
+    end
+    jit.off(watch)
+    jit.flush()
+    jit.attach(watch, "trace")
+    local ok, err = pcall(fn)
+    jit.attach(watch)                                      -- (detaches it)
+    assert(ok, err)
+    local where = {}
+    for i = 1, n do where[i] = tostring(funcinfo(funcs[i], pcs[i]).loc) end
+    return where
+  end
+
   it("runs the end of a body compiled: no trace aborts returning from it (the tree's pcalls are made from C)", function()
     -- a layer loop with its own trace, then an op after it: the side trace from
     -- the loop's exit reaches the body's return.  Across the frame of Lua's
     -- pcall LuaJIT cannot return ("NYI: return to lower frame"), and after a
     -- few aborts the end of every step ran in the interpreter.
-    local traceerr = require("jit.vmdef").traceerr
     local W = gt.randn({ 8, 8 }, { seed = 1, scale = 0.3 }):static()
     local step = gt.tree(function(x)
       for _ = 1, 6 do x = gt.ops.linear(x, W) end
       return gt.ops.relu(x)
     end)
     local x = gt.randn({ 2, 8 }, { seed = 2 })
-    local bad = {}
-    jit.flush()
-    local funcinfo = require("jit.util").funcinfo
-    local function watch(what, _, func, pc, code, info)
-      if what == "abort" and traceerr[code] and traceerr[code]:match("return to lower frame") then
-        bad[#bad + 1] = traceerr[code]:format(info) .. " at " .. tostring(funcinfo(func, pc).loc)   -- (where)
-      end
-    end
-    jit.attach(watch, "trace")
-    local ok, err = pcall(function() for _ = 1, 400 do step(x) end end)
-    jit.attach(watch)                                      -- (detaches it)
-    assert(ok, err)
-    assert.are.same({}, bad)
+    assert.are.same({}, lower_frame_aborts(function() for _ = 1, 400 do step(x) end end))
     assert.is_true(step:stats().replays >= 390)
+  end)
+
+  it("passes a call on to its body and a keyed hit on to its outputs without a vararg function traces abort in", function()
+    -- a side trace entering a vararg function from below cannot leave it (LuaJIT:
+    -- "NYI: return to lower frame"): keyed calls that alternate keys, trees of
+    -- one to six arguments called in turn, a bucketed call padded and
+    -- narrowed back, all without such aborts
+    local W = gt.randn({ 8, 8 }, { seed = 1, scale = 0.3 }):static()
+    local keyed = gt.tree(function(x, mode)
+      for _ = 1, 6 do x = gt.ops.linear(x, W) end
+      if mode == 1 then x = gt.ops.relu(x) end
+      return x
+    end, { key = function(_, mode) return mode end })
+    local plain = {}
+    for n = 1, 6 do
+      plain[n] = gt.tree(function(x, ...)
+        local y = gt.ops.linear(x, W)
+        if select("#", ...) >= 2 then y = gt.ops.relu(y) end
+        return y, ...
+      end)
+    end
+    local padded = gt.tree(function(x) return gt.ops.relu(x), 1, gt.ops.linear(x, W) end,
+      { buckets = { dim = 1, sizes = { 4 } } })
+    local x = gt.randn({ 2, 8 }, { seed = 2 })
+    local rest = { 1, 2, 3, 4, 5 }
+    local last, rows = {}, nil
+    assert.are.same({}, lower_frame_aborts(function()
+      for i = 1, 3000 do
+        keyed(x, i % 3 == 0 and 1 or 0)
+        local n = i % 6 + 1
+        last[n] = select("#", plain[n](x, unpack(rest, 1, n - 1)))
+        if i % 2 == 0 then rows = padded(x).shape[1] + select(3, padded(x)).shape[1] end
+      end
+    end))
+    for n = 1, 6 do assert.are.equal(n, last[n]) end
+    assert.are.equal(4, rows)
+    local ks = keyed:stats().keyed
+    assert.is_true(ks.hits >= 2900, "keyed hits: " .. tostring(ks.hits))
   end)
 end)
 

@@ -61,8 +61,8 @@ local function pad(self, x, dim, p, slot)
 end
 
 -- The run's argument preparation: bucketed inputs padded, others staged as usual.
-local function prep(self, n, ...)
-  local args, slot = { ... }, 0
+local function prep(self, n, a1, a2, a3, a4, rest)
+  local args, slot = gt._packed(n, a1, a2, a3, a4, rest), 0
   local specs, real = self._buckets, self._breal
   gt._pin_inputs(self, args, n)
   for i = 1, n do
@@ -91,54 +91,69 @@ local function narrow_one(self, x, dim, p, n)
   return x
 end
 
-local function narrow_all(self, ...)
-  local nres = select("#", ...)
+-- Result x narrowed back (a tensor, or tensors in a plain table).
+local function narrow_res(self, x, dim, p, n)
+  if type(x) == "table" and getmetatable(x) == nil then
+    local c = {}
+    for k, v in pairs(x) do c[k] = narrow_one(self, v, dim, p, n) end
+    return c
+  end
+  local y = narrow_one(self, x, dim, p, n)
+  return y
+end
+
+-- A padded call's nres results (r1, r2, or all of them in rest) narrowed back.
+local function narrow_results(self, nres, r1, r2, rest)
   if nres == 0 then return end
   local dim, p, n = self._buckets[1].dim, self._bpad, self._breal[1]
-  local r = { ... }
-  for i = 1, nres do
-    local x = r[i]
-    if type(x) == "table" and getmetatable(x) == nil then
-      local c = {}
-      for k, v in pairs(x) do c[k] = narrow_one(self, v, dim, p, n) end
-      r[i] = c
-    else
-      r[i] = narrow_one(self, x, dim, p, n)
+  if not rest then
+    if nres == 1 then
+      local y = narrow_res(self, r1, dim, p, n)
+      return y
     end
+    return narrow_res(self, r1, dim, p, n), narrow_res(self, r2, dim, p, n)
   end
-  return unpack(r, 1, nres)
+  for i = 1, nres do rest[i] = narrow_res(self, rest[i], dim, p, n) end
+  return unpack(rest, 1, nres)
+end
+
+-- (A vararg function that does nothing a trace could start in: see tree.lua's spread.)
+local function narrow_all(self, ...)
+  local nres = select("#", ...)
+  if nres <= 2 then return narrow_results(self, nres, ...) end
+  return narrow_results(self, nres, nil, nil, { ... })
 end
 
 -- The first bucketed input's size along its dim (spec: the first bucket spec).
-local function real_size(spec, ...)
-  for i = 1, select("#", ...) do
-    local x = select(i, ...)
+local function real_size(spec, n, a1, a2, a3, a4, rest)
+  for i = 1, n do
+    local x = gt._arg_at(i, a1, a2, a3, a4, rest)
     if is_tensor(x) and (spec.arg == nil or spec.arg == i) and #x.shape >= spec.dim then return x.shape[spec.dim] end
   end
 end
 
-local function bucket_call(self, ...)
+-- A call (its arguments: n, a1..a4, rest, as tree.lua's spread takes them).
+local function bucket_call(self, na, a1, a2, a3, a4, rest)
   -- the real size: the first bucketed input's size along its dim
   local first = self._buckets[1]
   local n
-  local x1 = ...                          -- the usual case: the first argument, without a loop
-  if is_tensor(x1) and (first.arg == nil or first.arg == 1) then n = SHAPES[x1._sid][first.dim] end
-  if not n then n = real_size(first, ...) end
+  if is_tensor(a1) and (first.arg == nil or first.arg == 1) then n = SHAPES[a1._sid][first.dim] end   -- the usual case, without a loop
+  if not n then n = real_size(first, na, a1, a2, a3, a4, rest) end
   if not n then error("tree '" .. self.name .. "': no tensor input to bucket along dim " .. first.dim, 2) end
   -- the bucket of n, remembered (a loop on every call would stop the caller's trace)
   local p = first.of[n]
   if p == nil then p = bucket_of(first.sizes, n) or false; first.of[n] = p end
-  if not p then return self._run(self, "beyond buckets", ...) end   -- a call of the tree all the same, run eagerly
+  if not p then return self._run(self, "beyond buckets", na, a1, a2, a3, a4, rest) end   -- a call of the tree all the same, run eagerly
   self._breal[1], self._bpad = n, p
   -- already at the bucket's size: nothing to pad or to narrow (the inputs are
   -- used where they are, as in a tree without buckets)
   local exact = p == n and #self._buckets == 1
   if self._keyed then                    -- a keyed call of the bucket's path (keyed.lua pads with prep)
-    if exact then return self:_keyed_call(false, ...) end
-    return narrow_all(self, self:_keyed_call(true, ...))
+    if exact then return self:_keyed_call(false, na, a1, a2, a3, a4, rest) end
+    return narrow_all(self, self:_keyed_call(true, na, a1, a2, a3, a4, rest))
   end
-  if exact then return self._run(self, false, ...) end
-  return narrow_all(self, self._run(self, nil, ...))
+  if exact then return self._run(self, false, na, a1, a2, a3, a4, rest) end
+  return narrow_all(self, self._run(self, nil, na, a1, a2, a3, a4, rest))
 end
 
 -- Called by gt.tree when opts.buckets is given.

@@ -10,9 +10,10 @@ local gt = require "gt"
 local C, rt = gt._C, gt._rt
 local select, type, getmetatable, rawequal = select, type, getmetatable, rawequal
 local is_tensor, view = gt.is_tensor, gt._view
+local spread, arg_at, packed = gt._spread, gt._arg_at, gt._packed
 local band = bit.band
 local STATIC, STAGING = C.GT_BUF_STATIC, C.GT_BUF_STAGING
-local function anchor(tree, t, gen) return gt._anchor(tree, t, gen) end
+local anchor = gt._anchor
 
 local M = {}
 
@@ -26,18 +27,24 @@ local function child(node, k)
   return c
 end
 
--- The key's values down the memo trie.  Up to three without a loop: a loop
--- run on every call becomes a trace of its own and stops the caller's.
-local function walk_keys(node, ...)
+-- The key's values: how many, the first three, and all of them in a table
+-- when there are more.
+local function key_values(...)
   local n = select("#", ...)
-  if n <= 3 then
-    local k1, k2, k3 = ...
-    if n >= 1 then node = child(node, k1) end
-    if n >= 2 then node = child(node, k2) end
-    if n >= 3 then node = child(node, k3) end
+  if n <= 3 then return n, ... end
+  return n, nil, nil, nil, { ... }
+end
+
+-- The key's values (key_values's) down the memo trie.  Up to three without a
+-- loop: a loop run on every call becomes a trace of its own and stops the caller's.
+local function walk_keys(node, n, k1, k2, k3, more)
+  if more then
+    for i = 1, n do node = child(node, more[i]) end
     return node
   end
-  for i = 1, n do node = child(node, (select(i, ...))) end
+  if n >= 1 then node = child(node, k1) end
+  if n >= 2 then node = child(node, k2) end
+  if n >= 3 then node = child(node, k3) end
   return node
 end
 
@@ -59,7 +66,8 @@ local function walk_arg(self, node, i, x)
     end
     node = child(child(node, TENSOR), x._sid * 16 + x._dt)   -- shape and dtype: interned, one key
     if band(b.flags, STATIC) ~= 0 then
-      return child(node, tonumber(ffi.cast("uintptr_t", b)) + x._off)   -- a static tensor: by address
+      node = child(node, tonumber(ffi.cast("uintptr_t", b)) + x._off)   -- a static tensor: by address
+      return node
     end
     a.buf, a.off, a.nbytes = b, x._off, x._nb
     self._kinds[i - 1] = 1
@@ -67,31 +75,34 @@ local function walk_arg(self, node, i, x)
   elseif type(x) == "number" and self._patch[i] then
     a.v.f64 = x
     self._kinds[i - 1] = 2
-    return child(node, PATCHED)
+    node = child(node, PATCHED)
+    return node
   elseif type(x) == "table" and getmetatable(x) == nil then
     return nil, "a table argument"
   end
-  return child(node, x)
+  node = child(node, x)
+  return node
 end
 
 -- The argument signature below the key's node; returns the leaf, or nil and
--- why the call cannot be keyed.  Up to four arguments without a loop.
-local function walk_args(self, node, n, ...)
+-- why the call cannot be keyed.  Up to four arguments without a loop.  (The
+-- arguments: n, a1..a4, rest, as tree.lua's spread takes them.)
+local function walk_args(self, node, n, a1, a2, a3, a4, rest)
   self._kstage = false                     -- whether an argument needs staging (this tree's own output)
   local why
-  if n <= 4 then
-    local a1, a2, a3, a4 = ...
+  if not rest then
     if n >= 1 then node, why = walk_arg(self, node, 1, a1); if not node then return nil, why end end
     if n >= 2 then node, why = walk_arg(self, node, 2, a2); if not node then return nil, why end end
     if n >= 3 then node, why = walk_arg(self, node, 3, a3); if not node then return nil, why end end
     if n >= 4 then node, why = walk_arg(self, node, 4, a4); if not node then return nil, why end end
-    return child(node, n)
+  else
+    for i = 1, n do
+      node, why = walk_arg(self, node, i, rest[i])
+      if not node then return nil, why end
+    end
   end
-  for i = 1, n do
-    node, why = walk_arg(self, node, i, (select(i, ...)))
-    if not node then return nil, why end
-  end
-  return child(node, n)
+  node = child(node, n)
+  return node
 end
 
 local function key_text(self, ...)
@@ -144,18 +155,21 @@ local function describe_outputs(self, args, n, ...)
     outs[r] = o
   end
   outs.n = select("#", ...)
-  outs.noarg = true                        -- no output is an argument: outputs need not see the arguments
-  for i = 1, outs.n do if outs[i].kind == "arg" then outs.noarg = false end end
   return outs, cis
 end
 
--- Result o of a hit; outb: the call's output buffers (gt_tree_keyed_run's).
-local function rebuild(self, o, outb, staged, ...)
+-- Result o of a hit; outb: the call's output buffers (gt_tree_keyed_run's);
+-- a1..a4, rest: the call's arguments.
+local function rebuild(self, o, outb, staged, a1, a2, a3, a4, rest)
   local k = o.kind
   if k == "buf" then
     local b = outb[o.bi]
-    return anchor(self, view(b, o.off, o.sid, o.dt, b.gen, o.vid), b.gen)
-  elseif k == "arg" then return (select(o.i, ...))
+    local y = view(b, o.off, o.sid, o.dt, b.gen, o.vid)
+    anchor(self, y, b.gen)                 -- (no tail calls on a hit: LuaJIT counts them against
+    return y                               -- its loop unroll limit, for the whole trace)
+  elseif k == "arg" then
+    local y = arg_at(o.i, a1, a2, a3, a4, rest)
+    return y
   elseif k == "staged" then
     local s = staged[o.i]
     return view(s._b, o.off, o.sid, o.dt, s._gen, o.vid)
@@ -163,12 +177,17 @@ local function rebuild(self, o, outb, staged, ...)
   return o.v
 end
 
-local function outputs(self, outs, outb, staged, ...)
+local function outputs(self, outs, outb, staged, a1, a2, a3, a4, rest)
   local n = outs.n
-  if n == 1 then return rebuild(self, outs[1], outb, staged, ...) end
-  if n == 2 then return rebuild(self, outs[1], outb, staged, ...), rebuild(self, outs[2], outb, staged, ...) end
+  if n == 1 then
+    local y = rebuild(self, outs[1], outb, staged, a1, a2, a3, a4, rest)
+    return y
+  end
+  if n == 2 then
+    return rebuild(self, outs[1], outb, staged, a1, a2, a3, a4, rest), rebuild(self, outs[2], outb, staged, a1, a2, a3, a4, rest)
+  end
   local r = {}
-  for i = 1, n do r[i] = rebuild(self, outs[i], outb, staged, ...) end
+  for i = 1, n do r[i] = rebuild(self, outs[i], outb, staged, a1, a2, a3, a4, rest) end
   return unpack(r, 1, n)
 end
 
@@ -222,19 +241,20 @@ local verify_all = os.getenv("GTLUA_VERIFY_KEYS") == "1"
 
 -- A keyed call; pad: its inputs are padded to their bucket (a bucketed call
 -- below the bucket's size), for the body (tree.lua's run: nil pads, false
--- does not) and for the staging of a hit.
-local function keyed_call(self, pad, ...)
+-- does not) and for the staging of a hit.  The arguments: n, a1..a4, rest
+-- (tree.lua's spread): no vararg function on the way to a hit's outputs.
+local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
   local mode = false
   if pad then mode = nil end
-  local n = select("#", ...)
   if n > self._nins then
     self._nins = n
     self._ins, self._kinds = ffi.new("gt_arg[?]", n), ffi.new("uint8_t[?]", n)
   end
-  local leaf, why = walk_args(self, walk_keys(self._memo, self._key(...)), n, ...)
+  local leaf, why = walk_args(self, walk_keys(self._memo, key_values(self._key(spread(n, a1, a2, a3, a4, rest)))),
+                              n, a1, a2, a3, a4, rest)
   local st = self._kstats
-  if not leaf then refuse(self, self._memo, why); return self._run(self, mode, ...) end
-  if leaf.refused then refuse(self, leaf, leaf.refused); return self._run(self, mode, ...) end
+  if not leaf then refuse(self, self._memo, why); return self._run(self, mode, n, a1, a2, a3, a4, rest) end
+  if leaf.refused then refuse(self, leaf, leaf.refused); return self._run(self, mode, n, a1, a2, a3, a4, rest) end
   local k = leaf.k
   local verifying = false
   if k then
@@ -246,13 +266,12 @@ local function keyed_call(self, pad, ...)
     local r = C.gt_tree_keyed_call(rt, k, self._ins, outb)
     if r == 0 then
       st.hits = st.hits + 1
-      if leaf.outs.noarg then return outputs(self, leaf.outs, outb) end   -- (no vararg to pass on)
-      return outputs(self, leaf.outs, outb, nil, ...)
+      return outputs(self, leaf.outs, outb, nil, a1, a2, a3, a4, rest)
     end
     if r < 0 then error(gt._errmsg(), 2) end
     self._enter(self, C.gt_tree_gen(self._t))                      -- begun: run the body
     st.misses = st.misses + 1
-    return settle(self, leaf, false, n, { ... }, self._body(self, ...))
+    return settle(self, leaf, false, n, packed(n, a1, a2, a3, a4, rest), self._body(self, n, a1, a2, a3, a4, rest))
   end
   if k and not verifying then
     local gen = C.gt_tree_call(rt, self._t, nil)
@@ -260,25 +279,26 @@ local function keyed_call(self, pad, ...)
     self._enter(self, gen)
     local staged
     if pad or self._kstage then
-      local ok, args = pcall(pad and self._prep or self._stage_args, self, n, ...)
-      if not ok then self._abort(); error(args, 0) end
-      staged = args
-      self._staged = args
+      staged = self:_stage_call(pad and self._prep or self._stage_args, n, a1, a2, a3, a4, rest)
+      self._staged = staged
       fill_staged(self, staged, n)
     end
     local r = C.gt_tree_keyed_run(rt, k, self._ins, leaf.outb)
     if r == 0 then
       gt._active = nil
       st.hits = st.hits + 1
-      return outputs(self, leaf.outs, leaf.outb, staged, ...)
+      return outputs(self, leaf.outs, leaf.outb, staged, a1, a2, a3, a4, rest)
     end
     if r < 0 then self._abort(); error(gt._errmsg(), 2) end
     st.misses = st.misses + 1                      -- a patch needs the body: run it in this call
-    local args = staged or { ... }
-    return settle(self, leaf, false, n, { ... }, self._body(self, unpack(args, 1, n)))
+    local args = packed(n, a1, a2, a3, a4, rest)
+    if staged then
+      return settle(self, leaf, false, n, args, self._body(self, n, staged[1], staged[2], staged[3], staged[4], n > 4 and staged or nil))
+    end
+    return settle(self, leaf, false, n, args, self._body(self, n, a1, a2, a3, a4, rest))
   end
   if not k then st.misses = st.misses + 1 end
-  return settle(self, leaf, verifying, n, { ... }, self._run(self, mode, ...))
+  return settle(self, leaf, verifying, n, packed(n, a1, a2, a3, a4, rest), self._run(self, mode, n, a1, a2, a3, a4, rest))
 end
 
 --- Called by gt.tree when opts.key (or patch/verify) is given.

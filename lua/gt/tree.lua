@@ -187,11 +187,45 @@ gt._check_input = check_input
 local function stage(self, x, slot)
   local b = x._b
   if not check_input(self, x) and not self._copy then return x, slot end
-  if x._strides then error("a non-contiguous view as a tree input: :clone() it first", 4) end
-  if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then error(gt._errmsg(), 4) end
+  if x._strides then gt._error("a non-contiguous view as a tree input: :clone() it first") end
+  if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then gt._error(gt._errmsg()) end
   local sb = self._out[0]
   return gt._view(sb, 0, x._sid, x._dt, sb.gen, 0, true), slot + 1
 end
+
+-- A call's arguments travel as n (how many), a1..a4 and rest (all n of them
+-- in a table when n > 4, else nil): no vararg function between a tree's
+-- __call and its body or its keyed hit.  LuaJIT cannot compile a tail call
+-- or a return out of a vararg function that a trace entered from below (a
+-- side trace of a callee, say needs_stage, returning into it: "NYI: return
+-- to lower frame"), and after a few such aborts the rest of every call ran
+-- in the interpreter.
+local function spread(n, a1, a2, a3, a4, rest)
+  if n <= 2 then
+    if n == 2 then return a1, a2 elseif n == 1 then return a1 end
+    return
+  end
+  if n == 3 then return a1, a2, a3 elseif n == 4 then return a1, a2, a3, a4 end
+  return unpack(rest, 1, n)
+end
+
+-- Argument i of n, a1..a4, rest.
+local function arg_at(i, a1, a2, a3, a4, rest)
+  if rest then return rest[i] end
+  if i <= 2 then
+    if i == 1 then return a1 end
+    return a2
+  end
+  if i == 3 then return a3 end
+  return a4
+end
+
+-- The arguments in a table of their own.
+local function packed(n, a1, a2, a3, a4, rest)
+  if rest then return { unpack(rest, 1, n) } end
+  return { a1, a2, a3, a4 }
+end
+gt._spread, gt._arg_at, gt._packed = spread, arg_at, packed
 
 local function needs_stage(self, x)
   if not is_tensor(x) then return false end
@@ -226,8 +260,8 @@ local function pin_inputs(self, args, n)
 end
 gt._pin_inputs = pin_inputs
 
-local function stage_args(self, n, ...)
-  local args, slot = { ... }, 0
+local function stage_args(self, n, a1, a2, a3, a4, rest)
+  local args, slot = packed(n, a1, a2, a3, a4, rest), 0
   pin_inputs(self, args, n)
   for i = 1, n do
     local x = args[i]
@@ -289,10 +323,10 @@ local function end_call(self)
   warned(self)
 end
 
-local function shapes_of(...)
-  local parts = {}
-  for i = 1, select("#", ...) do
-    local x = select(i, ...)
+local function shapes_of(a1, a2, a3, a4)
+  local parts, args = {}, { a1, a2, a3, a4 }
+  for i = 1, 4 do
+    local x = args[i]
     if is_tensor(x) then parts[#parts + 1] = x.dtype .. " " .. gt._shape_str(x.shape) end
   end
   return table.concat(parts, ", ")
@@ -355,22 +389,18 @@ local function results(ok, n, r1, r2)
   return r1, r2, unpack(more, 1, n - 2)
 end
 
--- The body with up to four arguments (no vararg call) and the call's end.
--- (hrun's results are spread into results(): a trace stops at the C call,
--- cleanly, rather than stitching on into frames it cannot return through.)
-local function run_body(self, n, a1, a2, a3, a4)
+-- The body and the call's end.  (hrun's results are spread into results(): a
+-- trace stops at the C call, cleanly, rather than stitching on into frames
+-- it cannot return through.)
+local function run_body(self, n, a1, a2, a3, a4, rest)
   local fn = self.fn
   if n <= 1 then
     if n == 1 then return results(hrun(extra, end_body, self, fn, a1)) end
     return results(hrun(extra, end_body, self, fn))
   elseif n == 2 then return results(hrun(extra, end_body, self, fn, a1, a2))
-  elseif n == 3 then return results(hrun(extra, end_body, self, fn, a1, a2, a3)) end
-  return results(hrun(extra, end_body, self, fn, a1, a2, a3, a4))
-end
-
--- The same for any arguments (more than four, staged ones, keyed misses).
-local function body(self, ...)
-  return results(hrun(extra, end_body, self, self.fn, ...))
+  elseif n == 3 then return results(hrun(extra, end_body, self, fn, a1, a2, a3))
+  elseif n == 4 then return results(hrun(extra, end_body, self, fn, a1, a2, a3, a4)) end
+  return results(hrun(extra, end_body, self, fn, unpack(rest, 1, n)))
 end
 
 -- A call has begun in the core (gen: its generation): the Lua side's state.
@@ -380,44 +410,65 @@ local function enter(self, gen)
   gt._active, self._resumes = self, 0
 end
 
+-- f(self, n, a1, a2, a3, a4, rest) (stage_args, or buckets' prep): the call's
+-- arguments staged, in a pcall made from C as the body's (hrun).  An error
+-- there ends the call before it is raised.
+local function staged_end(_, ok, _, err)
+  if not ok then
+    abort()
+    error(err, 0)
+  end
+end
+local function stage_call(self, f, n, a1, a2, a3, a4, rest)
+  local ok, _, args = hrun(extra, staged_end, self, f, self, n, a1, a2, a3, a4, rest)
+  if not ok then error(args, 0) end
+  return args
+end
+
 -- eager: nil, or a reason to run this call's segments eagerly without nodes
 -- (false: neither eager nor padded, a bucketed call already at its bucket's size).
-local function run(self, eager, ...)
+-- The arguments: n, a1..a4, rest (see spread).
+local function run(self, eager, n, a1, a2, a3, a4, rest)
   local gen = C.gt_tree_call(rt, self._t, eager or nil)
   if gen == 0 then error(gt._errmsg(), 3) end
   enter(self, gen)
   local prep = eager == nil and self._prep or nil         -- a call beyond the buckets pads nothing
-  local n, staged = select("#", ...), prep ~= nil
-  local a1, a2, a3, a4 = ...
-  if not staged then                                      -- up to four arguments without a loop (see walk_keys)
-    if n <= 4 then
+  local staged = prep ~= nil
+  if not staged then
+    if not rest then                                      -- up to four arguments without a loop (see walk_keys)
       staged = n >= 1 and arg_needs_stage(self, a1) or n >= 2 and arg_needs_stage(self, a2) or
                n >= 3 and arg_needs_stage(self, a3) or n >= 4 and arg_needs_stage(self, a4)
     else
-      for i = 1, n do if arg_needs_stage(self, (select(i, ...))) then staged = true break end end
+      for i = 1, n do if arg_needs_stage(self, rest[i]) then staged = true break end end
     end
   end
   self._inn = n                                           -- the inputs, for a new first node's shapes
-  if not staged then
-    self._in1, self._in2, self._in3, self._in4 = a1, a2, a3, a4
-    if n <= 4 then return run_body(self, n, a1, a2, a3, a4) end
-    return body(self, ...)
+  if staged then
+    local args = stage_call(self, prep or stage_args, n, a1, a2, a3, a4, rest)
+    self._staged = args
+    a1, a2, a3, a4 = args[1], args[2], args[3], args[4]
+    if rest then rest = args end
   end
-  local ok, args = pcall(prep or stage_args, self, n, ...)
-  if not ok then abort(); error(args, 0) end
-  self._staged = args
-  self._in1, self._in2, self._in3, self._in4 = args[1], args[2], args[3], args[4]
-  return body(self, unpack(args, 1, n))
+  self._in1, self._in2, self._in3, self._in4 = a1, a2, a3, a4
+  return run_body(self, n, a1, a2, a3, a4, rest)
 end
 Tree._run = run
-Tree._body, Tree._enter, Tree._abort, Tree._stage_args = body, enter, abort, stage_args
+Tree._body, Tree._enter, Tree._abort, Tree._stage_args, Tree._stage_call = run_body, enter, abort, stage_args, stage_call
 gt._stage = stage   -- buckets stage their non-bucketed inputs the same way
 
-function Tree:__call(...)
-  if self._buckets then return self:_bucket_call(...) end   -- (a keyed call inside, with key)
-  if self._keyed then return self:_keyed_call(false, ...) end
+-- The call's kind: bucketed, keyed or plain (n, a1..a4, rest: see spread).
+local function call(self, n, a1, a2, a3, a4, rest)
+  if self._buckets then return self:_bucket_call(n, a1, a2, a3, a4, rest) end   -- (a keyed call inside, with key)
+  if self._keyed then return self:_keyed_call(false, n, a1, a2, a3, a4, rest) end
   self._watch = self._warn_shapes ~= huge                   -- its end counts new first nodes' shapes
-  return run(self, nil, ...)
+  return run(self, nil, n, a1, a2, a3, a4, rest)
+end
+
+function Tree:__call(...)
+  local n = select("#", ...)
+  if n <= 4 then return call(self, n, ...) end
+  local a1, a2, a3, a4 = ...
+  return call(self, n, a1, a2, a3, a4, { ... })
 end
 
 -- -- Statistics ------------------------------------------------------------
