@@ -29,7 +29,13 @@ gt._dtypes, gt._dtype_of_code = DT, BY_CODE
 local Tensor = {}      -- the methods
 gt.Tensor = Tensor
 local TT = ffi.typeof("gt_tensor")
-local function is_tensor(x) return istype(TT, x) end
+-- (Not tail calls, here and in index: LuaJIT counts every tail call a trace
+-- makes, fast functions too, against its loop unroll limit, and aborts it
+-- past 15.)
+local function is_tensor(x)
+  local r = istype(TT, x)
+  return r
+end
 gt.is_tensor = is_tensor
 
 local function dtype_of(dtype, level)
@@ -156,7 +162,10 @@ local GET = {
 }
 local function index(t, k)
   local g = GET[k]
-  if g then return g(t) end
+  if g then
+    local v = g(t)
+    return v
+  end
   return Tensor[k]
 end
 
