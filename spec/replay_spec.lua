@@ -166,7 +166,7 @@ describe("a replayed op", function()
     -- a side trace entering a vararg function from below cannot leave it (LuaJIT:
     -- "NYI: return to lower frame"): keyed calls that alternate keys, trees of
     -- one to six arguments called in turn, a bucketed call padded and
-    -- narrowed back, all without such aborts
+    -- narrowed back, device-side gt.cond bodies, all without such aborts
     local W = gt.randn({ 8, 8 }, { seed = 1, scale = 0.3 }):static()
     local keyed = gt.tree(function(x, mode)
       for _ = 1, 6 do x = gt.ops.linear(x, W) end
@@ -183,6 +183,14 @@ describe("a replayed op", function()
     end
     local padded = gt.tree(function(x) return gt.ops.relu(x), 1, gt.ops.linear(x, W) end,
       { buckets = { dim = 1, sizes = { 4 } } })
+    local live = gt.ones({ 1 }, "i32")
+    local conds = gt.tree(function(x)
+      local h = gt.ops.mul(x, 1)
+      for _ = 1, 4 do
+        gt.cond(live, function() h:copy(gt.ops.add(h, gt.ops.linear(h, W, nil, "tanh"))) end)
+      end
+      return h
+    end)
     local x = gt.randn({ 2, 8 }, { seed = 2 })
     local rest = { 1, 2, 3, 4, 5 }
     local last, rows = {}, nil
@@ -192,6 +200,7 @@ describe("a replayed op", function()
         local n = i % 6 + 1
         last[n] = select("#", plain[n](x, unpack(rest, 1, n - 1)))
         if i % 2 == 0 then rows = padded(x).shape[1] + select(3, padded(x)).shape[1] end
+        if i % 3 == 0 then conds(x) end
       end
     end))
     for n = 1, 6 do assert.are.equal(n, last[n]) end

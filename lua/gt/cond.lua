@@ -50,13 +50,28 @@ local function enter(site)
   sites[depth] = site
   gt._in_body = body_sync
 end
-local function leave(ok, ...)
+-- A body runs in a pcall made from C (gt.host.run, as a tree's body does):
+-- LuaJIT cannot compile a return across the frame of its own pcall ("NYI:
+-- return to lower frame"), and after a few aborts the end of the body ran
+-- in the interpreter on every call.  dev: a device-side body (ndev counts them).
+local spill = {}        -- (gt.host.run's results past the second: a body's are dropped)
+local ndev = 0          -- device-side bodies being queued (their nesting)
+local function body_end(dev, ok, n, err)
+  for i = 1, n - 2 do spill[i] = nil end
+  if dev then ndev = ndev - 1 end
   sites[depth] = nil
   depth = depth - 1
   if depth == 0 then gt._in_body = nil end
-  if not ok then error((...), 0) end
+  if not ok then error(err, 0) end
 end
-local function run_body(site, fn) enter(site); leave(pcall(fn)) end
+local hrun = require("gt.host").run
+local function run_in(site, fn, dev)
+  if dev then ndev = ndev + 1 end
+  enter(site)
+  local ok, _, err = hrun(spill, body_end, dev, fn)
+  if not ok then error(err, 0) end
+end
+local function run_body(site, fn) run_in(site, fn, false) end
 
 -- -- Checks ------------------------------------------------------------------
 
@@ -99,7 +114,7 @@ end
 
 -- In a tree call: true when this cond becomes a conditional node; else
 -- it branches on the host (said once).
-local ndev, warned = 0, false    -- device bodies being queued now
+local warned = false
 local function device(need_else, level)
   if has_nodes(need_else) then return true end
   if ndev > 0 then
@@ -114,7 +129,7 @@ local function device(need_else, level)
   end
   return false
 end
-local function run_device(site, fn) ndev = ndev + 1; enter(site); local ok, e = pcall(fn); ndev = ndev - 1; leave(ok, e) end
+local function run_device(site, fn) run_in(site, fn, true) end
 
 -- The host's branch inside a tree call: the segment ends here, p is read.
 local function host_point(level)

@@ -595,19 +595,44 @@ local function tree_scope(tree, fn, n, a1, a2, a3, a4, a5, a6, a7, a8)
   return end_tree_scope(C.gt_tree_nbufs(tree._t), fn, call_n(fn, n, a1, a2, a3, a4, a5, a6, a7, a8))
 end
 
-local function end_plain_scope(fn, ok, ...)
+-- Outside a tree call fn runs in a pcall made from C (gt.host.run, as a
+-- tree's body does: LuaJIT cannot compile a return across the frame of its
+-- own pcall, and after a few aborts the end of every scope ran in the
+-- interpreter).  plain_end is its finish: results r1, r2, the rest in spill.
+local hrun = require("gt.host").run
+local spill = {}
+local function plain_end(fn, ok, n, r1, r2)
   local list = plain[nplain]
   nplain = nplain - 1
   if ok then
-    for i = 1, select("#", ...) do keep((select(i, ...))) end
+    if n >= 1 then keep(r1) end
+    if n >= 2 then keep(r2) end
+    for i = 1, n - 2 do keep(spill[i]) end
     local outer = plain[nplain]
     for i = 1, #list do
       if settle(list[i]._b, fn) and outer then outer[#outer + 1] = list[i] end
     end
   end
   for i = #list, 1, -1 do list[i] = nil end
-  if not ok then error((...), 0) end
-  return ...
+  if not ok then error(r1, 0) end
+end
+
+local function plain_results(ok, n, r1, r2)
+  if not ok then error(r1, 0) end
+  if n <= 2 then
+    if n == 2 then return r1, r2 elseif n == 1 then return r1 end
+    return
+  end
+  local more = { unpack(spill, 1, n - 2) }
+  for i = 1, n - 2 do spill[i] = nil end
+  return r1, r2, unpack(more, 1, n - 2)
+end
+
+-- gt.scope outside a tree call with at most 8 arguments (call_n passes fn exactly n).
+local function plain_scope(fn, n, a1, a2, a3, a4, a5, a6, a7, a8)
+  nplain = nplain + 1
+  plain[nplain] = plain[nplain] or {}
+  return plain_results(hrun(spill, plain_end, fn, call_n, fn, n, a1, a2, a3, a4, a5, a6, a7, a8))
 end
 
 --- gt.scope(fn, ...) -> fn(...): when fn returns, every tensor made inside
@@ -621,9 +646,10 @@ function gt.scope(fn, ...)
     if n <= 8 then return tree_scope(tree, fn, n, ...) end
     return end_tree_scope(C.gt_tree_nbufs(tree._t), fn, fn(...))
   end
+  if n <= 8 then return plain_scope(fn, n, ...) end
   nplain = nplain + 1
   plain[nplain] = plain[nplain] or {}
-  return end_plain_scope(fn, pcall(fn, ...))
+  return plain_results(hrun(spill, plain_end, fn, fn, ...))
 end
 
 function Tensor:dim() return #SHAPES[self._sid] end
