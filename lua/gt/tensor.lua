@@ -617,22 +617,28 @@ local function plain_end(fn, ok, n, r1, r2)
   if not ok then error(r1, 0) end
 end
 
-local function plain_results(ok, n, r1, r2)
-  if not ok then error(r1, 0) end
+-- The results of gt.host.run(extra, ...): up to two without a vararg, more
+-- from extra (emptied; also after an error).  Tree calls use it too.
+local function host_results(extra, ok, n, r1, r2)
+  if not ok then
+    for i in pairs(extra) do extra[i] = nil end
+    error(r1, 0)
+  end
   if n <= 2 then
     if n == 2 then return r1, r2 elseif n == 1 then return r1 end
     return
   end
-  local more = { unpack(spill, 1, n - 2) }
-  for i = 1, n - 2 do spill[i] = nil end
+  local more = { unpack(extra, 1, n - 2) }
+  for i = 1, n - 2 do extra[i] = nil end
   return r1, r2, unpack(more, 1, n - 2)
 end
+gt._host_results = host_results
 
 -- gt.scope outside a tree call with at most 8 arguments (call_n passes fn exactly n).
 local function plain_scope(fn, n, a1, a2, a3, a4, a5, a6, a7, a8)
   nplain = nplain + 1
   plain[nplain] = plain[nplain] or {}
-  return plain_results(hrun(spill, plain_end, fn, call_n, fn, n, a1, a2, a3, a4, a5, a6, a7, a8))
+  return host_results(spill, hrun(spill, plain_end, fn, call_n, fn, n, a1, a2, a3, a4, a5, a6, a7, a8))
 end
 
 --- gt.scope(fn, ...) -> fn(...): when fn returns, every tensor made inside
@@ -649,7 +655,7 @@ function gt.scope(fn, ...)
   if n <= 8 then return plain_scope(fn, n, ...) end
   nplain = nplain + 1
   plain[nplain] = plain[nplain] or {}
-  return plain_results(hrun(spill, plain_end, fn, fn, ...))
+  return host_results(spill, hrun(spill, plain_end, fn, fn, ...))
 end
 
 function Tensor:dim() return #SHAPES[self._sid] end

@@ -374,20 +374,7 @@ end
 -- frame.  (gt runs inside gtlua only: its core is the host's own code.)
 local hrun = require("gt.host").run
 
--- The results of hrun: up to two without a vararg, more from extra.
-local function results(ok, n, r1, r2)
-  if not ok then
-    for i in pairs(extra) do extra[i] = nil end        -- (results of a body whose call's end failed)
-    error(r1, 0)
-  end
-  if n <= 2 then
-    if n == 2 then return r1, r2 elseif n == 1 then return r1 end
-    return
-  end
-  local more = { unpack(extra, 1, n - 2) }
-  for i = 1, n - 2 do extra[i] = nil end
-  return r1, r2, unpack(more, 1, n - 2)
-end
+local results = gt._host_results   -- (hrun's results: results(extra, hrun(extra, ...)))
 
 -- The body and the call's end.  (hrun's results are spread into results(): a
 -- trace stops at the C call, cleanly, rather than stitching on into frames
@@ -395,12 +382,12 @@ end
 local function run_body(self, n, a1, a2, a3, a4, rest)
   local fn = self.fn
   if n <= 1 then
-    if n == 1 then return results(hrun(extra, end_body, self, fn, a1)) end
-    return results(hrun(extra, end_body, self, fn))
-  elseif n == 2 then return results(hrun(extra, end_body, self, fn, a1, a2))
-  elseif n == 3 then return results(hrun(extra, end_body, self, fn, a1, a2, a3))
-  elseif n == 4 then return results(hrun(extra, end_body, self, fn, a1, a2, a3, a4)) end
-  return results(hrun(extra, end_body, self, fn, unpack(rest, 1, n)))
+    if n == 1 then return results(extra, hrun(extra, end_body, self, fn, a1)) end
+    return results(extra, hrun(extra, end_body, self, fn))
+  elseif n == 2 then return results(extra, hrun(extra, end_body, self, fn, a1, a2))
+  elseif n == 3 then return results(extra, hrun(extra, end_body, self, fn, a1, a2, a3))
+  elseif n == 4 then return results(extra, hrun(extra, end_body, self, fn, a1, a2, a3, a4)) end
+  return results(extra, hrun(extra, end_body, self, fn, unpack(rest, 1, n)))
 end
 
 -- A call has begun in the core (gen: its generation): the Lua side's state.
