@@ -123,7 +123,7 @@ describe("a replayed op", function()
     assert.is_true(s.replays >= 24)
   end)
 
-  -- The aborts "NYI: return to lower frame" of traces run during fn(), as
+  -- The trace aborts "return to lower frame" during fn(), as
   -- {"where", ...}.  (The watcher allocates nothing and is not compiled: a
   -- vmevent handler that allocates or runs traces during a recording can
   -- corrupt it in the LuaJIT of Debian 12, fixed upstream in 2023 and 2026.)
@@ -150,7 +150,7 @@ describe("a replayed op", function()
   it("runs the end of a body compiled: no trace aborts returning from it (the tree's pcalls are made from C)", function()
     -- a layer loop with its own trace, then an op after it: the side trace from
     -- the loop's exit reaches the body's return.  Across the frame of Lua's
-    -- pcall LuaJIT cannot return ("NYI: return to lower frame"), and after a
+    -- pcall LuaJIT cannot return (the abort "return to lower frame"), and after a
     -- few aborts the end of every step ran in the interpreter.
     local W = gt.randn({ 8, 8 }, { seed = 1, scale = 0.3 }):static()
     local step = gt.tree(function(x)
@@ -164,7 +164,7 @@ describe("a replayed op", function()
 
   it("passes a call on to its body and a keyed hit on to its outputs without a vararg function traces abort in", function()
     -- a side trace entering a vararg function from below cannot leave it (LuaJIT:
-    -- "NYI: return to lower frame"): keyed calls that alternate keys, trees of
+    -- the abort "return to lower frame"): keyed calls that alternate keys, trees of
     -- one to six arguments called in turn, a bucketed call padded and
     -- narrowed back, device-side gt.cond bodies, all without such aborts
     local W = gt.randn({ 8, 8 }, { seed = 1, scale = 0.3 }):static()

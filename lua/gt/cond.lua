@@ -51,9 +51,9 @@ local function enter(site)
   gt._in_body = body_sync
 end
 -- A body runs in a pcall made from C (gt.host.run, as a tree's body does):
--- LuaJIT cannot compile a return across the frame of its own pcall ("NYI:
--- return to lower frame"), and after a few aborts the end of the body ran
--- in the interpreter on every call.  dev: a device-side body (ndev counts them).
+-- LuaJIT cannot compile a return across the frame of its own pcall (the
+-- trace aborts, "return to lower frame"), and after a few aborts the end of
+-- the body ran in the interpreter on every call.  dev: a device-side body (ndev counts them).
 local spill = {}        -- (gt.host.run's results past the second: a body's are dropped)
 local ndev = 0          -- device-side bodies being queued (their nesting)
 local function body_end(dev, ok, n, err)

@@ -149,8 +149,8 @@ local function view(b, off, sid, dt, gen, vid, new)
   local t = TT(b, off, NUMEL[sid] * DT_OF[dt].size, gen, sid, dt, vid or 0)
   if band(b.flags, SLAB) ~= 0 then return t end
   if not new then retain(b) end
-  t = gc(t, drop)          -- (not a tail call: a trace that began in view cannot return to a lower
-  return t                 -- frame straight from a fast function with side effects, LuaJIT's "NYI")
+  t = gc(t, drop)          -- (not a tail call: a trace that began in view aborts when it returns to a
+  return t                 -- lower frame straight from a fast function with side effects)
 end
 gt._view = view
 

@@ -197,9 +197,9 @@ end
 -- in a table when n > 4, else nil): no vararg function between a tree's
 -- __call and its body or its keyed hit.  LuaJIT cannot compile a tail call
 -- or a return out of a vararg function that a trace entered from below (a
--- side trace of a callee, say needs_stage, returning into it: "NYI: return
--- to lower frame"), and after a few such aborts the rest of every call ran
--- in the interpreter.
+-- side trace of a callee, say needs_stage, returning into it: the trace
+-- aborts, "return to lower frame"), and after a few such aborts the rest of
+-- every call ran in the interpreter.
 local function spread(n, a1, a2, a3, a4, rest)
   if n <= 2 then
     if n == 2 then return a1, a2 elseif n == 1 then return a1 end
@@ -380,14 +380,7 @@ local results = gt._host_results   -- (hrun's results: results(extra, hrun(extra
 -- trace stops at the C call, cleanly, rather than stitching on into frames
 -- it cannot return through.)
 local function run_body(self, n, a1, a2, a3, a4, rest)
-  local fn = self.fn
-  if n <= 1 then
-    if n == 1 then return results(extra, hrun(extra, end_body, self, fn, a1)) end
-    return results(extra, hrun(extra, end_body, self, fn))
-  elseif n == 2 then return results(extra, hrun(extra, end_body, self, fn, a1, a2))
-  elseif n == 3 then return results(extra, hrun(extra, end_body, self, fn, a1, a2, a3))
-  elseif n == 4 then return results(extra, hrun(extra, end_body, self, fn, a1, a2, a3, a4)) end
-  return results(extra, hrun(extra, end_body, self, fn, unpack(rest, 1, n)))
+  return results(extra, hrun(extra, end_body, self, self.fn, spread(n, a1, a2, a3, a4, rest)))
 end
 
 -- A call has begun in the core (gen: its generation): the Lua side's state.
