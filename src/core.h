@@ -89,8 +89,21 @@ typedef struct gt_queue {
 } gt_queue;
 
 int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args);
-gt_qlaunch *gt_queue_reserve(gt_queue *q, int nargs, gt_arg **args);   /* fill in, then gt_queue_commit */
-void gt_queue_commit(gt_queue *q, gt_qlaunch *d);
+/* Room for one more launch of nargs arguments at the queue's end: its entry,
+   and in *args where its arguments go; gt_queue_commit appends it once
+   filled in.  NULL when host memory runs out.  (Inline: every replayed op
+   queues through these.) */
+static inline gt_qlaunch *gt_queue_reserve(gt_queue *q, int nargs, gt_arg **args) {
+  if (GT_GROW(q->l, q->cap, q->n + 1) || GT_GROW(q->args, q->argcap, q->nargs + nargs)) return NULL;
+  *args = q->args + q->nargs;
+  return &q->l[q->n];
+}
+
+static inline void gt_queue_commit(gt_queue *q, gt_qlaunch *d) {
+  d->arg0 = q->nargs;
+  q->nargs += d->nargs;
+  q->n++;
+}
 void gt_queue_clear(gt_queue *q);
 void gt_queue_free(gt_queue *q);
 /* Launch i's arguments as values (addresses, scalar bits) into vals. */

@@ -79,6 +79,8 @@ typedef struct gt_kernel {
   int nparams;
   const uint8_t *ptype;        /* GT_P_* per parameter */
   const uint8_t *pdtype;       /* pointer parameters: element type GT_F32..., 0 = any */
+  const uint8_t *order;        /* parameter indices: the ntensors pointer parameters, then the n4 4-byte scalars, then the rest */
+  int ntensors, n4;
   const char *const *pname;    /* parameter names */
   const char *const *ptext;    /* declared types, e.g. "const float *" */
   int graphable;               /* 0: segments using it run eagerly (a skip) */

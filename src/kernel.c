@@ -205,7 +205,7 @@ static void fill_kernels(gt_runtime *rt, gt_module *m, const ksig_t *ks, int nk,
     int np = s->np;
     k->name = strcpy(TAKE(strlen(s->name) + 1), s->name);
     k->nparams = np;
-    uint8_t *pt = (uint8_t *)TAKE(np), *pd = (uint8_t *)TAKE(np);
+    uint8_t *pt = (uint8_t *)TAKE(np), *pd = (uint8_t *)TAKE(np), *ord = (uint8_t *)TAKE(np);
     a += (8 - (uintptr_t)a % 8) % 8;
     const char **pn = (const char **)TAKE(np * sizeof(char *));
     const char **tx = (const char **)TAKE(np * sizeof(char *));
@@ -216,6 +216,13 @@ static void fill_kernels(gt_runtime *rt, gt_module *m, const ksig_t *ks, int nk,
       tx[j] = strcpy(TAKE(strlen(s->p[j].text) + 1), s->p[j].text);
     }
     k->ptype = pt; k->pdtype = pd; k->pname = pn; k->ptext = tx;
+    int no = 0;                  /* the order a predicted launch binds in (bind_predicted) */
+    for (int j = 0; j < np; j++) if (pt[j] == GT_P_IN || pt[j] == GT_P_OUT) ord[no++] = (uint8_t)j;
+    k->ntensors = no;
+    for (int j = 0; j < np; j++) if (pt[j] == GT_P_I32 || pt[j] == GT_P_U32 || pt[j] == GT_P_F32) ord[no++] = (uint8_t)j;
+    k->n4 = no - k->ntensors;
+    for (int j = 0; j < np; j++) if (pt[j] > GT_P_OUT && pt[j] != GT_P_I32 && pt[j] != GT_P_U32 && pt[j] != GT_P_F32) ord[no++] = (uint8_t)j;
+    k->order = ord;
     k->graphable = graphable;
     k->id = ++rt->next_kernel_id;
     k->module = m;
@@ -251,7 +258,7 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
   }
   if (nk == 0) { gt_fail(rt, "%s: no __global__ function found", chunkname); return NULL; }
   size_t arena = 0;
-  for (int i = 0; i < nk; i++) arena += 256 + ks[i].np * (2 + 2 * sizeof(char *) + 256);
+  for (int i = 0; i < nk; i++) arena += 256 + ks[i].np * (3 + 2 * sizeof(char *) + 256);
   gt_module *m = calloc(1, sizeof *m);
   char *mem = calloc(1, arena);
   gt_kernel *kk = calloc(nk, sizeof *kk);
@@ -362,34 +369,36 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
   return rt->active ? gt_submit(rt, &l, args) : launch_now(rt, &l, args);
 }
 
+/* Tensor parameter j's handle t bound into o (in tree call tr, an output
+   handle without a buffer gets the call's next one).  0, j + 1 when t is
+   stale, non-contiguous or of another dtype, or GT_ERR (out of host memory). */
+static inline __attribute__((always_inline)) int bind_tensor(gt_tree *tr, const gt_kernel *k, int j, const gt_tensor *t, gt_arg *o) {
+  gt_buf *b = t->_b;
+  if (!b) {
+    if (!tr || k->ptype[j] != GT_P_OUT) return j + 1;
+    gt_tensor *y = (gt_tensor *)t;
+    b = gt_tree_buf_quick(tr, (uint64_t)y->_nb);
+    if (!b && !(b = gt_tree_buf_new(tr->rt, (uint64_t)y->_nb))) return GT_ERR;
+    y->_b = b;
+    y->_gen = tr->gen;
+  }
+  if (t->_gen != *b->gen_now || t->_vid || (k->pdtype[j] && t->_dt != k->pdtype[j])) return j + 1;
+  o->buf = b; o->off = (int64_t)t->_off; o->nbytes = (int64_t)t->_nb; o->v.u64 = 0;
+  return 0;
+}
+
 /* A bound launch's arguments into out (k->nparams): the tensor parameters
-   from their handles, the scalars from args in normal form (a 4-byte one is
-   read as 4 bytes, as Lua stored it: an 8-byte load of a fresh 4-byte store
-   waits for the store to reach the cache).  In tree call tr, an output
-   handle without a buffer (gt.ops.linear's) gets the call's next one.  0,
-   j + 1 when tensor parameter j is stale, non-contiguous or of another
-   dtype, or GT_ERR (out of host memory).  With s (the cursor's expectation,
-   gt_cursor_expect), each argument takes gt_arg_quick's test as it is
-   bound: *quick stays 1 while all pass, *dirty gathers their differences. */
-static inline int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *const *ts, const gt_arg *args,
-                            gt_arg *out, const gt_asig *s, const uint64_t *was, int statics_kept, int *quick,
-                            uint64_t *dirty) {
+   from their handles (bind_tensor), the scalars from args in normal form (a
+   4-byte one is read as 4 bytes, as Lua stored it: an 8-byte load of a
+   fresh 4-byte store waits for the store to reach the cache).  0, j + 1 when
+   tensor parameter j fails its check, or GT_ERR. */
+static inline int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *const *ts, const gt_arg *args, gt_arg *out) {
   for (int j = 0; j < k->nparams; j++) {
     gt_arg *o = &out[j];
     switch (k->ptype[j]) {
     case GT_P_IN: case GT_P_OUT: {
-      const gt_tensor *t = ts[j];
-      gt_buf *b = t->_b;
-      if (!b) {
-        if (!tr || k->ptype[j] != GT_P_OUT) return j + 1;
-        gt_tensor *y = (gt_tensor *)t;
-        b = gt_tree_buf_quick(tr, (uint64_t)y->_nb);
-        if (!b && !(b = gt_tree_buf_new(tr->rt, (uint64_t)y->_nb))) return GT_ERR;
-        y->_b = b;
-        y->_gen = tr->gen;
-      }
-      if (t->_gen != *b->gen_now || t->_vid || (k->pdtype[j] && t->_dt != k->pdtype[j])) return j + 1;
-      o->buf = b; o->off = (int64_t)t->_off; o->nbytes = (int64_t)t->_nb; o->v.u64 = 0;
+      int bad = bind_tensor(tr, k, j, ts[j], o);
+      if (bad) return bad;
       break;
     }
     case GT_P_I32: case GT_P_U32: case GT_P_F32:
@@ -399,8 +408,43 @@ static inline int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *co
       o->buf = NULL; o->off = o->nbytes = 0; o->v.u64 = args[j].v.u64;
       break;
     }
-    if (s && *quick) *quick = gt_arg_quick(o, &s[j], was[j], statics_kept, dirty);
   }
+  return 0;
+}
+
+/* bind_args for a launch the cursor predicted (gt_cursor_expect: s, the
+   recorded launch's signature, of the same configuration, so the same
+   kernel: its scalars are where s has scalars), in k->order: the tensors
+   first, each taking gt_arg_quick's test as it is bound (*quick stays 1
+   while all pass), then the scalars, whose differences from was (the
+   values the graph holds) gather in *dirty.  No switch on the parameter's
+   type: a replayed op's binding is its tensors and a few XORs. */
+static inline int bind_predicted(gt_tree *tr, const gt_kernel *k, const gt_tensor *const *ts, const gt_arg *args,
+                                 gt_arg *out, const gt_asig *s, const uint64_t *was, int statics_kept, int *quick,
+                                 uint64_t *dirty) {
+  const uint8_t *ord = k->order;
+  int nt = k->ntensors, n4 = nt + k->n4, n = k->nparams, q = 1;
+  uint64_t d = 0;
+  for (int i = 0; i < nt; i++) {
+    int j = ord[i];
+    int bad = bind_tensor(tr, k, j, ts[j], &out[j]);
+    if (bad) return bad;
+    if (q) q = gt_arg_quick(&out[j], &s[j], was[j], statics_kept, &d);
+  }
+  for (int i = nt; i < n4; i++) {
+    int j = ord[i];
+    uint64_t v = args[j].v.u32;
+    out[j] = (gt_arg){ NULL, 0, 0, { .u64 = v } };
+    d |= v ^ was[j];
+  }
+  for (int i = n4; i < n; i++) {
+    int j = ord[i];
+    uint64_t v = args[j].v.u64;
+    out[j] = (gt_arg){ NULL, 0, 0, { .u64 = v } };
+    d |= v ^ was[j];
+  }
+  *quick = q;
+  *dirty = d;
   return 0;
 }
 
@@ -418,21 +462,19 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
     gt_qlaunch *d = gt_queue_reserve(&t->q, k->nparams, &a);
     if (!d) return gt_fail(rt, "out of host memory");
     const uint64_t *was = NULL;
-    int kept = 0, quick = 1;
+    int kept = 0, quick = 0;
     uint64_t dirty = 0;
     const gt_asig *s = gt_cursor_expect(t, c->id, k->nparams, &was, &kept);
-    int bad = bind_args(t, k, ts, args, a, s, was, kept, &quick, &dirty);
+    int bad = s ? bind_predicted(t, k, ts, args, a, s, was, kept, &quick, &dirty) : bind_args(t, k, ts, args, a);
     if (bad) return bad;
     *d = launch_of(c);
     gt_queue_commit(&t->q, d);
-    if (s && quick) { if (dirty) gt_cursor_quick(t, dirty); }   /* the predicted launch, argument for argument */
+    if (quick) { if (dirty) gt_cursor_quick(t, dirty); }   /* the predicted launch, argument for argument */
     else gt_cursor_push(t);
     return GT_OK;
   }
   gt_arg a[GT_MAX_PARAMS];
-  int quick = 0;
-  uint64_t dirty = 0;
-  int bad = bind_args(NULL, k, ts, args, a, NULL, NULL, 0, &quick, &dirty);
+  int bad = bind_args(NULL, k, ts, args, a);
   if (bad) return bad;
   gt_qlaunch l = launch_of(c);
   return launch_now(rt, &l, a);

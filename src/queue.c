@@ -4,21 +4,6 @@
 #include "core.h"
 #include "gt_test.h"
 
-/* Room for one more launch of nargs arguments at the queue's end: its entry,
-   and in *args where its arguments go; gt_queue_commit appends it once
-   filled in.  NULL when host memory runs out. */
-gt_qlaunch *gt_queue_reserve(gt_queue *q, int nargs, gt_arg **args) {
-  if (GT_GROW(q->l, q->cap, q->n + 1) || GT_GROW(q->args, q->argcap, q->nargs + nargs)) return NULL;
-  *args = q->args + q->nargs;
-  return &q->l[q->n];
-}
-
-void gt_queue_commit(gt_queue *q, gt_qlaunch *d) {
-  d->arg0 = q->nargs;
-  q->nargs += d->nargs;
-  q->n++;
-}
-
 /* Appends a launch.  No references are taken: a buffer whose Lua handle is
    collected, or which is released, during a tree call keeps its memory until
    the call's queue has run (gt_buf_settle).  GT_ERR only when host memory runs out. */

@@ -24,7 +24,9 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- -- Configuration -------------------------------------------------------------
 
 -- Same sizes as shared/anchors/torch_trees.py; reps shrink as kernels grow
--- (reps * 32 / kernels, at least min_reps) so the 512-kernel case stays short.
+-- (reps * 32 / kernels, at least min_reps) so the 512-kernel case stays short;
+-- min_reps 60 gives each of its blocks 10 measured steps (with 20, a block's
+-- median was that of 4 steps, and of the slowest after a mode change).
 -- warm: calls before a mode is measured, at least 200 whatever the kernels:
 -- LuaJIT compiles a call's own code (the tree call, a keyed hit) only after
 -- some hundred calls, and with 20 the 512-kernel keyed hit was measured
@@ -42,7 +44,7 @@ local function pack(...) return { n = select("#", ...), ... } end
 M.FULL = {
   hidden = 256, batch = 8, layers = 32, prefix = 8, suffix = 8,
   batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
-  warm = 200, reps = 300, pipe = 1000, min_reps = 20, min_pipe = 50,
+  warm = 200, reps = 300, pipe = 1000, min_reps = 60, min_pipe = 50,
   heap_mb = 100, heap_grow = 128, prime = 3, rounds = 6,
   decode = { model = "FULL", batches = { 1, 8 }, ctx = 256 },
 }
@@ -291,15 +293,27 @@ end
 -- (launch_floor(n, sync_each) -> cpu µs, step µs: tree:floor) measured in turn:
 -- warm steps of each, then M.interleave (ratios to the floor paired), then
 -- each pipelined.  Returns the modes by name, the floor's as "floor".
+-- Every block first runs M.SETTLE steps of its mode unmeasured: the first
+-- calls after another mode's block find the host's caches full of that
+-- mode's data.  On the H200 (2026-12-01, 3 processes) a 512-kernel keyed
+-- call measured right after a block of tree calls took 5.6-10.8 us against
+-- 3.9-7.7 in a block of its own, and with 4 steps a block (grow-512's
+-- reps) those first calls were the median: keyed / floor 1.48 there, 1.15
+-- at 128 kernels.
+M.SETTLE = 2
 function M.in_turn(steps, order, launch_floor, warm, reps, pipe, rounds)
   for _, name in ipairs(order) do for i = 1, warm do steps[name](i) end end
   gt.sync()
   collectgarbage()
-  local blocks, all = { floor = function(n) return launch_floor(n, true) end }, {}
-  for k, name in ipairs(order) do blocks[name], all[k] = M.steps_block(steps[name], warm), name end
+  local settle = M.SETTLE
+  local blocks, all = { floor = function(n) launch_floor(settle, true); return launch_floor(n, true) end }, {}
+  for k, name in ipairs(order) do
+    local block = M.steps_block(steps[name], warm)
+    blocks[name], all[k] = function(n) block(settle); return block(n) end, name
+  end
   all[#all + 1] = "floor"
   local m = M.interleave(blocks, all, reps, rounds, "floor")
-  for _, name in ipairs(order) do m[name].pipe_us = M.pipe(steps[name], pipe, warm + reps) end
+  for _, name in ipairs(order) do m[name].pipe_us = M.pipe(steps[name], pipe, warm + reps + rounds * settle) end
   local _, fp = launch_floor(pipe, false)
   m.floor.pipe_us = fp
   return m
