@@ -42,18 +42,29 @@ for _, side in ipairs { "old", "new" } do
       for _, sc in ipairs(r.scenarios or {}) do
         for mode, m in pairs(sc.modes or {}) do
           local k = sc.name .. " " .. mode
-          if not vals[k] then vals[k] = { old = {}, new = {} }; order[#order + 1] = k end
+          if not vals[k] then vals[k] = { old = {}, new = {}, rold = {}, rnew = {} }; order[#order + 1] = k end
           if m.cpu_us then table.insert(vals[k][side], m.cpu_us) end
+          if m.vs_floor_cpu then table.insert(vals[k]["r" .. side], m.vs_floor_cpu) end
         end
       end
     end
   end
 end
 table.sort(order)
-print(("%-22s %10s %10s %9s   (cpu_us medians of %d processes each)"):format("scenario mode", "old", "new", "new/old", n))
+-- /floor: the mode's cpu_us over its own process's floor, paired block by
+-- block (gtlua_bench.lua's vs_floor_cpu): the host's speed, which moved the
+-- floor itself 0.4-1.4x between the sides of one run, cancels out of it.
+print(("%-22s %10s %10s %9s %10s %10s %9s   (medians of %d processes each)"):format(
+  "scenario mode", "old", "new", "new/old", "old/floor", "new/floor", "new/old", n))
 for _, k in ipairs(order) do
-  local o, w = med(vals[k].old), med(vals[k].new)
-  print(("%-22s %10.2f %10.2f %8.2fx"):format(k, o, w, w / o))
+  local v = vals[k]
+  local o, w = med(v.old), med(v.new)
+  local line = ("%-22s %10.2f %10.2f %8.2fx"):format(k, o, w, w / o)
+  if #v.rold > 0 and #v.rnew > 0 then
+    local ro, rw = med(v.rold), med(v.rnew)
+    line = line .. ("%11.2f %10.2f %8.2fx"):format(ro, rw, rw / ro)
+  end
+  print(line)
 end
 LUA
 rm -rf "$dir"
