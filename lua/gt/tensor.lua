@@ -561,46 +561,35 @@ local function settle(b, fn)
   return false
 end
 
--- fn(a1, ..., an) for n <= 8 (exactly n arguments).
-local function call_n(fn, n, a1, a2, a3, a4, a5, a6, a7, a8)
-  if n <= 4 then
-    if n <= 2 then
-      if n == 0 then return fn() elseif n == 1 then return fn(a1) end
-      return fn(a1, a2)
-    end
-    if n == 3 then return fn(a1, a2, a3) end
-    return fn(a1, a2, a3, a4)
-  end
-  if n <= 6 then
-    if n == 5 then return fn(a1, a2, a3, a4, a5) end
-    return fn(a1, a2, a3, a4, a5, a6)
-  end
-  if n == 7 then return fn(a1, a2, a3, a4, a5, a6, a7) end
-  return fn(a1, a2, a3, a4, a5, a6, a7, a8)
-end
+-- A scope's body runs in a pcall made from C (gt.host.run, as a tree's body
+-- does), then its finish (tree_end or plain_end) settles its tensors.  The
+-- C call ends the trace of the caller's loop there (LuaJIT stitches a new
+-- one after it) and the body's code forms traces of its own.  Recorded
+-- inline instead, a loop over layers (x = gt.scope(block, x, ...)) made one
+-- trace of every launch of a block: examples/gpt.lua's decode step aborted
+-- with "too many spill slots" and, once its loop was blacklisted, ran the
+-- loop, gt.scope and the launchers' FFI calls in the interpreter.  LuaJIT
+-- cannot compile a return across the frame of its own pcall ("return to
+-- lower frame"), hence the C one.
 
--- In a tree call: the call's buffers first..(now) are the scope's; the core
--- releases those not returned.
-local function end_tree_scope(first, fn, ...)
-  if select("#", ...) == 1 then keep((...))
-  else for i = 1, select("#", ...) do keep((select(i, ...))) end end
-  if C.gt_tree_scope_end(rt, first, site_id(fn)) ~= 0 then error(gt._errmsg(), 3) end
-  return ...
-end
-
--- gt.scope in a tree call with at most 8 arguments.  Not a vararg function:
--- LuaJIT starts no trace in one, so when the caller's loop does not compile
--- (a large body) this part still does.
-local function tree_scope(tree, fn, n, a1, a2, a3, a4, a5, a6, a7, a8)
-  return end_tree_scope(C.gt_tree_nbufs(tree._t), fn, call_n(fn, n, a1, a2, a3, a4, a5, a6, a7, a8))
-end
-
--- Outside a tree call fn runs in a pcall made from C (gt.host.run, as a
--- tree's body does: LuaJIT cannot compile a return across the frame of its
--- own pcall, and after a few aborts the end of every scope ran in the
--- interpreter).  plain_end is its finish: results r1, r2, the rest in spill.
+-- In a tree call the call's buffers from tfirst[ntree] on are the scope's:
+-- the core releases those not returned (in queue order).  fn: the scope's
+-- function (its site names it in stale-tensor errors).
 local hrun = require("gt.host").run
-local spill = {}
+local spill = {}                               -- results past the second (gt.host.run's extra)
+local tfirst, ntree = {}, 0
+local function tree_end(fn, ok, n, r1, r2)
+  local first = tfirst[ntree]
+  ntree = ntree - 1
+  if not ok then return end                    -- (host_results raises fn's error)
+  if n >= 1 then keep(r1) end
+  if n >= 2 then keep(r2) end
+  for i = 1, n - 2 do keep(spill[i]) end
+  if C.gt_tree_scope_end(rt, first, site_id(fn)) ~= 0 then error(gt._errmsg(), 0) end
+end
+
+-- Outside a tree call the tensors made in the scope are listed in
+-- plain[nplain]; plain_end releases those not returned.
 local function plain_end(fn, ok, n, r1, r2)
   local list = plain[nplain]
   nplain = nplain - 1
@@ -634,28 +623,30 @@ local function host_results(extra, ok, n, r1, r2)
 end
 gt._host_results = host_results
 
--- gt.scope outside a tree call with at most 8 arguments (call_n passes fn exactly n).
-local function plain_scope(fn, n, a1, a2, a3, a4, a5, a6, a7, a8)
-  nplain = nplain + 1
-  plain[nplain] = plain[nplain] or {}
-  return host_results(spill, hrun(spill, plain_end, fn, call_n, fn, n, a1, a2, a3, a4, a5, a6, a7, a8))
-end
-
 --- gt.scope(fn, ...) -> fn(...): when fn returns, every tensor made inside
 --- it that is not among its results (or in a table it returns, one level
 --- deep) is released: its memory can be reused, and using it raises.  The
 --- same in tree calls (in queue order) and outside them.
+-- (No tail call returns its results: a trace that begins after gt.host.run
+-- returns may return from this vararg function, not tail-call out of it.)
 function gt.scope(fn, ...)
   if type(fn) ~= "function" then error("gt.scope(fn, ...): fn must be a function, got " .. type(fn), 2) end
-  local tree, n = gt._active, select("#", ...)
+  local tree = gt._active
+  local ok, n, r1, r2
   if tree then
-    if n <= 8 then return tree_scope(tree, fn, n, ...) end
-    return end_tree_scope(C.gt_tree_nbufs(tree._t), fn, fn(...))
+    ntree = ntree + 1
+    tfirst[ntree] = C.gt_tree_nbufs(tree._t)
+    ok, n, r1, r2 = hrun(spill, tree_end, fn, fn, ...)
+  else
+    nplain = nplain + 1
+    plain[nplain] = plain[nplain] or {}
+    ok, n, r1, r2 = hrun(spill, plain_end, fn, fn, ...)
   end
-  if n <= 8 then return plain_scope(fn, n, ...) end
-  nplain = nplain + 1
-  plain[nplain] = plain[nplain] or {}
-  return host_results(spill, hrun(spill, plain_end, fn, fn, ...))
+  if ok and n <= 2 then
+    if n == 1 then return r1 elseif n == 2 then return r1, r2 end
+    return
+  end
+  return host_results(spill, ok, n, r1, r2)   -- an error, or more than two results
 end
 
 function Tensor:dim() return #SHAPES[self._sid] end
