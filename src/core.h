@@ -333,8 +333,13 @@ uint64_t gt_segment_key(gt_tree *t, int topology);  /* topology: without grids, 
 void gt_cursor_start(gt_tree *t, gt_node *parent);  /* a segment begins under parent */
 int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always);   /* gt_tree_begin of a keyed call */
 void gt_cursor_push(gt_tree *t);                    /* a launch was queued */
-/* The launch just queued passed gt_arg_quick throughout: dirty, its differences. */
+/* The launch just queued passed gt_arg_quick or gt_cursor_arg throughout: dirty, its differences. */
 void gt_cursor_quick(gt_tree *t, uint64_t dirty);
+/* The long test of one tensor argument a of the launch being queued against
+   s (its role and identity: an external buffer by order of first use in
+   the segment, numbered as it is tested); 1 when the same, its difference
+   from was (the value the graph holds) into *dirty. */
+int gt_cursor_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was, uint64_t *dirty);
 gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its node if the cursor matched throughout */
 /* After a hit on n: the launches a replay must patch (t->cdirty), or -1
    when every launch must be compared (n was not the cursor's). */

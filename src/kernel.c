@@ -415,8 +415,9 @@ static inline int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *co
 /* bind_args for a launch the cursor predicted (gt_cursor_expect: s, the
    recorded launch's signature, of the same configuration, so the same
    kernel: its scalars are where s has scalars), in k->order: the tensors
-   first, each taking gt_arg_quick's test as it is bound (*quick stays 1
-   while all pass), then the scalars, whose differences from was (the
+   first, each taking gt_arg_quick's test as it is bound, or when that
+   cannot tell (an external buffer, numbered by first use) gt_cursor_arg's
+   (*quick stays 1 while all pass), then the scalars, whose differences from was (the
    values the graph holds) gather in *dirty.  No switch on the parameter's
    type: a replayed op's binding is its tensors and a few XORs. */
 static inline int bind_predicted(gt_tree *tr, const gt_kernel *k, const gt_tensor *const *ts, const gt_arg *args,
@@ -429,7 +430,7 @@ static inline int bind_predicted(gt_tree *tr, const gt_kernel *k, const gt_tenso
     int j = ord[i];
     int bad = bind_tensor(tr, k, j, ts[j], &out[j]);
     if (bad) return bad;
-    if (q) q = gt_arg_quick(&out[j], &s[j], was[j], statics_kept, &d);
+    if (q) q = gt_arg_quick(&out[j], &s[j], was[j], statics_kept, &d) || gt_cursor_arg(tr, &out[j], &s[j], was[j], &d);
   }
   for (int i = nt; i < n4; i++) {
     int j = ord[i];

@@ -108,14 +108,18 @@ static int match_at(gt_tree *t, const gt_node *n, int i) {
   const uint64_t *was = n->argvals && n->nargvals >= r->arg0 + l->nargs ? n->argvals + r->arg0 : none;
   uint64_t dirty = 0;
   int statics_kept = n->sfrees == gt_static_frees;
-  for (int j = 0; j < l->nargs; j++) {
-    if (gt_arg_quick(&a[j], &s[j], was[j], statics_kept, &dirty)) continue;
-    if (!a[j].buf) return 0;
-    gt_asig x = arg_sig(t, &a[j], 0, t->cserial, &t->cseen);
-    if (x.role != s[j].role || x.id != s[j].id || x.off != s[j].off || x.nbytes != s[j].nbytes) return 0;
-    if (x.role == GT_ROLE_EXTERNAL) dirty |= (a[j].buf->addr + (uint64_t)a[j].off) ^ was[j];
-  }
+  for (int j = 0; j < l->nargs; j++)
+    if (!gt_arg_quick(&a[j], &s[j], was[j], statics_kept, &dirty) && !gt_cursor_arg(t, &a[j], &s[j], was[j], &dirty))
+      return 0;
   note_dirty(t, i, dirty | (was == none), was == none);
+  return 1;
+}
+
+int gt_cursor_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was, uint64_t *dirty) {
+  if (!a->buf) return 0;
+  gt_asig x = arg_sig(t, a, 0, t->cserial, &t->cseen);
+  if (x.role != s->role || x.id != s->id || x.off != s->off || x.nbytes != s->nbytes) return 0;
+  if (x.role == GT_ROLE_EXTERNAL) *dirty |= (a->buf->addr + (uint64_t)a->off) ^ was;
   return 1;
 }
 
