@@ -247,15 +247,21 @@ end
 -- vs_<ref>_step: the medians over the rounds of its block's figure over
 -- ref's block of the same round (paired ratios: blocks seconds apart share
 -- the host's spell; on 2026-12-01 one process measured grow-512's floor at
--- 10.2 us and the next at 2.6, keyed moving with it).
+-- 10.2 us and the next at 2.6, keyed moving with it).  The order turns by
+-- one place each round: a block right after another mode's pays for the
+-- caches that mode filled (a 512-kernel keyed call after tree calls: keyed /
+-- floor 1.40 in the bench, which always ran keyed after tree, against
+-- 1.09-1.29 in a probe of the same run's build where keyed followed the
+-- floor; the floor of the keyed tree's own graphs 0.99x the tree's).
 function M.interleave(blocks, order, reps, rounds, ref)
   rounds = max(1, min(rounds, reps))
   local per = math.ceil(reps / rounds)
   local got = {}
   for _, name in ipairs(order) do got[name] = { cpu = {}, step = {}, rcpu = {}, rstep = {} } end
-  for _ = 1, rounds do
+  for round = 1, rounds do
     local this = {}
-    for _, name in ipairs(order) do
+    for j = 1, #order do
+      local name = order[(j + round - 2) % #order + 1]   -- each round one place on: every mode follows every other
       local c, st = blocks[name](per)
       local g = got[name]
       g.cpu[#g.cpu + 1], g.step[#g.step + 1] = c, st
