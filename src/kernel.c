@@ -192,6 +192,12 @@ static const char common_prelude[] =
   "#ifndef FLT_MAX\n#define FLT_MAX 3.402823466e+38f\n#endif\n"
   "#endif\n";
 
+/* A parameter type's class in gt_kernel.order: 0 a tensor, 1 a 4-byte scalar, 2 an 8-byte one. */
+static int param_class(int pt) {
+  if (pt == GT_P_IN || pt == GT_P_OUT) return 0;
+  return pt == GT_P_I32 || pt == GT_P_U32 || pt == GT_P_F32 ? 1 : 2;
+}
+
 /* The kernels of a module from their parsed signatures: names and parameter
    tables in one arena (mem, sized by gt_compile), their ids, and the
    signatures the backend compiles from. */
@@ -216,13 +222,10 @@ static void fill_kernels(gt_runtime *rt, gt_module *m, const ksig_t *ks, int nk,
       tx[j] = strcpy(TAKE(strlen(s->p[j].text) + 1), s->p[j].text);
     }
     k->ptype = pt; k->pdtype = pd; k->pname = pn; k->ptext = tx;
-    int no = 0;                  /* the order a predicted launch binds in (bind_predicted) */
-    for (int j = 0; j < np; j++) if (pt[j] == GT_P_IN || pt[j] == GT_P_OUT) ord[no++] = (uint8_t)j;
-    k->ntensors = no;
-    for (int j = 0; j < np; j++) if (pt[j] == GT_P_I32 || pt[j] == GT_P_U32 || pt[j] == GT_P_F32) ord[no++] = (uint8_t)j;
-    k->n4 = no - k->ntensors;
-    for (int j = 0; j < np; j++) if (pt[j] > GT_P_OUT && pt[j] != GT_P_I32 && pt[j] != GT_P_U32 && pt[j] != GT_P_F32) ord[no++] = (uint8_t)j;
-    k->order = ord;
+    int no = 0, count[3] = { 0, 0, 0 };   /* the order a predicted launch binds in (bind_predicted) */
+    for (int c = 0; c < 3; c++)
+      for (int j = 0; j < np; j++) if (param_class(pt[j]) == c) ord[no++] = (uint8_t)j, count[c]++;
+    k->order = ord; k->ntensors = count[0]; k->n4 = count[1];
     k->graphable = graphable;
     k->id = ++rt->next_kernel_id;
     k->module = m;
@@ -417,8 +420,8 @@ static inline int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *co
    kernel: its scalars are where s has scalars), in k->order: the tensors
    first, each taking gt_arg_quick's test as it is bound, or when that
    cannot tell (an external buffer, numbered by first use) gt_cursor_arg's
-   (*quick stays 1 while all pass), then the scalars, whose differences from was (the
-   values the graph holds) gather in *dirty.  No switch on the parameter's
+   (*quick stays 1 while all pass), then the scalars, whose differences
+   from was (the values the graph holds) gather in *dirty.  No switch on the parameter's
    type: a replayed op's binding is its tensors and a few XORs. */
 static inline int bind_predicted(gt_tree *tr, const gt_kernel *k, const gt_tensor *const *ts, const gt_arg *args,
                                  gt_arg *out, const gt_asig *s, const uint64_t *was, int statics_kept, int *quick,
@@ -432,15 +435,9 @@ static inline int bind_predicted(gt_tree *tr, const gt_kernel *k, const gt_tenso
     if (bad) return bad;
     if (q) q = gt_arg_quick(&out[j], &s[j], was[j], statics_kept, &d) || gt_cursor_arg(tr, &out[j], &s[j], was[j], &d);
   }
-  for (int i = nt; i < n4; i++) {
+  for (int i = nt; i < n; i++) {
     int j = ord[i];
-    uint64_t v = args[j].v.u32;
-    out[j] = (gt_arg){ NULL, 0, 0, { .u64 = v } };
-    d |= v ^ was[j];
-  }
-  for (int i = n4; i < n; i++) {
-    int j = ord[i];
-    uint64_t v = args[j].v.u64;
+    uint64_t v = i < n4 ? args[j].v.u32 : args[j].v.u64;   /* (4-byte scalars read as 4 bytes, as bind_args) */
     out[j] = (gt_arg){ NULL, 0, 0, { .u64 = v } };
     d |= v ^ was[j];
   }
