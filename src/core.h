@@ -152,6 +152,7 @@ struct gt_runtime {
   int cond_bits;             /* cond.c: backend's conditional nodes + 1 (0: not asked yet) */
   uint64_t watch_lo[16], watch_hi[16];  /* cond.c: eager writes into [lo, hi) are noted (hi = 0: none) */
   int watch_hit[16], watching;          /* watching: slots in use */
+  int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */

@@ -205,6 +205,19 @@ int gt_launch_config(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, uns
    GT_ERR with the message set, or i + 1 when tensor parameter i fails its
    check (no message: the caller says what is wrong with its argument). */
 int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *const *tensors, const gt_arg *args);
+/* gt_launch_tensors for gt.ops's lean launchers (Kernel:_lean): a kernel
+   of one to four tensor parameters, passed by value in parameter order as
+   buffer, byte offset, bytes and generation (a NULL buffer: an output the
+   tree call makes, of those bytes); the caller has checked their dtypes and
+   contiguity.  By value, not as handles: a handle passed to C must exist in
+   memory, one built from the answer may stay in LuaJIT's registers (an op's
+   result consumed by the next op allocates nothing).  Returns the buffer
+   made for the output (none made: the first tensor's), or NULL with
+   gt_launch_tensors's answer in gt_lean_status. */
+gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args,
+                       gt_buf *b1, double o1, double n1, uint32_t g1, gt_buf *b2, double o2, double n2, uint32_t g2,
+                       gt_buf *b3, double o3, double n3, uint32_t g3, gt_buf *b4, double o4, double n4, uint32_t g4);
+int gt_lean_status(gt_runtime *rt);
 
 /* -- Trees -------------------------------------------------------------- */
 gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts);

@@ -478,6 +478,27 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
   return launch_now(rt, &l, a);
 }
 
+gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args,
+                       gt_buf *b1, double o1, double n1, uint32_t g1, gt_buf *b2, double o2, double n2, uint32_t g2,
+                       gt_buf *b3, double o3, double n3, uint32_t g3, gt_buf *b4, double o4, double n4, uint32_t g4) {
+  const gt_kernel *k = c->k;
+  gt_tensor tv[4] = { { b1, o1, n1, g1, 0, 0, 0 }, { b2, o2, n2, g2, 0, 0, 0 },
+                      { b3, o3, n3, g3, 0, 0, 0 }, { b4, o4, n4, g4, 0, 0, 0 } };
+  const gt_tensor *ts[GT_MAX_PARAMS];
+  int nt = k->ntensors < 4 ? k->ntensors : 4, made = 0;
+  for (int i = nt - 1; i >= 0; i--) {
+    int j = k->order[i];
+    tv[i]._dt = k->pdtype[j];
+    ts[j] = &tv[i];
+    if (!tv[i]._b) made = i;
+  }
+  int r = gt_launch_tensors(rt, c, ts, args);
+  if (r) { rt->lean_status = r; return NULL; }
+  return tv[made]._b;
+}
+
+int gt_lean_status(gt_runtime *rt) { return rt->lean_status; }
+
 /* -- Tests --------------------------------------------------------------- */
 #ifdef GT_TEST
 void gt_test_kernel(void) {

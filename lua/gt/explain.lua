@@ -77,7 +77,9 @@ end
 
 -- The segment's last tensor made (its output, as a rule).
 local function output_text(tree)
-  if tree._last and C.gt_tree_nbufs(tree._t) > (tree._seg0 or 0) then return tensor_text(tree._last) end
+  if tree._lsid and C.gt_tree_nbufs(tree._t) > (tree._seg0 or 0) then
+    return gt._shape_str(gt._shapes[tree._lsid]) .. " " .. gt._dtype_of_code[tree._ldt]
+  end
   return "(nothing made)"
 end
 

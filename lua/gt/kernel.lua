@@ -125,18 +125,62 @@ end
 -- Compiles the code src of a launcher generator for kernel k (chunk name
 -- name) and returns what it returns.  src sees rt, args and tensors (the
 -- kernel's argument arrays), T, fail, raise, count_error, launch, the checks'
--- helpers (floor, istype, type, tobit, select), ffi, n (the arrays' size)
--- and extra (compile_launcher's fourth argument).
+-- helpers (floor, istype, type, tobit, select), ffi, n (the arrays' size),
+-- extra (compile_launcher's fourth argument) and lean, lean_status
+-- (gt_launch_lean and gt_lean_status).
 local function compile_launcher(k, name, src, extra)
   local n = math.max(k.nparams, 1)
   local args, tensors = ffi.new("gt_arg[?]", n), ffi.new("const gt_tensor *[?]", n)
   local function fail(i, v) arg_error(k, i, v, 3) end
   local function raise() error(gt._errmsg(), 3) end
   local head = "local rt, args, tensors, T, fail, floor, istype, type, raise, count_error, launch, tobit, select, " ..
-    "ffi, n, extra = ...\n"
+    "ffi, n, extra, lean, lean_status = ...\n"
   local f = assert(loadstring(head .. src, name))
   return f(rt, args, tensors, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error_of(k),
-           C.gt_launch_tensors, bit.tobit, select, ffi, n, extra)
+           C.gt_launch_tensors, bit.tobit, select, ffi, n, extra, C.gt_launch_lean, C.gt_lean_status)
+end
+
+-- The code of a launch that passes kernel k's tensor parameters to the core
+-- by value (gt_launch_lean: one to four of them; nil for other kernels),
+-- tensor parameter i being the local a<i>: checked (a tensor; with checks,
+-- also contiguous and of the parameter's dtype), its fields read, then one
+-- call with the configuration cfg and the scalars args (expressions); bad:
+-- the expression of the argument a refused parameter r names.  made: the
+-- expression of the bytes of an output whose handle is nil (the tree call
+-- makes its buffer).  The code leaves the buffer bound to that output (else
+-- the first tensor's) in b.
+--
+-- By value, not as handles, so that a handle is only read: one passed to C
+-- must exist in memory, one only read (and built from b after the call)
+-- may stay in LuaJIT's registers, so an op's result that the next op
+-- consumes allocates nothing (allocation sinking).  For that the code reads
+-- every field before the call (a load after a C call cannot be forwarded
+-- from the store that made the handle) and never compares a handle with
+-- nil (that compares its address).
+local function byvalue_code(k, cfg, args, bad, checks, made)
+  local code, vals = {}, {}
+  for i = 1, k.nparams do
+    local pt = k.ptype[i - 1]
+    if pt == PTR_IN or pt == PTR_OUT then
+      local t = #vals + 1
+      if t > 4 then return nil end
+      local c = ("if not istype(T, a%d) then fail(%d, a%d) end"):format(i, i, i)
+      local pd = k.pdtype[i - 1]
+      if checks then c = c .. (" if a%d._vid ~= 0%s then fail(%d, a%d) end"):format(i,
+        pd ~= 0 and (" or a%d._dt ~= %d"):format(i, pd) or "", i, i) end
+      local read = ("%s b%d, o%d, n%d, g%d = a%d._b, a%d._off, a%d._nb, a%d._gen"):format(c, t, t, t, t, i, i, i, i)
+      if made then
+        code[#code + 1] = ("local b%d, o%d, n%d, g%d = nil, 0, %s, 0\nif a%d then %s end"):format(t, t, t, t, made, i, read)
+      else
+        code[#code + 1] = ("local b%d, o%d, n%d, g%d\n%s"):format(t, t, t, t, read)
+      end
+      vals[t] = ("b%d, o%d, n%d, g%d"):format(t, t, t, t)
+    end
+  end
+  if #vals == 0 then return nil end
+  for t = #vals + 1, 4 do vals[t] = "nil, 0, 0, 0" end
+  return table.concat(code, "\n") .. "\nlocal b = lean(rt, " .. cfg .. ", " .. args .. ", " .. table.concat(vals, ", ") ..
+    ")\nif b == nil then local r = lean_status(rt); if r > 0 then fail(r, " .. bad .. ") end; raise() end\n"
 end
 
 -- Generates a launcher with fixed arity for kernel k: the checks inline,
@@ -155,21 +199,36 @@ local function make_launcher(k)
   -- varargs: a vararg function cannot start a trace of its own)
   local count = "if e1 ~= nil " .. (n > 0 and ("or a" .. n .. " == nil ") or "") ..
     "then count_error({" .. elist .. "}" .. (n > 0 and ", " .. plist or "") .. ") end\n"
+  local bad = n > 0 and "(select(r, " .. plist .. "))" or nil
+  local scalars = {}
+  for i = 1, n do
+    local pt = k.ptype[i - 1]
+    if pt ~= PTR_IN and pt ~= PTR_OUT then scalars[#scalars + 1] = code[i] end
+  end
+  local byvalue = byvalue_code(k, "cfg", "args", bad, true)
+  local launch = byvalue and table.concat(scalars, "\n") .. "\n" .. byvalue or
+    table.concat(code, "\n") .. "\n" .. answer_code(bad)
   return compile_launcher(k, "=gt.kernel." .. ffi.string(k.name),
     "return function(cfg) return function(" .. plist .. (n > 0 and ", " or "") .. elist .. ")\n" .. count ..
-    table.concat(code, "\n") .. "\n" .. answer_code(n > 0 and "(select(r, " .. plist .. "))" or nil) .. "end end")
+    launch .. "end end")
 end
 
 -- The lean launcher of kernel k (gt.ops's, through Kernel:_lean): one
 -- runner for the kernel, run(st, tensors...), and states, one a
 -- configuration: state(all arguments, tensors nil) -> st, its scalars checked
 -- then (as the launcher checks them) into st's own argument array; st.cfg
--- is left for gt_launch_config.  A run stores the tensor parameters' handles
--- in st and calls the core.  One runner for every state: LuaJIT specializes a
--- call to the closure it saw, so a call site that met a closure per
--- configuration left its trace for a side trace whenever the configuration
--- changed (the shapes scenario: every op).  st.nb and st.sid are the
--- caller's (gt.ops: its result's bytes and shape id).
+-- is left for gt_launch_config.  One runner for every state: LuaJIT
+-- specializes a call to the closure it saw, so a call site that met a
+-- closure per configuration left its trace for a side trace whenever the
+-- configuration changed (the shapes scenario: every op).  st.nb and st.sid
+-- are the caller's (gt.ops: its result's bytes and shape id); the caller
+-- has checked the tensors' dtypes and contiguity.
+--
+-- A kernel of one to four tensor parameters passes them by value
+-- (byvalue_code): run(st, t1, ...) takes the tensor parameters' handles in
+-- order, nil for an output the tree call makes (st.nb bytes), and returns
+-- the buffer bound to it, from which the caller builds the result's handle.
+-- Other kernels store the handles in st and call gt_launch_tensors.
 local function make_lean(k)
   local n = k.nparams
   local params, fixed, tlist, store, which = {}, {}, {}, {}, {}
@@ -188,11 +247,14 @@ local function make_lean(k)
   -- its first argument, and a "$" parameter would give every kernel the first one's)
   local S = ffi.typeof(("struct { gt_launchcfg cfg; gt_arg args[%d]; const gt_tensor *tensors[%d]; " ..
     "double nb; int32_t sid; }"):format(math.max(n, 1), math.max(n, 1)))
+  local bad = #which > 0 and table.concat(which, " or ") or nil
+  local body = byvalue_code(k, "st.cfg", "st.args", bad, false, "st.nb")
+  body = body and body .. "return b\n" or
+    "local cfg, args, tensors = st.cfg, st.args, st.tensors\n" .. table.concat(store, "\n") .. "\n" .. answer_code(bad)
   return compile_launcher(k, "=gt.kernel." .. ffi.string(k.name) .. ".lean",
     "local S = extra\n" ..
     "local function run(st" .. (#tlist > 0 and ", " or "") .. table.concat(tlist, ", ") .. ")\n" ..
-    "local cfg, args, tensors = st.cfg, st.args, st.tensors\n" .. table.concat(store, "\n") .. "\n" ..
-    answer_code(#which > 0 and table.concat(which, " or ") or nil) .. "end\n" ..
+    body .. "end\n" ..
     "local function state(" .. table.concat(params, ", ") .. ")\n" ..
     "local st = S()\nlocal args = st.args\n" .. table.concat(fixed, "\n") .. "\nreturn st end\n" ..
     "return run, state", S)

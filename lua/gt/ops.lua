@@ -319,12 +319,18 @@ local function linear_state(p, a, bias)
 end
 
 -- A step of state st: makes the result, launches, returns the result.  In a
--- tree call the result is a handle without a buffer: the launch makes it
--- (one call into the core).
+-- tree call the core makes the result's buffer in the launch and the
+-- handle is built from it afterwards (so that LuaJIT can keep a handle the
+-- next op consumes in registers: kernel.lua's make_lean).
 local function linear_go(st, x, W, b)
   local tree = gt._active
-  local y = tree and TT(nil, 0, st.nb, 0, st.sid, F32C, 0) or new_sid(st.sid, F32, 3)
-  if tree then tree._last = y end
+  if tree then
+    local sid = st.sid
+    local buf = linear_run(st, nil, x, W, b)
+    tree._lsid, tree._ldt = sid, F32C      -- a new node's shapes name its last tensor (explain.lua)
+    return TT(buf, 0, st.nb, tree._gen, sid, F32C, 0)
+  end
+  local y = new_sid(st.sid, F32, 3)
   linear_run(st, y, x, W, b)
   return y
 end

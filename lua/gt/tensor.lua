@@ -183,7 +183,7 @@ local function new_sid(sid, d, level)
     local b = C.gt_tree_buf_new(rt, nb)
     if b == nil then error(gt._errmsg(), level + 1) end
     local t = TT(b, 0, nb, tree._gen, sid, d.code, 0)
-    tree._last = t                                       -- a new node's shapes name its last tensor
+    tree._lsid, tree._ldt = sid, d.code                  -- a new node's shapes name its last tensor (explain.lua)
     return t
   end
   local b = C.gt_buf_new(rt, nb)

@@ -158,7 +158,7 @@ function gt.tree(fn, opts)
   local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, finalizer(held)), _held = held,
                               _copy = opts.copy_inputs and true or false, _nwarn = 0,
                               _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
-                              _gen = 0, _seg0 = 0,
+                              _gen = 0, _seg0 = 0, _lsid = false, _ldt = 0,
                               _warn_shapes = opts.warn_shapes == false and huge or (opts.warn_shapes or 8) }, Tree)
   if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
     gt.keyed._attach(self, opts)
