@@ -415,6 +415,30 @@ static inline int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *co
   return 0;
 }
 
+/* The scalars of a predicted launch of k (its parameters from order[ntensors]
+   on) from args into out in normal form (4-byte ones read as 4 bytes, as
+   bind_args), returning their differences from was (the values the graph
+   holds) ORed together.  Two loops, the 4-byte scalars then the rest: no
+   test of the width per scalar. */
+static inline uint64_t bind_scalars(const gt_kernel *k, const gt_arg *args, gt_arg *out, const uint64_t *was) {
+  const uint8_t *ord = k->order;
+  int i = k->ntensors, n4 = i + k->n4, n = k->nparams;
+  uint64_t d = 0;
+  for (; i < n4; i++) {
+    int j = ord[i];
+    uint64_t v = args[j].v.u32;
+    out[j] = (gt_arg){ NULL, 0, 0, { .u64 = v } };
+    d |= v ^ was[j];
+  }
+  for (; i < n; i++) {
+    int j = ord[i];
+    uint64_t v = args[j].v.u64;
+    out[j] = (gt_arg){ NULL, 0, 0, { .u64 = v } };
+    d |= v ^ was[j];
+  }
+  return d;
+}
+
 /* bind_args for a launch the cursor predicted (gt_cursor_expect: s, the
    recorded launch's signature, of the same configuration, so the same
    kernel: its scalars are where s has scalars), in k->order: the tensors
@@ -427,7 +451,7 @@ static inline int bind_predicted(gt_tree *tr, const gt_kernel *k, const gt_tenso
                                  gt_arg *out, const gt_asig *s, const uint64_t *was, int statics_kept, int *quick,
                                  uint64_t *dirty) {
   const uint8_t *ord = k->order;
-  int nt = k->ntensors, n4 = nt + k->n4, n = k->nparams, q = 1;
+  int nt = k->ntensors, q = 1;
   uint64_t d = 0;
   for (int i = 0; i < nt; i++) {
     int j = ord[i];
@@ -435,14 +459,8 @@ static inline int bind_predicted(gt_tree *tr, const gt_kernel *k, const gt_tenso
     if (bad) return bad;
     if (q) q = gt_arg_quick(&out[j], &s[j], was[j], statics_kept, &d) || gt_cursor_arg(tr, &out[j], &s[j], was[j], &d);
   }
-  for (int i = nt; i < n; i++) {
-    int j = ord[i];
-    uint64_t v = i < n4 ? args[j].v.u32 : args[j].v.u64;   /* (4-byte scalars read as 4 bytes, as bind_args) */
-    out[j] = (gt_arg){ NULL, 0, 0, { .u64 = v } };
-    d |= v ^ was[j];
-  }
   *quick = q;
-  *dirty = d;
+  *dirty = d | bind_scalars(k, args, out, was);
   return 0;
 }
 
@@ -478,10 +496,78 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
   return launch_now(rt, &l, a);
 }
 
+/* One tensor of a predicted lean launch (lean_predicted), parameter j, by
+   value: bound into o and tested against s (gt_arg_quick, else
+   gt_cursor_arg) while *q stays 1.  b was checked live, or made. */
+static inline __attribute__((always_inline)) void lean_bind(gt_tree *t, int j, gt_buf *b, double off, double nb,
+                                                            gt_arg *out, const gt_asig *s, const uint64_t *was,
+                                                            int kept, int *q, uint64_t *d) {
+  gt_arg *o = &out[j];
+  o->buf = b; o->off = (int64_t)off; o->nbytes = (int64_t)nb; o->v.u64 = 0;
+  if (*q) *q = gt_arg_quick(o, &s[j], was[j], kept, d) || gt_cursor_arg(t, o, &s[j], was[j], d);
+}
+
+/* gt_launch_lean's path for the replayed op: a tree call whose cursor
+   predicts this configuration next (s, was, kept: gt_cursor_expect's), its
+   tensors live and any without a buffer an output.  The tensors go from
+   the registers they came in straight into the queue (no handles built, no
+   dtype or contiguity test: the lean caller made those), the output's
+   buffer from the slab.  Returns the buffer made (none: b1), or NULL
+   having changed nothing when the general path must decide (a stale
+   tensor, a missing one, a full slab or queue: it raises what is wrong). */
+static inline __attribute__((always_inline)) gt_buf *
+lean_predicted(gt_tree *t, const gt_launchcfg *c, const gt_arg *args, const gt_asig *s, const uint64_t *was, int kept,
+               gt_buf *b1, double o1, double n1, uint32_t g1, gt_buf *b2, double o2, double n2, uint32_t g2,
+               gt_buf *b3, double o3, double n3, uint32_t g3, gt_buf *b4, double o4, double n4, uint32_t g4) {
+  const gt_kernel *k = c->k;
+  const uint8_t *ord = k->order;
+  int nt = k->ntensors, made = -1;
+  if (nt > 4) return NULL;
+  gt_buf *bv[4] = { b1, b2, b3, b4 };
+  const uint32_t gv[4] = { g1, g2, g3, g4 };
+  for (int i = 0; i < nt; i++) {
+    if (!bv[i]) {
+      if (made >= 0 || k->ptype[ord[i]] != GT_P_OUT) return NULL;
+      made = i;
+    } else if (gv[i] != *bv[i]->gen_now) return NULL;
+  }
+  gt_arg *a;
+  gt_qlaunch *d = gt_queue_reserve(&t->q, k->nparams, &a);
+  if (!d) return NULL;
+  if (made >= 0) {
+    const double nbv[4] = { n1, n2, n3, n4 };
+    if (!(bv[made] = gt_tree_buf_quick(t, (uint64_t)nbv[made]))) return NULL;
+  }
+  int q = 1;
+  uint64_t dirty = 0;
+  switch (nt) {                  /* (fall through: the tensors in order, each from its own registers) */
+  case 4: lean_bind(t, ord[3], bv[3], o4, n4, a, s, was, kept, &q, &dirty); /* fall through */
+  case 3: lean_bind(t, ord[2], bv[2], o3, n3, a, s, was, kept, &q, &dirty); /* fall through */
+  case 2: lean_bind(t, ord[1], bv[1], o2, n2, a, s, was, kept, &q, &dirty); /* fall through */
+  case 1: lean_bind(t, ord[0], bv[0], o1, n1, a, s, was, kept, &q, &dirty); /* fall through */
+  default: break;
+  }
+  dirty |= bind_scalars(k, args, a, was);
+  *d = launch_of(c);
+  gt_queue_commit(&t->q, d);
+  if (q) { if (dirty) gt_cursor_quick(t, dirty); }
+  else gt_cursor_push(t);
+  return bv[made >= 0 ? made : 0];
+}
+
 gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args,
                        gt_buf *b1, double o1, double n1, uint32_t g1, gt_buf *b2, double o2, double n2, uint32_t g2,
                        gt_buf *b3, double o3, double n3, uint32_t g3, gt_buf *b4, double o4, double n4, uint32_t g4) {
   const gt_kernel *k = c->k;
+  gt_tree *t = rt->active;
+  if (t) {
+    const uint64_t *was;
+    int kept;
+    const gt_asig *s = gt_cursor_expect(t, c->id, k->nparams, &was, &kept);
+    gt_buf *b = s ? lean_predicted(t, c, args, s, was, kept, b1, o1, n1, g1, b2, o2, n2, g2, b3, o3, n3, g3,
+                                   b4, o4, n4, g4) : NULL;
+    if (b) return b;
+  }
   gt_tensor tv[4] = { { b1, o1, n1, g1, 0, 0, 0 }, { b2, o2, n2, g2, 0, 0, 0 },
                       { b3, o3, n3, g3, 0, 0, 0 }, { b4, o4, n4, g4, 0, 0, 0 } };
   const gt_tensor *ts[GT_MAX_PARAMS];
