@@ -415,6 +415,13 @@ static inline int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *co
   return 0;
 }
 
+/* A bound tensor argument o of a predicted launch against s, its recorded
+   signature: gt_arg_quick's test, or when that cannot tell (an external
+   buffer) gt_cursor_arg's; 1 when the same (its difference into *d). */
+static inline int arg_predicted(gt_tree *t, const gt_arg *o, const gt_asig *s, uint64_t was, int kept, uint64_t *d) {
+  return gt_arg_quick(o, s, was, kept, d) || gt_cursor_arg(t, o, s, was, d);
+}
+
 /* The scalars of a predicted launch of k (its parameters from order[ntensors]
    on) from args into out in normal form (4-byte ones read as 4 bytes, as
    bind_args), returning their differences from was (the values the graph
@@ -457,7 +464,7 @@ static inline int bind_predicted(gt_tree *tr, const gt_kernel *k, const gt_tenso
     int j = ord[i];
     int bad = bind_tensor(tr, k, j, ts[j], &out[j]);
     if (bad) return bad;
-    if (q) q = gt_arg_quick(&out[j], &s[j], was[j], statics_kept, &d) || gt_cursor_arg(tr, &out[j], &s[j], was[j], &d);
+    if (q) q = arg_predicted(tr, &out[j], &s[j], was[j], statics_kept, &d);
   }
   *quick = q;
   *dirty = d | bind_scalars(k, args, out, was);
@@ -468,6 +475,16 @@ static inline int bind_predicted(gt_tree *tr, const gt_kernel *k, const gt_tenso
 static gt_qlaunch launch_of(const gt_launchcfg *c) {
   return (gt_qlaunch){ .kind = GT_GN_KERNEL, .cfg = c->id, .k = c->k, .grid = { c->grid[0], c->grid[1], c->grid[2] },
                        .block = { c->block[0], c->block[1], c->block[2] }, .smem = c->smem, .nargs = c->k->nparams };
+}
+
+/* The launch of configuration c whose arguments were bound at d's slot ends
+   its entry in the queue; the cursor notes it: quick (every argument passed
+   arg_predicted) with its differences dirty, else compared in full. */
+static inline void commit_predicted(gt_tree *t, gt_qlaunch *d, const gt_launchcfg *c, int quick, uint64_t dirty) {
+  *d = launch_of(c);
+  gt_queue_commit(&t->q, d);
+  if (quick) { if (dirty) gt_cursor_quick(t, dirty); }   /* the predicted launch, argument for argument */
+  else gt_cursor_push(t);
 }
 
 int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *const *ts, const gt_arg *args) {
@@ -483,10 +500,7 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
     const gt_asig *s = gt_cursor_expect(t, c->id, k->nparams, &was, &kept);
     int bad = s ? bind_predicted(t, k, ts, args, a, s, was, kept, &quick, &dirty) : bind_args(t, k, ts, args, a);
     if (bad) return bad;
-    *d = launch_of(c);
-    gt_queue_commit(&t->q, d);
-    if (quick) { if (dirty) gt_cursor_quick(t, dirty); }   /* the predicted launch, argument for argument */
-    else gt_cursor_push(t);
+    commit_predicted(t, d, c, quick, dirty);
     return GT_OK;
   }
   gt_arg a[GT_MAX_PARAMS];
@@ -497,14 +511,13 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
 }
 
 /* One tensor of a predicted lean launch (lean_predicted), parameter j, by
-   value: bound into o and tested against s (gt_arg_quick, else
-   gt_cursor_arg) while *q stays 1.  b was checked live, or made. */
+   value: bound into out[j] and tested (arg_predicted) while *q stays 1.  b was checked live, or made. */
 static inline __attribute__((always_inline)) void lean_bind(gt_tree *t, int j, gt_buf *b, double off, double nb,
                                                             gt_arg *out, const gt_asig *s, const uint64_t *was,
                                                             int kept, int *q, uint64_t *d) {
   gt_arg *o = &out[j];
   o->buf = b; o->off = (int64_t)off; o->nbytes = (int64_t)nb; o->v.u64 = 0;
-  if (*q) *q = gt_arg_quick(o, &s[j], was[j], kept, d) || gt_cursor_arg(t, o, &s[j], was[j], d);
+  if (*q) *q = arg_predicted(t, o, &s[j], was[j], kept, d);
 }
 
 /* gt_launch_lean's path for the replayed op: a tree call whose cursor
@@ -547,11 +560,7 @@ lean_predicted(gt_tree *t, const gt_launchcfg *c, const gt_arg *args, const gt_a
   case 1: lean_bind(t, ord[0], bv[0], o1, n1, a, s, was, kept, &q, &dirty); /* fall through */
   default: break;
   }
-  dirty |= bind_scalars(k, args, a, was);
-  *d = launch_of(c);
-  gt_queue_commit(&t->q, d);
-  if (q) { if (dirty) gt_cursor_quick(t, dirty); }
-  else gt_cursor_push(t);
+  commit_predicted(t, d, c, q, dirty | bind_scalars(k, args, a, was));
   return bv[made >= 0 ? made : 0];
 }
 
