@@ -39,7 +39,7 @@ int gt_cond_support(gt_runtime *rt) {
 
 /* Queues one structure entry; its position in the queue, or GT_ERR. */
 int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, uint64_t max) {
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if (!t) return gt_fail(rt, "gt.cond: a cond entry outside a tree call");
   if (what < GT_COND_IF || what > GT_COND_END) return gt_fail(rt, "gt.cond: unknown entry %d", what);
   gt_qlaunch l = { .kind = what };
@@ -67,7 +67,7 @@ static int overlaps(const gt_arg *a, const gt_buf *p, int64_t off, int64_t nbyte
 }
 
 int gt_cond_writes(gt_runtime *rt, int from, gt_buf *p, int64_t off, int64_t nbytes) {
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if (!t) return 0;
   const gt_queue *q = &t->q;
   for (int i = from < 0 ? 0 : from; i < q->n; i++)

@@ -7,8 +7,9 @@
 #include "backend.h"
 
 #define GT_ALIGN 256u
-#define GT_SLAB 256
+#define GT_SLAB (1 << GT_SLAB_BITS)
 #define GT_HISTORY 1024
+#define GT_JIT_FLUSHES 8       /* a tree's JIT flushes at most (gt_tree_return) */
 #define GT_MAX_PARAMS 64      /* a kernel's parameters at most (kernel.c refuses more) */
 
 /* -- Pool (pool.c): reserved address ranges, grown by committing ---------- */
@@ -79,6 +80,7 @@ typedef struct gt_qlaunch {
   int arg0, nargs;           /* slice of queue.args */
   uint64_t bytes;            /* memcpy/memset */
   int value;                 /* memset */
+  int made;                  /* kernels: the tensor (1.., in parameter order) whose buffer the launch made; 0: none */
 } gt_qlaunch;
 
 typedef struct gt_queue {
@@ -153,6 +155,7 @@ struct gt_runtime {
   uint64_t watch_lo[16], watch_hi[16];  /* cond.c: eager writes into [lo, hi) are noted (hi = 0: none) */
   int watch_hit[16], watching;          /* watching: slots in use */
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
+  gt_lane lane;              /* lane.c: the replay lane of the active call */
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
@@ -208,6 +211,8 @@ typedef struct gt_node {
   struct gt_node *last_kid;          /* the child visited last: the cursor's prediction */
   gt_asig *asig; uint64_t *bsig; gt_rsig *rsig; int nsig, nbsig, nrsig;
   uint64_t sfrees;                   /* gt_static_frees when asig was saved */
+  gt_lrec *lrec;                     /* lane.c: the recording as the replay lane tests it (made on first use) */
+  gt_arg *qargs;                     /* the recorded launches' arguments as queued (what the lane's sync copies) */
 } gt_node;
 
 struct gt_tree {
@@ -245,6 +250,8 @@ struct gt_tree {
   struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
   void (*keyed_free)(struct gt_tree *t);  /* frees them (keyed.c sets it: the tree does not call up into keyed.c) */
   gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
+  int lane_lost;                     /* lane.c: a sync found no room for a launch (the call fails) */
+  int lane_call, lane_prev, jit_flushes;  /* the lane replayed launches in this call, in the one before; JIT flushes asked */
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
   int *cdirty, ndirty, cdirtycap;    /* launches whose scalars or external addresses differ from cand's graph */
   int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
@@ -347,6 +354,18 @@ gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its nod
 int gt_cursor_dirty(const gt_tree *t, const gt_node *n);
 int gt_cursor_save(gt_tree *t, gt_node *n, int first);  /* n was recorded from the queue */
 void gt_cursor_forget(gt_node *n);
+/* -- The replay lane (lane.c) ---------------------------------------------- */
+void gt_lane_start(gt_tree *t);       /* a segment's queue begins: the lane opens on the cursor's prediction, if it can */
+void gt_lane_room(gt_tree *t);        /* the call's buffer structs grew (or moved) */
+void gt_lane_sync(gt_tree *t);        /* the lane's lazy launches into the queue */
+void gt_lane_close(gt_runtime *rt);   /* nothing more through the lane (Lua's test reads a zero count then) */
+/* The active call's tree, its queue holding every launch so far (what the
+   core's functions reach the call through; NULL outside one). */
+static inline gt_tree *gt_active(gt_runtime *rt) {
+  gt_tree *t = rt->active;
+  if (t && rt->lane.lazy) gt_lane_sync(t);
+  return t;
+}
 /* -- Device-side branches (cond.c) ---------------------------------------- */
 /* Runs the queue's launches in order, deciding each IF and WHILE on the host
    (p read back: a sync on cuda).  *at: the launch that failed. */

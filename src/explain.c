@@ -124,7 +124,7 @@ void gt_explain_free(gt_node *n) {
 /* -- Notes from Lua ------------------------------------------------------- */
 
 int gt_tree_explain_wanted(gt_runtime *rt) {
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if (!t || !t->cur) return 0;
   return (t->cur->cut ? 0 : 1) | (t->cur->shapes ? 0 : 2) | (t->cur->parent == &t->root ? 4 : 0);
 }
@@ -160,7 +160,7 @@ static void explain_shape(gt_tree *t, gt_node *n) {
 }
 
 void gt_tree_note(gt_runtime *rt, const char *cut, const char *shapes) {
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if (!t || !t->cur) return;
   gt_node *n = t->cur;
   if (cut && !n->cut) set_text(&n->cut, cut);

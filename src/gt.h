@@ -219,6 +219,37 @@ gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args
                        gt_buf *b3, double o3, double n3, uint32_t g3, gt_buf *b4, double o4, double n4, uint32_t g4);
 int gt_lean_status(gt_runtime *rt);
 
+/* The replay lane: a lean launch that the predicted node recorded next,
+   argument for argument, is replayed from Lua (kernel.lua's make_lean)
+   without calling the core: tested against the node's record, its output's
+   buffer struct made in place, counted in lazy.  The core writes those
+   launches into its queue (gt_lane_sync) before anything else reads the
+   queue.  One lane per runtime (tree calls do not nest); n = 0 closes it. */
+enum { GT_SLAB_BITS = 8 };           /* a tree's buffer structs come in chunks of 1 << GT_SLAB_BITS */
+typedef struct gt_lrec {
+  uint32_t cfg;                      /* the lean state's configuration id; 0: not the lane's */
+  int32_t made;                      /* the tensor (1..4, in parameter order) whose buffer it makes; 0: none */
+  int32_t midx;                      /* that buffer's index in the segment */
+  int32_t marg;                      /* and the launch's argument it is */
+  gt_buf *b1, *b2, *b3, *b4;         /* the tensors' buffers (NULL: the one made; unused ones NULL) */
+  double o1, o2, o3, o4, n1, n2, n3, n4;   /* their byte offsets and bytes */
+} gt_lrec;
+typedef struct gt_lane {
+  const gt_lrec *rec;                /* the predicted node's launches */
+  int32_t n;                         /* its launches (0: the lane is closed) */
+  int32_t lazy;                      /* launches replayed here that the queue does not hold yet */
+  const int32_t *qn;                 /* the queue's launches (the next launch is qn[0] + lazy) */
+  int32_t *nbufs;                    /* the call's buffers so far */
+  gt_buf **bufs;                     /* the call's buffers */
+  gt_buf **slab;                     /* the chunks of buffer structs */
+  int32_t room;                      /* buffers the call has structs for without growing */
+  int32_t depth, segstart;           /* the segment and its first buffer */
+  uint32_t gen;                      /* the call's generation */
+  const uint32_t *gen_now;           /* where its buffers' gen_now point */
+  gt_tree *tree;
+} gt_lane;
+gt_lane *gt_lane_of(gt_runtime *rt);
+
 /* -- Trees -------------------------------------------------------------- */
 gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts);
 void gt_tree_free(gt_tree *t);
@@ -237,7 +268,10 @@ uint32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager);
    nwarn: the warnings the caller has seen.  0: ended; 1: ended with new
    warnings; 8 | gt_tree_explain_wanted's bits: flushed, not ended (a node's
    first visit: explain it, then gt_tree_end); GT_ERR: the flush failed (the
-   call is still open: abort it). */
+   call is still open: abort it).  Plus 16 (not with GT_ERR): the call
+   replayed through the lane (gt_lane) after one that did not, so LuaJIT's
+   traces formed on the recording's path: flush them (jit.flush()); at most
+   GT_JIT_FLUSHES times a tree. */
 int gt_tree_return(gt_runtime *rt, int nwarn);
 void gt_tree_abort(gt_runtime *rt);               /* a Lua error: drop the queued segment, end the call */
 /* Copy an input into the tree's staging slot: `outer` chunks of chunk bytes

@@ -479,9 +479,11 @@ static gt_qlaunch launch_of(const gt_launchcfg *c) {
 
 /* The launch of configuration c whose arguments were bound at d's slot ends
    its entry in the queue; the cursor notes it: quick (every argument passed
-   arg_predicted) with its differences dirty, else compared in full. */
-static inline void commit_predicted(gt_tree *t, gt_qlaunch *d, const gt_launchcfg *c, int quick, uint64_t dirty) {
+   arg_predicted) with its differences dirty, else compared in full; made:
+   the tensor (1.., 0: none) whose buffer it made (the lane's record). */
+static inline void commit_predicted(gt_tree *t, gt_qlaunch *d, const gt_launchcfg *c, int made, int quick, uint64_t dirty) {
   *d = launch_of(c);
+  d->made = made;
   gt_queue_commit(&t->q, d);
   if (quick) { if (dirty) gt_cursor_quick(t, dirty); }   /* the predicted launch, argument for argument */
   else gt_cursor_push(t);
@@ -489,7 +491,7 @@ static inline void commit_predicted(gt_tree *t, gt_qlaunch *d, const gt_launchcf
 
 int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *const *ts, const gt_arg *args) {
   gt_kernel *k = c->k;
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if (t) {                         /* in a tree call: straight into the queue, compared as it lands */
     gt_arg *a;
     gt_qlaunch *d = gt_queue_reserve(&t->q, k->nparams, &a);
@@ -500,7 +502,7 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
     const gt_asig *s = gt_cursor_expect(t, c->id, k->nparams, &was, &kept);
     int bad = s ? bind_predicted(t, k, ts, args, a, s, was, kept, &quick, &dirty) : bind_args(t, k, ts, args, a);
     if (bad) return bad;
-    commit_predicted(t, d, c, quick, dirty);
+    commit_predicted(t, d, c, 0, quick, dirty);
     return GT_OK;
   }
   gt_arg a[GT_MAX_PARAMS];
@@ -560,7 +562,7 @@ lean_predicted(gt_tree *t, const gt_launchcfg *c, const gt_arg *args, const gt_a
   case 1: lean_bind(t, ord[0], bv[0], o1, n1, a, s, was, kept, &q, &dirty); /* fall through */
   default: break;
   }
-  commit_predicted(t, d, c, q, dirty | bind_scalars(k, args, a, was));
+  commit_predicted(t, d, c, made + 1, q, dirty | bind_scalars(k, args, a, was));
   return bv[made >= 0 ? made : 0];
 }
 
@@ -568,7 +570,7 @@ gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args
                        gt_buf *b1, double o1, double n1, uint32_t g1, gt_buf *b2, double o2, double n2, uint32_t g2,
                        gt_buf *b3, double o3, double n3, uint32_t g3, gt_buf *b4, double o4, double n4, uint32_t g4) {
   const gt_kernel *k = c->k;
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if (t) {
     const uint64_t *was;
     int kept;
@@ -580,16 +582,20 @@ gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args
   gt_tensor tv[4] = { { b1, o1, n1, g1, 0, 0, 0 }, { b2, o2, n2, g2, 0, 0, 0 },
                       { b3, o3, n3, g3, 0, 0, 0 }, { b4, o4, n4, g4, 0, 0, 0 } };
   const gt_tensor *ts[GT_MAX_PARAMS];
-  int nt = k->ntensors < 4 ? k->ntensors : 4, made = 0;
+  int nt = k->ntensors < 4 ? k->ntensors : 4, made = -1;
   for (int i = nt - 1; i >= 0; i--) {
     int j = k->order[i];
     tv[i]._dt = k->pdtype[j];
     ts[j] = &tv[i];
     if (!tv[i]._b) made = i;
   }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"   /* (ts's scalar entries are not read) */
   int r = gt_launch_tensors(rt, c, ts, args);
+#pragma GCC diagnostic pop
   if (r) { rt->lean_status = r; return NULL; }
-  return tv[made]._b;
+  if (t && made >= 0) t->q.l[t->q.n - 1].made = made + 1;
+  return tv[made >= 0 ? made : 0]._b;
 }
 
 int gt_lean_status(gt_runtime *rt) { return rt->lean_status; }

@@ -144,6 +144,7 @@ void gt_cursor_start(gt_tree *t, gt_node *parent) {
 static void switch_cand(gt_tree *t, int i) {
   gt_node *p = t->cand->parent, *miss = t->cand;
   t->cmiss = 1;
+  gt_lane_close(t->rt);
   for (int k = 0; k < p->nkids; k++) {
     gt_node *c = p->kids[k];
     if (c == miss || c->nsig <= i) continue;
@@ -163,7 +164,7 @@ void gt_cursor_push(gt_tree *t) {
 /* At the segment's end: the predicted node, if everything matched. */
 gt_node *gt_cursor_hit(gt_tree *t, int first) {
   gt_node *n = t->cand;
-  if (t->cmiss || t->q.n != n->nsig || t->nbufs - first != n->nbsig || t->nrels != n->nrsig) return NULL;
+  if (t->cmiss || t->q.n + t->rt->lane.lazy != n->nsig || t->nbufs - first != n->nbsig || t->nrels != n->nrsig) return NULL;
   for (int i = 0; i < n->nbsig; i++) if (t->bufs[first + i]->bytes != n->bsig[i]) return NULL;
   for (int i = 0; i < t->nrels; i++) {
     const gt_buf *b = t->rels[i];
@@ -184,21 +185,23 @@ int gt_cursor_save(gt_tree *t, gt_node *n, int first) {
   gt_asig *as = malloc((q->nargs ? q->nargs : 1) * sizeof *as);
   uint64_t *bs = malloc((nb ? nb : 1) * sizeof *bs);
   gt_rsig *rs = malloc((t->nrels ? t->nrels : 1) * sizeof *rs);
-  if (!as || !bs || !rs) { free(as); free(bs); free(rs); return gt_fail(t->rt, "out of host memory"); }
+  gt_arg *qa = malloc((q->nargs ? q->nargs : 1) * sizeof *qa);
+  if (!as || !bs || !rs || !qa) { free(as); free(bs); free(rs); free(qa); return gt_fail(t->rt, "out of host memory"); }
+  memcpy(qa, q->args, q->nargs * sizeof *qa);
   uint32_t nseen = 0, ser = next_serial();
   for (int i = 0; i < q->nargs; i++) as[i] = q->args[i].buf ? arg_sig(t, &q->args[i], 0, ser, &nseen) : (gt_asig){ 0 };
   for (int i = 0; i < nb; i++) bs[i] = t->bufs[first + i]->bytes;
   for (int i = 0; i < t->nrels; i++) rs[i] = (gt_rsig){ t->rels[i]->rel, t->rels[i]->seg, t->rels[i]->idx };
   gt_cursor_forget(n);
-  n->asig = as; n->bsig = bs; n->rsig = rs;
+  n->asig = as; n->bsig = bs; n->rsig = rs; n->qargs = qa;
   n->nsig = q->n; n->nbsig = nb; n->nrsig = t->nrels;
   n->sfrees = gt_static_frees;
   return GT_OK;
 }
 
 void gt_cursor_forget(gt_node *n) {
-  free(n->asig); free(n->bsig); free(n->rsig);
-  n->asig = NULL; n->bsig = NULL; n->rsig = NULL;
+  free(n->asig); free(n->bsig); free(n->rsig); free(n->lrec); free(n->qargs);
+  n->asig = NULL; n->bsig = NULL; n->rsig = NULL; n->lrec = NULL; n->qargs = NULL;
   n->nsig = n->nbsig = n->nrsig = 0;
 }
 
@@ -218,7 +221,9 @@ static const uint8_t kio[] = { GT_P_OUT, GT_P_IN, GT_P_IN, GT_P_F32 };
 static gt_kernel kk = { .name = "k", .nparams = 4, .ptype = kio, .graphable = 1, .id = 1 };
 
 static void fx_init(fx *f) {
+  static gt_runtime rt;   /* (the lane's count of lazy launches: none) */
   memset(f, 0, sizeof *f);
+  f->t.rt = &rt;
   f->t.gen = 7;
   f->t.segstart = f->segstart;
   f->t.bufs = f->bufs;

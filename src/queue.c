@@ -84,7 +84,7 @@ static void note_watched(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args
    call it is queued and the cursor compares it with the predicted node's
    recording; else it runs now.  GT_ERR with the message set. */
 int gt_submit(gt_runtime *rt, const gt_qlaunch *l, gt_arg *args) {
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if (t) {
     if (gt_queue_push(&t->q, l, args) != GT_OK) return gt_fail(rt, "out of host memory");
     gt_cursor_push(t);
@@ -115,7 +115,7 @@ int gt_buf_free(gt_runtime *rt, gt_buf *b) {
   b->flags |= GT_BUF_RELEASED;
   b->gen_now = &gt_released_gen;
   b->site = 0;
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if ((b->flags & GT_BUF_SLAB) && b->tree == t && t && b->gen == t->gen) return release_queued(t, b);
   if (!b->tree) gt_buf_return(rt, b);   /* (staging: the memory is the tree's slot) */
   return GT_OK;

@@ -248,7 +248,10 @@ void gt_buf_unref(gt_buf *b) {
   if ((b->flags & GT_BUF_SLAB) || --b->refs > 0) return;
   if (b->tree) gt_tree_unref(b->tree);
   else return_memory(b);
-  if (b->flags & GT_BUF_STATIC) gt_static_frees++;   /* the struct may come back as another buffer (key.c) */
+  if (b->flags & GT_BUF_STATIC) {                     /* the struct may come back as another buffer (key.c) */
+    gt_static_frees++;
+    if (g_rt) gt_lane_close(g_rt);
+  }
   free(b);
 }
 

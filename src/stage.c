@@ -15,16 +15,17 @@ static int grow_slab(gt_tree *t) {
 }
 
 gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if (!t) { gt_fail(rt, "gt_tree_buf_new outside a tree call"); return NULL; }
   int i = t->nbufs;
   if (GT_GROW(t->bufs, t->bufcap, i + 1)) { gt_fail(rt, "out of host memory"); return NULL; }
   if (i / GT_SLAB >= t->nslab && grow_slab(t)) return NULL;
+  gt_lane_room(t);
   return gt_tree_buf_quick(t, bytes);
 }
 
 int gt_tree_scope_end(gt_runtime *rt, int first, int site) {
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if (!t) return gt_fail(rt, "gt_tree_scope_end outside a tree call");
   for (int i = first < 0 ? 0 : first; i < t->nbufs; i++) {
     gt_buf *b = t->bufs[i];
@@ -57,7 +58,7 @@ void gt_slab_give(gt_tree *t) {
 /* -- Staging ---------------------------------------------------------------- */
 
 void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b) {
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if (!t || !(b->flags & GT_BUF_STAGING)) return;
   for (int i = 0; i < t->nstage; i++)
     if (t->stage[i] && b->addr >= t->stage[i]->addr && b->addr < t->stage[i]->addr + t->stage[i]->bytes) t->pinned[i] = 1;
@@ -82,7 +83,7 @@ static int stage_slot(gt_tree *t, int k) {
 /* Copies an input into the call's k-th staging slot (ordinary memory the
    tree owns): outer chunks of chunk bytes, each padded with zeros to padded bytes. */
 int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {
-  gt_tree *t = rt->active;
+  gt_tree *t = gt_active(rt);
   if (!t) return gt_fail(rt, "staging outside a tree call");
   if (padded < chunk) padded = chunk;
   uint64_t need = outer * padded;

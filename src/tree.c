@@ -122,6 +122,7 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   t->eager_call = eager != NULL;
   if (eager) gt_tree_note_skip(t, eager);
   t->cmiss |= t->eager_call;
+  gt_lane_start(t);
   return GT_OK;
 }
 
@@ -131,6 +132,7 @@ int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   if (rt->active)
     return gt_fail(rt, "tree '%s' was called inside a call of tree '%s': tree calls cannot nest", t->name, rt->active->name);
   if (t->closed) return gt_fail(rt, "tree '%s' was freed", t->name);
+  gt_lane_close(rt);
   release_call_bufs(t);
   t->prev_gen = t->gen;
   t->gen = gt_gen_next();
@@ -294,6 +296,7 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     note_patch(t, t->npath, i);
   }
   if (refused) {                      /* a copy node moved: update the whole exec */
+    gt_lane_sync(t);
     gt_gnode *g = NULL;
     int *deps = NULL;
     void **ptrs = NULL;
@@ -455,28 +458,33 @@ static int next_segment(gt_tree *t) {
   t->nrels = 0;
   gt_queue_clear(&t->q);
   gt_buf_settle(t->rt);
+  gt_lane_start(t);
   return GT_OK;
 }
 
 /* Ends the segment being queued: its node from the cursor (the replay path)
    or by key, the visit chosen, run, and the cursor advanced. */
 int gt_tree_flush(gt_runtime *rt) {
-  gt_tree *t = rt->active;
+  gt_tree *t = rt->active;           /* (the lane's launches are queued below only if the visit reads them) */
   if (!t) return GT_OK;
   int first = t->segstart[t->depth];
-  if (t->q.n == 0 && t->nbufs == first && t->nrels == 0) return GT_OK;
+  if (t->lane_lost) { t->lane_lost = 0; return gt_fail(rt, "out of host memory"); }
+  if (t->q.n + rt->lane.lazy == 0 && t->nbufs == first && t->nrels == 0) return GT_OK;
   if (t->eager_call) return flush_eager_call(t, first);
   /* a replay's host time is sampled (every call for the first 64, then one
      in 16): a clock read costs as much as a few launches' bookkeeping */
   double t0 = timed_call(t->calls) ? gt_fast_us() : 0;
   gt_node *parent = t->cur ? t->cur : &t->root;
   gt_node *n = gt_cursor_hit(t, first), *upd = NULL;
+  if (!n) gt_lane_sync(t);                        /* off the cursor: keys read the queue */
   gt_segkey key = { n ? n->key : 0, 0 };
   if (!n) n = find_kid(parent, key.full = gt_segment_key(t, 0), 0);   /* off the cursor: by key */
   int parent_ok = !t->cur || t->cur_planned;
   if (!n) key.nostatic = gt_segment_key(t, 1);    /* the topology: needed only off the replay path */
   if (!n && parent_ok) upd = find_kid(parent, key.nostatic, 1);
   int mode = choose_mode(n, upd, parent_ok, n || !ungraphable(&t->q), &t->opts, t->recorded);
+  t->lane_call |= rt->lane.lazy > 0;
+  if (mode != GT_V_REPLAY || gt_cursor_dirty(t, n) < 0) gt_lane_sync(t);   /* a replay patches only launches the core queued */
   int created = !n && mode != GT_V_UPDATE;
   if (mode == GT_V_UPDATE) (n = upd)->key = key.full;
   else if (created && !(n = new_node(t, parent, key))) return GT_ERR;
@@ -506,12 +514,13 @@ void gt_tree_finish_call(gt_tree *t) {
   if (t->npath && !GT_GROW(t->lastpath, t->lastcap, t->npath)) memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
   t->nlastpath = t->npath;
   note_call(t);
+  gt_lane_close(t->rt);
   t->rt->active = NULL;
   gt_buf_settle(t->rt);
 }
 
 int gt_tree_end(gt_runtime *rt) {
-  gt_tree *t = rt->active;
+  gt_tree *t = rt->active;        /* (gt_tree_flush queues the lane's launches if it must) */
   if (!t) return GT_OK;
   int st = gt_tree_flush(rt);
   if (st != GT_OK) { gt_tree_abort(rt); return GT_ERR; }
@@ -524,13 +533,19 @@ uint32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager) {
 }
 
 int gt_tree_return(gt_runtime *rt, int nwarn) {
-  gt_tree *t = rt->active;
+  gt_tree *t = rt->active;        /* (gt_tree_flush queues the lane's launches if it must) */
   if (!t) return 0;
   if (gt_tree_flush(rt)) return GT_ERR;
+  /* the first call (of the first few) to replay through the lane after one
+     that did not: LuaJIT's traces formed on the recording calls' path */
+  int jit = t->lane_call && !t->lane_prev && t->jit_flushes < GT_JIT_FLUSHES ? 16 : 0;
+  t->jit_flushes += jit != 0;
+  t->lane_prev = t->lane_call;
+  t->lane_call = 0;
   int want = gt_tree_explain_wanted(rt);
-  if (want) return 8 | want;
+  if (want) return jit | 8 | want;
   gt_tree_finish_call(t);
-  return t->nwarn != nwarn;
+  return jit | (t->nwarn != nwarn);
 }
 
 int gt_tree_grow_path(gt_tree *t, int n) { return GT_GROW(t->path, t->pathcap, n); }
@@ -540,6 +555,8 @@ int gt_tree_grow_path(gt_tree *t, int n) { return GT_GROW(t->path, t->pathcap, n
 void gt_tree_abort(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t) return;
+  gt_lane_close(rt);
+  rt->lane.lazy = 0;                 /* (dropped with the queue) */
   gt_queue_clear(&t->q);
   gt_buf_settle(rt);
   t->nrels = 0;

@@ -122,6 +122,43 @@ local function answer_code(value)
     (value and ("if r > 0 then fail(r, " .. value .. ") end ") or "") .. "raise() end\n"
 end
 
+local LANE = C.gt_lane_of(rt)
+local SLAB_BITS = C.GT_SLAB_BITS
+
+-- The code of a replay through the lane (gt.h's gt_lane): when the cursor's
+-- predicted launch is this lean state's (cfg) with these very tensors (the
+-- same buffer structs, views and bytes, each live; the one made: nil here,
+-- NULL there), the launch is counted (the core queues it when it next
+-- looks) and the output's buffer struct of the call made here, every field
+-- as gt_slab_buf_init (core.h) writes it; returns it, or b1 when nothing is
+-- made.  Anything else falls through to the core.  nt: the tensors b1...;
+-- li, the launch's index, and the configuration's match were tested first.
+local function lane_code(nt)
+  local same, live = {}, {}
+  for t = 1, nt do
+    same[t] = ("b%d == r.b%d and o%d == r.o%d and n%d == r.n%d"):format(t, t, t, t, t, t)
+    live[t] = ("(b%d == nil or g%d == b%d.gen_now[0])"):format(t, t, t)
+  end
+  return table.concat({
+    "do",
+    "  local r = L.rec[li]",
+    "  if " .. table.concat(same, " and ") .. " and " .. table.concat(live, " and ") .. " then",
+    "    if r.made == 0 then L.lazy = L.lazy + 1; return b1 end",
+    "    local j, s0 = L.nbufs[0], L.segstart",
+    "    if j < L.room and j - s0 == r.midx then",
+    ("      local y = L.slab[rshift(j, %d)] + band(j, %d)"):format(SLAB_BITS, 2 ^ SLAB_BITS - 1),
+    "      y.addr = 0; y.bytes = st.nb; y.gen = L.gen; y.gen_now = L.gen_now; y.flags = " ..
+      bit.bor(C.GT_BUF_TREE, C.GT_BUF_SLAB) .. "; y.refs = 0; y.tree = L.tree",
+    "      y.seg = L.depth; y.idx = j - s0; y.block = 0; y.qpos = li; y.kmark = 0; y.kord = 0; y.ci = j",
+    "      y.relseg = -1; y.rel = 0; y.site = 0",
+    "      L.bufs[j] = y; L.nbufs[0] = j + 1; L.lazy = L.lazy + 1",
+    "      return y",
+    "    end",
+    "  end",
+    "end",
+  }, "\n") .. "\n"
+end
+
 -- Compiles the code src of a launcher generator for kernel k (chunk name
 -- name) and returns what it returns.  src sees rt, args and tensors (the
 -- kernel's argument arrays), T, fail, raise, count_error, launch, the checks'
@@ -134,10 +171,11 @@ local function compile_launcher(k, name, src, extra)
   local function fail(i, v) arg_error(k, i, v, 3) end
   local function raise() error(gt._errmsg(), 3) end
   local head = "local rt, args, tensors, T, fail, floor, istype, type, raise, count_error, launch, tobit, select, " ..
-    "ffi, n, extra, lean, lean_status = ...\n"
+    "ffi, n, extra, lean, lean_status, L, rshift, band = ...\n"
   local f = assert(loadstring(head .. src, name))
   return f(rt, args, tensors, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error_of(k),
-           C.gt_launch_tensors, bit.tobit, select, ffi, n, extra, C.gt_launch_lean, C.gt_lean_status)
+           C.gt_launch_tensors, bit.tobit, select, ffi, n, extra, C.gt_launch_lean, C.gt_lean_status, LANE,
+           bit.rshift, bit.band)
 end
 
 -- The code of a launch that passes kernel k's tensor parameters to the core
@@ -178,9 +216,17 @@ local function byvalue_code(k, cfg, args, bad, checks, made)
     end
   end
   if #vals == 0 then return nil end
-  for t = #vals + 1, 4 do vals[t] = "nil, 0, 0, 0" end
-  return table.concat(code, "\n") .. "\nlocal b = lean(rt, " .. cfg .. ", " .. args .. ", " .. table.concat(vals, ", ") ..
+  local nt = #vals
+  for t = nt + 1, 4 do vals[t] = "nil, 0, 0, 0" end
+  local reads = table.concat(code, "\n")
+  local call = "\nlocal b = lean(rt, " .. cfg .. ", " .. args .. ", " .. table.concat(vals, ", ") ..
     ")\nif b == nil then local r = lean_status(rt); if r > 0 then fail(r, " .. bad .. ") end; raise() end\n"
+  if not made then return reads .. call end
+  -- the lane's test first, before the handles' fields are read: a side
+  -- trace that leaves there inherits few values (LuaJIT refuses one whose
+  -- registers it cannot shuffle: "register coalescing too complex")
+  return "local li = L.qn[0] + L.lazy\nif li < L.n and L.rec[li].cfg == " .. cfg .. ".id then\n" ..
+    reads .. "\n" .. lane_code(nt) .. call .. "return b\nend\n" .. reads .. call
 end
 
 -- Generates a launcher with fixed arity for kernel k: the checks inline,

@@ -308,6 +308,11 @@ end
 local function end_call(self)
   local r = C.gt_tree_return(rt, self._nwarn)
   if r == 0 then gt._active = nil; return end
+  if r >= 16 then                                 -- the first replays through the lane (gt.h's gt_tree_return)
+    jit.flush()
+    r = r - 16
+    if r == 0 then gt._active = nil; return end
+  end
   if r < 0 then
     local msg = gt._errmsg()
     abort()

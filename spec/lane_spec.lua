@@ -1,0 +1,145 @@
+-- The replay lane (gt.h's gt_lane): a replayed gt.ops.linear tested and
+-- counted from Lua, queued by the core when it next looks.  Whatever mixes
+-- with it (other ops, reads, releases, errors, a branch that turns) gives
+-- the eager results and the errors a call without it gives.
+local gt = require "gt"
+require "gt.busted"
+
+local ops = gt.ops
+local C, rt = gt._C, gt._rt
+local lane = C.gt_lane_of(rt)
+
+local function maxdiff(a, b)
+  local x, y = a:tolist(), b:tolist()
+  local d = 0
+  for i = 1, #x do
+    if type(x[i]) == "table" then for j = 1, #x[i] do d = math.max(d, math.abs(x[i][j] - y[i][j])) end
+    else d = math.max(d, math.abs(x[i] - y[i])) end
+  end
+  return d
+end
+
+local function fails_with(pat, f)
+  local ok, err = pcall(f)
+  assert.is_false(ok)
+  assert.is_truthy(tostring(err):find(pat), tostring(err))
+end
+
+local H = 8
+local Ws = {}
+for i = 1, 6 do Ws[i] = gt.randn({ H, H }, { seed = i, scale = 0.4 }):static() end
+local bias = gt.randn({ H }, { seed = 99, scale = 0.1 }):static()
+
+local function chain(v, n, from)
+  for i = from or 1, n do v = ops.linear(v, Ws[i], bias, "tanh") end
+  return v
+end
+
+describe("the replay lane", function()
+  it("carries a replayed chain of linears, with the eager results", function()
+    local seen = 0
+    local step = gt.tree(function(x)
+      local h = chain(x, 6)
+      seen = math.max(seen, lane.lazy)      -- launches the lane holds that the core has not queued yet
+      return h
+    end, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 3 })
+    local want = chain(x, 6)
+    for _ = 1, 6 do assert.is_true(maxdiff(step(x), want) < 1e-5) end
+    assert.is_true(seen >= 4, "the lane replayed " .. seen .. " launches")
+    assert.is_true(step:stats().replays >= 4)
+  end)
+
+  it("gives way to the core at a read, another op and a release in the middle of a step", function()
+    local reads = {}
+    local step = gt.tree(function(x)
+      local h = chain(x, 3)
+      reads[#reads + 1] = h:tolist()[1][1]   -- a read: the segment ends there
+      h = ops.add(chain(h, 5, 4), 1)          -- an op of another launcher after lane launches
+      local t = ops.linear(h, Ws[1], bias)
+      t:free()                               -- a release after a lane launch
+      return ops.linear(h, Ws[2], bias, "relu")
+    end, { warn_shapes = false })
+    local function eager(x)
+      local h = ops.add(chain(chain(x, 3), 5, 4), 1)
+      return ops.linear(h, Ws[2], bias, "relu"), chain(x, 3):tolist()[1][1]
+    end
+    for i = 1, 6 do
+      local x = gt.randn({ 4, H }, { seed = 10 + (i % 2) })
+      local want, r = eager(x)
+      assert.is_true(maxdiff(step(x), want) < 1e-5)
+      assert.is_true(math.abs(reads[#reads] - r) < 1e-5)
+    end
+  end)
+
+  it("follows a branch that turns after lane launches", function()
+    local step = gt.tree(function(x, route)
+      local h = chain(x, 3)
+      if route == 1 then h = chain(h, 6, 4) else h = ops.linear(h, Ws[6], bias, "relu") end
+      return h
+    end, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 4 })
+    local function eager(route)
+      local h = chain(x, 3)
+      if route == 1 then return chain(h, 6, 4) end
+      return ops.linear(h, Ws[6], bias, "relu")
+    end
+    for _, route in ipairs({ 1, 1, 1, 2, 2, 1, 2, 1, 1, 2, 2, 2, 1 }) do
+      assert.is_true(maxdiff(step(x, route), eager(route)) < 1e-5, "route " .. route)
+    end
+  end)
+
+  it("refuses a stale tensor and a released one as the core does, and goes on", function()
+    local keep
+    local step = gt.tree(function(x, use_old, release)
+      local h = chain(x, 2)
+      if use_old then h = ops.linear(keep, Ws[3], bias) end
+      if release then h:free(); h = ops.linear(h, Ws[3], bias) end
+      keep = h
+      return chain(h, 5, 4)
+    end, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 5 })
+    for _ = 1, 4 do step(x) end
+    fails_with("overwritten by a later call", function() step(x, true) end)
+    fails_with("released by :free%(%)", function() step(x, false, true) end)
+    for _ = 1, 3 do assert.is_true(maxdiff(step(x), chain(chain(x, 2), 5, 4)) < 1e-5) end
+  end)
+
+  it("closes when a static weight is freed in the middle of a call", function()
+    local W = gt.randn({ H, H }, { seed = 42, scale = 0.4 }):static()
+    local function f(x, Wt) return ops.linear(ops.linear(chain(x, 2), Wt, bias), Ws[3], bias) end
+    local step = gt.tree(function(x, Wt, drop)
+      local h = chain(x, 2)
+      if drop then drop:free() end
+      return ops.linear(ops.linear(h, Wt, bias), Ws[3], bias)
+    end, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 6 })
+    for _ = 1, 4 do assert.is_true(maxdiff(step(x, W), f(x, W)) < 1e-5) end
+    local spare = gt.randn({ H, H }, { seed = 43 }):static()
+    assert.is_true(maxdiff(step(x, W, spare), f(x, W)) < 1e-5)
+    fails_with("released by :free%(%)", function() step(x, spare) end)
+    for _ = 1, 2 do assert.is_true(maxdiff(step(x, W), f(x, W)) < 1e-5) end
+  end)
+
+  it("drops its launches with a Lua error in the middle of a call", function()
+    local step = gt.tree(function(x, boom)
+      local h = chain(x, 4)
+      if boom then error("boom") end
+      return chain(h, 6, 5)
+    end, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 7 })
+    for _ = 1, 4 do step(x) end
+    assert.has_error(function() step(x, true) end, "boom")
+    assert.equals(0, lane.n)
+    for _ = 1, 3 do assert.is_true(maxdiff(step(x), chain(x, 6)) < 1e-5) end
+  end)
+
+  it("is closed outside a tree call", function()
+    local step = gt.tree(function(x) return chain(x, 3) end, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 8 })
+    for _ = 1, 4 do step(x) end
+    assert.equals(0, lane.n)
+    assert.equals(0, lane.lazy)
+    assert.is_true(maxdiff(chain(x, 3), step(x)) < 1e-5)
+  end)
+end)
