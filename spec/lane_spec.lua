@@ -121,6 +121,24 @@ describe("the replay lane", function()
     for _ = 1, 2 do assert.is_true(maxdiff(step(x, W), f(x, W)) < 1e-5) end
   end)
 
+  it("opens again after a static tensor elsewhere was freed between calls", function()
+    local seen
+    local step = gt.tree(function(x)
+      local h = chain(x, 6)
+      seen = lane.lazy
+      return h
+    end, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 9 })
+    for _ = 1, 4 do step(x) end
+    assert.is_true(seen >= 4)
+    do local s = gt.randn({ H }, { seed = 1 }):static(); s:free() end
+    collectgarbage(); collectgarbage()      -- its struct goes: statics are no longer known kept
+    step(x)                                 -- tested the long way (and found kept)
+    step(x)
+    assert.is_true(seen >= 4, "the lane replayed " .. seen .. " launches")
+    assert.is_true(maxdiff(step(x), chain(x, 6)) < 1e-5)
+  end)
+
   it("drops its launches with a Lua error in the middle of a call", function()
     local step = gt.tree(function(x, boom)
       local h = chain(x, 4)

@@ -253,6 +253,7 @@ struct gt_tree {
   int lane_lost;                     /* lane.c: a sync found no room for a launch (the call fails) */
   int lane_call, lane_prev, jit_flushes;  /* the lane replayed launches in this call, in the one before; JIT flushes asked */
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
+  uint64_t cfrees;                   /* gt_static_frees when the segment began (key.c) */
   int *cdirty, ndirty, cdirtycap;    /* launches whose scalars or external addresses differ from cand's graph */
   int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
   int *patched; int npatched, patchedcap;  /* this call's kernel-node patches: (path index, launch) pairs */

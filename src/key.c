@@ -126,6 +126,7 @@ int gt_cursor_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was, u
 void gt_cursor_quick(gt_tree *t, uint64_t dirty) { note_dirty(t, t->q.n - 1, dirty, 0); }
 
 static void restart(gt_tree *t) {
+  t->cfrees = gt_static_frees;
   t->cserial = next_serial();
   t->cseen = 0;
   t->ndirty = 0;
@@ -171,6 +172,10 @@ gt_node *gt_cursor_hit(gt_tree *t, int first) {
     const gt_rsig *r = &n->rsig[i];
     if (b->rel != r->rel || b->seg != r->seg || b->idx != r->idx) return NULL;
   }
+  /* every static argument was tested the long way (flags, address) and no
+     static struct has been freed since the segment began: n's statics are
+     kept from here (the quick test, and the lane, may trust them again) */
+  if (n->sfrees != gt_static_frees && t->cfrees == gt_static_frees) n->sfrees = gt_static_frees;
   return n;
 }
 
