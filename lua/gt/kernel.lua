@@ -266,8 +266,9 @@ end
 -- is left for gt_launch_config.  One runner for every state: LuaJIT
 -- specializes a call to the closure it saw, so a call site that met a
 -- closure per configuration left its trace for a side trace whenever the
--- configuration changed (the shapes scenario: every op).  st.nb and st.sid
--- are the caller's (gt.ops: its result's bytes and shape id); the caller
+-- configuration changed (the shapes scenario: every op).  st.nb, st.sid and
+-- st.dt are the caller's (gt.ops: its result's bytes, shape id and dtype
+-- code); the caller
 -- has checked the tensors' dtypes and contiguity.
 --
 -- A kernel of one to four tensor parameters passes them by value
@@ -292,7 +293,7 @@ local function make_lean(k)
   -- (the sizes written into the declaration: busted memoizes ffi.typeof by
   -- its first argument, and a "$" parameter would give every kernel the first one's)
   local S = ffi.typeof(("struct { gt_launchcfg cfg; gt_arg args[%d]; const gt_tensor *tensors[%d]; " ..
-    "double nb; int32_t sid; }"):format(math.max(n, 1), math.max(n, 1)))
+    "double nb; int32_t sid, dt; }"):format(math.max(n, 1), math.max(n, 1)))
   local bad = #which > 0 and table.concat(which, " or ") or nil
   local body = byvalue_code(k, "st.cfg", "st.args", bad, false, "st.nb")
   body = body and body .. "return b\n" or

@@ -48,24 +48,25 @@ local function configs(file, name)
   end
 end
 
+-- Grids: n elements in 256-thread blocks; m rows of n (a block a row, its
+-- width fitted to short rows).
+local function elem_grid(n)
+  local g = ceil(n / ELEM_BLOCK)
+  if g > ELEM_MAX_GRID then g = ELEM_MAX_GRID elseif g < 1 then g = 1 end
+  return g
+end
+local function row_grid(m, n)
+  local b = n >= ROW_MAX_BLOCK and ROW_MAX_BLOCK or max(32, ceil(n / 32) * 32)
+  local g = m > ROW_MAX_GRID and ROW_MAX_GRID or (m < 1 and 1 or m)
+  return g, b
+end
+
 -- Launcher over n elements: a 1-D grid of 256-thread blocks.
 local function elementwise(file, name)
   local config = configs(file, name)
   return function(n)
-    local g = ceil(n / ELEM_BLOCK)
-    if g > ELEM_MAX_GRID then g = ELEM_MAX_GRID elseif g < 1 then g = 1 end
+    local g = elem_grid(n)
     return config(g, g, 1, ELEM_BLOCK, 1)
-  end
-end
-
--- Launcher over m rows of n: one block per row, the block's width (a multiple
--- of 32, at most ROW_MAX_BLOCK) fitted to short rows.
-local function rowwise(file, name)
-  local config = configs(file, name)
-  return function(m, n)
-    local b = n >= ROW_MAX_BLOCK and ROW_MAX_BLOCK or max(32, ceil(n / 32) * 32)
-    local g = m > ROW_MAX_GRID and ROW_MAX_GRID or (m < 1 and 1 or m)
-    return config(g * 512 + b, g, 1, b, 1)
   end
 end
 
@@ -75,15 +76,6 @@ local function tile_grid(m, n)
   if gx > 65535 then gx = 65535 elseif gx < 1 then gx = 1 end
   if gy > 65535 then gy = 65535 elseif gy < 1 then gy = 1 end
   return gx, gy
-end
-
--- Launcher for an m x n output of 16x16 tiles.
-local function tiled(file, name)
-  local config = configs(file, name)
-  return function(m, n)
-    local gx, gy = tile_grid(m, n)
-    return config(gx * 65536 + gy, gx, gy, TILE, TILE)
-  end
 end
 
 -- -- Argument checks -----------------------------------------------------------
@@ -107,6 +99,7 @@ local function fail(level, op, fmt, ...)
 end
 
 local DT = gt._dtypes
+local table_new = require "table.new"
 local F32 = DT.f32
 local SHAPES, NUMEL, shape_id, new_sid = gt._shapes, gt._numel, gt._shape_id, gt._new_sid
 
@@ -181,12 +174,64 @@ local function row_shape(sid)
   return r
 end
 
+-- -- Lean launches ---------------------------------------------------------------
+
+-- An op whose scalars follow from its shapes launches through a lean state
+-- per plan (Kernel:_lean): the result is the kernel's first parameter, and
+-- in a tree call its buffer is made by the launch, so that a replayed launch
+-- goes through the replay lane (kernel.lua) without calling the core.
+local TT = require("ffi").typeof("gt_tensor")
+local DTC = {}                       -- dtype code -> its entry in gt._dtypes
+for _, d in pairs(DT) do DTC[d.code] = d end
+
+-- The lean state of kernel file:name over grid gx x gy of blocks bx x by
+-- with the kernel's arguments (nil for the tensors), whose result has shape
+-- id sid and dtype d; and the kernel's lean runner.
+local function lean_state(file, name, gx, gy, bx, by, sid, d, ...)
+  local st, run = kernel(file, name):_lean({ gx, gy, 1 }, { bx, by, 1 }, 0, ...)
+  st.nb, st.sid, st.dt = NUMEL[sid] * d.size, sid, d.code
+  return st, run
+end
+
+-- The result of state st (runner run) on the tensors a2, a3, a4.
+local function lean_go(run, st, a2, a3, a4)
+  local tree = gt._active
+  if tree then
+    local sid, dt = st.sid, st.dt
+    local buf = run(st, nil, a2, a3, a4)
+    tree._lsid, tree._ldt = sid, dt        -- a new node's shapes name its last tensor (explain.lua)
+    return TT(buf, 0, st.nb, tree._gen, sid, dt, 0)
+  end
+  local y = new_sid(st.sid, DTC[st.dt], 3)
+  run(st, y, a2, a3, a4)
+  return y
+end
+
+-- States by shape id (an array part: a replayed op finds its state in one lookup).
+local function by_sid() return table_new(256, 0) end
+
 -- -- Elementwise ---------------------------------------------------------------
 
-local launch_add = elementwise("elementwise", "add_f32")
-local launch_mul = elementwise("elementwise", "mul_f32")
-local launch_add_rows = elementwise("elementwise", "add_rows_f32")
-local launch_mul_rows = elementwise("elementwise", "mul_rows_f32")
+-- f(a, b) -> y: the lean launch of kernel name(y, a, b, n [, d]) over a's
+-- shape (rows: with b a vector of a's last size d, repeated over the rows).
+local function lean_binary(name, rows_of)
+  local states, run = by_sid(), nil
+  return function(a, b)
+    local sid = a._sid
+    local st = states[sid]
+    if not st then
+      local n = NUMEL[sid]
+      local sh = SHAPES[sid]
+      st, run = lean_state("elementwise", name, elem_grid(n), 1, ELEM_BLOCK, 1, sid, F32, nil, nil, nil, n,
+        rows_of and sh[#sh] or nil)
+      states[sid] = st
+    end
+    local y = lean_go(run, st, a, b)
+    return y
+  end
+end
+local launch_add, launch_mul = lean_binary("add_f32"), lean_binary("mul_f32")
+local launch_add_rows, launch_mul_rows = lean_binary("add_rows_f32", true), lean_binary("mul_rows_f32", true)
 local launch_affine = elementwise("elementwise", "affine_f32")
 local launch_axpby = elementwise("elementwise", "axpby_f32")
 local launch_copy = elementwise("elementwise", "copy_f32")
@@ -196,9 +241,9 @@ local launch_copy = elementwise("elementwise", "copy_f32")
 local function binary(op, a, b, launch_same, launch_rows)
   if type(a) == "number" then a, b = b, a end
   local as = check(op, "a", a, "f32", 3)
-  local n = NUMEL[a._sid]
-  local y = new_sid(a._sid, F32, 3)
   if type(b) == "number" then
+    local n = NUMEL[a._sid]
+    local y = new_sid(a._sid, F32, 3)
     local s, t = 1, b                     -- add: x + b
     if op == "mul" then s, t = b, 0 end
     launch_affine(n)(y, a, n, s, t)
@@ -206,9 +251,9 @@ local function binary(op, a, b, launch_same, launch_rows)
   end
   local bs = check(op, "b", b, "f32", 3)
   if same_shape(as, bs) then
-    launch_same(n)(y, a, b, n)
+    return launch_same(a, b)
   elseif #bs == 1 and bs[1] == as[#as] and bs[1] > 0 then
-    launch_rows(n)(y, a, b, n, bs[1])
+    return launch_rows(a, b)
   else
     fail(3, op, "a is %s but b is %s: shapes differ (b may be a's shape, a vector of %d, or a number)",
       shape_str(as), shape_str(bs), as[#as] or 1)
@@ -254,12 +299,17 @@ end
 
 -- relu, gelu (tanh approximation), tanh, sigmoid: y = f(x), x's shape.
 for _, name in ipairs { "relu", "gelu", "tanh", "sigmoid" } do
-  local launch = elementwise("elementwise", name .. "_f32")
+  local states, run = by_sid(), nil
   ops[name] = function(x)
     check(name, "x", x)
-    local n = NUMEL[x._sid]
-    local y = new_sid(x._sid, F32, 2)
-    launch(n)(y, x, n)
+    local sid = x._sid
+    local st = states[sid]
+    if not st then
+      local n = NUMEL[sid]
+      st, run = lean_state("elementwise", name .. "_f32", elem_grid(n), 1, ELEM_BLOCK, 1, sid, F32, nil, nil, n)
+      states[sid] = st
+    end
+    local y = lean_go(run, st, x)
     return y
   end
 end
@@ -267,7 +317,6 @@ end
 -- -- Matrix products -------------------------------------------------------------
 
 local ACT = { relu = 1, gelu = 2, tanh = 3, none = 0 }
-local table_new = require "table.new"
 
 -- The checks of ops.linear: its plan for these shapes ({ y = result shape
 -- id, nb = its bytes, M, N, K }; one per x shape, W shape and bias shape)
@@ -304,35 +353,16 @@ end
 -- (array parts: a hashed number key would cost a replayed op a hash walk).
 local linear_plans = table_new(4096, 0)
 local F32C = F32.code
-local TT = require("ffi").typeof("gt_tensor")
 
 -- The state of plan p with activation a (bias: 1 with one): linear_f32's
 -- lean state (the scalars fixed) with the result's bytes and shape id.
 local linear_run    -- linear_f32's lean runner: one function for every plan
 local function linear_state(p, a, bias)
   local gx, gy = tile_grid(p.M, p.N)
-  local st, run = kernel("linear", "linear_f32"):_lean({ gx, gy, 1 }, { TILE, TILE, 1 }, 0,
+  local st, run = lean_state("linear", "linear_f32", gx, gy, TILE, TILE, p.y, F32,
     nil, nil, nil, nil, p.M, p.N, p.K, bias, a)
-  st.nb, st.sid = p.nb, p.y
   linear_run = run
   return st
-end
-
--- A step of state st: makes the result, launches, returns the result.  In a
--- tree call the core makes the result's buffer in the launch and the
--- handle is built from it afterwards (so that LuaJIT can keep a handle the
--- next op consumes in registers: kernel.lua's make_lean).
-local function linear_go(st, x, W, b)
-  local tree = gt._active
-  if tree then
-    local sid = st.sid
-    local buf = linear_run(st, nil, x, W, b)
-    tree._lsid, tree._ldt = sid, F32C      -- a new node's shapes name its last tensor (explain.lua)
-    return TT(buf, 0, st.nb, tree._gen, sid, F32C, 0)
-  end
-  local y = new_sid(st.sid, F32, 3)
-  linear_run(st, y, x, W, b)
-  return y
 end
 
 -- The plans of x shape id xs and W shape id ws, by bias shape id (made on first use).
@@ -360,7 +390,7 @@ function ops.linear(x, W, b, act)
     local a = act == nil and 0 or ACT[act]
     local st = p and a and p[a + 1]
     if st then
-      local y = linear_go(st, x, W, b or W)
+      local y = lean_go(linear_run, st, x, W, b or W)
       return y
     end
   end
@@ -369,11 +399,12 @@ function ops.linear(x, W, b, act)
   p = byw[bsid] or p
   byw[bsid] = p
   p[a + 1] = p[a + 1] or linear_state(p, a, bsid ~= 0 and 1 or 0)
-  local y = linear_go(p[a + 1], x, W, b or W)
+  local y = lean_go(linear_run, p[a + 1], x, W, b or W)
   return y
 end
 
-local launch_matmul = tiled("linear", "matmul_f32")
+local matmul_states = by_sid()     -- [a's shape id][b's shape id]
+local matmul_run
 
 --- ops.matmul(a, b) -> a @ b for a {M, K}, b {K, N}.
 function ops.matmul(a, b)
@@ -384,22 +415,56 @@ function ops.matmul(a, b)
   if bs[1] ~= K then
     fail(2, "matmul", "a is %s but b is %s: inner dimensions differ", shape_str(as), shape_str(bs))
   end
-  local y = gt.tensor { M, N }
-  launch_matmul(M, N)(y, a, b, M, N, K)
+  local bya = matmul_states[a._sid]
+  if not bya then bya = by_sid(); matmul_states[a._sid] = bya end
+  local st = bya[b._sid]
+  if not st then
+    local gx, gy = tile_grid(M, N)
+    st, matmul_run = lean_state("linear", "matmul_f32", gx, gy, TILE, TILE, shape_id({ M, N }, 2), F32,
+      nil, nil, nil, M, N, K)
+    bya[b._sid] = st
+  end
+  local y = lean_go(matmul_run, st, a, b)
   return y
 end
 
 -- -- Row reductions and normalisations -------------------------------------------
 
-local launch_softmax = rowwise("reduce", "softmax_f32")
+-- f(x, ...) -> y: the lean launch of reduce.cu's kernel name(y, x, [vectors,] m, n [, eps])
+-- over x's rows, its result of shape id res(x's shape id) and dtype d.
+-- vectors: the per-column parameters' count; eps: whether it takes one
+-- (states by x's shape id, then by eps).
+local function lean_rows(name, d, res, vectors, eps)
+  local states, run = by_sid(), nil
+  return function(x, v1, v2, e)
+    local sid = x._sid
+    local st = states[sid]
+    if eps then st = st and st[e] end
+    if not st then
+      local m, n = rows(SHAPES[sid], NUMEL[sid])
+      local g, b = row_grid(m, n)
+      local y = res and res(sid) or sid
+      if vectors == 0 then st, run = lean_state("reduce", name, g, 1, b, 1, y, d, nil, nil, m, n)
+      elseif vectors == 1 then st, run = lean_state("reduce", name, g, 1, b, 1, y, d, nil, nil, nil, m, n, e)
+      else st, run = lean_state("reduce", name, g, 1, b, 1, y, d, nil, nil, nil, nil, m, n, e) end
+      if eps then
+        local byeps = states[sid] or {}
+        byeps[e], states[sid] = st, byeps
+      else
+        states[sid] = st
+      end
+    end
+    local y = lean_go(run, st, x, v1, v2)
+    return y
+  end
+end
+
+local launch_softmax = lean_rows("softmax_f32", F32, nil, 0)
 
 --- ops.softmax(x) -> softmax over the last dimension.
 function ops.softmax(x)
-  local xs = check("softmax", "x", x)
-  local m, n = rows(xs, NUMEL[x._sid])
-  local y = new_sid(x._sid, F32, 2)
-  launch_softmax(m, n)(y, x, m, n)
-  return y
+  check("softmax", "x", x)
+  return launch_softmax(x)
 end
 
 -- A per-column parameter: a vector of the rows' length n.
@@ -417,7 +482,7 @@ local function check_eps(op, eps, default)
   return eps
 end
 
-local launch_layernorm = rowwise("reduce", "layernorm_f32")
+local launch_layernorm = lean_rows("layernorm_f32", F32, nil, 2, true)
 
 --- ops.layernorm(x, gamma, beta [, eps = 1e-5]) over the last dimension.
 function ops.layernorm(x, gamma, beta, eps)
@@ -426,12 +491,10 @@ function ops.layernorm(x, gamma, beta, eps)
   check_vec("layernorm", "gamma", gamma, n, xs)
   check_vec("layernorm", "beta", beta, n, xs)
   eps = check_eps("layernorm", eps, 1e-5)
-  local y = new_sid(x._sid, F32, 2)
-  launch_layernorm(m, n)(y, x, gamma, beta, m, n, eps)
-  return y
+  return launch_layernorm(x, gamma, beta, eps)
 end
 
-local launch_rmsnorm = rowwise("reduce", "rmsnorm_f32")
+local launch_rmsnorm = lean_rows("rmsnorm_f32", F32, nil, 1, true)
 
 --- ops.rmsnorm(x, w [, eps = 1e-6]) = x / sqrt(mean(x^2) + eps) * w over the last dimension.
 function ops.rmsnorm(x, w, eps)
@@ -439,22 +502,17 @@ function ops.rmsnorm(x, w, eps)
   local m, n = rows(xs, NUMEL[x._sid])
   check_vec("rmsnorm", "w", w, n, xs)
   eps = check_eps("rmsnorm", eps, 1e-6)
-  local y = new_sid(x._sid, F32, 2)
-  launch_rmsnorm(m, n)(y, x, w, m, n, eps)
-  return y
+  return launch_rmsnorm(x, w, nil, eps)
 end
 
 -- sum, max: f32 per row; argmax: i32 per row (0-based index of the first maximum).
 for name, spec in pairs { sum = { "rowsum_f32", "f32" }, max = { "rowmax_f32", "f32" },
                           argmax = { "argmax_f32", "i32" } } do
-  local launch, dtype = rowwise("reduce", spec[1]), spec[2]
+  local launch = lean_rows(spec[1], DT[spec[2]], row_shape, 0)
   ops[name] = function(x)
     local xs = check(name, "x", x)
-    local m, n = rows(xs, NUMEL[x._sid])
-    if n == 0 and name ~= "sum" then fail(2, name, "x is %s: rows are empty", shape_str(xs)) end
-    local y = new_sid(row_shape(x._sid), DT[dtype], 2)
-    launch(m, n)(y, x, m, n)
-    return y
+    if name ~= "sum" and (xs[#xs] or 1) == 0 then fail(2, name, "x is %s: rows are empty", shape_str(xs)) end
+    return launch(x)
   end
 end
 
