@@ -152,7 +152,7 @@ static void switch_cand(gt_tree *t, int i) {
     restart(t);
     int j = 0;
     while (j <= i && match_at(t, c, j)) j++;
-    if (j > i) { t->cand = c; t->cmiss = 0; return; }
+    if (j > i) { t->cand = c; t->cmiss = 0; gt_lane_start(t); return; }   /* (the lane follows the new prediction) */
   }
 }
 

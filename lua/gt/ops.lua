@@ -197,8 +197,8 @@ end
 local function lean_go(run, st, a2, a3, a4)
   local tree = gt._active
   if tree then
-    local sid, dt = st.sid, st.dt
     local buf = run(st, nil, a2, a3, a4)
+    local sid, dt = st.sid, st.dt
     tree._lsid, tree._ldt = sid, dt        -- a new node's shapes name its last tensor (explain.lua)
     return TT(buf, 0, st.nb, tree._gen, sid, dt, 0)
   end
