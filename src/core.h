@@ -359,6 +359,9 @@ void gt_cursor_forget(gt_node *n);
 void gt_lane_start(gt_tree *t);       /* a segment's queue begins: the lane opens on the cursor's prediction, if it can */
 void gt_lane_room(gt_tree *t);        /* the call's buffer structs grew (or moved) */
 void gt_lane_sync(gt_tree *t);        /* the lane's lazy launches into the queue */
+/* Launch i of n's graph was patched: its values may differ from the
+   recording's, which the lane replays, so the lane leaves it to the core. */
+static inline void gt_lane_patched(gt_node *n, int i) { if (n->lrec) n->lrec[i].cfg = 0; }
 void gt_lane_close(gt_runtime *rt);   /* nothing more through the lane (Lua's test reads a zero count then) */
 /* The active call's tree, its queue holding every launch so far (what the
    core's functions reach the call through; NULL outside one). */

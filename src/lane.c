@@ -41,6 +41,10 @@ static gt_lrec *lane_records(const gt_node *n) {
     const gt_kernel *k = l->k;
     if (l->kind != GT_GN_KERNEL || !l->cfg || k->ntensors > 4 || n->nargvals < l->arg0 + l->nargs) continue;
     const gt_asig *s = n->asig + l->arg0;
+    const gt_arg *qa = n->qargs + l->arg0;
+    int same = 1;                    /* the graph holds the recorded scalars (none patched since) */
+    for (int j = 0; j < l->nargs; j++) same &= qa[j].buf != NULL || qa[j].v.u64 == n->argvals[l->arg0 + j];
+    if (!same) continue;
     gt_buf *b[4] = { NULL, NULL, NULL, NULL };
     double off[4] = { 0, 0, 0, 0 }, nb[4] = { 0, 0, 0, 0 };
     int ok = 1, midx = 0, marg = 0;

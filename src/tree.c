@@ -263,6 +263,7 @@ static void note_patch(gt_tree *t, int d, int i) {
 
 int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i) {
   const gt_qlaunch *l = &n->launches[i];
+  gt_lane_patched(n, i);
   void *ptrs[GT_MAX_PARAMS];
   gt_gnode g;
   gt_launch_gnode(l, n->argvals + l->arg0, ptrs, &g);
@@ -293,6 +294,7 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     if (pst == GT_BREFUSED) { refused = 1; continue; }   /* (a node in a conditional body the driver will not patch) */
     if (pst != GT_BOK) return gt_fail_be(t->rt, "graph patch");
     memcpy(was, now, l->nargs * sizeof *now);
+    gt_lane_patched(n, i);
     note_patch(t, t->npath, i);
   }
   if (refused) {                      /* a copy node moved: update the whole exec */
