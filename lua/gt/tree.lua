@@ -305,11 +305,17 @@ end
 -- The call's end after its body returned: the last segment, the core's end, warnings.
 -- (One call into the core when nothing needs explaining: in a step whose
 -- end runs in the interpreter every call into C costs.)
+local HOTLOOP = tonumber(os.getenv("GTLUA_JIT_HOTLOOP")) or 56   -- LuaJIT's default
 local function end_call(self)
   local r = C.gt_tree_return(rt, self._nwarn)
   if r == 0 then gt._active = nil; return end
   if r >= 16 then                                 -- the first replays through the lane (gt.h's gt_tree_return)
     jit.flush()
+    -- and the hot counters reset (setting hotloop does that), so that the
+    -- model's loops, which count twice as fast as calls, become traces
+    -- before the ops' functions: a side trace of a function's trace cannot
+    -- link back into the caller's loop, unrolls it and is blacklisted
+    jit.opt.start("hotloop=" .. HOTLOOP)
     r = r - 16
     if r == 0 then gt._active = nil; return end
   end
