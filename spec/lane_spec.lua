@@ -89,6 +89,21 @@ describe("the replay lane", function()
     end
   end)
 
+  it("predicts alternating branches, so the lane carries a suffix from its first op", function()
+    local seen = {}
+    local step = gt.tree(function(x, route)
+      local h = chain(x, 2)
+      gt.cut()
+      for i = 1, 3 do h = ops.linear(h, Ws[route == 1 and i or 7 - i], bias) end
+      seen[route] = lane.lazy
+      return h
+    end, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 12 })
+    for i = 1, 12 do step(x, i % 2 + 1) end
+    assert.equals(3, seen[1])
+    assert.equals(3, seen[2])
+  end)
+
   it("refuses a stale tensor and a released one as the core does, and goes on", function()
     local keep
     local step = gt.tree(function(x, use_old, release)

@@ -208,7 +208,8 @@ typedef struct gt_node {
   uint64_t *statics; int nstatics;   /* static addresses in order of use */
   int why_sib;                       /* "new shape": the sibling compared with (-1: none) */
   /* key.c: the recording as the cursor compares it (nsig launches, 0: none) */
-  struct gt_node *last_kid;          /* the child visited last: the cursor's prediction */
+  struct gt_node *last_kid;          /* the child visited last */
+  struct gt_node *after;             /* the sibling visited after this node last time (the cursor predicts it) */
   gt_asig *asig; uint64_t *bsig; gt_rsig *rsig; int nsig, nbsig, nrsig;
   uint64_t sfrees;                   /* gt_static_frees when asig was saved */
   gt_lrec *lrec;                     /* lane.c: the recording as the replay lane tests it (made on first use) */

@@ -133,9 +133,12 @@ static void restart(gt_tree *t) {
   t->cexact = 1;
 }
 
-/* A segment begins under parent: predict the child visited there last. */
+/* A segment begins under parent: predict the child that followed the one
+   visited there last, the last time that one was visited (a steady path
+   follows itself; alternating or cycling paths are predicted too). */
 void gt_cursor_start(gt_tree *t, gt_node *parent) {
-  t->cand = parent->last_kid;
+  gt_node *k = parent->last_kid;
+  t->cand = k && k->after ? k->after : k;
   t->cmiss = !t->cand;
   restart(t);
 }
