@@ -4,15 +4,7 @@ require "gt.busted"
 
 local ops = gt.ops
 
-local function maxdiff(a, b)
-  local x, y = a:tolist(), b:tolist()
-  local d = 0
-  for i = 1, #x do
-    if type(x[i]) == "table" then for j = 1, #x[i] do d = math.max(d, math.abs(x[i][j] - y[i][j])) end
-    else d = math.max(d, math.abs(x[i] - y[i])) end
-  end
-  return d
-end
+local maxdiff = require("spec.support").maxdiff
 
 local W = gt.randn({ 8, 8 }, { seed = 1, scale = 0.3 }):static()
 local W2 = gt.randn({ 8, 8 }, { seed = 5, scale = 0.3 }):static()

@@ -9,15 +9,7 @@ local ops = gt.ops
 local C, rt = gt._C, gt._rt
 local lane = C.gt_lane_of(rt)
 
-local function maxdiff(a, b)
-  local x, y = a:tolist(), b:tolist()
-  local d = 0
-  for i = 1, #x do
-    if type(x[i]) == "table" then for j = 1, #x[i] do d = math.max(d, math.abs(x[i][j] - y[i][j])) end
-    else d = math.max(d, math.abs(x[i] - y[i])) end
-  end
-  return d
-end
+local maxdiff = require("spec.support").maxdiff
 
 local function fails_with(pat, f)
   local ok, err = pcall(f)

@@ -1,4 +1,4 @@
--- spec/support.lua: helpers the specs share (files, quoting, gtlua as a subprocess).
+-- spec/support.lua: helpers the specs share (files, quoting, gtlua as a subprocess, comparing tensors).
 -- Not a spec itself (no _spec suffix): specs load it with require "spec.support".
 local M = {}
 
@@ -123,6 +123,17 @@ function M.pty(steps, args, env)
   os.remove(drv)
   os.remove(st)
   return status == 0, out, err
+end
+
+-- The largest difference between two tensors of the same 1-D or 2-D shape.
+function M.maxdiff(a, b)
+  local x, y = a:tolist(), b:tolist()
+  local d = 0
+  for i = 1, #x do
+    if type(x[i]) == "table" then for j = 1, #x[i] do d = math.max(d, math.abs(x[i][j] - y[i][j])) end
+    else d = math.max(d, math.abs(x[i] - y[i])) end
+  end
+  return d
 end
 
 return M
