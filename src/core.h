@@ -259,6 +259,7 @@ struct gt_tree {
   int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
   int *patched; int npatched, patchedcap;  /* this call's kernel-node patches: (path index, launch) pairs */
   struct gt_floorpath *fpaths; int nfpaths, fpathcap;   /* stats.c: the paths a floor launches in turn */
+  void (*floor_free)(struct gt_tree *t);   /* frees them (stats.c sets it: the tree does not call up into stats.c) */
 };
 
 /* A tree call's buffer struct made afresh, every field written (a memset

@@ -116,6 +116,7 @@ int gt_tree_floor_mark(gt_runtime *rt, gt_tree *t) {
   if (!t->nlastpath) return gt_fail(rt, "tree '%s': call it before marking a path for the floor", t->name);
   if (GT_GROW(t->fpaths, t->fpathcap, t->nfpaths + 1) || floorpath_of(t, &t->fpaths[t->nfpaths]))
     return gt_fail(rt, "out of host memory");
+  t->floor_free = gt_tree_floor_clear;
   return ++t->nfpaths;
 }
 

@@ -72,7 +72,7 @@ void gt_tree_free(gt_tree *t) {
   for (int i = 0; i < t->nstage; i++) if (t->stage[i]) gt_buf_unref(t->stage[i]);
   t->nstage = 0;
   if (t->keyed) t->keyed_free(t);
-  gt_tree_floor_clear(t);
+  if (t->floor_free) t->floor_free(t);
   free(t->fpaths);
   for (int i = 0; i < t->nnodes; i++) free_node(t, t->nodes[i]);
   t->nnodes = 0;
