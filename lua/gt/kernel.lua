@@ -292,8 +292,9 @@ local function make_lean(k)
   end
   -- (the sizes written into the declaration: busted memoizes ffi.typeof by
   -- its first argument, and a "$" parameter would give every kernel the first one's)
-  local S = ffi.typeof(("struct { gt_launchcfg cfg; gt_arg args[%d]; const gt_tensor *tensors[%d]; " ..
-    "double nb; int32_t sid, dt; }"):format(math.max(n, 1), math.max(n, 1)))
+  -- (what a replayed op reads, cfg.id and nb, sid, dt, in one cache line)
+  local S = ffi.typeof(("struct { gt_launchcfg cfg; double nb; int32_t sid, dt; gt_arg args[%d]; " ..
+    "const gt_tensor *tensors[%d]; }"):format(math.max(n, 1), math.max(n, 1)))
   local bad = #which > 0 and table.concat(which, " or ") or nil
   local body = byvalue_code(k, "st.cfg", "st.args", bad, false, "st.nb")
   body = body and body .. "return b\n" or
