@@ -183,6 +183,44 @@ describe("the replay lane", function()
     assert.is_true(step:stats().replays >= 10)
   end)
 
+  it("carries a user kernel's bound launches, and leaves one whose scalar changed to the core", function()
+    local K = gt.compile [[
+      __global__ void scale_add(float *y, const float *x, int n, float s, float t) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = x[i] * s + t;
+      }
+    ]]
+    local f = K.scale_add:config({ 1, 1, 1 }, { 64, 1, 1 })
+    local n = 4 * H
+    local seen = 0
+    local function body(x, t)
+      local h = x
+      for i = 1, 5 do
+        local y = gt.tensor({ 4, H })
+        f(y, h, n, 0.5 + i / 8, i == 3 and t or 0.25)
+        h = y
+      end
+      seen = math.max(seen, lane.lazy)
+      return h
+    end
+    local step = gt.tree(body, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 13 })
+    local function eager(t)
+      local h = x:tolist()
+      for i = 1, 5 do
+        for r = 1, 4 do for c = 1, H do h[r][c] = h[r][c] * (0.5 + i / 8) + (i == 3 and t or 0.25) end end
+      end
+      return h
+    end
+    for k, t in ipairs({ 1, 1, 1, 1, 2, 2, 1, 3, 3, 3 }) do
+      local got, want = step(x, t):tolist(), eager(t)
+      for r = 1, 4 do for c = 1, H do
+        assert.is_true(math.abs(got[r][c] - want[r][c]) < 1e-4, ("call %d, [%d][%d]"):format(k, r, c))
+      end end
+    end
+    assert.is_true(seen >= 4, "the lane replayed " .. seen .. " launches")
+  end)
+
   it("is closed outside a tree call", function()
     local step = gt.tree(function(x) return chain(x, 3) end, { warn_shapes = false })
     local x = gt.randn({ 4, H }, { seed = 8 })

@@ -221,7 +221,8 @@ int gt_lean_status(gt_runtime *rt);
 
 /* The replay lane: a lean launch that the predicted node recorded next,
    argument for argument, is replayed from Lua (kernel.lua's make_lean)
-   without calling the core: tested against the node's record, its output's
+   (or a bound launcher's, its scalars compared too) without calling the
+   core: tested against the node's record, its output's
    buffer struct made in place, counted in lazy.  The core writes those
    launches into its queue (gt_lane_sync) before anything else reads the
    queue.  One lane per runtime (tree calls do not nest); n = 0 closes it. */
@@ -233,6 +234,7 @@ typedef struct gt_lrec {
   int32_t marg;                      /* and the launch's argument it is */
   gt_buf *b1, *b2, *b3, *b4;         /* the tensors' buffers (NULL: the one made; unused ones NULL) */
   double o1, o2, o3, o4, n1, n2, n3, n4;   /* their byte offsets and bytes */
+  const gt_arg *qa;                  /* its arguments as queued (a bound launcher's scalars are compared with them) */
 } gt_lrec;
 typedef struct gt_lane {
   const gt_lrec *rec;                /* the predicted node's launches */

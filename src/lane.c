@@ -63,7 +63,7 @@ static gt_lrec *lane_records(const gt_node *n) {
     }
     if (!ok) continue;
     rec[i] = (gt_lrec){ l->cfg, l->made, midx, marg, b[0], b[1], b[2], b[3], off[0], off[1], off[2], off[3],
-                        nb[0], nb[1], nb[2], nb[3] };
+                        nb[0], nb[1], nb[2], nb[3], qa };
   }
   return rec;
 }

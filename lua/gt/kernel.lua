@@ -123,35 +123,44 @@ local function answer_code(value)
 end
 
 local LANE = C.gt_lane_of(rt)
-local SLAB_BITS = C.GT_SLAB_BITS
 
 -- The code of a replay through the lane (gt.h's gt_lane): when the cursor's
 -- predicted launch is this lean state's (cfg) with these very tensors (the
 -- same buffer structs, views and bytes, each live; the one made: nil here,
 -- NULL there), the launch is counted (the core queues it when it next
--- looks) and the output's buffer struct of the call made here, every field
--- as gt_slab_buf_init (core.h) writes it; returns it, or b1 when nothing is
+-- looks) and the output's buffer struct of the call made here (tensor.lua's
+-- lane_buf); returns it, or b1 when nothing is
 -- made.  Anything else falls through to the core.  nt: the tensors b1...;
 -- li, the launch's index, and the configuration's match were tested first.
-local function lane_code(nt)
+-- scalars: a bound launcher's tests of its scalars (its args against the
+-- recording's, r.qa: a lean state's are fixed by its configuration); such a
+-- launcher makes no output and returns nothing.
+local function lane_code(nt, scalars)
   local same, live = {}, {}
   for t = 1, nt do
     same[t] = ("b%d == r.b%d and o%d == r.o%d and n%d == r.n%d"):format(t, t, t, t, t, t)
     live[t] = ("(b%d == nil or g%d == b%d.gen_now[0])"):format(t, t, t)
   end
+  local test = table.concat(same, " and ") .. " and " .. table.concat(live, " and ")
+  if scalars then
+    return table.concat({
+      "do",
+      "  local r = L.rec[li]",
+      "  local q = r.qa",
+      "  if " .. test .. (#scalars > 0 and " and " .. table.concat(scalars, " and ") or "") ..
+        " and r.made == 0 then L.lazy = L.lazy + 1; return end",
+      "end",
+    }, "\n") .. "\n"
+  end
   return table.concat({
     "do",
     "  local r = L.rec[li]",
-    "  if " .. table.concat(same, " and ") .. " and " .. table.concat(live, " and ") .. " then",
+    "  if " .. test .. " then",
     "    if r.made == 0 then L.lazy = L.lazy + 1; return b1 end",
-    "    local j, s0 = L.nbufs[0], L.segstart",
-    "    if j < L.room and j - s0 == r.midx then",
-    ("      local y = L.slab[rshift(j, %d)] + band(j, %d)"):format(SLAB_BITS, 2 ^ SLAB_BITS - 1),
-    "      y.addr = 0; y.bytes = st.nb; y.gen = L.gen; y.gen_now = L.gen_now; y.flags = " ..
-      bit.bor(C.GT_BUF_TREE, C.GT_BUF_SLAB) .. "; y.refs = 0; y.tree = L.tree",
-    "      y.seg = L.depth; y.idx = j - s0; y.block = 0; y.qpos = li; y.kmark = 0; y.kord = 0; y.ci = j",
-    "      y.relseg = -1; y.rel = 0; y.site = 0",
-    "      L.bufs[j] = y; L.nbufs[0] = j + 1; L.lazy = L.lazy + 1",
+    "    local j = L.nbufs[0]",
+    "    if j < L.room and j - L.segstart == r.midx then",
+    "      local y = lane_buf(j, st.nb, li)",
+    "      L.lazy = L.lazy + 1",
     "      return y",
     "    end",
     "  end",
@@ -171,11 +180,11 @@ local function compile_launcher(k, name, src, extra)
   local function fail(i, v) arg_error(k, i, v, 3) end
   local function raise() error(gt._errmsg(), 3) end
   local head = "local rt, args, tensors, T, fail, floor, istype, type, raise, count_error, launch, tobit, select, " ..
-    "ffi, n, extra, lean, lean_status, L, rshift, band = ...\n"
+    "ffi, n, extra, lean, lean_status, L, lane_buf = ...\n"
   local f = assert(loadstring(head .. src, name))
   return f(rt, args, tensors, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error_of(k),
            C.gt_launch_tensors, bit.tobit, select, ffi, n, extra, C.gt_launch_lean, C.gt_lean_status, LANE,
-           bit.rshift, bit.band)
+           gt._lane_buf)
 end
 
 -- The code of a launch that passes kernel k's tensor parameters to the core
@@ -196,7 +205,7 @@ end
 -- from the store that made the handle) and never compares a handle with
 -- nil (that compares its address).
 local function byvalue_code(k, cfg, args, bad, checks, made)
-  local code, vals = {}, {}
+  local code, vals, scalars = {}, {}, {}
   for i = 1, k.nparams do
     local pt = k.ptype[i - 1]
     if pt == PTR_IN or pt == PTR_OUT then
@@ -213,6 +222,9 @@ local function byvalue_code(k, cfg, args, bad, checks, made)
         code[#code + 1] = ("local b%d, o%d, n%d, g%d\n%s"):format(t, t, t, t, read)
       end
       vals[t] = ("b%d, o%d, n%d, g%d"):format(t, t, t, t)
+    else                                -- (the bound launcher's test: the same width as stored)
+      local f = (pt == 3 or pt == 4 or pt == 7) and "u32" or "u64"
+      scalars[#scalars + 1] = ("%s[%d].v.%s == q[%d].v.%s"):format(args, i - 1, f, i - 1, f)
     end
   end
   if #vals == 0 then return nil end
@@ -221,12 +233,12 @@ local function byvalue_code(k, cfg, args, bad, checks, made)
   local reads = table.concat(code, "\n")
   local call = "\nlocal b = lean(rt, " .. cfg .. ", " .. args .. ", " .. table.concat(vals, ", ") ..
     ")\nif b == nil then local r = lean_status(rt); if r > 0 then fail(r, " .. bad .. ") end; raise() end\n"
-  if not made then return reads .. call end
   -- the lane's test first, before the handles' fields are read: a side
   -- trace that leaves there inherits few values (LuaJIT refuses one whose
   -- registers it cannot shuffle: "register coalescing too complex")
   return "local li = L.qn[0] + L.lazy\nif li < L.n and L.rec[li].cfg == " .. cfg .. ".id then\n" ..
-    reads .. "\n" .. lane_code(nt) .. call .. "return b\nend\n" .. reads .. call
+    reads .. "\n" .. lane_code(nt, not made and scalars or nil) .. call .. (made and "return b\n" or "return\n") ..
+    "end\n" .. reads .. call
 end
 
 -- Generates a launcher with fixed arity for kernel k: the checks inline,

@@ -176,11 +176,34 @@ local plain, nplain = {}, 0
 -- buffer belongs to the call (no finalizer: its memory is the call's until
 -- the call ends or it is released), else ordinary memory (freed when
 -- released or when its last handle is collected).
+-- The replay lane (gt.h's gt_lane): while it is open, the call's next
+-- buffer struct (index j, its room checked) is made here, every field as
+-- gt_slab_buf_init (core.h) writes it, for a buffer of bytes made after the
+-- lane's li-th launch; the core need not be called.
+local LANE = C.gt_lane_of(rt)
+local SLAB_BITS = C.GT_SLAB_BITS
+local SLAB_MASK = 2 ^ SLAB_BITS - 1
+local TREE_SLAB = bor(C.GT_BUF_TREE, C.GT_BUF_SLAB)
+local function lane_buf(j, bytes, li)
+  local L = LANE
+  local s0 = L.segstart
+  local y = L.slab[bit.rshift(j, SLAB_BITS)] + band(j, SLAB_MASK)
+  y.addr = 0; y.bytes = bytes; y.gen = L.gen; y.gen_now = L.gen_now; y.flags = TREE_SLAB; y.refs = 0
+  y.tree = L.tree; y.seg = L.depth; y.idx = j - s0; y.block = 0; y.qpos = li; y.kmark = 0; y.kord = 0
+  y.ci = j; y.relseg = -1; y.rel = 0; y.site = 0
+  L.bufs[j] = y
+  L.nbufs[0] = j + 1
+  return y
+end
+gt._lane_buf = lane_buf
+
 local function new_sid(sid, d, level)
   local nb = NUMEL[sid] * d.size
   local tree = gt._active
   if tree then
-    local b = C.gt_tree_buf_new(rt, nb)
+    local L, b = LANE, nil
+    if L.n > 0 and L.nbufs[0] < L.room then b = lane_buf(L.nbufs[0], nb, L.qn[0] + L.lazy)
+    else b = C.gt_tree_buf_new(rt, nb) end
     if b == nil then error(gt._errmsg(), level + 1) end
     local t = TT(b, 0, nb, tree._gen, sid, d.code, 0)
     tree._lsid, tree._ldt = sid, d.code                  -- a new node's shapes name its last tensor (explain.lua)
