@@ -172,12 +172,8 @@ end
 -- Scopes outside tree calls: per nesting level, the tensors made in it.
 local plain, nplain = {}, 0
 
--- A new tensor of shape id sid over a new buffer: in a tree call the
--- buffer belongs to the call (no finalizer: its memory is the call's until
--- the call ends or it is released), else ordinary memory (freed when
--- released or when its last handle is collected).
 -- The replay lane (gt.h's gt_lane): while it is open, the call's next
--- buffer struct (index j, its room checked) is made here, every field as
+-- buffer struct (index j, its room checked by the caller) is made here, every field as
 -- gt_slab_buf_init (core.h) writes it, for a buffer of bytes made after the
 -- lane's li-th launch; the core need not be called.
 local LANE = C.gt_lane_of(rt)
@@ -196,7 +192,13 @@ local function lane_buf(j, bytes, li)
   return y
 end
 gt._lane_buf = lane_buf
+-- (the fields above are all of them: a field added to gt_buf needs its store here)
+assert(ffi.sizeof("gt_buf") == 96, "gt_buf changed: update lane_buf (tensor.lua) as gt_slab_buf_init (core.h)")
 
+-- A new tensor of shape id sid over a new buffer: in a tree call the
+-- buffer belongs to the call (no finalizer: its memory is the call's until
+-- the call ends or it is released), else ordinary memory (freed when
+-- released or when its last handle is collected).
 local function new_sid(sid, d, level)
   local nb = NUMEL[sid] * d.size
   local tree = gt._active
