@@ -56,6 +56,7 @@ local function agree(a, b)
 end
 
 function M.run(cfg)
+  B.pin_main()                                   -- (run.sh's BENCH_MAIN_CPU, as gtlua_bench.lua)
   local m = B.model(cfg)
   local st = M.steps(cfg, m)
   local x = gt.randn({ cfg.batch, cfg.hidden }, { seed = 7 })

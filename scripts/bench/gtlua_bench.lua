@@ -25,8 +25,10 @@ local function pack(...) return { n = select("#", ...), ... } end
 
 -- Same sizes as shared/anchors/torch_trees.py; reps shrink as kernels grow
 -- (reps * 32 / kernels, at least min_reps) so the 512-kernel case stays short;
--- min_reps 60 gives each of its blocks 10 measured steps (with 20, a block's
--- median was that of 4 steps, and of the slowest after a mode change).
+-- min_reps 90 gives each of its blocks 15 measured steps (with 20, a block's
+-- median was that of 4 steps, and of the slowest after a mode change; with
+-- 60, 10 steps, grow-512's paired keyed / floor was 1.37 in a run whose
+-- plain medians gave 1.03).
 -- warm: calls before a mode is measured, at least 200 whatever the kernels:
 -- LuaJIT compiles a call's own code (the tree call, a keyed hit) only after
 -- some hundred calls, and with 20 the 512-kernel keyed hit was measured
@@ -44,7 +46,7 @@ local function pack(...) return { n = select("#", ...), ... } end
 M.FULL = {
   hidden = 256, batch = 8, layers = 32, prefix = 8, suffix = 8,
   batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
-  warm = 200, reps = 300, pipe = 1000, min_reps = 60, min_pipe = 50,
+  warm = 200, reps = 300, pipe = 1000, min_reps = 90, min_pipe = 50,
   heap_mb = 100, heap_grow = 128, prime = 3, rounds = 6,
   decode = { model = "FULL", batches = { 1, 8 }, ctx = 256 },
 }
@@ -599,8 +601,25 @@ function M.names(cfg, only)
   return out
 end
 
+-- The calling thread onto cpu BENCH_MAIN_CPU alone (run.sh sets it: the
+-- quickest core of those the process is pinned to), where Linux has
+-- sched_setaffinity; the cpu, or nil when nothing was pinned.  Threads
+-- started before (the driver's) keep the process's cores.
+local ffi = require "ffi"
+function M.pin_main(cpu)
+  cpu = tonumber(cpu or os.getenv("BENCH_MAIN_CPU"))
+  if not cpu or cpu < 0 or cpu >= 1024 or ffi.os ~= "Linux" then return nil end
+  if not pcall(function() return ffi.C.sched_setaffinity end) and
+     not pcall(ffi.cdef, "int sched_setaffinity(int pid, size_t cpusetsize, const void *mask);") then return nil end
+  local mask = ffi.new("uint64_t[16]")
+  mask[floor(cpu / 64)] = bit.lshift(1ULL, cpu % 64)
+  local ok, r = pcall(ffi.C.sched_setaffinity, 0, ffi.sizeof(mask), mask)
+  return ok and r == 0 and cpu or nil
+end
+
 --- run(cfg [, only [, log]]) -> results: every selected scenario, with device info
 function M.run(cfg, only, log)
+  local main_cpu = M.pin_main()
   local m = M.model(cfg)
   local res = { tool = "gtlua", version = gt.version, backend = gt.backend(), device = gt.device(),
                 date = os.date("!%Y-%m-%dT%H:%M:%SZ"), luajit = jit and jit.version, quick = cfg.quick or false,
@@ -608,6 +627,7 @@ function M.run(cfg, only, log)
                            suffix = cfg.suffix, batches = cfg.batches, grow = cfg.grow, warm = cfg.warm,
                            decode = cfg.decode,
                            reps = cfg.reps, pipe = cfg.pipe },
+                main_cpu = main_cpu,
                 scenarios = M.array {} }
   if cfg.prime then M.prime(cfg, m, cfg.prime) end
   for _, sc in ipairs(M.scenarios(cfg, m)) do

@@ -89,6 +89,7 @@ function M.load(dir, paths)
   inputs.smi = st and parse_smi(st)
   local cp = read_file(path("cpus", "cpus.txt"))
   inputs.cpus = cp and cp:match("^%s*([%d,%-]+)")
+  inputs.main_cpu = cp and cp:match("main%s+(%d+)")
   table.sort(missing)
   inputs.missing = missing
   return inputs
@@ -164,7 +165,8 @@ local function header_lines(inp)
   }
   if inp.cpus then
     lines[#lines + 1] = row { "host cpus", inp.cpus ..
-      " (every measured process pinned there: the quickest of a calibration)" }
+      " (every measured process pinned there: the quickest of a calibration)" ..
+      (inp.main_cpu and format("; each one's main thread on cpu %s alone, the quickest", inp.main_cpu) or "") }
   end
   return concat(lines, "\n")
 end

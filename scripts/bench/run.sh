@@ -47,14 +47,29 @@ fi
 # timed in cpus.cal, the choice in cpus.txt), as the medians otherwise
 # followed where the scheduler put each process.  BENCH_CPUS=0,3 picks them;
 # BENCH_CPUS=all pins nothing; below four cores nothing is pinned.
+# Within them, each measured program's main thread (the one that issues the
+# steps) runs on the quickest core alone (BENCH_MAIN_CPU, the first of
+# BENCH_CPUS when that is given), once its set-up is done; its other
+# threads (the driver's, PyTorch's compile workers) keep the quarter.  On
+# the H200 (2026-12-02, 3 processes a side) a tree's 32-op replay measured
+# 2.8-3.6 us on one core against 2.9-5.8 on four, its floor 1.3-1.7 against
+# 1.4-2.5: a thread that moves between cores finds their caches cold.
 pin=
 if [ "${BENCH_CPUS:-}" != all ] && command -v taskset >/dev/null 2>&1; then
   cpus=${BENCH_CPUS:-}
   [ -z "$cpus" ] && cpus=$(GTLUA_BIN="$BIN" sh scripts/bench/cpus.sh "$dir/cpus.cal")
   if [ -n "$cpus" ]; then
     pin="taskset -c $cpus"
-    echo "$cpus" > "$dir/cpus.txt"
-    say "every measured process runs on cpus $cpus (BENCH_CPUS)"
+    if [ -z "${BENCH_MAIN_CPU:-}" ]; then
+      if [ -z "${BENCH_CPUS:-}" ] && [ -s "$dir/cpus.cal" ]; then
+        BENCH_MAIN_CPU=$(sort -n "$dir/cpus.cal" | head -n 1 | awk '{ print $2 }')
+      else
+        BENCH_MAIN_CPU=${cpus%%,*}
+      fi
+    fi
+    export BENCH_MAIN_CPU
+    echo "$cpus main $BENCH_MAIN_CPU" > "$dir/cpus.txt"
+    say "every measured process runs on cpus $cpus (BENCH_CPUS), its main thread on cpu $BENCH_MAIN_CPU (BENCH_MAIN_CPU)"
   fi
 fi
 
@@ -113,7 +128,10 @@ if [ ! -x .anchors/launch_floor ] && [ -f .anchors/launch_floor.cu ] && command 
     || say "nvcc failed (soft)"
 fi
 if [ -x .anchors/launch_floor ]; then
-  stage "$dir/launch_floor.txt" "$T_FLOOR" $pin .anchors/launch_floor || say "launch_floor failed (soft)"
+  # (a program of one thread and the driver's: pinned to the main core as a whole)
+  fpin=$pin
+  [ -n "$pin" ] && [ -n "${BENCH_MAIN_CPU:-}" ] && fpin="taskset -c $BENCH_MAIN_CPU"
+  stage "$dir/launch_floor.txt" "$T_FLOOR" $fpin .anchors/launch_floor || say "launch_floor failed (soft)"
 else
   say "skipped: no .anchors/launch_floor (carry it, see scripts/bench/README.md)"
 fi

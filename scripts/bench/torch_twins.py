@@ -121,6 +121,25 @@ def time_limit(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
+@contextlib.contextmanager
+def main_cpu():
+    """While measuring, the calling thread on cpu BENCH_MAIN_CPU alone (run.sh:
+    the quickest of the cores the process is pinned to, as gtlua_bench.lua's
+    main thread); its other threads and the compile workers keep them all."""
+    cpu, saved = os.environ.get("BENCH_MAIN_CPU"), None
+    if cpu and cpu.isdigit() and hasattr(os, "sched_setaffinity"):
+        try:
+            saved = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, {int(cpu)})
+        except OSError:
+            saved = None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.sched_setaffinity(0, saved)
+
+
 def reps_for(n: int, least: int, kernels: int) -> int:
     """Fewer reps for long chains, as gtlua_bench.lua does."""
     return max(least, min(n, n * 32 // max(kernels, 1)))
@@ -255,6 +274,10 @@ class Twins:
     # -- measuring --
 
     def measure(self, step, kernels: int) -> dict:
+        with main_cpu():
+            return self._measure(step, kernels)
+
+    def _measure(self, step, kernels: int) -> dict:
         c = self.cfg
         reps, pipe = reps_for(c["reps"], c["min_reps"], kernels), reps_for(c["pipe"], c["min_pipe"], kernels)
         clock = time.perf_counter
