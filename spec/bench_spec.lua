@@ -117,6 +117,33 @@ describe("the bench's rounds (M.interleave)", function()
   end)
 end)
 
+describe("the bench's main thread (M.pin_main)", function()
+  local ffi = require "ffi"
+  local function allowed()
+    local f = io.open("/proc/self/status")
+    if not f then return nil end
+    local text = f:read("*a")
+    f:close()
+    return text:match("Cpus_allowed_list:%s*(%S+)")
+  end
+  it("puts the calling thread on BENCH_MAIN_CPU's core alone, and pins nothing without one", function()
+    assert.is_nil(bench.pin_main("none"))
+    assert.is_nil(bench.pin_main(-1))
+    local before = allowed()
+    if ffi.os ~= "Linux" or not before then return pending("no /proc/self/status here") end
+    local first = tonumber(before:match("^(%d+)"))
+    pcall(ffi.cdef, "int sched_getaffinity(int pid, size_t cpusetsize, void *mask);")
+    local saved = ffi.new("uint64_t[16]")
+    assert.are.equal(0, ffi.C.sched_getaffinity(0, ffi.sizeof(saved), saved))
+    local got = bench.pin_main(tostring(first))
+    local now = allowed()
+    ffi.C.sched_setaffinity(0, ffi.sizeof(saved), saved)    -- (declared by pin_main) the cores back
+    assert.are.equal(first, got)
+    assert.are.equal(tostring(first), now)
+    assert.are.equal(before, allowed())
+  end)
+end)
+
 describe("gtlua_bench.lua as a script", function()
   it("runs --quick --only chain --json FILE and prints the table", function()
     local bin = assert(os.getenv("GTLUA_BIN"), "run the specs inside gtlua")
@@ -218,6 +245,7 @@ local function synthetic(dir)
     "pipelined 32-kernel step: graph 31.50 us/step, eager 97.80 us/step",
     "conditional IF node: supported", "" }, "\n"))
   spit(dir .. "/nvidia-smi.txt", "NVIDIA H200, 580.159, 143771 MiB\n")
+  spit(dir .. "/cpus.txt", "2,8,10,12 main 8\n")
 end
 
 describe("report.lua", function()
@@ -242,7 +270,9 @@ describe("report.lua", function()
                             "| record a new path (call wall time) | grow-128 (128 kernels) | 1.50 ms |",
                             "| mode \\ kernels | 128 |", "| raw CUDA graph (launch_floor) | 126.7 |",
                             "| 32 | 98.5 | 104.1 | 1.15 | 35.9 | 113.0 | 8.20 |", "![µs per step against kernel count](steps.svg)",
-                            "compile predicted to take 150 s" } do
+                            "compile predicted to take 150 s",
+                            "| host cpus | 2,8,10,12 (every measured process pinned there: the quickest of a calibration); " ..
+                            "each one's main thread on cpu 8 alone, the quickest |" } do
       assert.is_truthy(md:find(want, 1, true), "RESULTS.md lacks: " .. want .. "\n" .. md)
     end
     assert.matches("^<svg", svg)
