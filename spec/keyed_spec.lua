@@ -38,6 +38,40 @@ describe("keyed calls", function()
     assert.are.equal(s.replays + s.warmups + s.eager + s.updates, 2 * 200 - (s.recorded))
   end)
 
+  it("launches a path of several segments as one graph while its hits patch nothing, and gives way on any change", function()
+    local runs = 0
+    local step = gt.tree(function(x, route, s) runs = runs + 1; return model(x, route, s) end,
+      { key = function(_, route) return route end, patch = { 3 } })
+    local xs = { gt.randn({ 4, 8 }, { seed = 2 }), gt.randn({ 4, 8 }, { seed = 4 }) }
+    local x, s = xs[1], 0.5
+    for _ = 1, 20 do assert.is_true(maxdiff(step(x, 1, s), model(x, 1, s)) < 1e-5) end
+    local fused = step:stats().keyed.fused
+    assert.is_true(fused > 0, "no hit launched the path as one graph")
+    -- a new scalar: this hit patches the segments; the next ones must not launch the old one graph
+    s = 1.75
+    for _ = 1, 3 do assert.is_true(maxdiff(step(x, 1, s), model(x, 1, s)) < 1e-5) end
+    assert.are.equal(fused, step:stats().keyed.fused)
+    -- a body's replay of the path with another input (verify) patches too; then a trim drops the graphs
+    local seed = 11
+    local function rnd(n) seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n + 1 end
+    for i = 1, 300 do
+      local r = rnd(20)
+      if r == 1 then s = rnd(8) * 0.25 elseif r == 2 then x = xs[rnd(2)] elseif r == 3 then step:trim(0) end
+      local route = rnd(3) == 1 and 2 or 1
+      assert.is_true(maxdiff(step(x, route, s), model(x, route, s)) < 1e-5, "call " .. i)
+    end
+    assert.is_true(step:stats().keyed.fused > fused + 20)
+    -- with verify the body runs every 4th call and replays the same graphs
+    local vstep = gt.tree(function(y, route, t) return model(y, route, t) end,
+      { key = function(_, route) return route end, patch = { 3 }, verify = 4 })
+    for i = 1, 120 do
+      local t = math.floor(i / 30) % 2 == 0 and 0.25 or 0.75
+      local y = xs[math.floor(i / 45) % 2 + 1]
+      assert.is_true(maxdiff(vstep(y, 1, t), model(y, 1, t)) < 1e-5, "verified call " .. i)
+    end
+    assert.is_true(vstep:stats().keyed.fused > 0)
+  end)
+
   it("honours new input addresses, new shapes, static weights passed as arguments and patched scalars", function()
     local runs = 0
     local step = gt.tree(function(x, route, s, Wt) runs = runs + 1; return model(x, route, s, Wt) end,

@@ -194,6 +194,7 @@ typedef struct gt_node {
   char *label, *skip;                /* skip: why it runs eagerly (NULL: it graphs) */
   int visits, warmups, records, replays, updates, eager;
   gt_bgraph *graph;
+  uint32_t gver;                     /* bumped whenever graph changes (made, patched, updated, dropped): keyed.c's fused graphs */
   uint64_t *argvals; int nargvals;   /* argument values the graph holds now */
   uint64_t *plan;                    /* offsets of the segment's new buffers */
   gt_ckpt *ckpt; int nckpt;          /* pool state after the segment */
@@ -227,6 +228,7 @@ struct gt_tree {
   gt_node root;                      /* sentinel: its kids are the first segments */
   gt_node **nodes; int nnodes, nodecap;
   int calls, warmups, replays, eager, updates, skips, recorded, limit_hit, records;
+  int kfused;                        /* keyed hits that launched their path as one graph (keyed.c) */
   gt_call_info hist[GT_HISTORY];     /* ring of the last calls */
   gt_call_info at_begin;             /* counters when the call began */
   double begin_us;

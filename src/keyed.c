@@ -9,7 +9,17 @@
    patches nothing, a hit with another value runs the body instead, and
    gt_tree_keyed_confirm keeps the slots that followed the new value.  A hit
    (gt_tree_keyed_run) patches, launches the path's graphs back to back and
-   makes the call's output buffers at their planned addresses. */
+   makes the call's output buffers at their planned addresses.
+
+   A path of several segments is also built, once its hits have needed no
+   patch for a while, into one graph of all its launches (fused: each
+   segment's first launches wait for the previous segment's last ones),
+   from what the segments' graphs hold (their nodes' launches and argvals).
+   A hit that needs no patch launches it: one graph launch instead of one a
+   segment.  It stays valid while no graph of the path changes (gt_node.gver:
+   a patch, an update, a new recording, a trim); a hit that must patch
+   launches the segments as before, and the path is fused again later, a few
+   times at most. */
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
@@ -26,17 +36,31 @@ typedef struct kpatch {
 
 typedef struct kout { int ci, seg, idx; uint64_t bytes; } kout;
 
+/* Fusing: after FUSE_AFTER hits in a row with nothing to patch, at most
+   FUSE_BUILDS times for a path (a path whose graphs keep changing stays
+   with one launch a segment). */
+enum { FUSE_AFTER = 8, FUSE_BUILDS = 4 };
+
 struct gt_keyed {
   gt_tree *t;
   gt_node **path; int npath;
   uint64_t *keys;                /* the nodes' keys when saved: a node updated in place since (another static address) bakes in other values */
   kpatch *p; int np, pcap;
   kout *o; int no;
+  gt_bgraph *fused;              /* the path as one graph, or NULL */
+  uint32_t *fver;                /* the path's gt_node.gver when it was built */
+  int clean, builds, nofuse;     /* hits in a row with nothing to patch; graphs built; 1: never fuse this path */
   struct gt_keyed *next;
 };
 
+static void drop_fused(gt_keyed *k) {
+  if (k->fused) k->t->rt->be.graph_destroy(&k->t->rt->be, k->fused);
+  k->fused = NULL;
+}
+
 static void keyed_free(gt_keyed *k) {
-  free(k->path); free(k->keys); free(k->p); free(k->o); free(k);
+  drop_fused(k);
+  free(k->path); free(k->keys); free(k->p); free(k->o); free(k->fver); free(k);
 }
 
 static void keyed_free_all(gt_tree *t) {
@@ -170,18 +194,143 @@ int gt_tree_keyed_confirm(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
   return GT_OK;
 }
 
+/* -- One graph for the path ------------------------------------------------ */
+
+/* Whether k's path can be one graph: several segments, each with its
+   recording (launches, the values its graph holds, the arguments as queued)
+   and no conditional node (their bodies are graphs of their own). */
+static int fusable(const gt_keyed *k) {
+  if (k->npath < 2) return 0;
+  for (int d = 0; d < k->npath; d++) {
+    const gt_node *n = k->path[d];
+    if (!n->graph || !n->launches || !n->qargs || !n->argvals || n->nlaunch < 1) return 0;
+    const gt_qlaunch *last = &n->launches[n->nlaunch - 1];
+    if (n->nargvals < last->arg0 + last->nargs) return 0;
+    for (int i = 0; i < n->nlaunch; i++) if (gt_kind_is_cond(n->launches[i].kind)) return 0;
+  }
+  return 1;
+}
+
+/* The path's launches as one graph's nodes (each segment's edges as its
+   own graph has them; a segment's launches that wait for nothing in it wait
+   for the previous segment's launches that nothing in it waits for), built
+   by the backend into *out.  GT_ERR when out of host memory; a backend
+   status otherwise. */
+static int fuse_build(gt_keyed *k, gt_bgraph **out) {
+  gt_backend *be = &k->t->rt->be;
+  int total = 0, nvals = 0, nedges = 0, ecap, st = GT_BOK;
+  for (int d = 0; d < k->npath; d++) total += k->path[d]->nlaunch, nvals += k->path[d]->nargvals;
+  gt_gnode *g = calloc((size_t)total, sizeof *g);
+  uint64_t *vals = malloc((size_t)(nvals ? nvals : 1) * sizeof *vals);
+  void **ptrs = malloc((size_t)(nvals ? nvals : 1) * sizeof *ptrs);
+  int **segdeps = calloc((size_t)k->npath, sizeof *segdeps), *waited = calloc((size_t)total, sizeof *waited), *edges = NULL;
+  if (!g || !vals || !ptrs || !segdeps || !waited) { st = GT_ERR; goto done; }
+  for (int d = 0, base = 0, vbase = 0; d < k->npath; d++) {   /* each segment's nodes and edges, as recorded */
+    gt_node *n = k->path[d];
+    gt_queue q = { .l = n->launches, .n = n->nlaunch, .args = n->qargs, .nargs = n->nargvals };
+    memcpy(vals + vbase, n->argvals, (size_t)n->nargvals * sizeof *vals);
+    for (int i = 0; i < n->nlaunch; i++)
+      gt_launch_gnode(&n->launches[i], vals + vbase + n->launches[i].arg0, ptrs + vbase + n->launches[i].arg0, &g[base + i]);
+    if (gt_deps_build(&q, vals + vbase, g + base, &segdeps[d])) { st = GT_ERR; goto done; }
+    for (int i = 0; i < n->nlaunch; i++) {
+      nedges += g[base + i].ndeps;
+      for (int e = 0; e < g[base + i].ndeps; e++) waited[base + g[base + i].deps[e]] = 1;
+    }
+    base += n->nlaunch, vbase += n->nargvals;
+  }
+  ecap = nedges + total + 16;
+  edges = malloc((size_t)ecap * sizeof *edges);
+  if (!edges) { st = GT_ERR; goto done; }
+  int ne = 0;
+  for (int d = 0, base = 0, prev = -1; d < k->npath; d++) {    /* global indices; the joins between segments */
+    int nl = k->path[d]->nlaunch;
+    for (int i = base; i < base + nl; i++) {
+      const int *local = g[i].deps;
+      int nd = g[i].ndeps, e0 = ne;
+      for (int e = 0; e < nd; e++) edges[ne++] = base + local[e];
+      if (!nd && prev >= 0)                   /* a first launch of its segment: after the previous one's last launches */
+        for (int j = prev; j < base; j++) {
+          if (waited[j]) continue;
+          if (GT_GROW(edges, ecap, ne + 1)) { st = GT_ERR; goto done; }
+          edges[ne++] = j;
+        }
+      g[i].ndeps = ne - e0;
+      g[i].deps = (const int *)(intptr_t)e0;   /* an index until edges stops moving */
+    }
+    prev = base, base += nl;
+  }
+  for (int i = 0; i < total; i++) g[i].deps = g[i].ndeps ? edges + (intptr_t)g[i].deps : NULL;
+  st = be->graph_create(be, g, total, out);
+done:
+  for (int d = 0; segdeps && d < k->npath; d++) free(segdeps[d]);
+  free(segdeps); free(waited); free(edges); free(g); free(vals); free(ptrs);
+  return st;
+}
+
+/* Whether k's one graph holds what its segments' graphs hold now. */
+static int fused_valid(const gt_keyed *k) {
+  if (!k->fused) return 0;
+  for (int d = 0; d < k->npath; d++) if (k->path[d]->gver != k->fver[d]) return 0;
+  return 1;
+}
+
+/* After a hit that patched nothing and launched the segments: the path as
+   one graph, once FUSE_AFTER hits in a row have patched nothing since its
+   graphs last changed (a failed build, or FUSE_BUILDS of them, stop it for
+   good; the hit itself has run). */
+static void maybe_fuse(gt_keyed *k) {
+  if (k->nofuse) return;
+  if (k->fused && !fused_valid(k)) { drop_fused(k); k->clean = 0; }   /* changed since: a new row */
+  if (k->fused || ++k->clean < FUSE_AFTER) return;
+  if (k->builds >= FUSE_BUILDS || !fusable(k) ||
+      (!k->fver && !(k->fver = malloc((size_t)k->npath * sizeof *k->fver)))) { k->nofuse = 1; return; }
+  k->builds++;
+  if (fuse_build(k, &k->fused) != GT_BOK) { k->fused = NULL; k->nofuse = 1; return; }
+  for (int d = 0; d < k->npath; d++) k->fver[d] = k->path[d]->gver;
+}
+
+/* The end of a hit: the path's state, the call's output buffers at their
+   planned addresses, the call ended. */
+static int keyed_end(gt_tree *t, gt_keyed *k, gt_buf **outb) {
+  t->npath = k->npath;
+  t->state_node = k->path[k->npath - 1];
+  for (int i = 0; i < k->no; i++) {
+    const kout *o = &k->o[i];
+    gt_buf *b = gt_tree_buf_ptr(t, o->ci);
+    gt_slab_buf_init(b, t, t->pool.base + k->path[o->seg]->plan[o->idx], o->bytes, o->seg, o->idx, o->ci, 0);
+    if (outb) outb[i] = b;
+  }
+  gt_tree_finish_call(t);
+  return GT_OK;
+}
+
 int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {
   gt_tree *t = k->t;
   if (rt->active != t) return gt_fail(rt, "keyed run outside its tree's call");
   for (int d = 0; d < k->npath; d++) if (!k->path[d]->graph || k->path[d]->key != k->keys[d]) return 1;
+  int clean = 1;
   for (int i = 0; i < k->np; i++) {           /* first the checks: nothing runs unless all can be patched */
     const kpatch *p = &k->p[i];
     uint64_t v = p->kind == KP_SCALAR ? scalar_bits(ins[p->in].v.f64, p->ptype)
                                       : ins[p->in].buf->addr + (uint64_t)ins[p->in].off + (uint64_t)p->delta;
     if (v == k->path[p->node]->argvals[p->slot]) continue;
     if (p->kind == KP_COPY || (p->kind == KP_SCALAR && !p->confirmed)) return 1;
+    clean = 0;
   }
   if (gt_tree_grow_path(t, k->npath)) return gt_fail(rt, "out of host memory");
+  if (!clean) k->clean = 0;
+  if (clean && !rt->profile && fused_valid(k)) {   /* the path as one graph */
+    gt_backend *be = &rt->be;
+    if (be->graph_launch(be, k->fused) != GT_BOK) return gt_fail_be(rt, "graph launch");
+    for (int e = 0; e < k->npath; e++) {
+      gt_node *n = k->path[e];
+      n->replays++; n->visits++; n->last_call = (uint64_t)t->calls;
+      t->replays++;
+      t->path[e] = n;
+    }
+    t->kfused++;
+    return keyed_end(t, k, outb);
+  }
   int last = -1;
   for (int i = 0; i <= k->np; i++) {           /* patch node by node, launching each when its patches are in */
     int d = i < k->np ? k->p[i].node : k->npath;
@@ -202,16 +351,8 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
     n->argvals[p->slot] = v;
     if (gt_tree_patch_node(t, p->node, n, p->launch)) return GT_ERR;
   }
-  t->npath = k->npath;
-  t->state_node = k->path[k->npath - 1];
-  for (int i = 0; i < k->no; i++) {           /* the outputs: buffers of this call at their planned addresses */
-    const kout *o = &k->o[i];
-    gt_buf *b = gt_tree_buf_ptr(t, o->ci);
-    gt_slab_buf_init(b, t, t->pool.base + k->path[o->seg]->plan[o->idx], o->bytes, o->seg, o->idx, o->ci, 0);
-    if (outb) outb[i] = b;
-  }
-  gt_tree_finish_call(t);
-  return GT_OK;
+  if (clean && !rt->profile) maybe_fuse(k);
+  return keyed_end(t, k, outb);
 }
 
 int gt_tree_keyed_call(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {

@@ -40,7 +40,7 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
 }
 
 static void drop_graph(gt_tree *t, gt_node *n) {
-  if (n->graph) { t->rt->be.graph_destroy(&t->rt->be, n->graph); n->graph = NULL; t->recorded--; }
+  if (n->graph) { t->rt->be.graph_destroy(&t->rt->be, n->graph); n->graph = NULL; n->gver++; t->recorded--; }
   free(n->argvals); free(n->plan); free(n->ckpt); free(n->launches);
   n->argvals = NULL; n->plan = NULL; n->ckpt = NULL; n->launches = NULL; n->nckpt = n->nargvals = 0;
   gt_cursor_forget(n);
@@ -233,6 +233,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
   }
   double t2 = gt_now_us();
   free(g); free(deps); free(ptrs);
+  n->gver++;
   if (st != GT_BOK) {                 /* a failed build: the node runs eagerly from now on */
     char why[GT_ERRLEN + 32];
     snprintf(why, sizeof why, "graph build failed: %s", be->err);
@@ -267,6 +268,7 @@ int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i) {
   void *ptrs[GT_MAX_PARAMS];
   gt_gnode g;
   gt_launch_gnode(l, n->argvals + l->arg0, ptrs, &g);
+  n->gver++;
   if (t->rt->be.graph_set_kernel(&t->rt->be, n->graph, i, &g) != GT_BOK) return gt_fail_be(t->rt, "graph patch");
   if (d >= 0) note_patch(t, d, i);
   return GT_OK;
@@ -290,6 +292,7 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     if (l->kind != GT_GN_KERNEL) { refused = 1; continue; }
     gt_gnode g;
     gt_launch_gnode(l, now, t->pscratch, &g);
+    n->gver++;
     int pst = be->graph_set_kernel(be, n->graph, i, &g);
     if (pst == GT_BREFUSED) { refused = 1; continue; }   /* (a node in a conditional body the driver will not patch) */
     if (pst != GT_BOK) return gt_fail_be(t->rt, "graph patch");
@@ -303,6 +306,7 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     int *deps = NULL;
     void **ptrs = NULL;
     if (gt_deps_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
+    n->gver++;
     int st = be->graph_update(be, n->graph, g, q->n);
     if (st == GT_BREFUSED) {
       be->graph_destroy(be, n->graph);
