@@ -189,7 +189,9 @@ tree:stats() -> a plain table
       shapes ("x 8x256 f32 -> 8x8 f32"), cut ("model.lua:31 item" | "return"),
       why ("first path" | "new branch after [3]" | "new shape 16x256 (sibling [4] has 8x256)"
            | "static w of linear_f32 moved (sibling [0])")}} }    -- ids from 0
-  gpu_us stays 0 unless gt.profile(true).]],
+  gpu_us stays 0 unless gt.profile(true).  A keyed tree also has
+  keyed = {hits, misses, verified, refused = {[reason] = count}, fused}
+  (fused: hits that launched a path of several segments as one graph).]],
   ["tree:advise"] = [[
 tree:advise([{measure = true}]) -> { findings = {{q, title, text, advice, level}}, launch, shapes, breaks }
   Answers, from this run's numbers: (1) launch-bound? host µs to issue a step
