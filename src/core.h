@@ -252,6 +252,7 @@ struct gt_tree {
   uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
   struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
   void (*keyed_free)(struct gt_tree *t);  /* frees them (keyed.c sets it: the tree does not call up into keyed.c) */
+  void (*keyed_trim)(struct gt_tree *t);  /* drops their one-graph paths (a trim frees graph memory; keyed.c sets it) */
   gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
   int lane_lost;                     /* lane.c: a sync found no room for a launch (the call fails) */
   int lane_call, lane_prev, jit_flushes;  /* the lane replayed launches in this call, in the one before; JIT flushes asked */

@@ -67,6 +67,8 @@ static void keyed_free_all(gt_tree *t) {
   while (t->keyed) { gt_keyed *n = t->keyed->next; keyed_free(t->keyed); t->keyed = n; }
 }
 
+static void keyed_trim_all(gt_tree *t);
+
 /* A number as the bits a kernel scalar of type ptype holds (as gt_launch stores it). */
 static uint64_t scalar_bits(double v, int ptype) {
   union { float f; uint32_t u; } f32;
@@ -161,6 +163,7 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   k->next = t->keyed;
   t->keyed = k;
   t->keyed_free = keyed_free_all;
+  t->keyed_trim = keyed_trim_all;
   return k;
 oom:
   keyed_free(k);
@@ -272,6 +275,13 @@ static int fused_valid(const gt_keyed *k) {
   if (!k->fused) return 0;
   for (int d = 0; d < k->npath; d++) if (k->path[d]->gver != k->fver[d]) return 0;
   return 1;
+}
+
+/* A trim: the one graphs whose segments' graphs it dropped go too (their
+   memory with them; such a path fuses again once it replays anew). */
+static void keyed_trim_all(gt_tree *t) {
+  for (gt_keyed *k = t->keyed; k; k = k->next)
+    if (k->fused && !fused_valid(k)) { drop_fused(k); k->clean = 0; }
 }
 
 /* After a hit that patched nothing and launched the segments: the path as

@@ -591,6 +591,7 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
   for (int i = keep < 0 ? 0 : keep; i < n; i++)
     if (rec[i]->graph) { drop_graph(t, rec[i]); drop_below(t, rec[i]); dropped++; }
   free(rec);
+  if (dropped && t->keyed_trim) t->keyed_trim(t);
   uint64_t end = 0;
   for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph && t->nodes[i]->plan_end > end) end = t->nodes[i]->plan_end;
   gt_pool_clear(&t->pool);
