@@ -206,7 +206,7 @@ static int fusable(const gt_keyed *k) {
   if (k->npath < 2) return 0;
   for (int d = 0; d < k->npath; d++) {
     const gt_node *n = k->path[d];
-    if (!n->graph || !n->launches || !n->qargs || !n->argvals || n->nlaunch < 1) return 0;
+    if (!n->graph || !n->launches || !n->qargs || !n->argvals || n->nlaunch < 1 || n->nsig != n->nlaunch) return 0;
     const gt_qlaunch *last = &n->launches[n->nlaunch - 1];
     if (n->nargvals < last->arg0 + last->nargs) return 0;
     for (int i = 0; i < n->nlaunch; i++) if (gt_kind_is_cond(n->launches[i].kind)) return 0;
