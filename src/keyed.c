@@ -49,7 +49,7 @@ struct gt_keyed {
   kout *o; int no;
   gt_bgraph *fused;              /* the path as one graph, or NULL */
   uint32_t *fver;                /* the path's gt_node.gver when it was built */
-  int clean, builds, nofuse;     /* hits in a row with nothing to patch; graphs built; 1: never fuse this path */
+  int clean, builds;             /* hits in a row with nothing to patch; graphs built (FUSE_BUILDS: no more) */
   struct gt_keyed *next;
 };
 
@@ -277,11 +277,16 @@ static int fused_valid(const gt_keyed *k) {
   return 1;
 }
 
-/* A trim: the one graphs whose segments' graphs it dropped go too (their
-   memory with them; such a path fuses again once it replays anew). */
+/* k's one graph, if its segments' graphs changed since it was built, with
+   its device memory; a new row of clean hits starts. */
+static void drop_stale(gt_keyed *k) {
+  if (k->fused && !fused_valid(k)) { drop_fused(k); k->clean = 0; }
+}
+
+/* A trim: the one graphs whose segments' graphs it dropped go too (such a
+   path fuses again once it replays anew). */
 static void keyed_trim_all(gt_tree *t) {
-  for (gt_keyed *k = t->keyed; k; k = k->next)
-    if (k->fused && !fused_valid(k)) { drop_fused(k); k->clean = 0; }
+  for (gt_keyed *k = t->keyed; k; k = k->next) drop_stale(k);
 }
 
 /* After a hit that patched nothing and launched the segments: the path as
@@ -289,14 +294,26 @@ static void keyed_trim_all(gt_tree *t) {
    graphs last changed (a failed build, or FUSE_BUILDS of them, stop it for
    good; the hit itself has run). */
 static void maybe_fuse(gt_keyed *k) {
-  if (k->nofuse) return;
-  if (k->fused && !fused_valid(k)) { drop_fused(k); k->clean = 0; }   /* changed since: a new row */
-  if (k->fused || ++k->clean < FUSE_AFTER) return;
-  if (k->builds >= FUSE_BUILDS || !fusable(k) ||
-      (!k->fver && !(k->fver = malloc((size_t)k->npath * sizeof *k->fver)))) { k->nofuse = 1; return; }
+  drop_stale(k);
+  if (k->builds >= FUSE_BUILDS || k->fused || ++k->clean < FUSE_AFTER) return;
+  if (!fusable(k) || (!k->fver && !(k->fver = malloc((size_t)k->npath * sizeof *k->fver)))) { k->builds = FUSE_BUILDS; return; }
+  if (fuse_build(k, &k->fused) != GT_BOK) { k->fused = NULL; k->builds = FUSE_BUILDS; return; }
   k->builds++;
-  if (fuse_build(k, &k->fused) != GT_BOK) { k->fused = NULL; k->nofuse = 1; return; }
   for (int d = 0; d < k->npath; d++) k->fver[d] = k->path[d]->gver;
+}
+
+/* Patch p's value for this call's arguments ins. */
+static uint64_t patch_value(const kpatch *p, const gt_arg *ins) {
+  return p->kind == KP_SCALAR ? scalar_bits(ins[p->in].v.f64, p->ptype)
+                              : ins[p->in].buf->addr + (uint64_t)ins[p->in].off + (uint64_t)p->delta;
+}
+
+/* Segment e of k's path replayed in this call (its graph launched). */
+static void note_replay(gt_tree *t, gt_keyed *k, int e) {
+  gt_node *n = k->path[e];
+  n->replays++; n->visits++; n->last_call = (uint64_t)t->calls;
+  t->replays++;
+  t->path[e] = n;
 }
 
 /* The end of a hit: the path's state, the call's output buffers at their
@@ -321,9 +338,7 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
   int clean = 1;
   for (int i = 0; i < k->np; i++) {           /* first the checks: nothing runs unless all can be patched */
     const kpatch *p = &k->p[i];
-    uint64_t v = p->kind == KP_SCALAR ? scalar_bits(ins[p->in].v.f64, p->ptype)
-                                      : ins[p->in].buf->addr + (uint64_t)ins[p->in].off + (uint64_t)p->delta;
-    if (v == k->path[p->node]->argvals[p->slot]) continue;
+    if (patch_value(p, ins) == k->path[p->node]->argvals[p->slot]) continue;
     if (p->kind == KP_COPY || (p->kind == KP_SCALAR && !p->confirmed)) return 1;
     clean = 0;
   }
@@ -332,12 +347,7 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
   if (clean && !rt->profile && fused_valid(k)) {   /* the path as one graph */
     gt_backend *be = &rt->be;
     if (be->graph_launch(be, k->fused) != GT_BOK) return gt_fail_be(rt, "graph launch");
-    for (int e = 0; e < k->npath; e++) {
-      gt_node *n = k->path[e];
-      n->replays++; n->visits++; n->last_call = (uint64_t)t->calls;
-      t->replays++;
-      t->path[e] = n;
-    }
+    for (int e = 0; e < k->npath; e++) note_replay(t, k, e);
     t->kfused++;
     return keyed_end(t, k, outb);
   }
@@ -345,18 +355,14 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
   for (int i = 0; i <= k->np; i++) {           /* patch node by node, launching each when its patches are in */
     int d = i < k->np ? k->p[i].node : k->npath;
     for (int e = last + 1; e < d; e++) {
-      gt_node *n = k->path[e];
-      if (gt_tree_launch_graph(t, n)) return GT_ERR;
-      n->replays++; n->visits++; n->last_call = (uint64_t)t->calls;
-      t->replays++;
-      t->path[e] = n;
+      if (gt_tree_launch_graph(t, k->path[e])) return GT_ERR;
+      note_replay(t, k, e);
       last = e;
     }
     if (i == k->np) break;
     const kpatch *p = &k->p[i];
     gt_node *n = k->path[p->node];
-    uint64_t v = p->kind == KP_SCALAR ? scalar_bits(ins[p->in].v.f64, p->ptype)
-                                      : ins[p->in].buf->addr + (uint64_t)ins[p->in].off + (uint64_t)p->delta;
+    uint64_t v = patch_value(p, ins);
     if (v == n->argvals[p->slot]) continue;
     n->argvals[p->slot] = v;
     if (gt_tree_patch_node(t, p->node, n, p->launch)) return GT_ERR;
