@@ -1,13 +1,17 @@
 #!/bin/sh
-# fuzz.sh [seeds] [calls] [first]: differential fuzzing of trees against eager
-# runs (spec/fuzz.lua) over more seeds than `make test` runs; prints each
-# mismatch and a closing count.  GTLUA_BACKEND picks the backend.
+# fuzz.sh [wide] [seeds] [calls] [first]: differential fuzzing of trees against
+# eager runs (spec/fuzz.lua; with wide, spec/fuzz_wide.lua: views, in-place
+# writes, item branches, buckets, keys, ...) over more seeds than `make test`
+# runs; prints each mismatch and a closing count.  GTLUA_BACKEND picks the backend.
 set -eu
 cd "$(dirname "$0")/.."
+fuzzer=spec.fuzz
+if [ "${1:-}" = wide ]; then fuzzer=spec.fuzz_wide; shift; fi
 BIN=${GTLUA_BIN_UNDER_TEST:-build/gtlua}
 exec "$BIN" -e "
 package.path = './?.lua;' .. package.path
-local F = require 'spec.fuzz'
+gt.on_warning = function() end   -- (keyed refusals, recording limits: expected)
+local F = require '$fuzzer'
 local seeds, calls, first = ${1:-1000}, ${2:-16}, ${3:-1}
 local bad = 0
 for seed = first, first + seeds - 1 do

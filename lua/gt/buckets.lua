@@ -65,6 +65,7 @@ local function prep(self, n, a1, a2, a3, a4, rest)
   local args, slot = gt._packed(n, a1, a2, a3, a4, rest), 0
   local specs, real = self._buckets, self._breal
   gt._pin_inputs(self, args, n)
+  local shared, padded = gt._shared_inputs(self, args, n), nil   -- (padded[x]: x passed twice is padded once)
   for i = 1, n do
     local x = args[i]
     local spec
@@ -73,12 +74,16 @@ local function prep(self, n, a1, a2, a3, a4, rest)
         if sp.arg == i or (sp.arg == nil and #x.shape >= sp.dim and x.shape[sp.dim] == real[1]) then spec = sp break end
       end
     end
-    if spec then
+    if spec and padded and padded[x] then
+      args[i] = padded[x]
+    elseif spec then
       gt._check_input(self, x)
       args[i] = pad(self, x, spec.dim, bucket_of(spec.sizes, x.shape[spec.dim]), slot)
       slot = slot + 1
-    elseif is_tensor(x) then
-      args[i], slot = gt._stage(self, x, slot)
+      padded = padded or {}
+      padded[x] = args[i]
+    else
+      args[i], slot = gt._stage_arg(self, x, slot, shared)
     end
   end
   return args

@@ -184,10 +184,29 @@ local function check_input(self, x)
 end
 gt._check_input = check_input
 
-local function stage(self, x, slot)
+-- The key of x's buffer among a call's inputs.
+local function buf_key(x) return tonumber(ffi.cast("intptr_t", x._b)) end
+
+-- x staged into slot `slot` (returns x itself when it needs no staging) and
+-- the next free slot.  shared (from shared_inputs, or nil): the buffers that
+-- several staged inputs of this call view; those share one staged copy of
+-- the bytes they span, so that a write through one input is seen through
+-- the other, as outside a tree (`step(h, h)`).
+local function stage(self, x, slot, shared)
   local b = x._b
   if not check_input(self, x) and not self._copy then return x, slot end
   if x._strides then gt._error("a non-contiguous view as a tree input: :clone() it first") end
+  local g = shared and shared[buf_key(x)]
+  if g and g.n > 1 then                      -- (the same tensor twice: the same staged tensor twice)
+    if g[x] then return g[x], slot end
+    local new = not g.sb
+    if new then
+      if C.gt_tree_stage(rt, slot, b, g.lo, 1, g.hi - g.lo, g.hi - g.lo, self._out) ~= 0 then gt._error(gt._errmsg()) end
+      g.sb, slot = self._out[0], slot + 1
+    end
+    g[x] = gt._view(g.sb, x._off - g.lo, x._sid, x._dt, g.sb.gen, 0, new)
+    return g[x], slot
+  end
   if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then gt._error(gt._errmsg()) end
   local sb = self._out[0]
   return gt._view(sb, 0, x._sid, x._dt, sb.gen, 0, true), slot + 1
@@ -260,27 +279,59 @@ local function pin_inputs(self, args, n)
 end
 gt._pin_inputs = pin_inputs
 
+-- The buffers of the call's inputs to stage (args[1..n], and tensors in
+-- plain tables among them), by buf_key: { n = inputs viewing it, lo, hi =
+-- the bytes they span }; nil when fewer than two inputs are staged (no
+-- buffer can be shared).
+local function add_input(groups, x)
+  local k, lo, hi = buf_key(x), x._off, x._off + x._nb
+  local g = groups[k]
+  if g then g.n, g.lo, g.hi = g.n + 1, math.min(g.lo, lo), math.max(g.hi, hi)
+  else groups[k] = { n = 1, lo = lo, hi = hi } end
+end
+
+local function note_input(x, one, groups)
+  if not one then return x, nil end          -- the first one: nothing to share yet
+  if not groups then groups = {}; add_input(groups, one) end
+  add_input(groups, x)
+  return one, groups
+end
+
+local function shared_inputs(self, args, n)
+  local one, groups = nil, nil
+  for i = 1, n do
+    local x = args[i]
+    if needs_stage(self, x) then one, groups = note_input(x, one, groups)
+    elseif type(x) == "table" and getmetatable(x) == nil then
+      for _, v in pairs(x) do if needs_stage(self, v) then one, groups = note_input(v, one, groups) end end
+    end
+  end
+  return groups
+end
+gt._shared_inputs = shared_inputs
+
+-- Argument x staged (a tensor, or a plain table whose tensors need staging:
+-- a copy of it holding their staged views) and the next free slot.
+local function stage_arg(self, x, slot, shared)
+  if is_tensor(x) then return stage(self, x, slot, shared) end
+  if type(x) ~= "table" or getmetatable(x) ~= nil then return x, slot end
+  local copy
+  for k, v in pairs(x) do
+    if needs_stage(self, v) then
+      copy = copy or {}
+      copy[k], slot = stage(self, v, slot, shared)
+    end
+  end
+  if not copy then return x, slot end
+  for k, v in pairs(x) do if copy[k] == nil then copy[k] = v end end
+  return copy, slot
+end
+
 local function stage_args(self, n, a1, a2, a3, a4, rest)
   local args, slot = packed(n, a1, a2, a3, a4, rest), 0
   pin_inputs(self, args, n)
-  for i = 1, n do
-    local x = args[i]
-    if is_tensor(x) then
-      args[i], slot = stage(self, x, slot)
-    elseif type(x) == "table" and getmetatable(x) == nil then
-      local copy
-      for k, v in pairs(x) do
-        if needs_stage(self, v) then
-          copy = copy or {}
-          copy[k], slot = stage(self, v, slot)
-        end
-      end
-      if copy then
-        for k, v in pairs(x) do if copy[k] == nil then copy[k] = v end end
-        args[i] = copy
-      end
-    end
-  end
+  local shared = shared_inputs(self, args, n)
+  for i = 1, n do args[i], slot = stage_arg(self, args[i], slot, shared) end
   return args
 end
 
@@ -445,7 +496,7 @@ local function run(self, eager, n, a1, a2, a3, a4, rest)
 end
 Tree._run = run
 Tree._body, Tree._enter, Tree._abort, Tree._stage_args, Tree._stage_call = run_body, enter, abort, stage_args, stage_call
-gt._stage = stage   -- buckets stage their non-bucketed inputs the same way
+gt._stage_arg = stage_arg   -- buckets stage their non-bucketed inputs the same way
 
 -- The call's kind: bucketed, keyed or plain (n, a1..a4, rest: see spread).
 local function call(self, n, a1, a2, a3, a4, rest)

@@ -1,0 +1,212 @@
+-- spec/fuzz_wide.lua: differential fuzzing of trees against eager runs over
+-- more of the API than spec/fuzz.lua: views and row slices, in-place writes
+-- (into intermediates and into the call's own inputs), host reads that
+-- branch (item), syncs, clones and fills inside a call, and per seed one of
+-- several ways to call the tree: inputs fed back, fresh tensors every call,
+-- the same tensors refilled between calls, inputs passed in a table, one
+-- tensor passed as both inputs, copied inputs, a swapped static weight, buckets over a changing row count, keyed
+-- calls, a low recording limit.  The same function runs in the tree and
+-- outside any tree; every output and the inputs after the call must agree.
+-- Used by spec/fuzz_spec.lua (fixed seeds) and scripts/fuzz.sh wide.
+local gt = require "gt"
+local ops = gt.ops
+
+local M = {}
+
+local ROWS, COLS = 4, 8
+
+local function rng(seed)
+  local s = seed * 2654435761 % 4294967296 + 1
+  return function(n)
+    s = (s * 1103515245 + 12345) % 2147483648
+    return math.floor(s / 65536) % n + 1      -- (the high bits: the low ones of this generator cycle short)
+  end
+end
+
+local UNARY = { "relu", "tanh", "sigmoid", "gelu" }
+
+-- How a seed calls its tree (MODES[r(#MODES)]).
+M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keyed", "limit", "alias" }
+
+-- Every instruction fills the next register with a {rows, COLS} tensor or
+-- nothing; registers 1 and 2 are the inputs.
+local function gen(r, mode)
+  local prog, nreg = {}, 2
+  local into_inputs = mode ~= "copy" and mode ~= "buckets"   -- copied or padded inputs: writes inside never reach the caller's tensors
+  for _ = 1, 6 + r(12) do
+    local k, ins = r(14), nil
+    if k <= 2 then ins = { "un", UNARY[r(#UNARY)], r(nreg) }
+    elseif k == 3 then ins = { "add", r(nreg), r(nreg) }
+    elseif k == 4 then ins = { "axpb", r(nreg) }
+    elseif k == 5 then ins = { "linear", r(nreg) }
+    elseif k == 6 then ins = { "view", UNARY[r(#UNARY)], r(nreg) }              -- an op on a 1-D view, viewed back
+    elseif k == 7 then ins = { "rows", r(nreg), r(nreg) }                       -- dst's first row := tanh(src's first row)
+    elseif k == 8 then ins = { "inplace", r(nreg), r(nreg) }                    -- axpby into a register
+    elseif k == 9 then ins = { "item", r(nreg), r(nreg), r(COLS) }              -- a host read that picks the next op
+    elseif k == 10 then ins = { ({ "sync", "cut" })[r(2)] }
+    elseif k == 11 then ins = { "clone", r(nreg) }
+    elseif k == 12 then ins = { "fill", r(nreg) }                               -- an intermediate refilled from the host
+    elseif k == 13 then ins = { "softmax", r(nreg) }
+    else ins = { "mulv", r(nreg), r(nreg) } end
+    if (ins[1] == "rows" or ins[1] == "inplace") and not into_inputs and ins[2] <= 2 then ins[1] = "add" end
+    if ins[1] == "fill" and ins[2] <= 2 then ins[1] = "clone" end
+    ins.cond = r(4) == 1 and r(2) or nil     -- only on calls whose route bit is set
+    prog[#prog + 1] = ins
+    nreg = nreg + 1
+  end
+  if mode == "alias" then table.insert(prog, r(2), { "rows", 2, 1 }); nreg = nreg + 1 end   -- a write through one input, read through the other
+  return { prog = prog, out = { r(nreg), r(3) == 1 and r(2) or r(nreg) } }
+end
+
+-- Runs the program over inputs a, b; env: W, b (weights), route, scale.
+local function body(p, env, a, b)
+  local regs = { a, b }
+  for n, ins in ipairs(p.prog) do
+    local op, res = ins[1], nil
+    local x = regs[ins[2]]
+    if ins.cond and not env.route[ins.cond] then x = nil; op = "none" end
+    if op == "un" then x = regs[ins[3]]; res = x and ops[ins[2]](x)
+    elseif op == "add" then local y = regs[ins[3]]; res = x and y and ops.add(x, y)
+    elseif op == "mulv" then local y = regs[ins[3]]; res = x and y and ops.mul(x, y)
+    elseif op == "axpb" then res = x and ops.axpby(1, x, env.scale, ops.mul(x, 0.5))
+    elseif op == "linear" then res = x and ops.tanh(ops.linear(x, env.W, env.b))
+    elseif op == "softmax" then res = x and ops.softmax(x)
+    elseif op == "view" then
+      x = regs[ins[3]]
+      if x then res = ops[ins[2]](x:view({ x.numel })):view(x.shape) end
+    elseif op == "rows" then
+      local y = regs[ins[3]]
+      if x and y then ops.copy(x:narrow(1, 1, 1), ops.tanh(y:narrow(1, 1, 1))) end
+    elseif op == "inplace" then
+      local y = regs[ins[3]]
+      if x and y then ops.axpby(0.5, y, 0.75, x) end
+    elseif op == "item" then
+      local y = regs[ins[3]]
+      if x and y then
+        local v = x:view({ x.numel }):narrow(1, ins[4], 1):item()
+        res = v > 0 and ops.relu(y) or ops.mul(y, -1)
+      end
+    elseif op == "sync" then gt.sync()
+    elseif op == "cut" then gt.cut()
+    elseif op == "clone" then res = x and x:clone()
+    elseif op == "fill" then if x then x:fill(0.25) end
+    end
+    regs[n + 2] = res or nil
+  end
+  return regs[p.out[1]] or a, regs[p.out[2]] or b
+end
+
+local function close(x, y, what)
+  local function walk(u, v, at)
+    if type(u) == "table" then
+      if type(v) ~= "table" or #u ~= #v then return false, what .. at .. ": shapes differ" end
+      for i = 1, #u do
+        local ok, msg = walk(u[i], v[i], at .. "[" .. i .. "]")
+        if not ok then return false, msg end
+      end
+      return true
+    end
+    if math.abs(u - v) > 1e-4 * (1 + math.abs(u)) then
+      return false, ("%s%s: tree %.6g, eager %.6g"):format(what, at, u, v)
+    end
+    return true
+  end
+  return walk(x:tolist(), y:tolist(), "")
+end
+
+-- Seed's generator (its state after the program), mode and program.
+function M.program(seed)
+  local r = rng(seed)
+  local mode = M.MODES[r(#M.MODES)]
+  return r, mode, gen(r, mode)
+end
+
+-- The program as text (for a failing seed's report).
+function M.dump(seed)
+  local _, mode, p = M.program(seed)
+  local lines = { "mode " .. mode }
+  for n, ins in ipairs(p.prog) do
+    local parts = {}
+    for _, v in ipairs(ins) do parts[#parts + 1] = tostring(v) end
+    lines[#lines + 1] = ("r%d = %s%s"):format(n + 2, table.concat(parts, " "), ins.cond and (" if route " .. ins.cond) or "")
+  end
+  lines[#lines + 1] = ("return r%d, r%d"):format(p.out[1], p.out[2])
+  return table.concat(lines, "\n")
+end
+
+-- Runs seed's program for `calls` calls in a tree (called as its mode says)
+-- and eagerly; returns nil, or a message naming the mode and the first mismatch.
+function M.check(seed, calls)
+  local r, mode, p = M.program(seed)
+  local W = gt.randn({ COLS, COLS }, { seed = seed, scale = 0.3 }):static()
+  local W2 = gt.randn({ COLS, COLS }, { seed = seed + 5, scale = 0.3 }):static()
+  local bias = gt.randn({ COLS }, { seed = seed + 1, scale = 0.1 }):static()
+  local tenv = { W = W, b = bias }
+  local opts = { warmup = r(3) - 1, name = "wide" .. seed, warn_shapes = false }
+  local fn = function(a, b, route, scale)
+    tenv.route, tenv.scale = route, scale
+    return body(p, tenv, a, b)
+  end
+  if mode == "table" then fn = function(t, route, scale) return body(p, (function() tenv.route, tenv.scale = route, scale; return tenv end)(), t[1], t[2]) end end
+  if mode == "copy" then opts.copy_inputs = true end
+  if mode == "buckets" then opts.buckets = { dim = 1, sizes = { 2, 4 } } end
+  if mode == "keyed" then
+    opts.key = function(_, _, route) return route[1], route[2] end
+    opts.patch = { 4 }
+    opts.verify = r(3) == 1 and 3 or nil
+  end
+  if mode == "limit" then opts.max_recordings = r(3) - 1; opts.on_limit = "eager" end
+  local step = gt.tree(fn, opts)
+  local rows = ROWS
+  local function input(s) return gt.randn({ rows, COLS }, { seed = s }) end
+  local ta, tb = input(seed + 2), input(seed + 3)
+  if mode == "alias" then tb = ta end
+  local ea, eb = ta:clone(), nil
+  eb = mode == "alias" and ea or tb:clone()
+  local log = {}
+  for call = 1, calls do
+    local route, scale = { r(2) == 1, r(2) == 1 }, (r(5) - 3) * 0.25
+    if mode == "swap" and r(3) == 1 then tenv.W = tenv.W == W and W2 or W end
+    if mode == "buckets" then
+      rows = r(4)
+      ta, tb = input(seed * 31 + call), input(seed * 37 + call)
+      ea, eb = ta:clone(), tb:clone()
+    elseif mode == "fresh" or mode == "copy" or (mode == "keyed" and r(2) == 1) then
+      ta, tb = input(seed * 31 + call), input(seed * 37 + call)
+      ea, eb = ta:clone(), tb:clone()
+    elseif mode == "refill" then
+      if call == 1 then ta, tb = ta:clone(), tb:clone() end
+      ta:copy(input(seed * 31 + call)); tb:copy(input(seed * 37 + call))
+      ea, eb = ta:clone(), tb:clone()
+    end
+    log[#log + 1] = (route[1] and "1" or "0") .. (route[2] and "1" or "0")
+    local na, nb
+    if mode == "table" then na, nb = step({ ta, tb }, route, scale) else na, nb = step(ta, tb, route, scale) end
+    local eenv = { W = tenv.W, b = bias, route = route, scale = scale }
+    local ma, mb = body(p, eenv, ea, eb)
+    local ok, msg = close(na, ma, "output 1")
+    if ok then ok, msg = close(nb, mb, "output 2") end
+    -- the inputs after the call (in-place writes reach them unless copied), while they are not stale
+    if ok and not ta:is_stale() then ok, msg = close(ta, ea, "input 1 after the call") end
+    if ok and not tb:is_stale() then ok, msg = close(tb, eb, "input 2 after the call") end
+    if not ok then
+      return ("seed %d (%s) call %d: %s; routes %s"):format(seed, mode, call, msg, table.concat(log, " "))
+    end
+    if mode == "feed" or mode == "table" or mode == "swap" or mode == "limit" or mode == "keyed" then
+      ta, tb, ea, eb = na, nb, ma, mb
+    elseif mode == "alias" then           -- one tensor as both inputs: a fresh one, or the last output fed back
+      if r(2) == 1 then ta, ea = input(seed * 31 + call), nil; ea = ta:clone() else ta, ea = na, ma end
+      tb, eb = ta, ea
+    end
+  end
+  local s = step:stats()
+  for id, n in pairs(s.node) do
+    if n.visits ~= n.warmups + n.records + n.replays + n.updates + n.eager then
+      return ("seed %d (%s): node %d has %d visits but %d+%d+%d+%d+%d counted"):format(seed, mode, id, n.visits,
+        n.warmups, n.records, n.replays, n.updates, n.eager)
+    end
+  end
+  return nil, s
+end
+
+return M
