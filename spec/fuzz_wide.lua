@@ -1,7 +1,7 @@
 -- spec/fuzz_wide.lua: differential fuzzing of trees against eager runs over
 -- more of the API than spec/fuzz.lua: views and row slices, in-place writes
 -- (into intermediates and into the call's own inputs), host reads that
--- branch (item), syncs, clones and fills inside a call, and per seed one of
+-- branch (item), device-side branches (gt.cond, gt.loop), syncs, clones and fills inside a call, and per seed one of
 -- several ways to call the tree: inputs fed back, fresh tensors every call,
 -- the same tensors refilled between calls, inputs passed in a table, one
 -- tensor passed as both inputs, copied inputs, a swapped static weight, buckets over a changing row count, keyed
@@ -34,7 +34,7 @@ local function gen(r, mode)
   local prog, nreg = {}, 2
   local into_inputs = mode ~= "copy" and mode ~= "buckets"   -- copied or padded inputs: writes inside never reach the caller's tensors
   for _ = 1, 6 + r(12) do
-    local k, ins = r(14), nil
+    local k, ins = r(16), nil
     if k <= 2 then ins = { "un", UNARY[r(#UNARY)], r(nreg) }
     elseif k == 3 then ins = { "add", r(nreg), r(nreg) }
     elseif k == 4 then ins = { "axpb", r(nreg) }
@@ -47,6 +47,8 @@ local function gen(r, mode)
     elseif k == 11 then ins = { "clone", r(nreg) }
     elseif k == 12 then ins = { "fill", r(nreg) }                               -- an intermediate refilled from the host
     elseif k == 13 then ins = { "softmax", r(nreg) }
+    elseif k == 14 then ins = { "cond", r(nreg), r(nreg), r(COLS) }             -- gt.cond on an element's sign
+    elseif k == 15 then ins = { "loop", r(nreg), r(3) - 1 }                     -- gt.loop, 0..2 turns
     else ins = { "mulv", r(nreg), r(nreg) } end
     if (ins[1] == "rows" or ins[1] == "inplace") and not into_inputs and ins[2] <= 2 then ins[1] = "add" end
     if ins[1] == "fill" and ins[2] <= 2 then ins[1] = "clone" end
@@ -85,6 +87,21 @@ local function body(p, env, a, b)
       if x and y then
         local v = x:view({ x.numel }):narrow(1, ins[4], 1):item()
         res = v > 0 and ops.relu(y) or ops.mul(y, -1)
+      end
+    elseif op == "cond" then
+      local y = regs[ins[3]]
+      if x and y then
+        local flag = ops.relu(x:view({ x.numel }):narrow(1, ins[4], 1))   -- > 0 where the element is
+        local dst = ops.mul(y, 0)
+        gt.cond(flag, function() ops.copy(dst, ops.tanh(y)) end, function() ops.axpby(2, y, 0, dst) end)
+        res = dst
+      end
+    elseif op == "loop" then
+      if x then
+        local left, one = gt.full({ 1 }, ins[3]), gt.ones({ 1 })
+        local acc = ops.mul(x, 1)
+        gt.loop(left, function() ops.axpby(0.5, x, 0.5, acc); ops.axpby(-1, one, 1, left) end, { max = 4 })
+        res = acc
       end
     elseif op == "sync" then gt.sync()
     elseif op == "cut" then gt.cut()
