@@ -78,6 +78,33 @@ describe("dynamic shapes", function()
     assert.recorded(step, 2)
   end)
 
+  it("writes the real part of a padded input written inside the call back to the caller's tensor (any dim, keyed too)", function()
+    -- x := 2x + 1 in place; the result reads it (as without buckets: eager, exact sizes and padded ones alike)
+    local function f(x)
+      K.affine(4, 64, x, x, x.numel, 2, 1)
+      return affine(x, 1, 0)
+    end
+    for _, opts in ipairs { { buckets = { dim = 1, sizes = { 2, 4 } } }, { buckets = { dim = 2, sizes = { 4, 8 } } },
+                            { buckets = { dim = 1, sizes = { 2, 4 } }, key = function() return 1 end } } do
+      local step = gt.tree(f, opts)
+      for round = 1, 4 do
+        for n = 1, 4 do
+          local x = gt.from(rows(n, 3, function(i, j) return round * 10 + i + j end))
+          local want = rows(n, 3, function(i, j) return 2 * (round * 10 + i + j) + 1 end)
+          assert.are.same(want, step(x):tolist())
+          assert.are.same(want, x:tolist())
+        end
+      end
+      -- a path that writes nothing leaves the caller's tensor alone
+      local g = gt.tree(function(x) return affine(x, 3, 0) end, opts)
+      for _ = 1, 3 do
+        local x = gt.from(rows(3, 3, function(i, j) return i + j end))
+        g(x)
+        assert.are.same(rows(3, 3, function(i, j) return i + j end), x:tolist())
+      end
+    end
+  end)
+
   it("holds at most max_recordings graphs: the rest run eagerly, with one warning", function()
     local seen, restore = capture_warnings()
     local step = gt.tree(function(x) return affine(x, 3, 0) end, { warmup = 0, max_recordings = 2, warn_shapes = false })

@@ -32,7 +32,7 @@ M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keye
 -- nothing; registers 1 and 2 are the inputs.
 local function gen(r, mode)
   local prog, nreg = {}, 2
-  local into_inputs = mode ~= "copy" and mode ~= "buckets"   -- copied or padded inputs: writes inside never reach the caller's tensors
+  local into_inputs = mode ~= "copy"         -- copy_inputs: writes inside never reach the caller's tensors
   for _ = 1, 6 + r(12) do
     local k, ins = r(16), nil
     if k <= 2 then ins = { "un", UNARY[r(#UNARY)], r(nreg) }

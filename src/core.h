@@ -125,6 +125,10 @@ static inline int gt_launch_writes(const gt_qlaunch *l, int j) {
 static inline int gt_kind_is_begin(int kind) { return kind == GT_GN_IF || kind == GT_GN_WHILE; }
 static inline int gt_kind_is_cond(int kind) { return kind >= GT_GN_IF && kind <= GT_GN_END; }
 
+/* Marks the buffers that the queued launches write into as written by t's
+   call (gt_buf.wgen; stage.c). */
+void gt_queue_note_writes(gt_tree *t);
+
 /* -- Dependencies (deps.c) ------------------------------------------------ */
 /* The edges of the queue's launches as graph nodes g (vals: the resolved
    argument values, q->nargs of them): g[i].ndeps and g[i].deps, pointing
@@ -181,7 +185,7 @@ typedef struct gt_ckpt { int32_t seg, idx; uint64_t off, size; } gt_ckpt;
 enum { GT_ROLE_INTERNAL = 1, GT_ROLE_PATH, GT_ROLE_STATIC, GT_ROLE_EXTERNAL };
 /* One tensor argument as a key sees it; buf: the struct it was (the cursor's
    shortcut for the call's own buffers and static ones, see key.c). */
-typedef struct gt_asig { uint64_t id; int64_t off, nbytes; int role; const gt_buf *buf; } gt_asig;
+typedef struct gt_asig { uint64_t id; int64_t off, nbytes; int role, write; const gt_buf *buf; } gt_asig;
 typedef struct gt_rsig { uint32_t rel; int32_t seg, idx; } gt_rsig;
 typedef struct gt_skip { char *reason; int count; } gt_skip;
 

@@ -50,6 +50,7 @@ typedef struct gt_buf {
   uint64_t addr;
   uint64_t bytes;
   uint32_t gen;
+  uint32_t wgen;           /* the generation of the last tree call that wrote into it (gt_tree_wrote) */
   const uint32_t *gen_now;
   int32_t flags;           /* GT_BUF_* */
   int32_t refs;            /* Lua's reference + the core's */
@@ -284,6 +285,13 @@ int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t 
 /* An input of the call that lives in a staging slot (a previous call's staged
    tensor fed back): no input of this call is staged over it. */
 void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b);
+/* After (or during) a call of t: whether a launch of the call writes into b
+   (buckets.lua: a padded input written inside goes back to the caller). */
+int gt_tree_wrote(const gt_tree *t, const gt_buf *b);
+/* Outside tree calls: the first `chunk` bytes of each of `outer` chunks of
+   `padded` bytes of staged buffer src copied back to dst at off (stride
+   chunk), after the work already submitted: gt_tree_stage undone. */
+int gt_unstage(gt_runtime *rt, const gt_buf *src, gt_buf *dst, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded);
 void gt_tree_note_skip(gt_tree *t, const char *reason);
 uint32_t gt_tree_failed_gen(gt_tree *t);            /* generation of the last call that failed */
 int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond the keep most recently used; returns dropped */

@@ -39,7 +39,7 @@ int gt_role_of(const gt_tree *t, const gt_buf *b) {
    of use, not address. */
 static gt_asig arg_sig(const gt_tree *t, const gt_arg *a, int topology, uint32_t serial, uint32_t *nseen) {
   gt_buf *b = a->buf;
-  gt_asig s = { 0, a->off, a->nbytes, gt_role_of(t, b), b };
+  gt_asig s = { 0, a->off, a->nbytes, gt_role_of(t, b), 0, b };
   switch (s.role) {
   case GT_ROLE_INTERNAL: s.id = (uint64_t)b->idx; break;
   case GT_ROLE_PATH: s.id = ((uint64_t)b->seg << 32) | (uint32_t)b->idx; break;
@@ -119,7 +119,10 @@ int gt_cursor_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was, u
   if (!a->buf) return 0;
   gt_asig x = arg_sig(t, a, 0, t->cserial, &t->cseen);
   if (x.role != s->role || x.id != s->id || x.off != s->off || x.nbytes != s->nbytes) return 0;
-  if (x.role == GT_ROLE_EXTERNAL) *dirty |= (a->buf->addr + (uint64_t)a->off) ^ was;
+  if (x.role == GT_ROLE_EXTERNAL) {
+    *dirty |= (a->buf->addr + (uint64_t)a->off) ^ was;
+    if (s->write) a->buf->wgen = t->gen;   /* (gt_tree_wrote) */
+  }
   return 1;
 }
 
@@ -198,6 +201,8 @@ int gt_cursor_save(gt_tree *t, gt_node *n, int first) {
   memcpy(qa, q->args, q->nargs * sizeof *qa);
   uint32_t nseen = 0, ser = next_serial();
   for (int i = 0; i < q->nargs; i++) as[i] = q->args[i].buf ? arg_sig(t, &q->args[i], 0, ser, &nseen) : (gt_asig){ 0 };
+  for (int i = 0; i < q->n; i++)
+    for (int j = 0; j < q->l[i].nargs; j++) as[q->l[i].arg0 + j].write = gt_launch_writes(&q->l[i], j);
   for (int i = 0; i < nb; i++) bs[i] = t->bufs[first + i]->bytes;
   for (int i = 0; i < t->nrels; i++) rs[i] = (gt_rsig){ t->rels[i]->rel, t->rels[i]->seg, t->rels[i]->idx };
   gt_cursor_forget(n);

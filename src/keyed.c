@@ -32,6 +32,7 @@ typedef struct kpatch {
   int64_t delta;                 /* KP_ADDR/KP_COPY: slot value - the input's address */
   uint8_t ptype;                 /* KP_SCALAR: the kernel parameter's type */
   double seen;                   /* KP_SCALAR: the input's value when matched */
+  int write;                     /* KP_ADDR/KP_COPY: the launch writes into the input (gt_tree_wrote) */
 } kpatch;
 
 typedef struct kout { int ci, seg, idx; uint64_t bytes; } kout;
@@ -123,8 +124,8 @@ static int find_patches(gt_keyed *k, const gt_arg *ins, const uint8_t *kinds, in
         int a = input_of(v, ptr, pt, ins, kinds, nin);
         if (a == -2) return 1;
         if (a < 0) continue;
-        kpatch p = { d, i, slot, a, ptr ? (l->kind == GT_GN_KERNEL ? KP_ADDR : KP_COPY) : KP_SCALAR, 0, 0, (uint8_t)pt, 0 };
-        if (ptr) p.delta = (int64_t)(v - (ins[a].buf->addr + (uint64_t)ins[a].off));
+        kpatch p = { d, i, slot, a, ptr ? (l->kind == GT_GN_KERNEL ? KP_ADDR : KP_COPY) : KP_SCALAR, 0, 0, (uint8_t)pt, 0, 0 };
+        if (ptr) p.delta = (int64_t)(v - (ins[a].buf->addr + (uint64_t)ins[a].off)), p.write = gt_launch_writes(l, j);
         else p.seen = ins[a].v.f64;
         if (add_patch(k, p)) return GT_ERR;
       }
@@ -316,9 +317,10 @@ static void note_replay(gt_tree *t, gt_keyed *k, int e) {
   t->path[e] = n;
 }
 
-/* The end of a hit: the path's state, the call's output buffers at their
-   planned addresses, the call ended. */
-static int keyed_end(gt_tree *t, gt_keyed *k, gt_buf **outb) {
+/* The end of a hit: the inputs written marked, the path's state, the
+   call's output buffers at their planned addresses, the call ended. */
+static int keyed_end(gt_tree *t, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {
+  for (int i = 0; i < k->np; i++) if (k->p[i].write) ins[k->p[i].in].buf->wgen = t->gen;
   t->npath = k->npath;
   t->state_node = k->path[k->npath - 1];
   for (int i = 0; i < k->no; i++) {
@@ -349,7 +351,7 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
     if (be->graph_launch(be, k->fused) != GT_BOK) return gt_fail_be(rt, "graph launch");
     for (int e = 0; e < k->npath; e++) note_replay(t, k, e);
     t->kfused++;
-    return keyed_end(t, k, outb);
+    return keyed_end(t, k, ins, outb);
   }
   int last = -1;
   for (int i = 0; i <= k->np; i++) {           /* patch node by node, launching each when its patches are in */
@@ -368,7 +370,7 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
     if (gt_tree_patch_node(t, p->node, n, p->launch)) return GT_ERR;
   }
   if (clean && !rt->profile) maybe_fuse(k);
-  return keyed_end(t, k, outb);
+  return keyed_end(t, k, ins, outb);
 }
 
 int gt_tree_keyed_call(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {

@@ -64,6 +64,32 @@ void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b) {
     if (t->stage[i] && b->addr >= t->stage[i]->addr && b->addr < t->stage[i]->addr + t->stage[i]->bytes) t->pinned[i] = 1;
 }
 
+/* -- Writes into inputs ----------------------------------------------------
+   A call's launches mark the buffers they write (gt_buf.wgen = the call's
+   generation): the queued ones when a segment runs launch by launch
+   (warmup, record, eager: gt_queue_note_writes), the ones a replay's
+   cursor compares through gt_cursor_arg (a recorded write into an external
+   buffer, key.c), a keyed hit's patched inputs (keyed.c). */
+
+void gt_queue_note_writes(gt_tree *t) {
+  for (int i = 0; i < t->q.n; i++) {
+    const gt_qlaunch *l = &t->q.l[i];
+    const gt_arg *a = t->q.args + l->arg0;
+    for (int j = 0; j < l->nargs; j++) if (a[j].buf && gt_launch_writes(l, j)) a[j].buf->wgen = t->gen;
+  }
+}
+
+int gt_tree_wrote(const gt_tree *t, const gt_buf *b) { return b->wgen == t->gen; }
+
+int gt_unstage(gt_runtime *rt, const gt_buf *src, gt_buf *dst, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded) {
+  if (rt->active) return gt_fail(rt, "gt_unstage inside a tree call");
+  if (padded < chunk || off + outer * chunk > dst->bytes || outer * padded > src->bytes) return gt_fail(rt, "gt_unstage: out of range");
+  gt_backend *be = &rt->be;
+  for (uint64_t i = 0; i < outer; i++)
+    if (chunk && be->dtod(be, dst->addr + off + i * chunk, src->addr + i * padded, chunk) != GT_BOK) return gt_fail_be(rt, NULL);
+  return GT_OK;
+}
+
 /* The k-th staging slot of this call: the k-th one that no input of the call
    lives in (a previous call's staged tensor fed back), so staging one input
    never overwrites another, in any order.  Without feedback the slots, and

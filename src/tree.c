@@ -361,6 +361,7 @@ static int next_segment(gt_tree *t);
 
 /* A call beyond the last bucket: segments run eagerly, with no node. */
 static int flush_eager_call(gt_tree *t, int first) {
+  gt_queue_note_writes(t);
   if (gt_plan_run(t, first) || run_eager(t, NULL)) return GT_ERR;
   t->eager++;
   t->cur_planned = 0;
@@ -483,6 +484,7 @@ int gt_tree_flush(gt_runtime *rt) {
   double t0 = timed_call(t->calls) ? gt_fast_us() : 0;
   gt_node *parent = t->cur ? t->cur : &t->root;
   gt_node *n = gt_cursor_hit(t, first), *upd = NULL;
+  int hit = n != NULL;
   if (!n) gt_lane_sync(t);                        /* off the cursor: keys read the queue */
   gt_segkey key = { n ? n->key : 0, 0 };
   if (!n) n = find_kid(parent, key.full = gt_segment_key(t, 0), 0);   /* off the cursor: by key */
@@ -492,6 +494,7 @@ int gt_tree_flush(gt_runtime *rt) {
   int mode = choose_mode(n, upd, parent_ok, n || !ungraphable(&t->q), &t->opts, t->recorded);
   t->lane_call |= rt->lane.lazy > 0;
   if (mode != GT_V_REPLAY || gt_cursor_dirty(t, n) < 0) gt_lane_sync(t);   /* a replay patches only launches the core queued */
+  if (mode != GT_V_REPLAY || !hit) gt_queue_note_writes(t);   /* (the cursor's replay marked them: gt_cursor_arg) */
   int created = !n && mode != GT_V_UPDATE;
   if (mode == GT_V_UPDATE) (n = upd)->key = key.full;
   else if (created && !(n = new_node(t, parent, key))) return GT_ERR;
