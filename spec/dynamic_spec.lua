@@ -204,6 +204,25 @@ describe("dynamic shapes", function()
     assert.is_true(s.node[2].recorded, "the most recently used one stays")
   end)
 
+  it("keeps the last call's outputs through a trim that keeps its path's graphs, and says so when one does not", function()
+    local step = gt.tree(function(x) return affine(x, 1, 1) end)
+    local h = gt.zeros{ 4 }
+    for _ = 1, 4 do h = step(h) end                       -- replays: h lies in the path's planned memory
+    step:trim(1)                                          -- the path stays
+    assert.is_false(h:is_stale())
+    h = step(h)
+    assert.tensor_near({ 5, 5, 5, 5 }, h)
+    step:trim(0)                                          -- the path's graph and memory go
+    assert.is_true(h:is_stale())
+    assert.has_error(function() step(h) end, "tensor f32 4 returned by tree 'step' (spec/dynamic_spec.lua:" ..
+      debug.getinfo(1, "l").currentline - 10 .. ") lost its memory to tree:trim(); :clone() it before the trim to keep it")
+    -- a warmup call's outputs lie outside any plan: a trim ends them too
+    local w = gt.tree(function(x) return affine(x, 1, 1) end, { warmup = 1 })
+    local y = w(gt.zeros{ 4 })
+    w:trim(5)
+    assert.is_true(y:is_stale())
+  end)
+
   it("warns once after warn_shapes distinct input shapes, suggesting buckets", function()
     local seen, restore = capture_warnings()
     local step = gt.tree(function(x) return affine(x, 1, 0) end, { warn_shapes = 3 })

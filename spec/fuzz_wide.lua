@@ -26,7 +26,7 @@ end
 local UNARY = { "relu", "tanh", "sigmoid", "gelu" }
 
 -- How a seed calls its tree (MODES[r(#MODES)]).
-M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keyed", "limit", "alias" }
+M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keyed", "limit", "alias", "pair" }
 
 -- Every instruction fills the next register with a {rows, COLS} tensor or
 -- nothing; registers 1 and 2 are the inputs.
@@ -174,6 +174,7 @@ function M.check(seed, calls)
   end
   if mode == "limit" then opts.max_recordings = r(3) - 1; opts.on_limit = "eager" end
   local step = gt.tree(fn, opts)
+  local second = mode == "pair" and gt.tree(fn, { warmup = r(2) - 1, name = "wide" .. seed .. "b" })
   local rows = ROWS
   local function input(s) return gt.randn({ rows, COLS }, { seed = s }) end
   local ta, tb = input(seed + 2), input(seed + 3)
@@ -197,10 +198,20 @@ function M.check(seed, calls)
       ea, eb = ta:clone(), tb:clone()
     end
     log[#log + 1] = (route[1] and "1" or "0") .. (route[2] and "1" or "0")
+    if r(10) == 1 then                   -- a trim may take the last outputs' memory: then they are stale, and fresh copies go in
+      step:trim(r(2) - 1); log[#log + 1] = "trim"
+      local same = ta == tb
+      if ta:is_stale() then ta = ea:clone() end
+      if same then tb = ta elseif tb:is_stale() then tb = eb:clone() end
+    end
     local na, nb
     if mode == "table" then na, nb = step({ ta, tb }, route, scale) else na, nb = step(ta, tb, route, scale) end
     local eenv = { W = tenv.W, b = bias, route = route, scale = scale }
     local ma, mb = body(p, eenv, ea, eb)
+    if mode == "pair" then               -- a second tree takes the first one's outputs (another tree's pool: external)
+      na, nb = second(na, nb, route, scale)
+      ma, mb = body(p, eenv, ma, mb)
+    end
     local ok, msg = close(na, ma, "output 1")
     if ok then ok, msg = close(nb, mb, "output 2") end
     -- the inputs after the call (in-place writes reach them unless copied), while they are not stale
@@ -209,7 +220,7 @@ function M.check(seed, calls)
     if not ok then
       return ("seed %d (%s) call %d: %s; routes %s"):format(seed, mode, call, msg, table.concat(log, " "))
     end
-    if mode == "feed" or mode == "table" or mode == "swap" or mode == "limit" or mode == "keyed" then
+    if mode == "feed" or mode == "table" or mode == "swap" or mode == "limit" or mode == "keyed" or mode == "pair" then
       ta, tb, ea, eb = na, nb, ma, mb
     elseif mode == "alias" then           -- one tensor as both inputs: a fresh one, or the last output fed back
       if r(2) == 1 then ta, ea = input(seed * 31 + call), nil; ea = ta:clone() else ta, ea = na, ma end

@@ -246,6 +246,7 @@ struct gt_tree {
   gt_buf **bufs; int nbufs, bufcap;   /* the call's buffers: slab[0..nbufs) */
   gt_buf **slab; int nslab, slabcap;         /* chunks of GT_SLAB structs, reused by every call */
   uint32_t failed_gen;
+  uint32_t trimmed_gen;              /* the generation whose outputs a trim invalidated (gt_tree_trim) */
   int *segstart; int segcap;
   gt_queue q;
   gt_node *state_node;               /* pool holds this node's checkpoint (lazily) */

@@ -294,6 +294,7 @@ int gt_tree_wrote(const gt_tree *t, const gt_buf *b);
 int gt_unstage(gt_runtime *rt, const gt_buf *src, gt_buf *dst, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded);
 void gt_tree_note_skip(gt_tree *t, const char *reason);
 uint32_t gt_tree_failed_gen(gt_tree *t);            /* generation of the last call that failed */
+uint32_t gt_tree_trimmed_gen(gt_tree *t);           /* generation of the last call whose outputs a trim invalidated */
 int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond the keep most recently used; returns dropped */
 int gt_tree_stats(gt_tree *t, gt_tree_info *out);
 int gt_tree_node(gt_tree *t, int id, gt_node_info *out); /* id 0..nodes-1 */

@@ -161,6 +161,7 @@ int gt_tree_nbufs(gt_tree *t) { return t->nbufs; }
 uint32_t gt_tree_prev_gen(gt_tree *t) { return t->prev_gen; }
 
 uint32_t gt_tree_failed_gen(gt_tree *t) { return t->failed_gen; }
+uint32_t gt_tree_trimmed_gen(gt_tree *t) { return t->trimmed_gen; }
 
 /* -- Graphs -------------------------------------------------------------- */
 
@@ -597,8 +598,14 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
   if (dropped && t->keyed_trim) t->keyed_trim(t);
   uint64_t end = 0;
   for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph && t->nodes[i]->plan_end > end) end = t->nodes[i]->plan_end;
+  /* the last call's outputs stay valid where every segment of its path kept
+     its graph (they lie in that plan's memory, below end); else they may lie
+     in memory given back, and read stale from now on */
+  const gt_call_info *h = t->calls ? &t->hist[(t->calls - 1) % GT_HISTORY] : NULL;
+  int kept = h && h->warmups == 0 && h->eager == 0 && t->nlastpath > 0 && t->failed_gen != t->gen;
+  for (int d = 0; d < t->nlastpath && kept; d++) kept = t->lastpath[d]->graph != NULL;
   gt_pool_clear(&t->pool);
-  t->gen = gt_gen_next();                         /* the last call's outputs may lie in trimmed memory */
+  if (!kept) { t->trimmed_gen = t->gen; t->gen = gt_gen_next(); }
   gt_pool_shrink(&t->pool, end);
   return dropped;
 }

@@ -205,7 +205,10 @@ tree:advise([{measure = true}]) -> { findings = {{q, title, text, advice, level}
   ["tree:trim"] = [[
 tree:trim([keep = 0]) -> graphs dropped
   Frees the graphs (and their pool memory) of all but the keep most recently
-  used recordings; a dropped node records again when it is visited.]],
+  used recordings; a dropped node records again when it is visited.  The
+  last call's outputs stay valid if every segment of its path replayed (or
+  recorded) and keeps its graph; otherwise they read stale from then on
+  (:clone() what you need first).]],
   ["tree:history"] = [[
 tree:history() -> the last calls (up to 1024), oldest first
   { call, warmups, records, replays, eager, updates, cpu_us, in_use, reserved }

@@ -266,6 +266,10 @@ local function stale_error(t, level)
     if t._gen == C.gt_tree_failed_gen(b.tree) then
       error(what .. " was made by tree '" .. name .. "' (" .. where .. ") in a call that failed; it has no valid memory", level + 1)
     end
+    if t._gen == C.gt_tree_trimmed_gen(b.tree) then
+      error(what .. " returned by tree '" .. name .. "' (" .. where .. ") lost its memory to tree:trim(); " ..
+            ":clone() it before the trim to keep it", level + 1)
+    end
     error(what .. " returned by tree '" .. name .. "' (" .. where ..
           ") was overwritten by a later call; :clone() it to keep it", level + 1)
   end
