@@ -34,7 +34,7 @@ local function gen(r, mode)
   local prog, nreg = {}, 2
   local into_inputs = mode ~= "copy"         -- copy_inputs: writes inside never reach the caller's tensors
   for _ = 1, 6 + r(12) do
-    local k, ins = r(16), nil
+    local k, ins = r(17), nil
     if k <= 2 then ins = { "un", UNARY[r(#UNARY)], r(nreg) }
     elseif k == 3 then ins = { "add", r(nreg), r(nreg) }
     elseif k == 4 then ins = { "axpb", r(nreg) }
@@ -49,6 +49,7 @@ local function gen(r, mode)
     elseif k == 13 then ins = { "softmax", r(nreg) }
     elseif k == 14 then ins = { "cond", r(nreg), r(nreg), r(COLS) }             -- gt.cond on an element's sign
     elseif k == 15 then ins = { "loop", r(nreg), r(3) - 1 }                     -- gt.loop, 0..2 turns
+    elseif k == 16 then ins = { "alias", r(nreg) }                              -- another handle on the same memory
     else ins = { "mulv", r(nreg), r(nreg) } end
     if (ins[1] == "rows" or ins[1] == "inplace") and not into_inputs and ins[2] <= 2 then ins[1] = "add" end
     if ins[1] == "fill" and ins[2] <= 2 then ins[1] = "clone" end
@@ -103,6 +104,7 @@ local function body(p, env, a, b)
         gt.loop(left, function() ops.axpby(0.5, x, 0.5, acc); ops.axpby(-1, one, 1, left) end, { max = 4 })
         res = acc
       end
+    elseif op == "alias" then res = x and x:view({ x.numel }):view(x.shape)
     elseif op == "sync" then gt.sync()
     elseif op == "cut" then gt.cut()
     elseif op == "clone" then res = x and x:clone()
@@ -200,9 +202,11 @@ function M.check(seed, calls)
     log[#log + 1] = (route[1] and "1" or "0") .. (route[2] and "1" or "0")
     if r(10) == 1 then                   -- a trim may take the last outputs' memory: then they are stale, and fresh copies go in
       step:trim(r(2) - 1); log[#log + 1] = "trim"
-      local same = ta == tb
-      if ta:is_stale() then ta = ea:clone() end
-      if same then tb = ta elseif tb:is_stale() then tb = eb:clone() end
+      if ta:is_stale() or tb:is_stale() then   -- (both sides lose any sharing between the two inputs alike)
+        local same = ea == eb
+        ea = ea:clone(); eb = same and ea or eb:clone()
+        ta = ea:clone(); tb = same and ta or eb:clone()
+      end
     end
     local na, nb
     if mode == "table" then na, nb = step({ ta, tb }, route, scale) else na, nb = step(ta, tb, route, scale) end
@@ -215,8 +219,8 @@ function M.check(seed, calls)
     local ok, msg = close(na, ma, "output 1")
     if ok then ok, msg = close(nb, mb, "output 2") end
     -- the inputs after the call (in-place writes reach them unless copied), while they are not stale
-    if ok and not ta:is_stale() then ok, msg = close(ta, ea, "input 1 after the call") end
-    if ok and not tb:is_stale() then ok, msg = close(tb, eb, "input 2 after the call") end
+    if ok and mode ~= "copy" and not ta:is_stale() then ok, msg = close(ta, ea, "input 1 after the call") end
+    if ok and mode ~= "copy" and not tb:is_stale() then ok, msg = close(tb, eb, "input 2 after the call") end
     if not ok then
       return ("seed %d (%s) call %d: %s; routes %s"):format(seed, mode, call, msg, table.concat(log, " "))
     end
