@@ -1,7 +1,8 @@
 -- spec/fuzz_wide.lua: differential fuzzing of trees against eager runs over
 -- more of the API than spec/fuzz.lua: views and row slices, in-place writes
 -- (into intermediates and into the call's own inputs), host reads that
--- branch (item), device-side branches (gt.cond, gt.loop), syncs, clones and fills inside a call, and per seed one of
+-- branch (item), device-side branches (gt.cond, gt.loop), syncs, clones and
+-- fills inside a call, norms, row reductions, i32 ids, matmul; and per seed one of
 -- several ways to call the tree: inputs fed back, fresh tensors every call,
 -- the same tensors refilled between calls, inputs passed in a table, one
 -- tensor passed as both inputs, copied inputs, a swapped static weight, buckets over a changing row count, keyed
@@ -34,7 +35,7 @@ local function gen(r, mode)
   local prog, nreg = {}, 2
   local into_inputs = mode ~= "copy"         -- copy_inputs: writes inside never reach the caller's tensors
   for _ = 1, 6 + r(12) do
-    local k, ins = r(17), nil
+    local k, ins = r(22), nil
     if k <= 2 then ins = { "un", UNARY[r(#UNARY)], r(nreg) }
     elseif k == 3 then ins = { "add", r(nreg), r(nreg) }
     elseif k == 4 then ins = { "axpb", r(nreg) }
@@ -50,6 +51,11 @@ local function gen(r, mode)
     elseif k == 14 then ins = { "cond", r(nreg), r(nreg), r(COLS) }             -- gt.cond on an element's sign
     elseif k == 15 then ins = { "loop", r(nreg), r(3) - 1 }                     -- gt.loop, 0..2 turns
     elseif k == 16 then ins = { "alias", r(nreg) }                              -- another handle on the same memory
+    elseif k == 17 then ins = { "norm", ({ "layernorm", "rmsnorm" })[r(2)], r(nreg) }
+    elseif k == 18 then ins = { "reduce", ({ "sum", "max" })[r(2)], r(nreg) }   -- a row reduction, back to {rows, COLS}
+    elseif k == 19 then ins = { "embed", r(nreg) }                              -- argmax's i32 ids through an embedding
+    elseif k == 20 then ins = { "matmul", r(nreg) }
+    elseif k == 21 then ins = { "addrow", r(nreg) }                             -- a vector added to every row
     else ins = { "mulv", r(nreg), r(nreg) } end
     if (ins[1] == "rows" or ins[1] == "inplace") and not into_inputs and ins[2] <= 2 then ins[1] = "add" end
     if ins[1] == "fill" and ins[2] <= 2 then ins[1] = "clone" end
@@ -105,6 +111,15 @@ local function body(p, env, a, b)
         res = acc
       end
     elseif op == "alias" then res = x and x:view({ x.numel }):view(x.shape)
+    elseif op == "norm" then
+      x = regs[ins[3]]
+      if x then res = ins[2] == "layernorm" and ops.layernorm(x, env.g, env.b) or ops.rmsnorm(x, env.g) end
+    elseif op == "reduce" then
+      x = regs[ins[3]]
+      if x then res = ops.linear(ops[ins[2]](x):view({ x.shape[1], 1 }), env.Wrow) end
+    elseif op == "embed" then res = x and ops.embedding(ops.argmax(x), env.E)
+    elseif op == "matmul" then res = x and ops.matmul(x, env.W)
+    elseif op == "addrow" then res = x and ops.add(x, env.b)
     elseif op == "sync" then gt.sync()
     elseif op == "cut" then gt.cut()
     elseif op == "clone" then res = x and x:clone()
@@ -160,7 +175,10 @@ function M.check(seed, calls)
   local W = gt.randn({ COLS, COLS }, { seed = seed, scale = 0.3 }):static()
   local W2 = gt.randn({ COLS, COLS }, { seed = seed + 5, scale = 0.3 }):static()
   local bias = gt.randn({ COLS }, { seed = seed + 1, scale = 0.1 }):static()
-  local tenv = { W = W, b = bias }
+  local extra = { g = gt.randn({ COLS }, { seed = seed + 7, scale = 0.5 }):static(),
+                  Wrow = gt.randn({ 1, COLS }, { seed = seed + 8, scale = 0.2 }):static(),
+                  E = gt.randn({ COLS, COLS }, { seed = seed + 9 }):static() }
+  local tenv = { W = W, b = bias, g = extra.g, Wrow = extra.Wrow, E = extra.E }
   local opts = { warmup = r(3) - 1, name = "wide" .. seed, warn_shapes = false }
   local fn = function(a, b, route, scale)
     tenv.route, tenv.scale = route, scale
@@ -210,7 +228,7 @@ function M.check(seed, calls)
     end
     local na, nb
     if mode == "table" then na, nb = step({ ta, tb }, route, scale) else na, nb = step(ta, tb, route, scale) end
-    local eenv = { W = tenv.W, b = bias, route = route, scale = scale }
+    local eenv = { W = tenv.W, b = bias, route = route, scale = scale, g = extra.g, Wrow = extra.Wrow, E = extra.E }
     local ma, mb = body(p, eenv, ea, eb)
     if mode == "pair" then               -- a second tree takes the first one's outputs (another tree's pool: external)
       na, nb = second(na, nb, route, scale)
