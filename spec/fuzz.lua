@@ -13,14 +13,17 @@ local M = {}
 
 local ROWS, COLS = 4, 8
 
--- A small deterministic generator (the program must not depend on math.random's state).
-local function rng(seed)
+-- A small deterministic generator (the program must not depend on math.random's state):
+-- r(n) is in 1..n.  high: from the state's high bits (the low ones of this
+-- generator cycle short; this file's seeds were chosen with the low ones).
+local function rng(seed, high)
   local s = seed * 2654435761 % 4294967296 + 1
   return function(n)
     s = (s * 1103515245 + 12345) % 2147483648
-    return s % n + 1
+    return (high and math.floor(s / 65536) or s) % n + 1
   end
 end
+M.rng = rng
 
 local UNARY = { "relu", "tanh", "sigmoid", "gelu" }
 
@@ -154,10 +157,16 @@ function M.check(seed, calls)
     if not ok then return ("seed %d call %d: %s"):format(seed, call, msg) end
     ta, tb, ea, eb = na, nb, ma, mb
   end
+  return M.counted(step, "seed " .. seed)
+end
+
+-- nil and the tree's stats when every node's visits are each counted once
+-- (warmup, record, replay, update or eager), else a message (what: the program).
+function M.counted(step, what)
   local s = step:stats()
   for id, n in pairs(s.node) do
     if n.visits ~= n.warmups + n.records + n.replays + n.updates + n.eager then
-      return ("seed %d: node %d has %d visits but %d+%d+%d+%d+%d counted"):format(seed, id, n.visits,
+      return ("%s: node %d has %d visits but %d+%d+%d+%d+%d counted"):format(what, id, n.visits,
         n.warmups, n.records, n.replays, n.updates, n.eager)
     end
   end
