@@ -27,7 +27,6 @@ M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keye
 -- nothing; registers 1 and 2 are the inputs.
 local function gen(r, mode)
   local prog, nreg = {}, 2
-  local into_inputs = mode ~= "copy"         -- copy_inputs: writes inside never reach the caller's tensors
   for _ = 1, 6 + r(12) do
     local k, ins = r(22), nil
     if k <= 2 then ins = { "un", UNARY[r(#UNARY)], r(nreg) }
@@ -51,7 +50,6 @@ local function gen(r, mode)
     elseif k == 20 then ins = { "matmul", r(nreg) }
     elseif k == 21 then ins = { "addrow", r(nreg) }                             -- a vector added to every row
     else ins = { "mulv", r(nreg), r(nreg) } end
-    if (ins[1] == "rows" or ins[1] == "inplace") and not into_inputs and ins[2] <= 2 then ins[1] = "add" end
     if ins[1] == "fill" and ins[2] <= 2 then ins[1] = "clone" end
     ins.cond = r(4) == 1 and r(2) or nil     -- only on calls whose route bit is set
     prog[#prog + 1] = ins
@@ -231,8 +229,8 @@ function M.check(seed, calls)
     local ok, msg = close(na, ma, "output 1")
     if ok then ok, msg = close(nb, mb, "output 2") end
     -- the inputs after the call (in-place writes reach them unless copied), while they are not stale
-    if ok and mode ~= "copy" and not ta:is_stale() then ok, msg = close(ta, ea, "input 1 after the call") end
-    if ok and mode ~= "copy" and not tb:is_stale() then ok, msg = close(tb, eb, "input 2 after the call") end
+    if ok and not ta:is_stale() then ok, msg = close(ta, ea, "input 1 after the call") end
+    if ok and not tb:is_stale() then ok, msg = close(tb, eb, "input 2 after the call") end
     if not ok then
       return ("seed %d (%s) call %d: %s; routes %s"):format(seed, mode, call, msg, table.concat(log, " "))
     end

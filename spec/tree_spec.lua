@@ -280,16 +280,26 @@ describe("a tree", function()
       local r = 0 for _, n in pairs(s.node) do if n.recorded then r = r + 1 end end return r end)())
   end)
 
-  it("copies every tensor input to staging with copy_inputs: writes inside never reach the caller's tensor", function()
+  it("copies every tensor input to staging with copy_inputs; a write inside reaches the caller's tensor after the call", function()
     local step = gt.tree(function(x)
       K.axpb(2, 32, x, x, x.numel, 10, 0)               -- in place on the input
       return axpb(x, 1, 1)
     end, { copy_inputs = true })
     local x = gt.from{ 1, 2 }
-    for _ = 1, 4 do assert.tensor_near({ 11, 21 }, step(x)) end
-    assert.tensor_near({ 1, 2 }, x)
+    local want = { 1, 2 }
+    for _ = 1, 4 do
+      want = { want[1] * 10, want[2] * 10 }
+      assert.tensor_near({ want[1] + 1, want[2] + 1 }, step(x))
+      assert.tensor_near(want, x)                       -- as without copy_inputs, and outside a tree
+    end
     assert.nodes(step, 1)
     assert.replayed(step, 2)
+    -- a call that writes no input leaves the caller's tensor alone, keyed too
+    for _, opts in ipairs { { copy_inputs = true }, { copy_inputs = true, key = function() return 1 end } } do
+      local read = gt.tree(function(y) return axpb(y, 3, 0) end, opts)
+      local y = gt.from{ 1, 2 }
+      for _ = 1, 4 do assert.tensor_near({ 3, 6 }, read(y)); assert.tensor_near({ 1, 2 }, y) end
+    end
   end)
 
   it("stages one copy of an output fed back as two inputs: a write through one is read through the other", function()

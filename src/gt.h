@@ -289,9 +289,10 @@ void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b);
    (buckets.lua: a padded input written inside goes back to the caller). */
 int gt_tree_wrote(const gt_tree *t, const gt_buf *b);
 /* Outside tree calls: the first `chunk` bytes of each of `outer` chunks of
-   `padded` bytes of staged buffer src copied back to dst at off (stride
-   chunk), after the work already submitted: gt_tree_stage undone. */
-int gt_unstage(gt_runtime *rt, const gt_buf *src, gt_buf *dst, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded);
+   `padded` bytes of staged buffer src from src_off copied back to dst at off
+   (stride chunk), after the work already submitted: gt_tree_stage undone. */
+int gt_unstage(gt_runtime *rt, const gt_buf *src, uint64_t src_off, gt_buf *dst, uint64_t off, uint64_t outer,
+               uint64_t chunk, uint64_t padded);
 void gt_tree_note_skip(gt_tree *t, const char *reason);
 uint32_t gt_tree_failed_gen(gt_tree *t);            /* generation of the last call that failed */
 uint32_t gt_tree_trimmed_gen(gt_tree *t);           /* generation of the last call whose outputs a trim invalidated */

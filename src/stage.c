@@ -81,12 +81,15 @@ void gt_queue_note_writes(gt_tree *t) {
 
 int gt_tree_wrote(const gt_tree *t, const gt_buf *b) { return b->wgen == t->gen; }
 
-int gt_unstage(gt_runtime *rt, const gt_buf *src, gt_buf *dst, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded) {
+int gt_unstage(gt_runtime *rt, const gt_buf *src, uint64_t src_off, gt_buf *dst, uint64_t off, uint64_t outer,
+               uint64_t chunk, uint64_t padded) {
   if (rt->active) return gt_fail(rt, "gt_unstage inside a tree call");
-  if (padded < chunk || off + outer * chunk > dst->bytes || outer * padded > src->bytes) return gt_fail(rt, "gt_unstage: out of range");
+  if (padded < chunk || off + outer * chunk > dst->bytes || src_off + outer * padded > src->bytes)
+    return gt_fail(rt, "gt_unstage: out of range");
   gt_backend *be = &rt->be;
   for (uint64_t i = 0; i < outer; i++)
-    if (chunk && be->dtod(be, dst->addr + off + i * chunk, src->addr + i * padded, chunk) != GT_BOK) return gt_fail_be(rt, NULL);
+    if (chunk && be->dtod(be, dst->addr + off + i * chunk, src->addr + src_off + i * padded, chunk) != GT_BOK)
+      return gt_fail_be(rt, NULL);
   return GT_OK;
 }
 

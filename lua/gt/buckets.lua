@@ -58,25 +58,9 @@ local function pad(self, x, dim, p, slot)
   s[dim] = p
   local sb = self._out[0]
   local px = gt._view(sb, 0, gt._shape_id(s, 5), x._dt, sb.gen, 0, true)
-  return px, { x = x, px = px, outer = outer, chunk = shape[dim] * inner, padded = p * inner }
-end
-
--- After a padded call: the real part of each padded input that the call
--- wrote into goes back into the caller's tensor, as without buckets (an
--- input of this tree's own pool, the last call's output, is stale by now).
-local function write_back(self)
-  local list = self._bwb
-  if not list then return end
-  self._bwb = nil
-  local t = self._t
-  for k = 1, #list do
-    local w = list[k]
-    local x = w.x
-    if C.gt_tree_wrote(t, w.px._b) ~= 0 and x._b.tree ~= t and not x:is_stale() and
-       C.gt_unstage(rt, w.px._b, x._b, x._off, w.outer, w.chunk, w.padded) ~= 0 then
-      error(gt._errmsg(), 4)
-    end
-  end
+  -- a write into the padded copy goes back into x after the call (tree.lua's write_back)
+  if b.tree ~= self._t then gt._note_copy(self, x, px, outer, shape[dim] * inner, p * inner) end
+  return px
 end
 
 -- The run's argument preparation: bucketed inputs padded, others staged as usual.
@@ -85,7 +69,6 @@ local function prep(self, n, a1, a2, a3, a4, rest)
   local specs, real = self._buckets, self._breal
   gt._pin_inputs(self, args, n)
   local shared, padded = gt._shared_inputs(self, args, n), nil   -- (padded[x]: x passed twice is padded once)
-  self._bwb = nil
   for i = 1, n do
     local x = args[i]
     local spec
@@ -98,13 +81,10 @@ local function prep(self, n, a1, a2, a3, a4, rest)
       args[i] = padded[x]
     elseif spec then
       gt._check_input(self, x)
-      local w
-      args[i], w = pad(self, x, spec.dim, bucket_of(spec.sizes, x.shape[spec.dim]), slot)
+      args[i] = pad(self, x, spec.dim, bucket_of(spec.sizes, x.shape[spec.dim]), slot)
       slot = slot + 1
       padded = padded or {}
       padded[x] = args[i]
-      self._bwb = self._bwb or {}
-      self._bwb[#self._bwb + 1] = w
     else
       args[i], slot = gt._stage_arg(self, x, slot, shared)
     end
@@ -147,7 +127,6 @@ end
 
 -- (A vararg function that does nothing a trace could start in: see tree.lua's spread.)
 local function narrow_all(self, ...)
-  write_back(self)
   local nres = select("#", ...)
   if nres <= 2 then return narrow_results(self, nres, ...) end
   return narrow_results(self, nres, nil, nil, { ... })

@@ -156,7 +156,7 @@ gt.tree(fn [, opts]) -> tree, a callable graph tree over fn
     warmup = 1      eager visits before recording (0: record on the first)
     max_recordings = 64   graphs the tree may hold
     on_limit = "eager"    past the limit: run new paths eagerly, or "error"
-    copy_inputs = false   copy every tensor input into the pool first
+    copy_inputs = false   copy every tensor input into the pool first (what the call writes into one goes back after it)
     buckets = {dim =, sizes =}   pad inputs to a few sizes (gt.buckets.pow2)
     warn_shapes = 8       warn when a tree sees that many input shapes (false: never)
     key = function(...) return k end, patch = {i, ...}, verify = n   keyed calls

@@ -287,6 +287,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
     if r == 0 then
       gt._active = nil
       st.hits = st.hits + 1
+      if self._wb then gt._write_back(self) end          -- a write into a copied (padded) input reaches the caller
       return outputs(self, leaf.outs, leaf.outb, staged, a1, a2, a3, a4, rest)
     end
     if r < 0 then self._abort(); error(gt._errmsg(), 2) end

@@ -192,11 +192,41 @@ local function buf_key(x) return tonumber(ffi.cast("intptr_t", x._b)) end
 -- several staged inputs of this call view; those share one staged copy of
 -- the bytes they span, so that a write through one input is seen through
 -- the other, as outside a tree (`step(h, h)`).
+-- Input x (the caller's tensor) of this call is worked on through its staged
+-- copy px (outer chunks of chunk bytes, each padded to padded bytes in px):
+-- after the call, what the call wrote into px goes back into x (write_back).
+local function note_copy(self, x, px, outer, chunk, padded)
+  local wb = self._wb
+  if not wb then wb = {}; self._wb = wb end
+  wb[#wb + 1] = { x = x, px = px, outer = outer, chunk = chunk, padded = padded }
+end
+gt._note_copy = note_copy
+
+-- After a call: each staged copy of a caller's tensor that the call wrote
+-- into is copied back into it, so a write into an input reaches the caller
+-- as without a tree (copy_inputs, buckets' padding).  An input of this
+-- tree's own pool (the last call's output) is stale by now: nothing to do.
+local function write_back(self)
+  local wb, t = self._wb, self._t
+  self._wb = nil
+  for k = 1, #wb do
+    local w = wb[k]
+    local x, px = w.x, w.px
+    if C.gt_tree_wrote(t, px._b) ~= 0 and x._b.tree ~= t and not x:is_stale() and
+       C.gt_unstage(rt, px._b, px._off, x._b, x._off, w.outer, w.chunk, w.padded) ~= 0 then
+      error(gt._errmsg(), 4)
+    end
+  end
+end
+gt._write_back = write_back
+
 local function stage(self, x, slot, shared)
   local b = x._b
-  if not check_input(self, x) and not self._copy then return x, slot end
+  local own = check_input(self, x)
+  if not own and not self._copy then return x, slot end
   if x._strides then gt._error("a non-contiguous view as a tree input: :clone() it first") end
   local g = shared and shared[buf_key(x)]
+  local px
   if g and g.n > 1 then                      -- (the same tensor twice: the same staged tensor twice)
     if g[x] then return g[x], slot end
     local new = not g.sb
@@ -204,12 +234,15 @@ local function stage(self, x, slot, shared)
       if C.gt_tree_stage(rt, slot, b, g.lo, 1, g.hi - g.lo, g.hi - g.lo, self._out) ~= 0 then gt._error(gt._errmsg()) end
       g.sb, slot = self._out[0], slot + 1
     end
-    g[x] = gt._view(g.sb, x._off - g.lo, x._sid, x._dt, g.sb.gen, 0, new)
-    return g[x], slot
+    px = gt._view(g.sb, x._off - g.lo, x._sid, x._dt, g.sb.gen, 0, new)
+    g[x] = px
+  else
+    if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then gt._error(gt._errmsg()) end
+    local sb = self._out[0]
+    px, slot = gt._view(sb, 0, x._sid, x._dt, sb.gen, 0, true), slot + 1
   end
-  if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then gt._error(gt._errmsg()) end
-  local sb = self._out[0]
-  return gt._view(sb, 0, x._sid, x._dt, sb.gen, 0, true), slot + 1
+  if not own then note_copy(self, x, px, 1, x._nb, x._nb) end
+  return px, slot
 end
 
 -- A call's arguments travel as n (how many), a1..a4 and rest (all n of them
@@ -422,6 +455,7 @@ local function end_body(self, ok, n, r1, r2)
     error(r1, 0)
   end
   end_call(self)
+  if self._wb then write_back(self) end
   if n >= 1 then anchor(self, r1) end
   if n >= 2 then anchor(self, r2) end
   if n > 2 then anchor_extra(self, n) end
@@ -448,7 +482,7 @@ end
 -- A call has begun in the core (gen: its generation): the Lua side's state.
 local function enter(self, gen)
   self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
-  self._sync, self._staged = nil, nil
+  self._sync, self._staged, self._wb = nil, nil, nil
   gt._active, self._resumes = self, 0
 end
 
