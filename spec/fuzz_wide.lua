@@ -179,9 +179,13 @@ function M.check(seed, calls)
   if mode == "table" then fn = function(t, route, scale) return body(p, (function() tenv.route, tenv.scale = route, scale; return tenv end)(), t[1], t[2]) end end
   if mode == "copy" then opts.copy_inputs = true end
   if mode == "buckets" then opts.buckets = { dim = 1, sizes = { 2, 4 } } end
-  if mode == "keyed" then
-    opts.key = function(_, _, route) return route[1], route[2] end
-    opts.patch = { 4 }
+  if mode == "keyed" then                -- the route as two booleans (a table argument is never keyed), the scale patched
+    fn = function(a, b, r1, r2, scale)
+      tenv.route, tenv.scale = { r1, r2 }, scale
+      return body(p, tenv, a, b)
+    end
+    opts.key = function(_, _, r1, r2) return r1, r2 end
+    opts.patch = { 5 }
     opts.verify = r(3) == 1 and 3 or nil
   end
   if mode == "limit" then opts.max_recordings = r(3) - 1; opts.on_limit = "eager" end
@@ -219,7 +223,9 @@ function M.check(seed, calls)
       end
     end
     local na, nb
-    if mode == "table" then na, nb = step({ ta, tb }, route, scale) else na, nb = step(ta, tb, route, scale) end
+    if mode == "table" then na, nb = step({ ta, tb }, route, scale)
+    elseif mode == "keyed" then na, nb = step(ta, tb, route[1], route[2], scale)
+    else na, nb = step(ta, tb, route, scale) end
     local eenv = { W = tenv.W, b = bias, route = route, scale = scale, g = extra.g, Wrow = extra.Wrow, E = extra.E }
     local ma, mb = body(p, eenv, ea, eb)
     if mode == "pair" then               -- a second tree takes the first one's outputs (another tree's pool: external)

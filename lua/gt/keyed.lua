@@ -19,6 +19,8 @@ local M = {}
 
 -- Keys of the memo trie for what is not a plain value.
 local NIL, NAN, TENSOR, PATCHED, STAGED = {}, {}, {}, {}, {}
+local SHARES = setmetatable({}, { __index = function(t, j) local k = {}; t[j] = k; return k end })
+-- (SHARES[j]: this tensor argument views argument j's buffer)
 
 local function child(node, k)
   if k == nil then k = NIL elseif k ~= k then k = NAN end
@@ -68,6 +70,12 @@ local function walk_arg(self, node, i, x)
     if band(b.flags, STATIC) ~= 0 then
       node = child(node, tonumber(ffi.cast("uintptr_t", b)) + x._off)   -- a static tensor: by address
       return node
+    end
+    -- arguments that share a buffer are another path (the recording's edges
+    -- and the core's inputs assumed otherwise; gt_tree_keyed_save refuses a
+    -- path whose arguments share memory)
+    for j = 1, i - 1 do
+      if self._kinds[j - 1] == 1 and self._ins[j - 1].buf == b then node = child(node, SHARES[j]) break end
     end
     a.buf, a.off, a.nbytes = b, x._off, x._nb
     self._kinds[i - 1] = 1
@@ -131,6 +139,15 @@ local function describe_outputs(self, args, n, ...)
     if is_tensor(y) then
       local b = y._b
       for i = 1, n do if rawequal(args[i], y) then o = { kind = "arg", i = i } break end end
+      if not o and b.tree ~= self._t then         -- a view of a tensor argument: the same view of this call's
+        for i = 1, n do
+          local a = args[i]
+          if is_tensor(a) and a._b == b then
+            o = { kind = "argview", i = i, off = y._off - a._off, sid = y._sid, dt = y._dt, vid = y._vid }
+            break
+          end
+        end
+      end
       if not o and y._gen == self._gen and b.tree == self._t then
         if band(b.flags, STAGING) ~= 0 then
           local staged = self._staged
@@ -173,6 +190,9 @@ local function rebuild(self, o, outb, staged, a1, a2, a3, a4, rest)
   elseif k == "staged" then
     local s = staged[o.i]
     return view(s._b, o.off, o.sid, o.dt, s._gen, o.vid)
+  elseif k == "argview" then
+    local a = arg_at(o.i, a1, a2, a3, a4, rest)
+    return view(a._b, a._off + o.off, o.sid, o.dt, a._gen, o.vid)
   end
   return o.v
 end
