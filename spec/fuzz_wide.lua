@@ -1,14 +1,16 @@
 -- spec/fuzz_wide.lua: differential fuzzing of trees against eager runs over
--- more of the API than spec/fuzz.lua: views and row slices, in-place writes
--- (into intermediates and into the call's own inputs), host reads that
--- branch (item), device-side branches (gt.cond, gt.loop), syncs, clones and
--- fills inside a call, norms, row reductions, i32 ids, matmul; and per seed one of
--- several ways to call the tree: inputs fed back, fresh tensors every call,
--- the same tensors refilled between calls, inputs passed in a table, one
--- tensor passed as both inputs, copied inputs, a swapped static weight, buckets over a changing row count, keyed
--- calls, a low recording limit.  The same function runs in the tree and
--- outside any tree; every output and the inputs after the call must agree.
--- Used by spec/fuzz_spec.lua (fixed seeds) and scripts/fuzz.sh wide.
+-- more of the API than spec/fuzz.lua.  The programs use views and row
+-- slices, in-place writes (into intermediates and into the call's own
+-- inputs), host reads that branch (item), device-side branches (gt.cond,
+-- gt.loop), syncs, clones and fills inside a call, norms, row reductions,
+-- i32 ids, matmul, gt.scope and free.  Each seed calls its tree one way:
+-- inputs fed back, fresh tensors every call, the same tensors refilled
+-- between calls, inputs in a table, one tensor as both inputs, copied
+-- inputs, a swapped static weight, buckets over a changing row count, keyed
+-- calls, a low recording limit, two trees in a row; trims between calls.
+-- The same function runs in the tree and outside any tree; every output
+-- and the inputs after the call must agree.  Used by spec/fuzz_spec.lua
+-- (fixed seeds) and scripts/fuzz.sh wide.
 local gt = require "gt"
 local ops = gt.ops
 
@@ -28,7 +30,7 @@ M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keye
 local function gen(r, mode)
   local prog, nreg = {}, 2
   for _ = 1, 6 + r(12) do
-    local k, ins = r(22), nil
+    local k, ins = r(24), nil
     if k <= 2 then ins = { "un", UNARY[r(#UNARY)], r(nreg) }
     elseif k == 3 then ins = { "add", r(nreg), r(nreg) }
     elseif k == 4 then ins = { "axpb", r(nreg) }
@@ -49,6 +51,8 @@ local function gen(r, mode)
     elseif k == 19 then ins = { "embed", r(nreg) }                              -- argmax's i32 ids through an embedding
     elseif k == 20 then ins = { "matmul", r(nreg) }
     elseif k == 21 then ins = { "addrow", r(nreg) }                             -- a vector added to every row
+    elseif k == 22 then ins = { "scope", r(nreg) }                              -- temporaries released by gt.scope
+    elseif k == 23 then ins = { "freed", r(nreg) }                              -- a temporary freed, then more made
     else ins = { "mulv", r(nreg), r(nreg) } end
     if ins[1] == "fill" and ins[2] <= 2 then ins[1] = "clone" end
     ins.cond = r(4) == 1 and r(2) or nil     -- only on calls whose route bit is set
@@ -103,6 +107,18 @@ local function body(p, env, a, b)
         res = acc
       end
     elseif op == "alias" then res = x and x:view({ x.numel }):view(x.shape)
+    elseif op == "scope" then
+      res = x and gt.scope(function()
+        local t = ops.tanh(ops.linear(x, env.W, env.b))
+        return ops.add(ops.mul(t, 0.5), x)
+      end)
+    elseif op == "freed" then
+      if x then
+        local t = ops.sigmoid(x)
+        local u = ops.mul(t, t)
+        t:free()
+        res = ops.add(u, ops.relu(x))
+      end
     elseif op == "norm" then
       x = regs[ins[3]]
       if x then res = ins[2] == "layernorm" and ops.layernorm(x, env.g, env.b) or ops.rmsnorm(x, env.g) end
