@@ -7,7 +7,8 @@
 -- inputs fed back, fresh tensors every call, the same tensors refilled
 -- between calls, inputs in a table, one tensor as both inputs, copied
 -- inputs, a swapped static weight, buckets over a changing row count, keyed
--- calls, a low recording limit, two trees in a row; trims between calls.
+-- calls (with buckets, with copied inputs too), a low recording limit, two
+-- trees in a row; trims between calls.
 -- The same function runs in the tree and outside any tree; every output
 -- and the inputs after the call must agree.  Used by spec/fuzz_spec.lua
 -- (fixed seeds) and scripts/fuzz.sh wide.
@@ -23,7 +24,8 @@ local function rng(seed) return require("spec.fuzz").rng(seed, true) end
 local UNARY = { "relu", "tanh", "sigmoid", "gelu" }
 
 -- How a seed calls its tree (MODES[r(#MODES)]).
-M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keyed", "limit", "alias", "pair" }
+M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keyed", "limit", "alias", "pair",
+            "keyed+buckets", "keyed+copy" }
 
 -- Every instruction fills the next register with a {rows, COLS} tensor or
 -- nothing; registers 1 and 2 are the inputs.
@@ -193,9 +195,10 @@ function M.check(seed, calls)
     return body(p, tenv, a, b)
   end
   if mode == "table" then fn = function(t, route, scale) return body(p, (function() tenv.route, tenv.scale = route, scale; return tenv end)(), t[1], t[2]) end end
-  if mode == "copy" then opts.copy_inputs = true end
-  if mode == "buckets" then opts.buckets = { dim = 1, sizes = { 2, 4 } } end
-  if mode == "keyed" then                -- the route as two booleans (a table argument is never keyed), the scale patched
+  local keyed, bucketed = mode:find("keyed") ~= nil, mode:find("buckets") ~= nil
+  if mode:find("copy") then opts.copy_inputs = true end
+  if bucketed then opts.buckets = { dim = 1, sizes = { 2, 4 } } end
+  if keyed then                -- the route as two booleans (a table argument is never keyed), the scale patched
     fn = function(a, b, r1, r2, scale)
       tenv.route, tenv.scale = { r1, r2 }, scale
       return body(p, tenv, a, b)
@@ -217,11 +220,11 @@ function M.check(seed, calls)
   for call = 1, calls do
     local route, scale = { r(2) == 1, r(2) == 1 }, (r(5) - 3) * 0.25
     if mode == "swap" and r(3) == 1 then tenv.W = tenv.W == W and W2 or W end
-    if mode == "buckets" then
+    if bucketed then
       rows = r(4)
       ta, tb = input(seed * 31 + call), input(seed * 37 + call)
       ea, eb = ta:clone(), tb:clone()
-    elseif mode == "fresh" or mode == "copy" or (mode == "keyed" and r(2) == 1) then
+    elseif mode == "fresh" or mode == "copy" or (keyed and r(2) == 1) then
       ta, tb = input(seed * 31 + call), input(seed * 37 + call)
       ea, eb = ta:clone(), tb:clone()
     elseif mode == "refill" then
@@ -240,7 +243,7 @@ function M.check(seed, calls)
     end
     local na, nb
     if mode == "table" then na, nb = step({ ta, tb }, route, scale)
-    elseif mode == "keyed" then na, nb = step(ta, tb, route[1], route[2], scale)
+    elseif keyed then na, nb = step(ta, tb, route[1], route[2], scale)
     else na, nb = step(ta, tb, route, scale) end
     local eenv = { W = tenv.W, b = bias, route = route, scale = scale, g = extra.g, Wrow = extra.Wrow, E = extra.E }
     local ma, mb = body(p, eenv, ea, eb)
@@ -256,7 +259,7 @@ function M.check(seed, calls)
     if not ok then
       return ("seed %d (%s) call %d: %s; routes %s"):format(seed, mode, call, msg, table.concat(log, " "))
     end
-    if mode == "feed" or mode == "table" or mode == "swap" or mode == "limit" or mode == "keyed" or mode == "pair" then
+    if mode == "feed" or mode == "table" or mode == "swap" or mode == "limit" or mode == "pair" or keyed and not bucketed then
       ta, tb, ea, eb = na, nb, ma, mb
     elseif mode == "alias" then           -- one tensor as both inputs: a fresh one, or the last output fed back
       if r(2) == 1 then ta, ea = input(seed * 31 + call), nil; ea = ta:clone() else ta, ea = na, ma end
