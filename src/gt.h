@@ -286,7 +286,8 @@ int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t 
    tensor fed back): no input of this call is staged over it. */
 void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b);
 /* After (or during) a call of t: whether a launch of the call writes into b
-   (buckets.lua: a padded input written inside goes back to the caller). */
+   (tree.lua's write_back: what a call wrote into a copied or padded input
+   goes back to the caller's tensor). */
 int gt_tree_wrote(const gt_tree *t, const gt_buf *b);
 /* Outside tree calls: the first `chunk` bytes of each of `outer` chunks of
    `padded` bytes of staged buffer src from src_off copied back to dst at off
