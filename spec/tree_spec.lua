@@ -294,6 +294,15 @@ describe("a tree", function()
     end
     assert.nodes(step, 1)
     assert.replayed(step, 2)
+    -- a host copy into the input (a sync point inside the call) reaches the caller too, padded or copied
+    for _, opts in ipairs { { copy_inputs = true }, { buckets = { dim = 1, sizes = { 4 } } } } do
+      local set = gt.tree(function(y) y:narrow(1, 1, 3):copy({ 7, 8, 9 }); return axpb(y, 2, 0) end, opts)
+      for _ = 1, 3 do
+        local y = gt.zeros{ 3 }
+        assert.tensor_near({ 14, 16, 18 }, set(y))
+        assert.tensor_near({ 7, 8, 9 }, y)
+      end
+    end
     -- a call that writes no input leaves the caller's tensor alone, keyed too
     for _, opts in ipairs { { copy_inputs = true }, { copy_inputs = true, key = function() return 1 end } } do
       local read = gt.tree(function(y) return axpb(y, 3, 0) end, opts)
