@@ -3,7 +3,8 @@
 -- slices, in-place writes (into intermediates and into the call's own
 -- inputs), host reads that branch (item), device-side branches (gt.cond,
 -- gt.loop), syncs, clones and fills inside a call, norms, row reductions,
--- i32 ids, matmul, gt.scope and free.  Each seed calls its tree one way:
+-- i32 ids, matmul, gt.scope and free, host copies into tensors and
+-- t:copy.  Each seed calls its tree one way:
 -- inputs fed back, fresh tensors every call, the same tensors refilled
 -- between calls, inputs in a table, one tensor as both inputs, copied
 -- inputs, a swapped static weight, buckets over a changing row count, keyed
@@ -32,7 +33,7 @@ M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keye
 local function gen(r, mode)
   local prog, nreg = {}, 2
   for _ = 1, 6 + r(12) do
-    local k, ins = r(24), nil
+    local k, ins = r(26), nil
     if k <= 2 then ins = { "un", UNARY[r(#UNARY)], r(nreg) }
     elseif k == 3 then ins = { "add", r(nreg), r(nreg) }
     elseif k == 4 then ins = { "axpb", r(nreg) }
@@ -55,6 +56,8 @@ local function gen(r, mode)
     elseif k == 21 then ins = { "addrow", r(nreg) }                             -- a vector added to every row
     elseif k == 22 then ins = { "scope", r(nreg) }                              -- temporaries released by gt.scope
     elseif k == 23 then ins = { "freed", r(nreg) }                              -- a temporary freed, then more made
+    elseif k == 24 then ins = { "hostrow", r(nreg), r(5) }                      -- a host copy into a register's first row
+    elseif k == 25 then ins = { "tcopy", r(nreg), r(nreg) }                     -- t:copy(src) between registers
     else ins = { "mulv", r(nreg), r(nreg) } end
     if ins[1] == "fill" and ins[2] <= 2 then ins[1] = "clone" end
     ins.cond = r(4) == 1 and r(2) or nil     -- only on calls whose route bit is set
@@ -109,6 +112,15 @@ local function body(p, env, a, b)
         res = acc
       end
     elseif op == "alias" then res = x and x:view({ x.numel }):view(x.shape)
+    elseif op == "hostrow" then
+      if x then
+        local v = {}
+        for j = 1, COLS do v[j] = (j - ins[3]) * 0.25 end
+        x:narrow(1, 1, 1):copy({ v })
+      end
+    elseif op == "tcopy" then
+      local y = regs[ins[3]]
+      if x and y then x:copy(y) end
     elseif op == "scope" then
       res = x and gt.scope(function()
         local t = ops.tanh(ops.linear(x, env.W, env.b))
