@@ -244,7 +244,7 @@ describe("tree:json", function()
     local keys = {}
     for k in text:gmatch('\n  "([%w_]+)":') do keys[#keys + 1] = k end
     assert.are.same({ "format", "name", "where", "depth", "calls", "nodes", "recorded", "warmups", "replays", "eager",
-                      "updates", "skipped", "skips", "pool", "roots", "node" }, keys)
+                      "updates", "fused", "skipped", "skips", "pool", "roots", "node" }, keys)
     local first = text:match('"node":%[(%b{})')
     local nkeys = {}
     for k in first:gmatch('\n%s+"([%w_]+)":') do nkeys[#nkeys + 1] = k end

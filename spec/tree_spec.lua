@@ -346,6 +346,58 @@ describe("a tree", function()
     end
   end)
 
+  it("launches a replayed path of several segments as one graph, and gives way on any change", function()
+    local ops, maxdiff = gt.ops, require("spec.support").maxdiff
+    local W = gt.randn({ 8, 8 }, { seed = 7, scale = 0.3 }):static()
+    local function f(x, r)
+      local h = ops.relu(ops.linear(x, W))
+      gt.cut()                                          -- no sync: the first graph may wait for the second
+      h = r == 1 and ops.tanh(h) or ops.sigmoid(h)
+      gt.cut()
+      return ops.mul(h, 2)
+    end
+    local step = gt.tree(f)
+    local xs = { gt.randn({ 4, 8 }, { seed = 1 }), gt.randn({ 4, 8 }, { seed = 2 }) }
+    for i = 1, 40 do
+      local x, r = xs[1], i % 2
+      assert.is_true(maxdiff(step(x, r), f(x, r)) < 1e-6)
+    end
+    local fused = step:stats().fused
+    assert.is_true(fused > 0, "no call launched its path as one graph")
+    -- another input (patched into the first graph): the segments, then one graph again
+    for i = 1, 30 do
+      local x, r = xs[i % 3 == 0 and 2 or 1], i % 2
+      assert.is_true(maxdiff(step(x, r), f(x, r)) < 1e-6)
+    end
+    -- what the host reads mid-call sees every segment before it, deferred or not
+    local seen = {}
+    local g = gt.tree(function(x)
+      local h = ops.relu(ops.linear(x, W))
+      gt.cut()
+      h = ops.tanh(h)
+      gt.cut()
+      seen[#seen + 1] = h:view({ h.numel }):narrow(1, 3, 1):item()
+      gt.sync()
+      return ops.mul(h, 2), h:tolist()
+    end)
+    for i = 1, 20 do
+      local x = xs[i % 2 + 1]
+      local want = ops.tanh(ops.relu(ops.linear(x, W)))
+      local y, list = g(x)
+      assert.are.near(want:tolist()[1][3], seen[#seen], 1e-6)
+      assert.are.same(want:tolist(), list)
+      assert.is_true(maxdiff(y, ops.mul(want, 2)) < 1e-6)
+    end
+    -- a trim drops the one graphs with the graphs they were built from; profiled calls launch graph by graph
+    step:trim(0)
+    for i = 1, 20 do assert.is_true(maxdiff(step(xs[1], 1), f(xs[1], 1)) < 1e-6) end
+    gt.profile(true)
+    local before = step:stats().fused
+    for i = 1, 5 do assert.is_true(maxdiff(step(xs[1], 1), f(xs[1], 1)) < 1e-6) end
+    gt.profile(false)
+    assert.are.equal(before, step:stats().fused)
+  end)
+
   it("ends segments at gt.sync() and at host copies into a device tensor", function()
     local step = gt.tree(function(x, v)
       local h = axpb(x, 2, 0)

@@ -199,6 +199,9 @@ typedef struct gt_node {
   int visits, warmups, records, replays, updates, eager;
   gt_bgraph *graph;
   uint32_t gver;                     /* bumped whenever graph changes (made, patched, updated, dropped): keyed.c's fused graphs */
+  gt_bgraph *pfused;                 /* the call's path from the root to this node as one graph (tree.c's deferred launches) */
+  uint32_t *pfver; int pfn;          /* the path's gver when pfused was built (or last launched whole), its length */
+  int pclean, pbuilds;               /* calls in a row that launched that path whole with those graphs; pfused builds */
   uint64_t *argvals; int nargvals;   /* argument values the graph holds now */
   uint64_t *plan;                    /* offsets of the segment's new buffers */
   gt_ckpt *ckpt; int nckpt;          /* pool state after the segment */
@@ -233,6 +236,8 @@ struct gt_tree {
   gt_node **nodes; int nnodes, nodecap;
   int calls, warmups, replays, eager, updates, skips, recorded, limit_hit, records;
   int kfused;                        /* keyed hits that launched their path as one graph (keyed.c) */
+  int npend;                         /* replayed segments whose graphs are not launched yet: the last npend of path */
+  int pfused;                        /* calls whose replayed path launched as one graph (tree.c) */
   gt_call_info hist[GT_HISTORY];     /* ring of the last calls */
   gt_call_info at_begin;             /* counters when the call began */
   double begin_us;
@@ -269,6 +274,18 @@ struct gt_tree {
   struct gt_floorpath *fpaths; int nfpaths, fpathcap;   /* stats.c: the paths a floor launches in turn */
   void (*floor_free)(struct gt_tree *t);   /* frees them (stats.c sets it: the tree does not call up into stats.c) */
 };
+
+/* keyed.c: whether a path of np segments can be launched as one graph, and
+   that graph (GT_ERR out of host memory, else a backend status). */
+int gt_path_fusable(gt_node *const *path, int np);
+int gt_path_fuse(gt_backend *be, gt_node *const *path, int np, gt_bgraph **out);
+/* tree.c: launches the call's replayed segments not launched yet (in order,
+   or as one graph): before anything that needs them to have run. */
+int gt_tree_launch_pending(gt_tree *t);
+static inline int gt_pending(gt_runtime *rt) {
+  return rt->active && rt->active->npend ? gt_tree_launch_pending(rt->active) : GT_OK;
+}
+
 
 /* A tree call's buffer struct made afresh, every field written (a memset
    or a struct literal of it compiles to rep stos, slow at this size; the

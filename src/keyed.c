@@ -200,13 +200,13 @@ int gt_tree_keyed_confirm(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
 
 /* -- One graph for the path ------------------------------------------------ */
 
-/* Whether k's path can be one graph: several segments, each with its
-   recording (launches, the values its graph holds, the arguments as queued)
-   and no conditional node (their bodies are graphs of their own). */
-static int fusable(const gt_keyed *k) {
-  if (k->npath < 2) return 0;
-  for (int d = 0; d < k->npath; d++) {
-    const gt_node *n = k->path[d];
+/* Whether a path of np segments can be one graph: several segments, each
+   with its recording (launches, the values its graph holds, the arguments
+   as queued) and no conditional node (their bodies are graphs of their own). */
+int gt_path_fusable(gt_node *const *path, int np) {
+  if (np < 2) return 0;
+  for (int d = 0; d < np; d++) {
+    const gt_node *n = path[d];
     if (!n->graph || !n->launches || !n->qargs || !n->argvals || n->nlaunch < 1 || n->nsig != n->nlaunch) return 0;
     const gt_qlaunch *last = &n->launches[n->nlaunch - 1];
     if (n->nargvals < last->arg0 + last->nargs) return 0;
@@ -220,17 +220,16 @@ static int fusable(const gt_keyed *k) {
    for the previous segment's launches that nothing in it waits for), built
    by the backend into *out.  GT_ERR when out of host memory; a backend
    status otherwise. */
-static int fuse_build(gt_keyed *k, gt_bgraph **out) {
-  gt_backend *be = &k->t->rt->be;
+int gt_path_fuse(gt_backend *be, gt_node *const *path, int np, gt_bgraph **out) {
   int total = 0, nvals = 0, nedges = 0, ecap, st = GT_BOK;
-  for (int d = 0; d < k->npath; d++) total += k->path[d]->nlaunch, nvals += k->path[d]->nargvals;
+  for (int d = 0; d < np; d++) total += path[d]->nlaunch, nvals += path[d]->nargvals;
   gt_gnode *g = calloc((size_t)total, sizeof *g);
   uint64_t *vals = malloc((size_t)(nvals ? nvals : 1) * sizeof *vals);
   void **ptrs = malloc((size_t)(nvals ? nvals : 1) * sizeof *ptrs);
-  int **segdeps = calloc((size_t)k->npath, sizeof *segdeps), *waited = calloc((size_t)total, sizeof *waited), *edges = NULL;
+  int **segdeps = calloc((size_t)np, sizeof *segdeps), *waited = calloc((size_t)total, sizeof *waited), *edges = NULL;
   if (!g || !vals || !ptrs || !segdeps || !waited) { st = GT_ERR; goto done; }
-  for (int d = 0, base = 0, vbase = 0; d < k->npath; d++) {   /* each segment's nodes and edges, as recorded */
-    gt_node *n = k->path[d];
+  for (int d = 0, base = 0, vbase = 0; d < np; d++) {   /* each segment's nodes and edges, as recorded */
+    gt_node *n = path[d];
     gt_queue q = { .l = n->launches, .n = n->nlaunch, .args = n->qargs, .nargs = n->nargvals };
     memcpy(vals + vbase, n->argvals, (size_t)n->nargvals * sizeof *vals);
     for (int i = 0; i < n->nlaunch; i++)
@@ -246,8 +245,8 @@ static int fuse_build(gt_keyed *k, gt_bgraph **out) {
   edges = malloc((size_t)ecap * sizeof *edges);
   if (!edges) { st = GT_ERR; goto done; }
   int ne = 0;
-  for (int d = 0, base = 0, prev = -1; d < k->npath; d++) {    /* global indices; the joins between segments */
-    int nl = k->path[d]->nlaunch;
+  for (int d = 0, base = 0, prev = -1; d < np; d++) {    /* global indices; the joins between segments */
+    int nl = path[d]->nlaunch;
     for (int i = base; i < base + nl; i++) {
       const int *local = g[i].deps;
       int nd = g[i].ndeps, e0 = ne;
@@ -266,7 +265,7 @@ static int fuse_build(gt_keyed *k, gt_bgraph **out) {
   for (int i = 0; i < total; i++) g[i].deps = g[i].ndeps ? edges + (intptr_t)g[i].deps : NULL;
   st = be->graph_create(be, g, total, out);
 done:
-  for (int d = 0; segdeps && d < k->npath; d++) free(segdeps[d]);
+  for (int d = 0; segdeps && d < np; d++) free(segdeps[d]);
   free(segdeps); free(waited); free(edges); free(g); free(vals); free(ptrs);
   return st;
 }
@@ -297,8 +296,11 @@ static void keyed_trim_all(gt_tree *t) {
 static void maybe_fuse(gt_keyed *k) {
   drop_stale(k);
   if (k->builds >= FUSE_BUILDS || k->fused || ++k->clean < FUSE_AFTER) return;
-  if (!fusable(k) || (!k->fver && !(k->fver = malloc((size_t)k->npath * sizeof *k->fver)))) { k->builds = FUSE_BUILDS; return; }
-  if (fuse_build(k, &k->fused) != GT_BOK) { k->fused = NULL; k->builds = FUSE_BUILDS; return; }
+  if (!gt_path_fusable(k->path, k->npath) || (!k->fver && !(k->fver = malloc((size_t)k->npath * sizeof *k->fver)))) {
+    k->builds = FUSE_BUILDS;
+    return;
+  }
+  if (gt_path_fuse(&k->t->rt->be, k->path, k->npath, &k->fused) != GT_BOK) { k->fused = NULL; k->builds = FUSE_BUILDS; return; }
   k->builds++;
   for (int d = 0; d < k->npath; d++) k->fver[d] = k->path[d]->gver;
 }

@@ -39,7 +39,13 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   return t;
 }
 
+static void drop_pfused(gt_tree *t, gt_node *n) {
+  if (n->pfused) { t->rt->be.graph_destroy(&t->rt->be, n->pfused); n->pfused = NULL; }
+  n->pclean = 0;
+}
+
 static void drop_graph(gt_tree *t, gt_node *n) {
+  drop_pfused(t, n);
   if (n->graph) { t->rt->be.graph_destroy(&t->rt->be, n->graph); n->graph = NULL; n->gver++; t->recorded--; }
   free(n->argvals); free(n->plan); free(n->ckpt); free(n->launches);
   n->argvals = NULL; n->plan = NULL; n->ckpt = NULL; n->launches = NULL; n->nckpt = n->nargvals = 0;
@@ -57,7 +63,7 @@ static void release_call_bufs(gt_tree *t) { t->nbufs = 0; }
 static void free_node(gt_tree *t, gt_node *n) {
   drop_graph(t, n);
   gt_explain_free(n);
-  free(n->kids); free(n->label); free(n->skip); free(n);
+  free(n->kids); free(n->label); free(n->skip); free(n->pfver); free(n);
 }
 
 /* Lua's tree object was collected: graphs, nodes and memory go now; the
@@ -145,6 +151,7 @@ int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   t->npatched = 0;
   t->nrels = 0;
   t->eager_call = 0;
+  t->npend = 0;
   gt_cursor_start(t, &t->root);
   if (t->nstage) memset(t->pinned, 0, t->nstage);
   if (GT_GROW(t->segstart, t->segcap, 1)) return gt_fail(rt, "out of host memory");
@@ -316,7 +323,76 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     free(g); free(deps); free(ptrs);
     if (st != GT_BOK) { n->graph = NULL; t->recorded--; return gt_fail_be(t->rt, "graph update"); }
   }
-  return gt_tree_launch_graph(t, n) ? GT_ERR : refused ? GT_V_UPDATE : GT_V_REPLAY;
+  if (t->rt->profile) {                 /* (profiled: each graph launched and timed at its segment's end) */
+    if (gt_tree_launch_graph(t, n)) return GT_ERR;
+  } else t->npend++;                    /* launched when something needs it to have run: gt_tree_launch_pending */
+  return refused ? GT_V_UPDATE : GT_V_REPLAY;
+}
+
+/* -- Deferred launches ------------------------------------------------------
+   A replayed segment's graph is launched when something needs it to have
+   run, not at its segment's end: before a segment that runs otherwise
+   (warmup, record, eager), before the host reads or writes device memory or
+   waits for the device (gt_pending: gt_sync, gt_buf_read, gt_buf_write),
+   and at the call's end.  Nothing can tell the difference (the device runs
+   one stream in order), and a call whose every segment replayed launches
+   them together: as one graph (the path's, kept on its last node) once
+   PFUSE_AFTER calls in a row have taken that path with the same graphs
+   (gt_node.gver), at most PFUSE_BUILDS times a node, as keyed.c does for
+   keyed hits.  The branch scenario: two graph launches a call become one. */
+enum { PFUSE_AFTER = 8, PFUSE_BUILDS = 4 };
+
+/* Whether the path whose last node is leaf still has the graphs its
+   versions were taken from (walking up from leaf: the path is its ancestry). */
+static int path_same(const gt_node *leaf) {
+  const gt_node *n = leaf;
+  for (int d = leaf->pfn - 1; d >= 0; d--, n = n->parent) if (!n || n->gver != leaf->pfver[d]) return 0;
+  return n == NULL || n->parent == NULL;   /* (the root's node, or none: the path began there) */
+}
+
+/* After the whole path p[0..np) was launched graph by graph: counts the
+   calls in a row that did so with the same graphs, and builds the one graph
+   after PFUSE_AFTER of them. */
+static void note_whole(gt_tree *t, gt_node *leaf, gt_node *const *p, int np) {
+  if (leaf->pfn == np && leaf->pfver && path_same(leaf)) leaf->pclean++;
+  else {
+    uint32_t *v = leaf->pfn == np ? leaf->pfver : realloc(leaf->pfver, (size_t)np * sizeof *v);
+    if (!v) return;
+    leaf->pfver = v;
+    leaf->pfn = np;
+    for (int d = 0; d < np; d++) v[d] = p[d]->gver;
+    leaf->pclean = 1;
+  }
+  if (leaf->pclean < PFUSE_AFTER || leaf->pfused || leaf->pbuilds >= PFUSE_BUILDS) return;
+  leaf->pbuilds++;
+  if (!gt_path_fusable(p, np) || gt_path_fuse(&t->rt->be, p, np, &leaf->pfused) != GT_BOK) {
+    leaf->pfused = NULL;
+    leaf->pbuilds = PFUSE_BUILDS;       /* (never again for this path) */
+  }
+}
+
+int gt_tree_launch_pending(gt_tree *t) {
+  int np = t->npend;
+  if (!np) return GT_OK;
+  t->npend = 0;
+  gt_node *const *p = t->path + t->npath - np;
+  gt_node *leaf = p[np - 1];
+  int whole = np == t->npath && np > 1;
+  if (whole && leaf->pfused) {
+    if (leaf->pfn == np && path_same(leaf)) {
+      gt_backend *be = &t->rt->be;
+      if (be->graph_launch(be, leaf->pfused) != GT_BOK) return gt_fail_be(t->rt, "graph launch");
+      t->pfused++;
+      gt_buf_settle(t->rt);
+      return GT_OK;
+    }
+    drop_pfused(t, leaf);               /* a graph of the path changed: launched one by one again, and counted anew */
+    leaf->pfn = 0;
+  }
+  for (int i = 0; i < np; i++) if (gt_tree_launch_graph(t, p[i])) return GT_ERR;
+  if (whole) note_whole(t, leaf, p, np);
+  gt_buf_settle(t->rt);
+  return GT_OK;
 }
 
 /* -- Segment end --------------------------------------------------------- */
@@ -466,7 +542,7 @@ static int next_segment(gt_tree *t) {
   t->segstart[t->depth] = t->nbufs;
   t->nrels = 0;
   gt_queue_clear(&t->q);
-  gt_buf_settle(t->rt);
+  if (!t->npend) gt_buf_settle(t->rt);   /* (memory released in the segment waits for its graph's launch) */
   gt_lane_start(t);
   return GT_OK;
 }
@@ -496,6 +572,7 @@ int gt_tree_flush(gt_runtime *rt) {
   t->lane_call |= rt->lane.lazy > 0;
   if (mode != GT_V_REPLAY || gt_cursor_dirty(t, n) < 0) gt_lane_sync(t);   /* a replay patches only launches the core queued */
   if (mode != GT_V_REPLAY || !hit) gt_queue_note_writes(t);   /* (the cursor's replay marked them: gt_cursor_arg) */
+  if (mode != GT_V_REPLAY && t->npend && gt_tree_launch_pending(t)) return GT_ERR;   /* (they run first) */
   int created = !n && mode != GT_V_UPDATE;
   if (mode == GT_V_UPDATE) (n = upd)->key = key.full;
   else if (created && !(n = new_node(t, parent, key))) return GT_ERR;
@@ -534,6 +611,7 @@ int gt_tree_end(gt_runtime *rt) {
   gt_tree *t = rt->active;        /* (gt_tree_flush queues the lane's launches if it must) */
   if (!t) return GT_OK;
   int st = gt_tree_flush(rt);
+  if (st == GT_OK) st = gt_tree_launch_pending(t);
   if (st != GT_OK) { gt_tree_abort(rt); return GT_ERR; }
   gt_tree_finish_call(t);
   return GT_OK;
@@ -546,7 +624,7 @@ uint32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager) {
 int gt_tree_return(gt_runtime *rt, int nwarn) {
   gt_tree *t = rt->active;        /* (gt_tree_flush queues the lane's launches if it must) */
   if (!t) return 0;
-  if (gt_tree_flush(rt)) return GT_ERR;
+  if (gt_tree_flush(rt) || gt_tree_launch_pending(t)) return GT_ERR;
   /* the first call (of the first few) to replay through the lane after one
      that did not: LuaJIT's traces formed on the recording calls' path */
   int jit = t->lane_call && !t->lane_prev && t->jit_flushes < GT_JIT_FLUSHES ? 16 : 0;
@@ -569,6 +647,7 @@ void gt_tree_abort(gt_runtime *rt) {
   gt_lane_close(rt);
   rt->lane.lazy = 0;                 /* (dropped with the queue) */
   gt_queue_clear(&t->q);
+  gt_tree_launch_pending(t);         /* (the segments before the error ran, as they would have at their ends) */
   gt_buf_settle(rt);
   t->nrels = 0;
   note_call(t);
@@ -596,6 +675,8 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
     if (rec[i]->graph) { drop_graph(t, rec[i]); drop_below(t, rec[i]); dropped++; }
   free(rec);
   if (dropped && t->keyed_trim) t->keyed_trim(t);
+  for (int i = 0; dropped && i < t->nnodes; i++)     /* the one graphs of paths that lost a graph */
+    if (t->nodes[i]->pfused && !path_same(t->nodes[i])) drop_pfused(t, t->nodes[i]);
   uint64_t end = 0;
   for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph && t->nodes[i]->plan_end > end) end = t->nodes[i]->plan_end;
   /* the last call's outputs stay valid where every segment of its path kept

@@ -179,6 +179,7 @@ tree(...) -> fn(...)'s results
   ["tree:stats"] = [[
 tree:stats() -> a plain table
   { name, where, calls, nodes, recorded, warmups, replays, eager, updates,
+    fused (calls whose replayed path of several segments launched as one graph),
     skipped, skips = {[reason] = visits}, depth (levels), roots = {ids},
     pool = {reserved, in_use, high_water},                       -- bytes
     node = {[id] = {id, parent, depth, children, label, kernels, visits,

@@ -21,6 +21,7 @@
 --   nodes             nodes (segments) in the tree
 --   recorded          nodes that hold a graph now
 --   warmups, replays, eager, updates   visits of each kind, all nodes together
+--   fused             calls whose replayed path of several segments was launched as one graph
 --   skipped           eager visits (all reasons); skips: { [reason] = visits }
 --   depth             levels of the tree: the deepest node's depth + 1 (0: no nodes)
 --   pool              { reserved, in_use, high_water }: bytes of the tree's pool
@@ -100,7 +101,7 @@ end
 -- -- JSON ----------------------------------------------------------------------------
 
 local KEY_ORDER = { "format", "id", "name", "where", "parent", "depth", "children", "label", "kernels", "calls",
-  "nodes", "recorded", "visits", "warmups", "replays", "eager", "updates", "skip", "skipped", "skips", "pool",
+  "nodes", "recorded", "visits", "warmups", "replays", "eager", "updates", "fused", "skip", "skipped", "skips", "pool",
   "reserved", "in_use", "high_water", "record_us", "instantiate_us", "replay_cpu_us", "gpu_us", "planned_bytes",
   "checkpoint_bytes", "reusable_bytes", "last_call", "shapes", "why", "cut", "roots", "node" }
 

@@ -566,7 +566,7 @@ function Tree:stats()
   local r = {
     name = self.name, where = self.where, calls = s.calls, nodes = s.nodes, recorded = s.recorded,
     warmups = s.warmups, replays = s.replays, eager = s.eager, updates = s.updates,
-    skips = skip_table(self._t), skipped = s.skips, depth = s.depth,
+    skips = skip_table(self._t), skipped = s.skips, depth = s.depth, fused = s.path_fused,
     pool = { reserved = tonumber(s.reserved), in_use = tonumber(s.in_use), high_water = tonumber(s.high_water) },
     node = {},
   }
