@@ -4,12 +4,13 @@
 -- inputs), host reads that branch (item), device-side branches (gt.cond,
 -- gt.loop), syncs, clones and fills inside a call, norms, row reductions,
 -- i32 ids, matmul, gt.scope and free, host copies into tensors and
--- t:copy.  Each seed calls its tree one way:
+-- t:copy, user kernels (direct and bound launches).  Each seed calls its
+-- tree one way:
 -- inputs fed back, fresh tensors every call, the same tensors refilled
 -- between calls, inputs in a table, one tensor as both inputs, copied
 -- inputs, a swapped static weight, buckets over a changing row count, keyed
 -- calls (with buckets, with copied inputs too), a low recording limit, two
--- trees in a row; trims between calls.
+-- trees in a row, row counts that change without buckets; trims between calls.
 -- The same function runs in the tree and outside any tree; every output
 -- and the inputs after the call must agree.  Used by spec/fuzz_spec.lua
 -- (fixed seeds) and scripts/fuzz.sh wide.
@@ -24,16 +25,28 @@ local function rng(seed) return require("spec.fuzz").rng(seed, true) end
 
 local UNARY = { "relu", "tanh", "sigmoid", "gelu" }
 
+-- User kernels (gt.compile): launched directly and through bound launchers,
+-- the generic launch path beside gt.ops's lean one.  In place on y too.
+local K = gt.compile([[
+__global__ void fz_axpb(float *y, const float *x, int n, float a, float b) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = a * x[i] + b;
+}
+__global__ void fz_mix(float *y, const float *a, const float *b, const float *c, int n, float s) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = a[i] * s + b[i] - c[i] * 0.5f;
+}
+]], { name = "fuzz_wide.cu" })
+local mix_bound = K.fz_mix:config(2, 32)
+
 -- How a seed calls its tree (MODES[r(#MODES)]).
 M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keyed", "limit", "alias", "pair",
-            "keyed+buckets", "keyed+copy" }
+            "keyed+buckets", "keyed+copy", "shapes" }
 
 -- Every instruction fills the next register with a {rows, COLS} tensor or
 -- nothing; registers 1 and 2 are the inputs.
 local function gen(r, mode)
   local prog, nreg = {}, 2
   for _ = 1, 6 + r(12) do
-    local k, ins = r(26), nil
+    local k, ins = r(29), nil
     if k <= 2 then ins = { "un", UNARY[r(#UNARY)], r(nreg) }
     elseif k == 3 then ins = { "add", r(nreg), r(nreg) }
     elseif k == 4 then ins = { "axpb", r(nreg) }
@@ -58,6 +71,9 @@ local function gen(r, mode)
     elseif k == 23 then ins = { "freed", r(nreg) }                              -- a temporary freed, then more made
     elseif k == 24 then ins = { "hostrow", r(nreg), r(5) }                      -- a host copy into a register's first row
     elseif k == 25 then ins = { "tcopy", r(nreg), r(nreg) }                     -- t:copy(src) between registers
+    elseif k == 26 then ins = { "kern", r(nreg), r(2) == 1 }                    -- a user kernel, into a new tensor or in place
+    elseif k == 27 then ins = { "kmix", r(nreg), r(nreg), r(nreg) }             -- a bound user kernel of three inputs
+    elseif k == 28 then ins = { "kscal", r(nreg) }                              -- a user kernel whose scalar is the call's
     else ins = { "mulv", r(nreg), r(nreg) } end
     if ins[1] == "fill" and ins[2] <= 2 then ins[1] = "clone" end
     ins.cond = r(4) == 1 and r(2) or nil     -- only on calls whose route bit is set
@@ -121,6 +137,23 @@ local function body(p, env, a, b)
     elseif op == "tcopy" then
       local y = regs[ins[3]]
       if x and y then x:copy(y) end
+    elseif op == "kern" then
+      if x then
+        local y = ins[3] and x or gt.tensor(x.shape)
+        K.fz_axpb(2, 64, y, x, x.numel, 0.75, 0.125)
+        res = y
+      end
+    elseif op == "kmix" then
+      local y, z = regs[ins[3]], regs[ins[4]]
+      if x and y and z then
+        res = gt.tensor(x.shape)
+        mix_bound(res, x, y, z, x.numel, 1.5)
+      end
+    elseif op == "kscal" then
+      if x then
+        res = gt.tensor(x.shape)
+        K.fz_axpb(1, 128, res, x, x.numel, env.scale, 1)
+      end
     elseif op == "scope" then
       res = x and gt.scope(function()
         local t = ops.tanh(ops.linear(x, env.W, env.b))
@@ -232,7 +265,7 @@ function M.check(seed, calls)
   for call = 1, calls do
     local route, scale = { r(2) == 1, r(2) == 1 }, (r(5) - 3) * 0.25
     if mode == "swap" and r(3) == 1 then tenv.W = tenv.W == W and W2 or W end
-    if bucketed then
+    if bucketed or mode == "shapes" then   -- (shapes: each row count its own recordings)
       rows = r(4)
       ta, tb = input(seed * 31 + call), input(seed * 37 + call)
       ea, eb = ta:clone(), tb:clone()
