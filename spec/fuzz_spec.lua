@@ -49,6 +49,24 @@ describe("trees against eager runs over more of the API (fuzz_wide)", function()
   end)
 end)
 
+describe("trees against eager runs, paths launched as one graph (fuzz_wide, steady)", function()
+  quiet()
+  it("agree on the steady programs of 400 seeds over 40 calls each, some calls launching their path as one graph", function()
+    local bad, fused, n = {}, 0, 0
+    for seed = 1, 400 do
+      local _, mode = FW.program(seed)
+      if mode == "steady" then
+        n = n + 1
+        local msg, s = FW.check(seed, 40)
+        if msg then bad[#bad + 1] = msg else fused = fused + s.fused end
+      end
+    end
+    assert.are.same({}, bad)
+    assert.is_true(n >= 10, "only " .. n .. " steady seeds")
+    assert.is_true(fused > 0, "no call launched its path as one graph")
+  end)
+end)
+
 describe("trees against eager runs over more of the API, many seeds (fuzz_wide) #slow", function()
   quiet()
   it("agree on 1500 random step functions over 12 calls each", function()

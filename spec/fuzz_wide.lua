@@ -10,7 +10,9 @@
 -- between calls, inputs in a table, one tensor as both inputs, copied
 -- inputs, a swapped static weight, buckets over a changing row count, keyed
 -- calls (with buckets, with copied inputs too), a low recording limit, two
--- trees in a row, row counts that change without buckets; trims between calls.
+-- trees in a row, row counts that change without buckets, the same inputs
+-- every call with no host reads (paths launched as one graph); trims
+-- between calls.
 -- The same function runs in the tree and outside any tree; every output
 -- and the inputs after the call must agree.  Used by spec/fuzz_spec.lua
 -- (fixed seeds) and scripts/fuzz.sh wide.
@@ -39,7 +41,7 @@ local mix_bound = K.fz_mix:config(2, 32)
 
 -- How a seed calls its tree (MODES[r(#MODES)]).
 M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keyed", "limit", "alias", "pair",
-            "keyed+buckets", "keyed+copy", "shapes" }
+            "keyed+buckets", "keyed+copy", "shapes", "steady" }
 
 -- Every instruction fills the next register with a {rows, COLS} tensor or
 -- nothing; registers 1 and 2 are the inputs.
@@ -76,6 +78,9 @@ local function gen(r, mode)
     elseif k == 28 then ins = { "kscal", r(nreg) }                              -- a user kernel whose scalar is the call's
     else ins = { "mulv", r(nreg), r(nreg) } end
     if ins[1] == "fill" and ins[2] <= 2 then ins[1] = "clone" end
+    if mode == "steady" and (ins[1] == "item" or ins[1] == "sync" or ins[1] == "hostrow") then
+      ins = { "cut" }                      -- (steady: no host reads or writes, so whole paths replay and fuse)
+    end
     ins.cond = r(4) == 1 and r(2) or nil     -- only on calls whose route bit is set
     prog[#prog + 1] = ins
     nreg = nreg + 1
@@ -264,6 +269,7 @@ function M.check(seed, calls)
   local log = {}
   for call = 1, calls do
     local route, scale = { r(2) == 1, r(2) == 1 }, (r(5) - 3) * 0.25
+    if mode == "steady" then route[1], scale = true, 0.25 end   -- (two paths, no scalar to patch)
     if mode == "swap" and r(3) == 1 then tenv.W = tenv.W == W and W2 or W end
     if bucketed or mode == "shapes" then   -- (shapes: each row count its own recordings)
       rows = r(4)
@@ -278,7 +284,7 @@ function M.check(seed, calls)
       ea, eb = ta:clone(), tb:clone()
     end
     log[#log + 1] = (route[1] and "1" or "0") .. (route[2] and "1" or "0")
-    if r(10) == 1 then                   -- a trim may take the last outputs' memory: then they are stale, and fresh copies go in
+    if r(mode == "steady" and 40 or 10) == 1 then   -- a trim may take the last outputs' memory: then they are stale, and fresh copies go in
       step:trim(r(2) - 1); log[#log + 1] = "trim"
       if ta:is_stale() or tb:is_stale() then   -- (both sides lose any sharing between the two inputs alike)
         local same = ea == eb
