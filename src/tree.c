@@ -323,9 +323,12 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     free(g); free(deps); free(ptrs);
     if (st != GT_BOK) { n->graph = NULL; t->recorded--; return gt_fail_be(t->rt, "graph update"); }
   }
-  if (t->rt->profile) {                 /* (profiled: each graph launched and timed at its segment's end) */
-    if (gt_tree_launch_graph(t, n)) return GT_ERR;
-  } else t->npend++;                    /* launched when something needs it to have run: gt_tree_launch_pending */
+  /* launched when something needs it to have run (gt_tree_launch_pending,
+     which finds it at the path's end: room for it there first); profiled:
+     each graph launched and timed at its segment's end */
+  if (t->rt->profile || GT_GROW(t->path, t->pathcap, t->npath + 1)) {
+    if (gt_tree_launch_pending(t) || gt_tree_launch_graph(t, n)) return GT_ERR;   /* (in order) */
+  } else t->npend++;
   return refused ? GT_V_UPDATE : GT_V_REPLAY;
 }
 
