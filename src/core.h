@@ -189,6 +189,18 @@ typedef struct gt_asig { uint64_t id; int64_t off, nbytes; int role, write; cons
 typedef struct gt_rsig { uint32_t rel; int32_t seg, idx; } gt_rsig;
 typedef struct gt_skip { char *reason; int count; } gt_skip;
 
+/* A path of segments kept as one graph (keyed.c: keyed hits, tree.c's
+   deferred launches): built once GT_PATHG_AFTER launches of the path segment
+   by segment found its graphs unchanged (gt_node.gver), at most
+   GT_PATHG_BUILDS times; it holds what the path's graphs held then, so it
+   is launched only while they still do (gt_pathg_ok). */
+typedef struct gt_pathg {
+  gt_bgraph *g;                      /* the one graph, or NULL */
+  uint32_t *ver; int n;              /* the path's gver at its last launch segment by segment (or at the build) */
+  int same, builds;                  /* such launches in a row with those versions; graphs built */
+} gt_pathg;
+enum { GT_PATHG_AFTER = 8, GT_PATHG_BUILDS = 4 };
+
 typedef struct gt_node {
   int id, depth;
   struct gt_node *parent;            /* the tree's root sentinel for a first segment */
@@ -199,9 +211,7 @@ typedef struct gt_node {
   int visits, warmups, records, replays, updates, eager;
   gt_bgraph *graph;
   uint32_t gver;                     /* bumped whenever graph changes (made, patched, updated, dropped): keyed.c's fused graphs */
-  gt_bgraph *pfused;                 /* the call's path from the root to this node as one graph (tree.c's deferred launches) */
-  uint32_t *pfver; int pfn;          /* the path's gver when pfused was built (or last launched whole), its length */
-  int pclean, pbuilds;               /* calls in a row that launched that path whole with those graphs; pfused builds */
+  gt_pathg pg;                       /* the call's path from the root to this node as one graph (tree.c's deferred launches) */
   uint64_t *argvals; int nargvals;   /* argument values the graph holds now */
   uint64_t *plan;                    /* offsets of the segment's new buffers */
   gt_ckpt *ckpt; int nckpt;          /* pool state after the segment */
@@ -275,10 +285,14 @@ struct gt_tree {
   void (*floor_free)(struct gt_tree *t);   /* frees them (stats.c sets it: the tree does not call up into stats.c) */
 };
 
-/* keyed.c: whether a path of np segments can be launched as one graph, and
-   that graph (GT_ERR out of host memory, else a backend status). */
-int gt_path_fusable(gt_node *const *path, int np);
-int gt_path_fuse(gt_backend *be, gt_node *const *path, int np, gt_bgraph **out);
+/* keyed.c: a path's one graph (gt_pathg).  ok: it holds what path p's
+   np graphs hold now; note: p was just launched segment by segment (counts,
+   drops a stale graph, builds one when due); drop: the graph goes (its
+   device memory with it); free: everything goes. */
+int gt_pathg_ok(const gt_pathg *o, gt_node *const *p, int np);
+void gt_pathg_note(gt_backend *be, gt_pathg *o, gt_node *const *p, int np);
+void gt_pathg_drop(gt_backend *be, gt_pathg *o);
+void gt_pathg_free(gt_backend *be, gt_pathg *o);
 /* tree.c: launches the call's replayed segments not launched yet (in order,
    or as one graph): before anything that needs them to have run. */
 int gt_tree_launch_pending(gt_tree *t);

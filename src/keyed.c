@@ -37,31 +37,20 @@ typedef struct kpatch {
 
 typedef struct kout { int ci, seg, idx; uint64_t bytes; } kout;
 
-/* Fusing: after FUSE_AFTER hits in a row with nothing to patch, at most
-   FUSE_BUILDS times for a path (a path whose graphs keep changing stays
-   with one launch a segment). */
-enum { FUSE_AFTER = 8, FUSE_BUILDS = 4 };
-
 struct gt_keyed {
   gt_tree *t;
   gt_node **path; int npath;
   uint64_t *keys;                /* the nodes' keys when saved: a node updated in place since (another static address) bakes in other values */
   kpatch *p; int np, pcap;
   kout *o; int no;
-  gt_bgraph *fused;              /* the path as one graph, or NULL */
-  uint32_t *fver;                /* the path's gt_node.gver when it was built */
-  int clean, builds;             /* hits in a row with nothing to patch; graphs built (FUSE_BUILDS: no more) */
+  gt_pathg pg;                   /* the path as one graph (fused) */
   struct gt_keyed *next;
 };
 
-static void drop_fused(gt_keyed *k) {
-  if (k->fused) k->t->rt->be.graph_destroy(&k->t->rt->be, k->fused);
-  k->fused = NULL;
-}
 
 static void keyed_free(gt_keyed *k) {
-  drop_fused(k);
-  free(k->path); free(k->keys); free(k->p); free(k->o); free(k->fver); free(k);
+  gt_pathg_free(&k->t->rt->be, &k->pg);
+  free(k->path); free(k->keys); free(k->p); free(k->o); free(k);
 }
 
 static void keyed_free_all(gt_tree *t) {
@@ -270,39 +259,54 @@ done:
   return st;
 }
 
-/* Whether k's one graph holds what its segments' graphs hold now. */
-static int fused_valid(const gt_keyed *k) {
-  if (!k->fused) return 0;
-  for (int d = 0; d < k->npath; d++) if (k->path[d]->gver != k->fver[d]) return 0;
+int gt_pathg_ok(const gt_pathg *o, gt_node *const *p, int np) {
+  if (!o->g || o->n != np) return 0;
+  for (int d = 0; d < np; d++) if (p[d]->gver != o->ver[d]) return 0;
   return 1;
 }
 
-/* k's one graph, if its segments' graphs changed since it was built, with
-   its device memory; a new row of clean hits starts. */
-static void drop_stale(gt_keyed *k) {
-  if (k->fused && !fused_valid(k)) { drop_fused(k); k->clean = 0; }
+void gt_pathg_drop(gt_backend *be, gt_pathg *o) {
+  if (o->g) be->graph_destroy(be, o->g);
+  o->g = NULL;
+  o->same = 0;
 }
 
-/* A trim: the one graphs whose segments' graphs it dropped go too (such a
-   path fuses again once it replays anew). */
-static void keyed_trim_all(gt_tree *t) {
-  for (gt_keyed *k = t->keyed; k; k = k->next) drop_stale(k);
+void gt_pathg_free(gt_backend *be, gt_pathg *o) {
+  gt_pathg_drop(be, o);
+  free(o->ver);
+  *o = (gt_pathg){ 0 };
 }
 
-/* After a hit that patched nothing and launched the segments: the path as
-   one graph, once FUSE_AFTER hits in a row have patched nothing since its
-   graphs last changed (a failed build, or FUSE_BUILDS of them, stop it for
-   good; the hit itself has run). */
-static void maybe_fuse(gt_keyed *k) {
-  drop_stale(k);
-  if (k->builds >= FUSE_BUILDS || k->fused || ++k->clean < FUSE_AFTER) return;
-  if (!gt_path_fusable(k->path, k->npath) || (!k->fver && !(k->fver = malloc((size_t)k->npath * sizeof *k->fver)))) {
-    k->builds = FUSE_BUILDS;
-    return;
+/* After p was launched segment by segment: a stale one graph goes (its
+   segments' graphs changed since it was built); a row of such launches
+   with the same graphs is counted, and after GT_PATHG_AFTER of them the
+   path is built as one graph (a failed build, or GT_PATHG_BUILDS of them,
+   stop it for good; this launch has run). */
+void gt_pathg_note(gt_backend *be, gt_pathg *o, gt_node *const *p, int np) {
+  if (o->g && !gt_pathg_ok(o, p, np)) gt_pathg_drop(be, o);
+  int same = o->ver && o->n == np;
+  for (int d = 0; same && d < np; d++) same = p[d]->gver == o->ver[d];
+  if (same) o->same++;
+  else {
+    uint32_t *v = o->n == np ? o->ver : realloc(o->ver, (size_t)np * sizeof *v);
+    if (!v) return;
+    o->ver = v;
+    o->n = np;
+    for (int d = 0; d < np; d++) v[d] = p[d]->gver;
+    o->same = 1;
   }
-  if (gt_path_fuse(&k->t->rt->be, k->path, k->npath, &k->fused) != GT_BOK) { k->fused = NULL; k->builds = FUSE_BUILDS; return; }
-  k->builds++;
-  for (int d = 0; d < k->npath; d++) k->fver[d] = k->path[d]->gver;
+  if (o->same < GT_PATHG_AFTER || o->g || o->builds >= GT_PATHG_BUILDS) return;
+  o->builds++;
+  if (!gt_path_fusable(p, np) || gt_path_fuse(be, p, np, &o->g) != GT_BOK) {
+    o->g = NULL;
+    o->builds = GT_PATHG_BUILDS;
+  }
+}
+
+/* A trim that dropped graphs: the one graphs go too, with their device
+   memory (a path fuses again once it repeats), as the tree's own do. */
+static void keyed_trim_all(gt_tree *t) {
+  for (gt_keyed *k = t->keyed; k; k = k->next) gt_pathg_drop(&t->rt->be, &k->pg);
 }
 
 /* Patch p's value for this call's arguments ins. */
@@ -347,10 +351,9 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
     clean = 0;
   }
   if (gt_tree_grow_path(t, k->npath)) return gt_fail(rt, "out of host memory");
-  if (!clean) k->clean = 0;
-  if (clean && !rt->profile && fused_valid(k)) {   /* the path as one graph */
+  if (clean && !rt->profile && gt_pathg_ok(&k->pg, k->path, k->npath)) {   /* the path as one graph */
     gt_backend *be = &rt->be;
-    if (be->graph_launch(be, k->fused) != GT_BOK) return gt_fail_be(rt, "graph launch");
+    if (be->graph_launch(be, k->pg.g) != GT_BOK) return gt_fail_be(rt, "graph launch");
     for (int e = 0; e < k->npath; e++) note_replay(t, k, e);
     t->kfused++;
     return keyed_end(t, k, ins, outb);
@@ -371,7 +374,7 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
     n->argvals[p->slot] = v;
     if (gt_tree_patch_node(t, p->node, n, p->launch)) return GT_ERR;
   }
-  if (clean && !rt->profile) maybe_fuse(k);
+  if (!rt->profile && k->npath > 1) gt_pathg_note(&rt->be, &k->pg, k->path, k->npath);   /* (a patch changed its versions: a new row) */
   return keyed_end(t, k, ins, outb);
 }
 

@@ -39,13 +39,8 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   return t;
 }
 
-static void drop_pfused(gt_tree *t, gt_node *n) {
-  if (n->pfused) { t->rt->be.graph_destroy(&t->rt->be, n->pfused); n->pfused = NULL; }
-  n->pclean = 0;
-}
-
 static void drop_graph(gt_tree *t, gt_node *n) {
-  drop_pfused(t, n);
+  gt_pathg_drop(&t->rt->be, &n->pg);
   if (n->graph) { t->rt->be.graph_destroy(&t->rt->be, n->graph); n->graph = NULL; n->gver++; t->recorded--; }
   free(n->argvals); free(n->plan); free(n->ckpt); free(n->launches);
   n->argvals = NULL; n->plan = NULL; n->ckpt = NULL; n->launches = NULL; n->nckpt = n->nargvals = 0;
@@ -63,7 +58,8 @@ static void release_call_bufs(gt_tree *t) { t->nbufs = 0; }
 static void free_node(gt_tree *t, gt_node *n) {
   drop_graph(t, n);
   gt_explain_free(n);
-  free(n->kids); free(n->label); free(n->skip); free(n->pfver); free(n);
+  gt_pathg_free(&t->rt->be, &n->pg);
+  free(n->kids); free(n->label); free(n->skip); free(n);
 }
 
 /* Lua's tree object was collected: graphs, nodes and memory go now; the
@@ -339,61 +335,25 @@ static int replay(gt_tree *t, gt_node *n, int first) {
    waits for the device (gt_pending: gt_sync, gt_buf_read, gt_buf_write),
    and at the call's end.  Nothing can tell the difference (the device runs
    one stream in order), and a call whose every segment replayed launches
-   them together: as one graph (the path's, kept on its last node) once
-   PFUSE_AFTER calls in a row have taken that path with the same graphs
-   (gt_node.gver), at most PFUSE_BUILDS times a node, as keyed.c does for
-   keyed hits.  The branch scenario: two graph launches a call become one. */
-enum { PFUSE_AFTER = 8, PFUSE_BUILDS = 4 };
-
-/* Whether the path whose last node is leaf still has the graphs its
-   versions were taken from (walking up from leaf: the path is its ancestry). */
-static int path_same(const gt_node *leaf) {
-  const gt_node *n = leaf;
-  for (int d = leaf->pfn - 1; d >= 0; d--, n = n->parent) if (!n || n->gver != leaf->pfver[d]) return 0;
-  return n == NULL || n->parent == NULL;   /* (the root's node, or none: the path began there) */
-}
-
-/* After the whole path p[0..np) was launched graph by graph: counts the
-   calls in a row that did so with the same graphs, and builds the one graph
-   after PFUSE_AFTER of them. */
-static void note_whole(gt_tree *t, gt_node *leaf, gt_node *const *p, int np) {
-  if (leaf->pfn == np && leaf->pfver && path_same(leaf)) leaf->pclean++;
-  else {
-    uint32_t *v = leaf->pfn == np ? leaf->pfver : realloc(leaf->pfver, (size_t)np * sizeof *v);
-    if (!v) return;
-    leaf->pfver = v;
-    leaf->pfn = np;
-    for (int d = 0; d < np; d++) v[d] = p[d]->gver;
-    leaf->pclean = 1;
-  }
-  if (leaf->pclean < PFUSE_AFTER || leaf->pfused || leaf->pbuilds >= PFUSE_BUILDS) return;
-  leaf->pbuilds++;
-  if (!gt_path_fusable(p, np) || gt_path_fuse(&t->rt->be, p, np, &leaf->pfused) != GT_BOK) {
-    leaf->pfused = NULL;
-    leaf->pbuilds = PFUSE_BUILDS;       /* (never again for this path) */
-  }
-}
+   them together: as one graph (gt_pathg, kept on the path's last node: the
+   path is its ancestry), as keyed.c does for keyed hits.  The branch
+   scenario: two graph launches a call become one. */
 
 int gt_tree_launch_pending(gt_tree *t) {
   int np = t->npend;
   if (!np) return GT_OK;
   t->npend = 0;
   gt_node *const *p = t->path + t->npath - np;
-  gt_node *leaf = p[np - 1];
+  gt_pathg *pg = &p[np - 1]->pg;
+  gt_backend *be = &t->rt->be;
   int whole = np == t->npath && np > 1;
-  if (whole && leaf->pfused) {
-    if (leaf->pfn == np && path_same(leaf)) {
-      gt_backend *be = &t->rt->be;
-      if (be->graph_launch(be, leaf->pfused) != GT_BOK) return gt_fail_be(t->rt, "graph launch");
-      t->pfused++;
-      gt_buf_settle(t->rt);
-      return GT_OK;
-    }
-    drop_pfused(t, leaf);               /* a graph of the path changed: launched one by one again, and counted anew */
-    leaf->pfn = 0;
+  if (whole && gt_pathg_ok(pg, p, np)) {
+    if (be->graph_launch(be, pg->g) != GT_BOK) return gt_fail_be(t->rt, "graph launch");
+    t->pfused++;
+  } else {
+    for (int i = 0; i < np; i++) if (gt_tree_launch_graph(t, p[i])) return GT_ERR;
+    if (whole) gt_pathg_note(be, pg, p, np);
   }
-  for (int i = 0; i < np; i++) if (gt_tree_launch_graph(t, p[i])) return GT_ERR;
-  if (whole) note_whole(t, leaf, p, np);
   gt_buf_settle(t->rt);
   return GT_OK;
 }
@@ -678,8 +638,8 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
     if (rec[i]->graph) { drop_graph(t, rec[i]); drop_below(t, rec[i]); dropped++; }
   free(rec);
   if (dropped && t->keyed_trim) t->keyed_trim(t);
-  for (int i = 0; dropped && i < t->nnodes; i++)     /* the one graphs of paths that lost a graph */
-    if (t->nodes[i]->pfused && !path_same(t->nodes[i])) drop_pfused(t, t->nodes[i]);
+  for (int i = 0; dropped && i < t->nnodes; i++)     /* the paths' one graphs (rebuilt when those paths repeat) */
+    gt_pathg_drop(&t->rt->be, &t->nodes[i]->pg);
   uint64_t end = 0;
   for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph && t->nodes[i]->plan_end > end) end = t->nodes[i]->plan_end;
   /* the last call's outputs stay valid where every segment of its path kept
