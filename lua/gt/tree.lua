@@ -187,11 +187,6 @@ gt._check_input = check_input
 -- The key of x's buffer among a call's inputs.
 local function buf_key(x) return tonumber(ffi.cast("intptr_t", x._b)) end
 
--- x staged into slot `slot` (returns x itself when it needs no staging) and
--- the next free slot.  shared (from shared_inputs, or nil): the buffers that
--- several staged inputs of this call view; those share one staged copy of
--- the bytes they span, so that a write through one input is seen through
--- the other, as outside a tree (`step(h, h)`).
 -- Input x (the caller's tensor) of this call is worked on through its staged
 -- copy px (outer chunks of chunk bytes, each padded to padded bytes in px):
 -- after the call, what the call wrote into px goes back into x (write_back).
@@ -220,6 +215,11 @@ local function write_back(self)
 end
 gt._write_back = write_back
 
+-- x staged into slot `slot` (returns x itself when it needs no staging) and
+-- the next free slot.  shared (from shared_inputs, or nil): the buffers that
+-- several staged inputs of this call view; those share one staged copy of
+-- the bytes they span, so that a write through one input is seen through
+-- the other, as outside a tree (`step(h, h)`).
 local function stage(self, x, slot, shared)
   local b = x._b
   local own = check_input(self, x)
@@ -312,10 +312,7 @@ local function pin_inputs(self, args, n)
 end
 gt._pin_inputs = pin_inputs
 
--- The buffers of the call's inputs to stage (args[1..n], and tensors in
--- plain tables among them), by buf_key: { n = inputs viewing it, lo, hi =
--- the bytes they span }; nil when fewer than two inputs are staged (no
--- buffer can be shared).
+-- (groups by buf_key: one more input x viewing its buffer)
 local function add_input(groups, x)
   local k, lo, hi = buf_key(x), x._off, x._off + x._nb
   local g = groups[k]
@@ -323,6 +320,7 @@ local function add_input(groups, x)
   else groups[k] = { n = 1, lo = lo, hi = hi } end
 end
 
+-- (one: the first input to stage, kept until a second one makes groups)
 local function note_input(x, one, groups)
   if not one then return x, nil end          -- the first one: nothing to share yet
   if not groups then groups = {}; add_input(groups, one) end
@@ -330,6 +328,10 @@ local function note_input(x, one, groups)
   return one, groups
 end
 
+-- The buffers of the call's inputs to stage (args[1..n], and tensors in
+-- plain tables among them), by buf_key: { n = inputs viewing it, lo, hi =
+-- the bytes they span }; nil when fewer than two inputs are staged (no
+-- buffer can be shared).
 local function shared_inputs(self, args, n)
   local one, groups = nil, nil
   for i = 1, n do
