@@ -278,13 +278,16 @@ function M.new(c, w)
   local Bmax = c.buckets[#c.buckets]
   local scale = 1 / sqrt(Dh)
   local m = { cfg = c, w = w, kc = {}, vc = {}, bmax = Bmax, kernels = M.kernels_per_step(c) }
+  -- The model's state lives as long as the model, at one address: static,
+  -- as the weights (a tree bakes its address and replays test it as a
+  -- weight's, where a tensor from outside is numbered and patched).
   for l = 1, NL do
-    m.kc[l] = gt.zeros { Bmax, T, D }
-    m.vc[l] = gt.zeros { Bmax, T, D }
+    m.kc[l] = gt.zeros({ Bmax, T, D }):static()
+    m.vc[l] = gt.zeros({ Bmax, T, D }):static()
   end
-  m.done = gt.zeros({ Bmax }, "i32")      -- 1 once a sequence has produced eot
-  m.hist = gt.zeros({ Bmax, T }, "i32")   -- hist[b, pos]: the token generated at pos
-  m.posd = gt.zeros({ 1 }, "i32")         -- the step's position on the device (embed writes it, attention reads it)
+  m.done = gt.zeros({ Bmax }, "i32"):static()      -- 1 once a sequence has produced eot
+  m.hist = gt.zeros({ Bmax, T }, "i32"):static()   -- hist[b, pos]: the token generated at pos
+  m.posd = gt.zeros({ 1 }, "i32"):static()         -- the step's position on the device (embed writes it, attention reads it)
 
   local KK = kernels()
   local embed = flat("embed_pos_f32")

@@ -221,6 +221,86 @@ describe("the replay lane", function()
     assert.is_true(seen >= 4, "the lane replayed " .. seen .. " launches")
   end)
 
+  -- A bound launcher of more than four tensors (examples/gpt.lua's fused
+  -- linear has seven): the lane tests its handles' fields where they are.
+  local K7 = gt.compile [[
+    __global__ void mix7(float *y, const float *a, const float *b, const float *c, const float *d,
+                         const float *e, const float *g, int n, float s) {
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) y[i] = s * a[i] + b[i] - c[i] * d[i] + e[i] * g[i];
+    }
+  ]]
+  local f7 = K7.mix7:config({ 1, 1, 1 }, { 64, 1, 1 })
+  local S = {}
+  for i = 1, 4 do S[i] = gt.randn({ 4, H }, { seed = 40 + i, scale = 0.5 }):static() end
+  local function mix7_eager(a, b, s)
+    local A, B, P = a:tolist(), b:tolist(), {}
+    for i = 1, 4 do P[i] = S[i]:tolist() end
+    local y = {}
+    for r = 1, 4 do
+      y[r] = {}
+      for c = 1, H do
+        y[r][c] = s * A[r][c] + B[r][c] - P[1][r][c] * P[2][r][c] + P[3][r][c] * P[4][r][c]
+      end
+    end
+    return y
+  end
+  local function close(got, want, what)
+    for r = 1, 4 do for c = 1, H do
+      assert.is_true(math.abs(got[r][c] - want[r][c]) < 1e-4, ("%s [%d][%d]: %g vs %g"):format(what, r, c, got[r][c], want[r][c]))
+    end end
+  end
+
+  it("carries a bound launcher of seven tensors, and leaves a changed scalar to the core", function()
+    local seen = 0
+    local function body(x, s)
+      local u = gt.tensor({ 4, H })                -- (x comes from outside: its launch goes to the core)
+      f7(u, x, x, S[1], S[2], S[3], S[4], 4 * H, 0.5)
+      local h = u
+      for i = 1, 4 do
+        local y = gt.tensor({ 4, H })
+        f7(y, h, u, S[1], S[2], S[3], S[4], 4 * H, i == 2 and s or 0.25)
+        h = y
+      end
+      seen = math.max(seen, lane.lazy)
+      return h
+    end
+    local step = gt.tree(body, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 17, scale = 0.5 })
+    local function eager(s)
+      local u = gt.from(mix7_eager(x, x, 0.5))
+      local h = u
+      for i = 1, 4 do h = gt.from(mix7_eager(h, u, i == 2 and s or 0.25)) end
+      return h:tolist()
+    end
+    for k, s in ipairs({ 1, 1, 1, 1, 2, 2, 1, 3 }) do close(step(x, s):tolist(), eager(s), "call " .. k) end
+    assert.is_true(seen >= 3, "the lane replayed " .. seen .. " launches")
+    assert.is_true(step:stats().replays >= 5)
+  end)
+
+  it("gives a wide launch's stale, strided or wrong-dtype tensor at a replay the eager error, and goes on", function()
+    local arg
+    local step = gt.tree(function(x)
+      local u = gt.tensor({ 4, H })
+      f7(u, x, x, S[1], S[2], S[3], S[4], 4 * H, 1)
+      local y = gt.tensor({ 4, H })
+      f7(y, u, arg or u, S[1], S[2], S[3], S[4], 4 * H, 1)
+      return y, u
+    end, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 24 })
+    for _ = 1, 4 do step(x) end
+    assert.is_true(step:stats().replays >= 2)
+    arg = select(2, step(x))    -- overwritten by the next call: the buffer struct this call's u gets
+    fails_with("overwritten by a later call", function() step(x) end)
+    arg = gt.randn({ 4, 2 * H }, { seed = 25 }):narrow(2, 1, H)
+    fails_with("non%-contiguous", function() step(x) end)
+    arg = gt.zeros({ 4, H }, "i32")
+    fails_with("expects f32", function() step(x) end)
+    arg = nil
+    local u = gt.from(mix7_eager(x, x, 1))
+    close(step(x):tolist(), mix7_eager(u, u, 1), "after the errors")
+  end)
+
   it("is closed outside a tree call", function()
     local step = gt.tree(function(x) return chain(x, 3) end, { warn_shapes = false })
     local x = gt.randn({ 4, H }, { seed = 8 })

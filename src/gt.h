@@ -230,14 +230,17 @@ int gt_lean_status(gt_runtime *rt);
    launches into its queue (gt_lane_sync) before anything else reads the
    queue.  One lane per runtime (tree calls do not nest); n = 0 closes it. */
 enum { GT_SLAB_BITS = 8 };           /* a tree's buffer structs come in chunks of 1 << GT_SLAB_BITS */
+typedef struct gt_lten {             /* one tensor of a lane record */
+  gt_buf *b;                         /* its buffer (NULL: the one made, or unused) */
+  double o, n;                       /* its byte offset and bytes */
+} gt_lten;
 typedef struct gt_lrec {
   uint32_t cfg;                      /* the lean state's configuration id; 0: not the lane's */
-  int32_t made;                      /* the tensor (1..4, in parameter order) whose buffer it makes; 0: none */
+  int32_t made;                      /* the tensor (1..4: a lean state's, in parameter order) whose buffer it makes; 0: none */
   int32_t midx;                      /* that buffer's index in the segment */
   int32_t marg;                      /* and the launch's argument it is */
-  gt_buf *b1, *b2, *b3, *b4;         /* the tensors' buffers (NULL: the one made; unused ones NULL) */
-  double o1, o2, o3, o4, n1, n2, n3, n4;   /* their byte offsets and bytes */
   const gt_arg *qa;                  /* its arguments as queued (a bound launcher's scalars are compared with them) */
+  gt_lten t[8];                      /* its tensors in parameter order (a bound launcher's: up to 8), each one's fields together */
 } gt_lrec;
 typedef struct gt_lane {
   const gt_lrec *rec;                /* the predicted node's launches */

@@ -39,31 +39,28 @@ static gt_lrec *lane_records(const gt_node *n) {
   for (int i = 0; i < n->nsig; i++) {
     const gt_qlaunch *l = &n->launches[i];
     const gt_kernel *k = l->k;
-    if (l->kind != GT_GN_KERNEL || !l->cfg || k->ntensors > 4 || n->nargvals < l->arg0 + l->nargs) continue;
+    if (l->kind != GT_GN_KERNEL || !l->cfg || k->ntensors > 8 || n->nargvals < l->arg0 + l->nargs) continue;
     const gt_asig *s = n->asig + l->arg0;
     const gt_arg *qa = n->qargs + l->arg0;
     int same = 1;                    /* the graph holds the recorded scalars (none patched since) */
     for (int j = 0; j < l->nargs; j++) same &= qa[j].buf != NULL || qa[j].v.u64 == n->argvals[l->arg0 + j];
     if (!same) continue;
-    gt_buf *b[4] = { NULL, NULL, NULL, NULL };
-    double off[4] = { 0, 0, 0, 0 }, nb[4] = { 0, 0, 0, 0 };
-    int ok = 1, midx = 0, marg = 0;
+    gt_lrec r = { .cfg = l->cfg, .made = l->made, .qa = qa };
+    int ok = 1;
     for (int j = 0; j < k->ntensors && ok; j++) {
       const gt_asig *a = &s[k->order[j]];
-      off[j] = (double)a->off;
-      nb[j] = (double)a->nbytes;
+      r.t[j].o = (double)a->off;
+      r.t[j].n = (double)a->nbytes;
       if (l->made == j + 1) {
         ok = a->role == GT_ROLE_INTERNAL && a->off == 0;
-        midx = (int)a->id;
-        marg = k->order[j];
+        r.midx = (int)a->id;
+        r.marg = k->order[j];
       } else {
         ok = a->role == GT_ROLE_INTERNAL || a->role == GT_ROLE_PATH || a->role == GT_ROLE_STATIC;
-        b[j] = (gt_buf *)a->buf;
+        r.t[j].b = (gt_buf *)a->buf;
       }
     }
-    if (!ok) continue;
-    rec[i] = (gt_lrec){ l->cfg, l->made, midx, marg, b[0], b[1], b[2], b[3], off[0], off[1], off[2], off[3],
-                        nb[0], nb[1], nb[2], nb[3], qa };
+    if (ok) rec[i] = r;
   }
   return rec;
 }

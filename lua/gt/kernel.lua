@@ -138,7 +138,7 @@ local LANE = C.gt_lane_of(rt)
 local function lane_code(nt, scalars)
   local same, live = {}, {}
   for t = 1, nt do
-    same[t] = ("b%d == r.b%d and o%d == r.o%d and n%d == r.n%d"):format(t, t, t, t, t, t)
+    same[t] = ("b%d == r.t[%d].b and o%d == r.t[%d].o and n%d == r.t[%d].n"):format(t, t - 1, t, t - 1, t, t - 1)
     live[t] = ("(b%d == nil or g%d == b%d.gen_now[0])"):format(t, t, t)
   end
   local test = table.concat(same, " and ") .. " and " .. table.concat(live, " and ")
@@ -241,6 +241,35 @@ local function byvalue_code(k, cfg, args, bad, checks, made)
     "end\n" .. reads .. call
 end
 
+-- The lane's test of a bound launcher of kernel k with more than four
+-- tensors (five to eight; nil for others), after the arguments' checks and
+-- stores (tensors' handles in memory, passed to gt_launch_tensors when the
+-- test fails): as lane_code's, reading each handle's fields as it compares
+-- them (with 28 fields read first a trace through a GPT block ran out of
+-- spill slots), and also that each is contiguous and of its dtype (the core
+-- checks those on the other path).
+local function lane_handles_code(k)
+  if k.ntensors <= 4 or k.ntensors > 8 then return nil end
+  local test, scalars, t = {}, {}, 0
+  for i = 1, k.nparams do
+    local pt = k.ptype[i - 1]
+    if pt == PTR_IN or pt == PTR_OUT then
+      local pd = k.pdtype[i - 1]
+      test[#test + 1] = ("a%d._b == r.t[%d].b and a%d._off == r.t[%d].o and a%d._nb == r.t[%d].n and " ..
+        "a%d._vid == 0%s and a%d._gen == a%d._b.gen_now[0]"):format(i, t, i, t, i, t, i,
+        pd ~= 0 and (" and a%d._dt == %d"):format(i, pd) or "", i, i)
+      t = t + 1
+    else
+      local f = (pt == 3 or pt == 4 or pt == 7) and "u32" or "u64"
+      scalars[#scalars + 1] = ("args[%d].v.%s == q[%d].v.%s"):format(i - 1, f, i - 1, f)
+    end
+  end
+  for _, c in ipairs(scalars) do test[#test + 1] = c end
+  return "do\nlocal li = L.qn[0] + L.lazy\nif li < L.n then\nlocal r = L.rec[li]\nlocal q = r.qa\n" ..
+    "if r.cfg == cfg.id and r.made == 0 and " .. table.concat(test, " and ") ..
+    " then L.lazy = L.lazy + 1; return end\nend\nend\n"
+end
+
 -- Generates a launcher with fixed arity for kernel k: the checks inline,
 -- then one call into the core.  Keeping this small keeps every step cheap.
 -- Returns factory(cfg): the bound launcher of one checked configuration.
@@ -265,7 +294,7 @@ local function make_launcher(k)
   end
   local byvalue = byvalue_code(k, "cfg", "args", bad, true)
   local launch = byvalue and table.concat(scalars, "\n") .. "\n" .. byvalue or
-    table.concat(code, "\n") .. "\n" .. answer_code(bad)
+    table.concat(code, "\n") .. "\n" .. (lane_handles_code(k) or "") .. answer_code(bad)
   return compile_launcher(k, "=gt.kernel." .. ffi.string(k.name),
     "return function(cfg) return function(" .. plist .. (n > 0 and ", " or "") .. elist .. ")\n" .. count ..
     launch .. "end end")
