@@ -209,10 +209,33 @@ static int host_run(lua_State *L) {
   return 4;
 }
 
+/* gt.host.call(extra, fn, ...) -> ok, n, r1, r2: host_run with no finish
+   (gt.scope's, which settles its tensors in compiled code after this
+   returns): fn(...) in a pcall made from C; results past the second in
+   extra[1..n-2]; with an error false, 1, the error. */
+static int host_call(lua_State *L) {
+  int status = lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 0);
+  int n = status ? 1 : lua_gettop(L) - 1;      /* fn's results (or its error) from index 2 */
+  luaL_checkstack(L, 6, "gt.host.call");
+  if (n == 0) lua_pushnil(L);                  /* so that 2 and 3 hold r1 and r2 */
+  if (n <= 1) lua_pushnil(L);
+  for (int i = 3; i <= n; i++) {
+    lua_pushvalue(L, 1 + i);
+    lua_rawseti(L, 1, i - 2);
+  }
+  lua_pushboolean(L, status == 0);
+  lua_pushinteger(L, n);
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, 3);
+  return 4;
+}
+
 static int open_host(lua_State *L) {
   lua_newtable(L);
   lua_pushcfunction(L, host_run);
   lua_setfield(L, -2, "run");
+  lua_pushcfunction(L, host_call);
+  lua_setfield(L, -2, "call");
   return 1;
 }
 

@@ -590,31 +590,31 @@ local function settle(b, fn)
   return false
 end
 
--- A scope's body runs in a pcall made from C (gt.host.run, as a tree's body
--- does), then its finish (tree_end or plain_end) settles its tensors.  The
--- C call ends the trace of the caller's loop there (LuaJIT stitches a new
--- one after it) and the body's code forms traces of its own.  Recorded
--- inline instead, a loop over layers (x = gt.scope(block, x, ...)) made one
--- trace of every launch of a block: examples/gpt.lua's decode step aborted
--- with "too many spill slots" and, once its loop was blacklisted, ran the
--- loop, gt.scope and the launchers' FFI calls in the interpreter.  LuaJIT
--- cannot compile a return across the frame of its own pcall ("return to
--- lower frame"), hence the C one.
-
--- In a tree call the call's buffers from tfirst[ntree] on are the scope's:
--- the core releases those not returned (in queue order).  fn: the scope's
--- function (its site names it in stale-tensor errors).
-local hrun = require("gt.host").run
+-- A scope's body runs in a pcall made from C (gt.host.call in a tree call,
+-- gt.host.run outside one, as a tree's body does); then its tensors are
+-- settled.  The C call ends the trace of the caller's loop there (LuaJIT
+-- stitches a new one after it) and the body's code forms traces of its own.
+-- Recorded inline instead, a loop over layers (x = gt.scope(block, x, ...))
+-- made one trace of every launch of a block: examples/gpt.lua's decode step
+-- aborted with "too many spill slots" and, once its loop was blacklisted, ran
+-- the loop, gt.scope and the launchers' FFI calls in the interpreter (session
+-- 16, with the wide launches through the lane: "trace too long", 40% slower).
+-- LuaJIT cannot compile a return across the frame of its own pcall ("return
+-- to lower frame"), hence the C one.  In a tree call the settling runs after
+-- gt.host.call returns, in the stitched trace (a finish called from C, as
+-- gt.host.run does, cost a second pcall and an exit from its own trace:
+-- ~150 -> ~90 ns a scope, cpu backend): the call's buffers from the scope's
+-- first on are the scope's, and the core releases those not returned (in
+-- queue order).
+local host = require "gt.host"
+local hrun, hcall = host.run, host.call
 local spill = {}                               -- results past the second (gt.host.run's extra)
-local tfirst, ntree = {}, 0
-local function tree_end(fn, ok, n, r1, r2)
-  local first = tfirst[ntree]
-  ntree = ntree - 1
-  if not ok then return end                    -- (host_results raises fn's error)
+
+-- Marks a scope's n results (r1, r2, then spill's) kept.
+local function keep_results(n, r1, r2)
   if n >= 1 then keep(r1) end
   if n >= 2 then keep(r2) end
   for i = 1, n - 2 do keep(spill[i]) end
-  if C.gt_tree_scope_end(rt, first, site_id(fn)) ~= 0 then error(gt._errmsg(), 0) end
 end
 
 -- Outside a tree call the tensors made in the scope are listed in
@@ -623,9 +623,7 @@ local function plain_end(fn, ok, n, r1, r2)
   local list = plain[nplain]
   nplain = nplain - 1
   if ok then
-    if n >= 1 then keep(r1) end
-    if n >= 2 then keep(r2) end
-    for i = 1, n - 2 do keep(spill[i]) end
+    keep_results(n, r1, r2)
     local outer = plain[nplain]
     for i = 1, #list do
       if settle(list[i]._b, fn) and outer then outer[#outer + 1] = list[i] end
@@ -663,9 +661,12 @@ function gt.scope(fn, ...)
   local tree = gt._active
   local ok, n, r1, r2
   if tree then
-    ntree = ntree + 1
-    tfirst[ntree] = C.gt_tree_nbufs(tree._t)
-    ok, n, r1, r2 = hrun(spill, tree_end, fn, fn, ...)
+    local first = C.gt_tree_nbufs(tree._t)
+    ok, n, r1, r2 = hcall(spill, fn, ...)
+    if ok then
+      keep_results(n, r1, r2)
+      if C.gt_tree_scope_end(rt, first, site_id(fn)) ~= 0 then ok, n, r1 = false, 1, gt._errmsg() end
+    end
   else
     nplain = nplain + 1
     plain[nplain] = plain[nplain] or {}
