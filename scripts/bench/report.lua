@@ -85,6 +85,8 @@ function M.load(dir, paths)
   inputs.gpt_check = gc and gc:match("(gpt_check: [PF][AI][SL][SL][^\n]*)")
   local ft = read_file(path("floor", "launch_floor.txt"))
   if ft and ft:find("nodes") then inputs.floor = M.parse_floor(ft) else missing[#missing + 1] = "launch_floor.txt" end
+  local lp = read_file(path("probe", "launch_probe.txt"))
+  inputs.launch_probe = lp and lp:find("nodes") and lp or nil
   local st = read_file(path("smi", "nvidia-smi.txt"))
   inputs.smi = st and parse_smi(st)
   local cp = read_file(path("cpus", "cpus.txt"))
@@ -520,6 +522,12 @@ function M.markdown(inp, svg_name)
   end
   parts[#parts + 1] = "## Raw launch floor"
   parts[#parts + 1] = floor_section(inp.floor)
+  if inp.launch_probe then
+    parts[#parts + 1] = "## A graph launch against its kernels' length\n\n" ..
+      "`launch_probe.c`: a chain of kernel nodes spinning a number of clock cycles each, launched onto an idle " ..
+      "stream from the host, and from the device (a one-node graph whose kernel tail-launches it); median host " ..
+      "µs of the launch, and of the launch and its sync.\n\n    " .. inp.launch_probe:gsub("%s+$", ""):gsub("\n", "\n    ")
+  end
   local notes = {}
   for _, n in ipairs(inp.torch and inp.torch.notes or {}) do notes[#notes + 1] = "- PyTorch: " .. n end
   for _, m in ipairs(inp.missing or {}) do notes[#notes + 1] = "- missing input: " .. m end

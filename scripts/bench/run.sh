@@ -135,6 +135,17 @@ if [ -x .anchors/launch_floor ]; then
 else
   say "skipped: no .anchors/launch_floor (carry it, see scripts/bench/README.md)"
 fi
+# what a graph launch costs against its kernels' length, and launched from
+# the device (launch_probe.c: built with nvcc when no build/launch_probe came)
+if [ -z "$quick" ] && [ -z "$only" ]; then
+  if [ ! -x build/launch_probe ] && command -v nvcc >/dev/null 2>&1; then
+    stage "$dir/nvcc-probe.log" "$T_NVCC" nvcc -O2 -o build/launch_probe scripts/bench/launch_probe.c -lcuda -lnvrtc \
+      || say "nvcc failed for launch_probe.c (soft)"
+  fi
+  if [ -x build/launch_probe ]; then
+    stage "$dir/launch_probe.txt" "$T_FLOOR" ${fpin:-} build/launch_probe || say "launch_probe failed (soft)"
+  fi
+fi
 
 say "4/4 report"
 stage "$dir/report.log" "$T_REPORT" "$BIN" scripts/bench/report.lua "$dir" --out "$dir/RESULTS.md" --svg "$dir/steps.svg"
