@@ -176,6 +176,38 @@ describe("lifetimes", function()
     end
   end)
 
+  it("returns every result of a scope in a tree call, keeps its tensors among them, and recovers from its error", function()
+    local dropped, fail = nil, false
+    local step = gt.tree(function(x)
+      local a, b, n, none, c = gt.scope(function()
+        local t = axpb(x, 3, 0)
+        dropped = t
+        if fail then error("scope failed") end
+        return axpb(t, 1, 1), axpb(t, 2, 0), 7, nil, axpb(x, 1, 0)
+      end)
+      assert.equals(7, n)
+      assert.is_nil(none)
+      assert.equals(0, select("#", gt.scope(function() end)))
+      return a, b, c
+    end)
+    local x = gt.from { 1, 2 }
+    for i = 1, 6 do
+      fail = i == 4
+      if fail then
+        local ok, err = pcall(step, x)
+        assert.is_false(ok)
+        assert.is_truthy(tostring(err):find("scope failed", 1, true))
+      else
+        local a, b, c = step(x)
+        assert.tensor_near({ 4, 7 }, a)
+        assert.tensor_near({ 6, 12 }, b)
+        assert.tensor_near({ 1, 2 }, c)
+        assert.stale(dropped)
+      end
+    end
+    assert.is_true(step:stats().replays >= 2)
+  end)
+
   it("frees ordinary memory at the end of a scope outside trees", function()
     -- earlier specs' tensors still waiting for the collector would free their
     -- memory in the middle of this one: collect them first

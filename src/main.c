@@ -183,16 +183,25 @@ static const char *find_root(void) {
    cannot compile a return across the frame of its own pcall (the trace
    aborts with "return to lower frame"), and after a few aborts the end of
    every step ran in the interpreter. */
-static int host_run(lua_State *L) {
-  int status = lua_pcall(L, lua_gettop(L) - 4, LUA_MULTRET, 0);
-  int n = status ? 1 : lua_gettop(L) - 3;      /* fn's results (or its error) from index 4 */
-  luaL_checkstack(L, 10, "gt.host.run");
-  if (n == 0) lua_pushnil(L);                  /* so that 4 and 5 hold r1 and r2 */
-  if (n <= 1) lua_pushnil(L);
-  for (int i = 3; i <= n; i++) {
-    lua_pushvalue(L, 3 + i);
+/* fn at index fi (its arguments after it) in a pcall made from C; then its
+   results past the second into the table at index 1 (extra[1..n-2]) and
+   nils pushed so that fi and fi + 1 hold r1 and r2.  Returns the status;
+   *n: fn's result count (1 with an error, the error at fi). */
+static int pcall_spill(lua_State *L, int fi, int *n) {
+  int status = lua_pcall(L, lua_gettop(L) - fi, LUA_MULTRET, 0);
+  *n = status ? 1 : lua_gettop(L) - fi + 1;
+  luaL_checkstack(L, 10, "gt.host");
+  if (*n == 0) lua_pushnil(L);
+  if (*n <= 1) lua_pushnil(L);
+  for (int i = 3; i <= *n; i++) {
+    lua_pushvalue(L, fi - 1 + i);
     lua_rawseti(L, 1, i - 2);
   }
+  return status;
+}
+
+static int host_run(lua_State *L) {
+  int n, status = pcall_spill(L, 4, &n);
   lua_pushvalue(L, 2);
   lua_pushvalue(L, 3);
   lua_pushboolean(L, status == 0);
@@ -214,15 +223,7 @@ static int host_run(lua_State *L) {
    returns): fn(...) in a pcall made from C; results past the second in
    extra[1..n-2]; with an error false, 1, the error. */
 static int host_call(lua_State *L) {
-  int status = lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 0);
-  int n = status ? 1 : lua_gettop(L) - 1;      /* fn's results (or its error) from index 2 */
-  luaL_checkstack(L, 6, "gt.host.call");
-  if (n == 0) lua_pushnil(L);                  /* so that 2 and 3 hold r1 and r2 */
-  if (n <= 1) lua_pushnil(L);
-  for (int i = 3; i <= n; i++) {
-    lua_pushvalue(L, 1 + i);
-    lua_rawseti(L, 1, i - 2);
-  }
+  int n, status = pcall_spill(L, 2, &n);
   lua_pushboolean(L, status == 0);
   lua_pushinteger(L, n);
   lua_pushvalue(L, 2);
