@@ -173,16 +173,6 @@ static const char *find_root(void) {
   return NULL;
 }
 
-/* gt.host.run(extra, finish, self, fn, ...) -> ok, n, r1, r2: a tree call's
-   body and end.  fn(...) runs in a pcall made from C; then, also protected,
-   finish(self, ok, n, r1, r2) (with an error: ok false, n 1, r1 the error;
-   results past the second in extra[1..n-2]).  The result: true, fn's result
-   count and first two results; or false, 1, the error (of fn, passed on by
-   finish, or finish's own).  Compiled code returning from the body or from
-   finish meets this C frame, and a trace stops there cleanly.  LuaJIT
-   cannot compile a return across the frame of its own pcall (the trace
-   aborts with "return to lower frame"), and after a few aborts the end of
-   every step ran in the interpreter. */
 /* fn at index fi (its arguments after it) in a pcall made from C; then its
    results past the second into the table at index 1 (extra[1..n-2]) and
    nils pushed so that fi and fi + 1 hold r1 and r2.  Returns the status;
@@ -200,6 +190,16 @@ static int pcall_spill(lua_State *L, int fi, int *n) {
   return status;
 }
 
+/* gt.host.run(extra, finish, self, fn, ...) -> ok, n, r1, r2: a tree call's
+   body and end.  fn(...) runs in a pcall made from C; then, also protected,
+   finish(self, ok, n, r1, r2) (with an error: ok false, n 1, r1 the error;
+   results past the second in extra[1..n-2]).  The result: true, fn's result
+   count and first two results; or false, 1, the error (of fn, passed on by
+   finish, or finish's own).  Compiled code returning from the body or from
+   finish meets this C frame, and a trace stops there cleanly.  LuaJIT
+   cannot compile a return across the frame of its own pcall (the trace
+   aborts with "return to lower frame"), and after a few aborts the end of
+   every step ran in the interpreter. */
 static int host_run(lua_State *L) {
   int n, status = pcall_spill(L, 4, &n);
   lua_pushvalue(L, 2);
