@@ -36,8 +36,14 @@ __global__ void fz_axpb(float *y, const float *x, int n, float a, float b) {
 __global__ void fz_mix(float *y, const float *a, const float *b, const float *c, int n, float s) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = a[i] * s + b[i] - c[i] * 0.5f;
 }
+__global__ void fz_wide(float *y, const float *a, const float *b, const float *c, const float *d, const float *e,
+                        int n, float s) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    y[i] = tanhf(a[i] * s + b[i] * c[i] - d[i] * 0.25f + e[i] * 0.5f);
+}
 ]], { name = "fuzz_wide.cu" })
 local mix_bound = K.fz_mix:config(2, 32)
+local wide_bound = K.fz_wide:config(2, 32)         -- six tensors: the replay lane's wide test
 
 -- How a seed calls its tree (MODES[r(#MODES)]).
 M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keyed", "limit", "alias", "pair",
@@ -48,7 +54,7 @@ M.MODES = { "feed", "fresh", "refill", "table", "copy", "swap", "buckets", "keye
 local function gen(r, mode)
   local prog, nreg = {}, 2
   for _ = 1, 6 + r(12) do
-    local k, ins = r(29), nil
+    local k, ins = r(30), nil
     if k <= 2 then ins = { "un", UNARY[r(#UNARY)], r(nreg) }
     elseif k == 3 then ins = { "add", r(nreg), r(nreg) }
     elseif k == 4 then ins = { "axpb", r(nreg) }
@@ -76,6 +82,7 @@ local function gen(r, mode)
     elseif k == 26 then ins = { "kern", r(nreg), r(2) == 1 }                    -- a user kernel, into a new tensor or in place
     elseif k == 27 then ins = { "kmix", r(nreg), r(nreg), r(nreg) }             -- a bound user kernel of three inputs
     elseif k == 28 then ins = { "kscal", r(nreg) }                              -- a user kernel whose scalar is the call's
+    elseif k == 30 then ins = { "kwide", r(nreg), r(nreg), r(nreg), r(nreg), r(nreg) }   -- a bound user kernel of five inputs
     else ins = { "mulv", r(nreg), r(nreg) } end
     if ins[1] == "fill" and ins[2] <= 2 then ins[1] = "clone" end
     if mode == "steady" and (ins[1] == "item" or ins[1] == "sync" or ins[1] == "hostrow") then
@@ -153,6 +160,12 @@ local function body(p, env, a, b)
       if x and y and z then
         res = gt.tensor(x.shape)
         mix_bound(res, x, y, z, x.numel, 1.5)
+      end
+    elseif op == "kwide" then
+      local b1, b2, b3, b4 = regs[ins[3]], regs[ins[4]], regs[ins[5]], regs[ins[6]]
+      if x and b1 and b2 and b3 and b4 then
+        res = gt.tensor(x.shape)
+        wide_bound(res, x, b1, b2, b3, b4, x.numel, 0.75)
       end
     elseif op == "kscal" then
       if x then
