@@ -255,6 +255,77 @@ describe("keyed calls", function()
     assert.matches("item at .*keyed_spec.lua:%d+", warned[1])
   end)
 
+  it("refuses a path with a kernel kept out of graphs, warning once however many key values take it", function()
+    local K = gt.compile([[
+      __global__ void twice(float *y, const float *x, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2 * x[i]; }
+    ]], { graph = false, name = "twice.cu" })
+    local warned = {}
+    local old = gt.on_warning
+    gt.on_warning = function(m) warned[#warned + 1] = m end
+    local runs = 0
+    local step = gt.tree(function(x, id)
+      runs = runs + 1
+      local y = gt.tensor(x.shape)
+      K.twice(1, 32, y, x, x.numel)
+      return ops.add(y, 1)
+    end, { key = function(_, id) return id end })
+    local x = gt.from { 1, 2 }
+    for i = 1, 8 do assert.tensor_near({ 3, 5 }, step(x, i % 4)) end
+    gt.on_warning = old
+    assert.are.equal(8, runs)
+    local k = step:stats().keyed
+    assert.are.equal(0, k.hits)
+    local reason, count = next(k.refused)
+    assert.matches("^kernel 'twice' is not graphable %(graph = false%) at .*keyed_spec.lua:%d+$", reason)
+    assert.are.equal(8, count)
+    assert.are.equal(1, #warned)
+  end)
+
+  it("replays each key's own scalars, unpatched numbers and tensors when keys share nodes", function()
+    -- the keys' paths are the same nodes (the same kernels on the same shapes): a body run of
+    -- one key patches its values into the graphs, and a hit of another must put its own back
+    local A, B = gt.full({ 2, 4 }, 1), gt.full({ 2, 4 }, 10)
+    local function body(x, route, s)
+      local a = route == 1 and 2 or route == 2 and 3 or 0.5
+      return ops.add(ops.mul(x, a * s), route == 2 and B or A)
+    end
+    local runs = 0
+    local step = gt.tree(function(x, route, s) runs = runs + 1; return body(x, route, s) end,
+      { key = function(_, route) return route end })       -- s is not in patch: its values are keyed too
+    local x = gt.randn({ 2, 4 }, { seed = 3 })
+    local seed = 11
+    local function rnd(n) seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n + 1 end
+    for _ = 1, 120 do
+      local route, s = rnd(3), rnd(2)
+      assert.is_true(maxdiff(step(x, route, s), body(x, route, s)) < 1e-6)
+    end
+    assert.are.equal(120 - runs, step:stats().keyed.hits)
+    assert.is_true(step:stats().keyed.hits > 60)
+    local nodes = 0
+    for _ in pairs(step:stats().node) do nodes = nodes + 1 end
+    assert.are.equal(1, nodes)                              -- one node for every key
+  end)
+
+  it("catches with verify a key that does not decide a scalar, naming the launch", function()
+    local scale = 2                                  -- decides a kernel's scalar, but the key does not say so
+    local step = gt.tree(function(x) return ops.mul(x, scale) end,
+      { key = function() return "always the same" end, verify = 2 })
+    local x = gt.randn({ 4, 8 }, { seed = 4 })
+    for _ = 1, 4 do step(x) end
+    scale = 3
+    local ok, err
+    for _ = 1, 4 do
+      ok, err = pcall(step, x)
+      if not ok then break end
+    end
+    assert.is_false(ok)
+    assert.matches("keyed call with key %(always the same%) launched other values than the memoized path: " ..
+      "segment 1, launch 1 %([%w_]+%): argument %d+ is 3 where the memoized path has 2", err)
+    -- the memo goes with the lie: the next calls run the body and give the new scale
+    for _ = 1, 6 do assert.is_true(maxdiff(step(x), ops.mul(x, 3)) < 1e-6) end
+  end)
+
   it("catches a lying key with verify, naming the key", function()
     local route = 1                                  -- decides the path, but the key does not say so
     local step = gt.tree(function(x) return model(x, route, 0) end,

@@ -347,6 +347,10 @@ int gt_tree_keyed_differs(gt_tree *t, gt_keyed *k);
 /* After a body run (same key, same path, ins as for run): settles which kernel
    scalars follow the `patch` numbers.  GT_ERR if the call took another path. */
 int gt_tree_keyed_confirm(gt_runtime *rt, gt_keyed *k, const gt_arg *ins);
+/* After a body run of k's key that took k's path (verify): GT_OK when its
+   graphs hold what k replays (k's values, ins's patches), else GT_ERR naming
+   the first launch and argument that differ. */
+int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins);
 
 /* -- Device-side branches (cond.c) --------------------------------------- */
 /* Entries of the launch queue that give it structure: IF p {then} [ELSE

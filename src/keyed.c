@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <stdio.h>
 #include "core.h"
 
 enum { KP_ADDR = 1, KP_COPY, KP_SCALAR };
@@ -41,6 +42,9 @@ struct gt_keyed {
   gt_tree *t;
   gt_node **path; int npath;
   uint64_t *keys;                /* the nodes' keys when saved: a node updated in place since (another static address) bakes in other values */
+  uint64_t **vals; int *nvals;   /* per node: the argument values this key's body gave its graph (another key of the
+                                    same nodes, or a plain call, may patch other scalars and addresses in) */
+  uint32_t *gv;                  /* per node: its gver when its graph last held vals (with a hit's patches) */
   kpatch *p; int np, pcap;
   kout *o; int no;
   gt_pathg pg;                   /* the path as one graph (fused) */
@@ -50,7 +54,25 @@ struct gt_keyed {
 
 static void keyed_free(gt_keyed *k) {
   gt_pathg_free(&k->t->rt->be, &k->pg);
-  free(k->path); free(k->keys); free(k->p); free(k->o); free(k);
+  for (int d = 0; k->vals && d < k->npath; d++) free(k->vals[d]);
+  free(k->path); free(k->keys); free(k->vals); free(k->nvals); free(k->gv); free(k->p); free(k->o); free(k);
+}
+
+/* What k's path's graphs hold now, as this key's: after a body run of it. */
+static int snapshot(gt_keyed *k) {
+  for (int d = 0; d < k->npath; d++) {
+    const gt_node *n = k->path[d];
+    k->keys[d] = n->key;
+    if (k->nvals[d] != n->nargvals) {
+      uint64_t *v = realloc(k->vals[d], (size_t)(n->nargvals ? n->nargvals : 1) * sizeof *v);
+      if (!v) return GT_ERR;
+      k->vals[d] = v;
+      k->nvals[d] = n->nargvals;
+    }
+    memcpy(k->vals[d], n->argvals, (size_t)n->nargvals * sizeof *n->argvals);
+    k->gv[d] = n->gver;
+  }
+  return GT_OK;
 }
 
 static void keyed_free_all(gt_tree *t) {
@@ -72,6 +94,12 @@ static uint64_t scalar_bits(double v, int ptype) {
   case GT_P_F64: f64.d = v; return f64.u;
   default: return v != 0;
   }
+}
+
+/* Patch p's value for this call's arguments ins. */
+static uint64_t patch_value(const kpatch *p, const gt_arg *ins) {
+  return p->kind == KP_SCALAR ? scalar_bits(ins[p->in].v.f64, p->ptype)
+                              : ins[p->in].buf->addr + (uint64_t)ins[p->in].off + (uint64_t)p->delta;
 }
 
 static int is_pointer(const gt_qlaunch *l, int j) {
@@ -136,10 +164,14 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   k->npath = t->nlastpath;
   k->path = malloc(k->npath * sizeof *k->path);
   k->keys = malloc(k->npath * sizeof *k->keys);
+  k->vals = calloc(k->npath, sizeof *k->vals);
+  k->nvals = malloc(k->npath * sizeof *k->nvals);
+  k->gv = malloc(k->npath * sizeof *k->gv);
   k->o = malloc((nout ? nout : 1) * sizeof *k->o);
-  if (!k->path || !k->keys || !k->o) goto oom;
+  if (!k->path || !k->keys || !k->vals || !k->nvals || !k->gv || !k->o) goto oom;
   memcpy(k->path, t->lastpath, k->npath * sizeof *k->path);
-  for (int d = 0; d < k->npath; d++) k->keys[d] = k->path[d]->key;
+  for (int d = 0; d < k->npath; d++) k->nvals[d] = -1;
+  if (snapshot(k)) goto oom;
   for (int i = 0; i < nout; i++) {
     gt_buf *b = gt_tree_buf_ptr(t, outs[i]);
     if (!b || b->gen != t->gen || b->seg >= k->npath) { keyed_free(k); gt_fail(rt, "an output is not a tensor of the call"); return NULL; }
@@ -171,8 +203,7 @@ int gt_tree_keyed_differs(gt_tree *t, gt_keyed *k) {
    that followed the input's new value is the input's; one that did not, is not. */
 int gt_tree_keyed_confirm(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
   (void)rt;
-  if (gt_tree_keyed_differs(k->t, k) >= 0) return GT_ERR;
-  for (int d = 0; d < k->npath; d++) k->keys[d] = k->path[d]->key;   /* what the graphs bake in now */
+  if (gt_tree_keyed_differs(k->t, k) >= 0 || snapshot(k)) return GT_ERR;   /* what the graphs bake in now */
   int w = 0;
   for (int i = 0; i < k->np; i++) {
     kpatch *p = &k->p[i];
@@ -184,6 +215,45 @@ int gt_tree_keyed_confirm(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
     k->p[w++] = *p;
   }
   k->np = w;
+  return GT_OK;
+}
+
+/* A value as a message shows it: an address in hex, a scalar as its type reads. */
+static void show_value(char *buf, size_t len, uint64_t v, int ptr, int ptype) {
+  union { uint32_t u; float f; } f32 = { .u = (uint32_t)v };
+  union { uint64_t u; double d; } f64 = { .u = v };
+  if (ptr) snprintf(buf, len, "address 0x%llx", (unsigned long long)v);
+  else if (ptype == GT_P_F32) snprintf(buf, len, "%.9g", f32.f);
+  else if (ptype == GT_P_F64) snprintf(buf, len, "%.17g", f64.d);
+  else if (ptype == GT_P_I32) snprintf(buf, len, "%d", (int32_t)(uint32_t)v);
+  else if (ptype == GT_P_I64) snprintf(buf, len, "%lld", (long long)(int64_t)v);
+  else snprintf(buf, len, "%llu", (unsigned long long)v);
+}
+
+int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
+  for (int d = 0, j = 0; d < k->npath; d++) {
+    const gt_node *n = k->path[d];
+    if (n->nargvals != k->nvals[d]) return gt_fail(rt, "segment %d was recorded again with other launches", d + 1);
+    for (int i = 0; i < n->nlaunch; i++) {
+      const gt_qlaunch *l = &n->launches[i];
+      for (int a = 0; a < l->nargs; a++) {
+        int slot = l->arg0 + a, skip = 0;
+        uint64_t want = k->vals[d][slot];
+        for (; j < k->np && (k->p[j].node < d || (k->p[j].node == d && k->p[j].slot < slot)); j++) {}
+        for (int q = j; q < k->np && k->p[q].node == d && k->p[q].slot == slot; q++) {
+          if (k->p[q].kind == KP_SCALAR && !k->p[q].confirmed) skip = 1;   /* gt_tree_keyed_confirm settles it */
+          else want = patch_value(&k->p[q], ins);
+        }
+        if (skip || n->argvals[slot] == want) continue;
+        int ptr = is_pointer(l, a), pt = !ptr && l->kind == GT_GN_KERNEL ? l->k->ptype[a] : GT_P_U64;
+        char was[48], now[48];
+        show_value(was, sizeof was, want, ptr, pt);
+        show_value(now, sizeof now, n->argvals[slot], ptr, pt);
+        return gt_fail(rt, "segment %d, launch %d (%s): argument %d is %s where the memoized path has %s",
+                       d + 1, i + 1, l->kind == GT_GN_KERNEL ? l->k->name : l->kind == GT_GN_MEMCPY ? "copy" : l->kind == GT_GN_MEMSET ? "fill" : "gt.cond", a + 1, now, was);
+      }
+    }
+  }
   return GT_OK;
 }
 
@@ -309,12 +379,6 @@ static void keyed_trim_all(gt_tree *t) {
   for (gt_keyed *k = t->keyed; k; k = k->next) gt_pathg_drop(&t->rt->be, &k->pg);
 }
 
-/* Patch p's value for this call's arguments ins. */
-static uint64_t patch_value(const kpatch *p, const gt_arg *ins) {
-  return p->kind == KP_SCALAR ? scalar_bits(ins[p->in].v.f64, p->ptype)
-                              : ins[p->in].buf->addr + (uint64_t)ins[p->in].off + (uint64_t)p->delta;
-}
-
 /* Segment e of k's path replayed in this call (its graph launched). */
 static void note_replay(gt_tree *t, gt_keyed *k, int e) {
   gt_node *n = k->path[e];
@@ -339,16 +403,60 @@ static int keyed_end(gt_tree *t, gt_keyed *k, const gt_arg *ins, gt_buf **outb) 
   return GT_OK;
 }
 
+/* Whether node d's graph can be brought back to k's values by kernel-node
+   patches alone (a copy or fill that differs needs the body). */
+static int restorable(const gt_keyed *k, int d) {
+  const gt_node *n = k->path[d];
+  for (int i = 0; i < n->nlaunch; i++) {
+    const gt_qlaunch *l = &n->launches[i];
+    if (l->kind != GT_GN_KERNEL && memcmp(n->argvals + l->arg0, k->vals[d] + l->arg0, l->nargs * sizeof *n->argvals))
+      return 0;
+  }
+  return 1;
+}
+
+/* Node d of k's path before its launch: k's values back in its graph if
+   something else changed it (gver), then this call's patches (*pi: the
+   next of k->p, which are in path, launch and slot order), a launch
+   patched once. */
+static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi) {
+  gt_node *n = k->path[d];
+  int restore = n->gver != k->gv[d], j = *pi;
+  for (int i = 0; i < n->nlaunch; i++) {
+    if (!restore) {                            /* only the launches with patches */
+      if (j >= k->np || k->p[j].node != d) break;
+      i = k->p[j].launch;
+    }
+    const gt_qlaunch *l = &n->launches[i];
+    uint64_t want[GT_MAX_PARAMS], *have = n->argvals + l->arg0;
+    memcpy(want, restore ? k->vals[d] + l->arg0 : have, l->nargs * sizeof *want);
+    for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) want[k->p[j].slot - l->arg0] = patch_value(&k->p[j], ins);
+    if (l->kind != GT_GN_KERNEL || !memcmp(want, have, l->nargs * sizeof *want)) continue;
+    memcpy(have, want, l->nargs * sizeof *want);
+    if (gt_tree_patch_node(t, d, n, i)) return GT_ERR;
+  }
+  *pi = j;
+  k->gv[d] = n->gver;
+  return GT_OK;
+}
+
 int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {
   gt_tree *t = k->t;
   if (rt->active != t) return gt_fail(rt, "keyed run outside its tree's call");
-  for (int d = 0; d < k->npath; d++) if (!k->path[d]->graph || k->path[d]->key != k->keys[d]) return 1;
   int clean = 1;
-  for (int i = 0; i < k->np; i++) {           /* first the checks: nothing runs unless all can be patched */
+  for (int d = 0; d < k->npath; d++) {         /* first the checks: nothing runs unless all can be patched */
+    const gt_node *n = k->path[d];
+    if (!n->graph || n->key != k->keys[d] || n->nargvals != k->nvals[d]) return 1;
+    if (n->gver != k->gv[d]) {                 /* another key's body, or a plain call, patched it since */
+      clean = 0;
+      if (!restorable(k, d)) return 1;
+    }
+  }
+  for (int i = 0; i < k->np; i++) {
     const kpatch *p = &k->p[i];
-    if (patch_value(p, ins) == k->path[p->node]->argvals[p->slot]) continue;
-    if (p->kind == KP_COPY || (p->kind == KP_SCALAR && !p->confirmed)) return 1;
-    clean = 0;
+    uint64_t v = patch_value(p, ins);
+    if (v != k->vals[p->node][p->slot] && (p->kind == KP_COPY || (p->kind == KP_SCALAR && !p->confirmed))) return 1;
+    if (v != k->path[p->node]->argvals[p->slot]) clean = 0;
   }
   if (gt_tree_grow_path(t, k->npath)) return gt_fail(rt, "out of host memory");
   if (clean && !rt->profile && gt_pathg_ok(&k->pg, k->path, k->npath)) {   /* the path as one graph */
@@ -358,21 +466,9 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
     t->kfused++;
     return keyed_end(t, k, ins, outb);
   }
-  int last = -1;
-  for (int i = 0; i <= k->np; i++) {           /* patch node by node, launching each when its patches are in */
-    int d = i < k->np ? k->p[i].node : k->npath;
-    for (int e = last + 1; e < d; e++) {
-      if (gt_tree_launch_graph(t, k->path[e])) return GT_ERR;
-      note_replay(t, k, e);
-      last = e;
-    }
-    if (i == k->np) break;
-    const kpatch *p = &k->p[i];
-    gt_node *n = k->path[p->node];
-    uint64_t v = patch_value(p, ins);
-    if (v == n->argvals[p->slot]) continue;
-    n->argvals[p->slot] = v;
-    if (gt_tree_patch_node(t, p->node, n, p->launch)) return GT_ERR;
+  for (int d = 0, pi = 0; d < k->npath; d++) {  /* node by node: its values and patches in, then its launch */
+    if (keyed_node(t, k, d, ins, &pi) || gt_tree_launch_graph(t, k->path[d])) return GT_ERR;
+    note_replay(t, k, d);
   }
   if (!rt->profile && k->npath > 1) gt_pathg_note(&rt->be, &k->pg, k->path, k->npath);   /* (a patch changed its versions: a new row) */
   return keyed_end(t, k, ins, outb);

@@ -356,7 +356,14 @@ local CFG = ffi.typeof("gt_launchcfg")
 local function bound(k, factory, gx, gy, gz, bx, by, bz, smem)
   local cfg = CFG()
   if C.gt_launch_config(rt, k, gx, gy, gz, bx, by, bz, smem, cfg) ~= 0 then error(gt._errmsg(), 3) end
-  return factory(cfg)
+  local f = factory(cfg)
+  if k.graphable ~= 0 then return f end
+  -- a kernel kept out of graphs: a keyed tree cannot replay a path with it (its file:line is the reason)
+  local what = "kernel '" .. ffi.string(k.name) .. "' is not graphable (graph = false)"
+  return function(...)
+    if gt._active then gt._note_sync(what, 1) end
+    return f(...)
+  end
 end
 
 local function new_kernel(k, module)

@@ -119,11 +119,15 @@ local function key_text(self, ...)
   return "(" .. table.concat(parts, ", ") .. ")"
 end
 
+-- (one warning per reason: a reason names its file:line, so a path's
+-- refusal warns once however many key values take it)
 local function refuse(self, leaf, why)
   local st = self._kstats
   st.refused[why] = (st.refused[why] or 0) + 1
-  if not leaf.warned then
-    leaf.warned = true
+  local warned = self._kwarned
+  if not warned then warned = {}; self._kwarned = warned end
+  if not warned[why] then
+    warned[why] = true
     gt.on_warning(("tree '%s' (%s): a keyed call's path cannot be replayed without its body: %s; the body runs")
       :format(self.name, self.where, why))
   end
@@ -229,14 +233,23 @@ local function settle(self, leaf, verifying, n, args, ...)
   if leaf.k then
     local d = C.gt_tree_keyed_differs(t, leaf.k)
     if d >= 0 then
+      leaf.k = nil                               -- (a key caught lying is memoized afresh)
       if verifying then
         error(("tree '%s' (%s): keyed call with key %s took another path than the memoized one: its segment %d differs" ..
           " (the key must decide the path; add what decides it to key)"):format(self.name, self.where,
           key_text(self, unpack(args, 1, n)), d + 1), 3)
       end
-      leaf.k = nil
     else
-      if verifying then st.verified = st.verified + 1 end
+      if verifying then
+        if C.gt_tree_keyed_check(rt, leaf.k, self._ins) ~= 0 then
+          leaf.k = nil
+          error(("tree '%s' (%s): keyed call with key %s launched other values than the memoized path: %s" ..
+            " (the key must decide every number and tensor the body gives its kernels; add what decides it to key," ..
+            " or pass it as an argument: a tensor argument's address and a `patch` number are patched)")
+            :format(self.name, self.where, key_text(self, unpack(args, 1, n)), gt._errmsg()), 3)
+        end
+        st.verified = st.verified + 1
+      end
       if C.gt_tree_keyed_confirm(rt, leaf.k, self._ins) ~= 0 then leaf.k = nil end
       return ...
     end
