@@ -188,6 +188,61 @@ end)
 describe("gt.cond and gt.loop refuse", function()
   local p = gt.from({ 1 }, "i32")
 
+  it("a tensor made in a body and read where that body may not have run, in every tree call; the tree goes on", function()
+    if not gt.cond_nodes() then return end          -- (the host-branch fallback runs one body, as eager code)
+    local ops = gt.ops
+    local function flag(x) local q = gt.tensor({ 1 }, "i32"); K.positive(1, 1, q, x, x.numel); return q end
+    local x = gt.from { 1, 2, 3 }
+    local rebound = gt.tree(function(v)               -- each body makes its own y: the last one made wins in Lua
+      local y
+      gt.cond(flag(v), function() y = ops.mul(v, 2) end, function() y = ops.mul(v, 3) end)
+      return ops.add(y, 1)
+    end)
+    local only_then = gt.tree(function(v)
+      local y
+      gt.cond(flag(v), function() y = ops.mul(v, 2) end)
+      return ops.add(y, 1)
+    end)
+    local loop = gt.tree(function(v)
+      local c = gt.tensor({ 1 }, "i32")
+      K.setv(1, 1, c, 1)
+      local z = v
+      gt.loop(c, function() z = ops.add(z, 1); K.setv(1, 1, c, 0) end, { max = 4 })
+      return ops.mul(z, 1)
+    end)
+    for _ = 1, 3 do                                    -- warmup, then what would record
+      local ok, err = pcall(rebound, x)
+      assert.is_false(ok)
+      assert.matches("a tensor made in the else body of gt%.cond at .*cond_spec%.lua:%d+ is read after it by " ..
+        "[%w_]+ %(launch %d+%), but the then body does not write it", err)
+      ok, err = pcall(only_then, x)
+      assert.matches("made in the then body of gt%.cond at .*cond_spec%.lua:%d+ is read after it .* there is no else body", err)
+      ok, err = pcall(loop, x)
+      assert.matches("a tensor made in the body of gt%.loop at .*cond_spec%.lua:%d+ is read after the loop", err)
+    end
+    -- made in one body, written by both: valid; and the written-into forms give eager results
+    local both = gt.tree(function(v)
+      local y
+      gt.cond(flag(v), function() y = ops.mul(v, 2) end, function() y:copy(ops.mul(v, 3)) end)
+      return ops.add(y, 1)
+    end)
+    local fixed = gt.tree(function(v)
+      local y = gt.tensor(v.shape)
+      gt.cond(flag(v), function() y:copy(ops.mul(v, 2)) end, function() y:copy(ops.mul(v, 3)) end)
+      local c, z = gt.tensor({ 1 }, "i32"), v:clone()
+      K.setv(1, 1, c, 1)
+      gt.loop(c, function() z:copy(ops.add(z, 1)); K.setv(1, 1, c, 0) end, { max = 4 })
+      return ops.add(y, z)
+    end)
+    for _, v in ipairs { { 1, 2, 3 }, { -1, -2, -3 }, { 1, 2, 3 }, { -1, -2, -3 }, { 4, 5, 6 } } do
+      local xv = gt.from(v)
+      local k = v[1] > 0 and 2 or 3
+      assert.tensor_near({ k * v[1] + 1, k * v[2] + 1, k * v[3] + 1 }, both(xv))
+      assert.tensor_near({ (k + 1) * v[1] + 1, (k + 1) * v[2] + 1, (k + 1) * v[3] + 1 }, fixed(xv))
+    end
+    assert.nodes(fixed, 1)
+  end)
+
   it("a p that is not a one-element tensor of f32, i32, i64 or u8", function()
     assert.has_error(function() gt.cond(true, function() end) end)
     local ok, err = pcall(function() gt.cond(gt.zeros{ 2 }, function() end) end)

@@ -38,11 +38,25 @@ int gt_cond_support(gt_runtime *rt) {
 }
 
 /* Queues one structure entry; its position in the queue, or GT_ERR. */
-int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, uint64_t max) {
+/* Where the program's gt.cond/gt.loop calls are ("gt.cond at model.lua:12"),
+   for messages: a few, kept for the process. */
+static char **sites;
+static int nsites, sitecap;
+
+int gt_cond_site(gt_runtime *rt, const char *where) {
+  char *c = gt_strdup(where);
+  if (!c || GT_GROW(sites, sitecap, nsites + 1)) { free(c); return gt_fail(rt, "out of host memory"); }
+  sites[nsites++] = c;
+  return nsites;
+}
+
+static const char *site_name(int id) { return id >= 1 && id <= nsites ? sites[id - 1] : "a gt.cond or gt.loop"; }
+
+int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, uint64_t max, int site) {
   gt_tree *t = gt_active(rt);
   if (!t) return gt_fail(rt, "gt.cond: a cond entry outside a tree call");
   if (what < GT_COND_IF || what > GT_COND_END) return gt_fail(rt, "gt.cond: unknown entry %d", what);
-  gt_qlaunch l = { .kind = what };
+  gt_qlaunch l = { .kind = what, .made = site };   /* (made: a mark's site, gt_cond_site's id) */
   gt_arg a = { 0 };
   if (p) {
     int sz = dtype_size(dtype);
@@ -58,6 +72,83 @@ int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, ui
   return pos;
 }
 
+
+/* -- Tensors made in a body and read where it may not have run ------------ */
+
+/* Whether a launch in q's entries (from, to) writes buffer b. */
+static int writes_in(const gt_queue *q, int from, int to, const gt_buf *b) {
+  for (int i = from + 1; i < to; i++)
+    for (int j = 0; j < q->l[i].nargs; j++)
+      if (q->args[q->l[i].arg0 + j].buf == b && gt_launch_writes(&q->l[i], j)) return 1;
+  return 0;
+}
+
+/* Whether argument j of launch l reads its buffer. */
+static int reads(const gt_qlaunch *l, int j) {
+  if (l->kind == GT_GN_KERNEL) return l->k->ptype[j] == GT_P_IN || l->k->ptype[j] == GT_P_OUT;
+  return l->kind == GT_GN_MEMCPY && j == 1;
+}
+
+int gt_cond_check(gt_tree *t) {
+  const gt_queue *q = &t->q;
+  int n = q->n, any = 0, st = GT_OK;
+  for (int i = 0; i < n && !any; i++) any = gt_kind_is_cond(q->l[i].kind);
+  if (!any) return GT_OK;
+  /* open[p]: the body open when the queue held p entries (the position of
+     the IF, ELSE or WHILE that opened it; -1: none); up[m]: the body a mark
+     m's structure sits in; other[m]: an IF's ELSE (-1: none) and an ELSE's
+     IF; close[m]: where body m ends (its ELSE or END) */
+  int *open = malloc((size_t)(n + 1) * sizeof *open), *up = malloc((size_t)(n + 1) * sizeof *up);
+  int *other = malloc((size_t)(n + 1) * sizeof *other), *close = malloc((size_t)(n + 1) * sizeof *close);
+  int *stack = malloc((size_t)(n + 1) * sizeof *stack), sp = 0;
+  if (!open || !up || !other || !close || !stack) { st = gt_fail(t->rt, "out of host memory"); goto done; }
+  for (int i = 0; i <= n; i++) {
+    open[i] = sp ? stack[sp - 1] : -1;
+    if (i == n) break;
+    int k = q->l[i].kind;
+    up[i] = other[i] = close[i] = -1;
+    if (k == GT_GN_IF || k == GT_GN_WHILE) { up[i] = open[i]; stack[sp++] = i; }
+    else if (k == GT_GN_ELSE && sp) { int f = stack[--sp]; close[f] = i; other[f] = i; other[i] = f; up[i] = up[f]; stack[sp++] = i; }
+    else if (k == GT_GN_END && sp) close[stack[--sp]] = i;
+  }
+  for (int i = 0; i < n && st == GT_OK; i++) {
+    const gt_qlaunch *l = &q->l[i];
+    if (gt_kind_is_cond(l->kind)) continue;
+    for (int j = 0; j < l->nargs && st == GT_OK; j++) {
+      const gt_buf *b = q->args[l->arg0 + j].buf;
+      if (!b || b->tree != t || b->gen != t->gen || b->seg != t->depth || b->qpos > (uint32_t)n || !reads(l, j)) continue;
+      /* each body the buffer was made in, from the innermost out, that this launch is not in */
+      for (int m = open[b->qpos]; m >= 0; m = up[m]) {
+        int in = 0;
+        for (int c = open[i]; c >= 0 && !in; c = up[c]) in = c == m;
+        if (in) break;
+        int k = q->l[m].kind, sib = other[m], mark = k == GT_GN_ELSE ? other[m] : m;
+        int elsewhere = 0;               /* the launch is in the other body of the same cond */
+        for (int c = open[i]; sib >= 0 && c >= 0 && !elsewhere; c = up[c]) elsewhere = c == sib;
+        const char *body = k == GT_GN_WHILE ? "the body" : k == GT_GN_ELSE ? "the else body" : "the then body";
+        const char *what = l->kind == GT_GN_KERNEL ? l->k->name : "a copy";
+        if (k == GT_GN_WHILE)
+          st = gt_fail(t->rt, "a tensor made in the body of %s is read after the loop by %s (launch %d): the device "
+                       "runs the body's launches again on each pass, over the same tensors, and not at all when p "
+                       "starts false. Make the tensor before gt.loop and write into it in the body "
+                       "(z:copy(ops.add(z, 1)), not z = ops.add(z, 1))", site_name(q->l[mark].made), what, i + 1);
+        else if (elsewhere)
+          st = gt_fail(t->rt, "a tensor made in %s of %s is read in the other body by %s (launch %d), where it holds "
+                       "nothing. Make it before gt.cond", body, site_name(q->l[mark].made), what, i + 1);
+        else if (sib < 0 || !writes_in(q, sib, close[sib], b))
+          st = gt_fail(t->rt, "a tensor made in %s of %s is read after it by %s (launch %d), but %s does not write "
+                       "it: when the device takes the other way it holds nothing. Make the tensor before gt.cond "
+                       "and write into it in both bodies (y:copy(ops.mul(x, 2)), not y = ops.mul(x, 2))", body,
+                       site_name(q->l[mark].made), what, i + 1,
+                       sib < 0 ? "there is no else body that" : k == GT_GN_ELSE ? "the then body" : "the else body");
+        if (st != GT_OK) break;
+      }
+    }
+  }
+done:
+  free(open); free(up); free(other); free(close); free(stack);
+  return st;
+}
 
 static int overlaps(const gt_arg *a, const gt_buf *p, int64_t off, int64_t nbytes) {
   if (!a->buf) return 0;

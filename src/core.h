@@ -124,6 +124,11 @@ static inline int gt_launch_writes(const gt_qlaunch *l, int j) {
 }
 static inline int gt_kind_is_begin(int kind) { return kind == GT_GN_IF || kind == GT_GN_WHILE; }
 static inline int gt_kind_is_cond(int kind) { return kind >= GT_GN_IF && kind <= GT_GN_END; }
+/* cond.c: GT_ERR (the message naming the gt.cond or gt.loop and the launch)
+   when a launch of t's queue reads a tensor made in a device-side body where
+   that body's writes may not have happened: after a gt.loop, in the other
+   body, or after a gt.cond whose other body does not write it. */
+int gt_cond_check(struct gt_tree *t);
 
 /* Marks the buffers that the queued launches write into as written by t's
    call (gt_buf.wgen; stage.c). */

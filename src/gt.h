@@ -363,7 +363,9 @@ int gt_cond_support(gt_runtime *rt);
 /* In a tree call: queues one structure entry (what: GT_COND_*; p, off, dtype:
    the condition for IF, WHILE and a WHILE's END, else NULL; max: a WHILE's
    iteration bound, 0 = none).  Returns the entry's queue position, GT_ERR on failure. */
-int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, uint64_t max);
+int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, uint64_t max, int site);
+/* A gt.cond/gt.loop call's place ("gt.cond at model.lua:12") for messages: its id (>= 1) for gt_cond_mark, or GT_ERR. */
+int gt_cond_site(gt_runtime *rt, const char *where);
 /* 1 when a launch queued at or after position from writes bytes [off, off+nbytes) of p, else 0. */
 int gt_cond_writes(gt_runtime *rt, int from, gt_buf *p, int64_t off, int64_t nbytes);
 /* Outside tree calls: watch slot (0..15) follows eager writes to p's bytes

@@ -535,6 +535,7 @@ int gt_tree_flush(gt_runtime *rt) {
   t->lane_call |= rt->lane.lazy > 0;
   if (mode != GT_V_REPLAY || gt_cursor_dirty(t, n) < 0) gt_lane_sync(t);   /* a replay patches only launches the core queued */
   if (mode != GT_V_REPLAY || !hit) gt_queue_note_writes(t);   /* (the cursor's replay marked them: gt_cursor_arg) */
+  if (mode != GT_V_REPLAY && gt_cond_check(t)) return GT_ERR;   /* (a replay's queue is its recording's, checked then) */
   if (mode != GT_V_REPLAY && t->npend && gt_tree_launch_pending(t)) return GT_ERR;   /* (they run first) */
   int created = !n && mode != GT_V_UPDATE;
   if (mode == GT_V_UPDATE) (n = upd)->key = key.full;

@@ -80,6 +80,18 @@ local function site_of(name, level)
   return name .. " at " .. (info and (info.short_src .. ":" .. (info.currentline or 0)) or "?")
 end
 
+-- A site's id for the core's messages (gt_cond_site: registered once).
+local site_ids = {}
+local function site_id(site)
+  local id = site_ids[site]
+  if not id then
+    id = C.gt_cond_site(rt, site)
+    if id < 0 then error(gt._errmsg(), 3) end
+    site_ids[site] = id
+  end
+  return id
+end
+
 -- p: a live one-element tensor of f32, i32, i64 or u8.
 local function check_p(name, p, level)
   if not gt.is_tensor(p) then
@@ -154,13 +166,13 @@ function gt.cond(p, then_fn, else_fn)
     return
   end
   local code = CODE[p.dtype]
-  if C.gt_cond_mark(rt, IF, p._b, p._off, code, 0) < 0 then error(gt._errmsg(), 2) end
+  if C.gt_cond_mark(rt, IF, p._b, p._off, code, 0, site_id(site)) < 0 then error(gt._errmsg(), 2) end
   run_device(site, then_fn)
   if else_fn then
-    if C.gt_cond_mark(rt, ELSE, nil, 0, 0, 0) < 0 then error(gt._errmsg(), 2) end
+    if C.gt_cond_mark(rt, ELSE, nil, 0, 0, 0, 0) < 0 then error(gt._errmsg(), 2) end
     run_device(site, else_fn)
   end
-  if C.gt_cond_mark(rt, END, nil, 0, 0, 0) < 0 then error(gt._errmsg(), 2) end
+  if C.gt_cond_mark(rt, END, nil, 0, 0, 0, 0) < 0 then error(gt._errmsg(), 2) end
 end
 
 -- -- gt.loop ---------------------------------------------------------------
@@ -217,11 +229,11 @@ function gt.loop(p, body, opts)
   if not gt._active then return eager_loop(p, body, max, site) end
   if not device(false, 2) then return host_loop(p, body, max, site) end
   local code = CODE[p.dtype]
-  local at = C.gt_cond_mark(rt, WHILE, p._b, p._off, code, max or 0)
+  local at = C.gt_cond_mark(rt, WHILE, p._b, p._off, code, max or 0, site_id(site))
   if at < 0 then error(gt._errmsg(), 2) end
   run_device(site, body)
   if not max and C.gt_cond_writes(rt, at + 1, p._b, p._off, SIZE[p.dtype]) == 0 then never_writes(site, 2) end
-  if C.gt_cond_mark(rt, END, p._b, p._off, code, max or 0) < 0 then error(gt._errmsg(), 2) end
+  if C.gt_cond_mark(rt, END, p._b, p._off, code, max or 0, 0) < 0 then error(gt._errmsg(), 2) end
 end
 
 --- gt.cond_nodes() -> true when tree calls record gt.cond/gt.loop as conditional nodes
