@@ -176,6 +176,26 @@ describe("lifetimes", function()
     end
   end)
 
+  it("releases at the outer scope's end a tensor that an inner scope returned but did not make", function()
+    local kept
+    local function body(x)
+      gt.scope(function()
+        local t = axpb(x, 2, 0)                          -- the outer scope's
+        assert.are.equal(t, gt.scope(function() return t end))
+        kept = t
+      end)
+      return axpb(x, 1, 0)
+    end
+    local step = gt.tree(body)
+    local x = gt.from { 1, 2 }
+    body(x)
+    assert.has_error(function() kept:tolist() end)       -- outside any tree
+    for _ = 1, 3 do
+      step(x)
+      assert.has_error(function() kept:tolist() end)
+    end
+  end)
+
   it("returns every result of a scope in a tree call, keeps its tensors among them, and recovers from its error", function()
     local dropped, fail = nil, false
     local step = gt.tree(function(x)

@@ -569,13 +569,16 @@ function Tensor:free()
   released_by[addr(b)] = ":free() at " .. (i and (i.short_src .. ":" .. (i.currentline or 0)) or "?")
 end
 
--- Marks x (a tensor, or tensors in a plain table) as returned from a scope.
-local function keep(x)
+-- Marks x (a tensor, or tensors in a plain table) as returned from a
+-- scope (on), or not (a result the scope did not make keeps no mark for
+-- the scope around it, which may release it).
+local function keep(x, on)
   if istype(TT, x) then
     local b = x._b
-    if x._gen == b.gen_now[0] then b.flags = bor(b.flags, KEEP) end
+    if not on then b.flags = band(b.flags, bnot(KEEP))
+    elseif x._gen == b.gen_now[0] then b.flags = bor(b.flags, KEEP) end
   elseif type(x) == "table" and getmetatable(x) == nil then
-    for _, v in pairs(x) do if istype(TT, v) then keep(v) end end
+    for _, v in pairs(x) do if istype(TT, v) then keep(v, on) end end
   end
 end
 
@@ -610,11 +613,11 @@ local host = require "gt.host"
 local hrun, hcall = host.run, host.call
 local spill = {}                               -- results past the second (gt.host.run's extra)
 
--- Marks a scope's n results (r1, r2, then spill's) kept.
-local function keep_results(n, r1, r2)
-  if n >= 1 then keep(r1) end
-  if n >= 2 then keep(r2) end
-  for i = 1, n - 2 do keep(spill[i]) end
+-- Marks a scope's n results (r1, r2, then spill's) kept (on), or not.
+local function keep_results(n, r1, r2, on)
+  if n >= 1 then keep(r1, on) end
+  if n >= 2 then keep(r2, on) end
+  for i = 1, n - 2 do keep(spill[i], on) end
 end
 
 -- Outside a tree call the tensors made in the scope are listed in
@@ -623,11 +626,12 @@ local function plain_end(fn, ok, n, r1, r2)
   local list = plain[nplain]
   nplain = nplain - 1
   if ok then
-    keep_results(n, r1, r2)
+    keep_results(n, r1, r2, true)
     local outer = plain[nplain]
     for i = 1, #list do
       if settle(list[i]._b, fn) and outer then outer[#outer + 1] = list[i] end
     end
+    keep_results(n, r1, r2, false)
   end
   for i = #list, 1, -1 do list[i] = nil end
   if not ok then error(r1, 0) end
@@ -664,8 +668,9 @@ function gt.scope(fn, ...)
     local first = C.gt_tree_nbufs(tree._t)
     ok, n, r1, r2 = hcall(spill, fn, ...)
     if ok then
-      keep_results(n, r1, r2)
+      keep_results(n, r1, r2, true)
       if C.gt_tree_scope_end(rt, first, site_id(fn)) ~= 0 then ok, n, r1 = false, 1, gt._errmsg() end
+      keep_results(n, r1, r2, false)
     end
   else
     nplain = nplain + 1
