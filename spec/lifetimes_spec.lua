@@ -76,6 +76,31 @@ describe("lifetimes", function()
     end
   end)
 
+  it("returns the caller's own tensor for an input returned through a copy (copy_inputs, buckets, keyed)", function()
+    local W = gt.randn({ 2, 2 }, { seed = 3 }):static()
+    local function body(x, w) return x, x:narrow(1, 2, 1), ops.relu(x), w end
+    local modes = {
+      { copy_inputs = true }, { buckets = { dim = 1, sizes = { 4, 8 } } },
+      { copy_inputs = true, key = function() return 1 end },
+      { buckets = { dim = 1, sizes = { 4, 8 } }, key = function() return 1 end },
+    }
+    for m, opts in ipairs(modes) do
+      local step = gt.tree(body, opts)
+      for _ = 1, 4 do
+        local x = gt.from { { 1, -2 }, { 3, -4 }, { 5, -6 } }
+        local y, row, r, w = step(x, W)
+        step(gt.from { { 0, 0 }, { 0, 0 }, { 0, 0 } }, W)          -- a later call
+        assert.is_true(rawequal(y, x), "mode " .. m)                 -- as without a tree: x itself, valid
+        assert.tensor_near({ { 3, -4 } }, row)                       -- a view of x, not of the tree's copy
+        x:copy(gt.from { { 7, 7 }, { 8, 8 }, { 9, 9 } })
+        assert.tensor_near({ { 8, 8 } }, row)
+        assert.stale(r)                                              -- the tree's own output goes stale
+        assert.is_true(rawequal(w, W))                               -- a static argument returned: itself,
+        assert.are.same({ 2, 2 }, w.shape)                           -- neither padded nor narrowed
+      end
+    end
+  end)
+
   it("raises the same error for a released tensor on calls 1..4 and outside any tree", function()
     local kept
     local function body(x)

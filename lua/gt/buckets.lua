@@ -1,6 +1,11 @@
 -- gt.buckets: pad inputs of a tree to a few fixed sizes so that few recordings serve many shapes.
 local gt = require "gt"
 local C, rt, is_tensor, SHAPES = gt._C, gt._rt, gt.is_tensor, gt._shapes
+local band, STATIC = require("bit").band, C.GT_BUF_STATIC
+
+-- A tensor argument buckets may pad: an external input, not a static tensor
+-- (a weight passed as an argument is not batched).
+local function paddable(x) return is_tensor(x) and band(x._b.flags, STATIC) == 0 end
 
 local M = {}
 
@@ -74,7 +79,10 @@ local function prep(self, n, a1, a2, a3, a4, rest)
     local spec
     if is_tensor(x) then
       for _, sp in ipairs(specs) do
-        if sp.arg == i or (sp.arg == nil and #x.shape >= sp.dim and x.shape[sp.dim] == real[1]) then spec = sp break end
+        if sp.arg == i or (sp.arg == nil and paddable(x) and #x.shape >= sp.dim and x.shape[sp.dim] == real[1]) then
+          spec = sp
+          break
+        end
       end
     end
     if spec and padded and padded[x] then
@@ -92,21 +100,28 @@ local function prep(self, n, a1, a2, a3, a4, rest)
   return args
 end
 
+local unstage_res = gt._unstage_res
+
+-- (only the call's own tensors: a static or outside tensor returned is the caller's as it is)
 local function narrow_one(self, x, dim, p, n)
-  if is_tensor(x) and #x.shape >= dim and x.shape[dim] == p and not x:is_stale() then
+  if is_tensor(x) and x._b.tree == self._t and #x.shape >= dim and x.shape[dim] == p and not x:is_stale() then
     return gt._anchor(self, x:narrow(dim, 1, n))
   end
   return x
 end
 
--- Result x narrowed back (a tensor, or tensors in a plain table).
+-- Result x narrowed back (a tensor, or tensors in a plain table); one on
+-- the padded copy of an input is then the caller's tensor (tree.lua's unstage_res).
 local function narrow_res(self, x, dim, p, n)
+  local wbl = self._wbl
   if type(x) == "table" and getmetatable(x) == nil then
     local c = {}
     for k, v in pairs(x) do c[k] = narrow_one(self, v, dim, p, n) end
+    if wbl then unstage_res(wbl, c) end
     return c
   end
   local y = narrow_one(self, x, dim, p, n)
+  if wbl then y = unstage_res(wbl, y) end
   return y
 end
 
@@ -136,7 +151,9 @@ end
 local function real_size(spec, n, a1, a2, a3, a4, rest)
   for i = 1, n do
     local x = gt._arg_at(i, a1, a2, a3, a4, rest)
-    if is_tensor(x) and (spec.arg == nil or spec.arg == i) and #x.shape >= spec.dim then return x.shape[spec.dim] end
+    if is_tensor(x) and (spec.arg == i or (spec.arg == nil and paddable(x))) and #x.shape >= spec.dim then
+      return x.shape[spec.dim]
+    end
   end
 end
 
@@ -145,7 +162,9 @@ local function bucket_call(self, na, a1, a2, a3, a4, rest)
   -- the real size: the first bucketed input's size along its dim
   local first = self._buckets[1]
   local n
-  if is_tensor(a1) and (first.arg == nil or first.arg == 1) then n = SHAPES[a1._sid][first.dim] end   -- the usual case, without a loop
+  if is_tensor(a1) and (first.arg == 1 or (first.arg == nil and band(a1._b.flags, STATIC) == 0)) then
+    n = SHAPES[a1._sid][first.dim]                                    -- the usual case, without a loop
+  end
   if not n then n = real_size(first, na, a1, a2, a3, a4, rest) end
   if not n then error("tree '" .. self.name .. "': no tensor input to bucket along dim " .. first.dim, 2) end
   -- the bucket of n, remembered (a loop on every call would stop the caller's trace)

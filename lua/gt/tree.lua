@@ -203,7 +203,7 @@ gt._note_copy = note_copy
 -- tree's own pool (the last call's output) is stale by now: nothing to do.
 local function write_back(self)
   local wb, t = self._wb, self._t
-  self._wb = nil
+  self._wb, self._wbl = nil, wb
   for k = 1, #wb do
     local w = wb[k]
     local x, px = w.x, w.px
@@ -214,6 +214,35 @@ local function write_back(self)
   end
 end
 gt._write_back = write_back
+
+-- A result on the staged copy of a caller's tensor (wbl: write_back's list)
+-- as the caller's own: x itself, or the same view of it, as without a tree
+-- (a staged copy is the tree's and goes stale with the next call).  Only
+-- where the copy lays its bytes out as x does (all of them with
+-- copy_inputs; with buckets' padding, when the padded dim is the first).
+local function unstage_one(wbl, y)
+  if not is_tensor(y) or y._vid ~= 0 then return y end
+  local b = y._b
+  for k = 1, #wbl do
+    local w = wbl[k]
+    local px = w.px
+    local rel = y._off - px._off
+    if px._b == b and w.outer == 1 and rel >= 0 and rel + y._nb <= w.chunk then
+      local x = w.x
+      if rel == 0 and y._sid == x._sid and y._dt == x._dt then return x end
+      return gt._view(x._b, x._off + rel, y._sid, y._dt, x._gen, 0)
+    end
+  end
+  return y
+end
+local function unstage_res(wbl, y)
+  if type(y) == "table" and getmetatable(y) == nil then
+    for k, v in pairs(y) do y[k] = unstage_one(wbl, v) end
+    return y
+  end
+  return unstage_one(wbl, y)
+end
+gt._unstage_res = unstage_res
 
 -- x staged into slot `slot` (returns x itself when it needs no staging) and
 -- the next free slot.  shared (from shared_inputs, or nil): the buffers that
@@ -481,10 +510,25 @@ local function run_body(self, n, a1, a2, a3, a4, rest)
   return results(extra, hrun(extra, end_body, self, self.fn, spread(n, a1, a2, a3, a4, rest)))
 end
 
+-- hrun's results for a call whose inputs were copied (copy_inputs): a result
+-- on a copy is the caller's tensor (unstage_res).  (No vararg function: see spread.)
+local function unstaged_results(self, ok, n, r1, r2)
+  local wbl = self._wbl
+  if ok and wbl then
+    if n >= 1 then r1 = unstage_res(wbl, r1) end
+    if n >= 2 then r2 = unstage_res(wbl, r2) end
+    for i = 1, n - 2 do extra[i] = unstage_res(wbl, extra[i]) end
+  end
+  return results(extra, ok, n, r1, r2)
+end
+local function run_body_unstaged(self, n, a1, a2, a3, a4, rest)
+  return unstaged_results(self, hrun(extra, end_body, self, self.fn, spread(n, a1, a2, a3, a4, rest)))
+end
+
 -- A call has begun in the core (gen: its generation): the Lua side's state.
 local function enter(self, gen)
   self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
-  self._sync, self._staged, self._wb = nil, nil, nil
+  self._sync, self._staged, self._wb, self._wbl = nil, nil, nil, nil
   gt._active, self._resumes = self, 0
 end
 
@@ -526,12 +570,16 @@ local function run(self, eager, n, a1, a2, a3, a4, rest)
     self._staged = args
     a1, a2, a3, a4 = args[1], args[2], args[3], args[4]
     if rest then rest = args end
+    self._in1, self._in2, self._in3, self._in4 = a1, a2, a3, a4
+    if prep then return run_body(self, n, a1, a2, a3, a4, rest) end   -- (buckets unstage after narrowing)
+    return run_body_unstaged(self, n, a1, a2, a3, a4, rest)
   end
   self._in1, self._in2, self._in3, self._in4 = a1, a2, a3, a4
   return run_body(self, n, a1, a2, a3, a4, rest)
 end
 Tree._run = run
 Tree._body, Tree._enter, Tree._abort, Tree._stage_args, Tree._stage_call = run_body, enter, abort, stage_args, stage_call
+Tree._body_unstaged = run_body_unstaged
 gt._stage_arg = stage_arg   -- buckets stage their non-bucketed inputs the same way
 
 -- The call's kind: bucketed, keyed or plain (n, a1..a4, rest: see spread).
