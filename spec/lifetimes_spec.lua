@@ -101,6 +101,30 @@ describe("lifetimes", function()
     end
   end)
 
+  it("keeps a view of an output, and an output tables deep, valid when the tree and the output are collected", function()
+    -- in a process of its own: in this one, traces may hold the trees as constants
+    local S = require "spec.support"
+    local script = os.tmpname()
+    S.spit(script, [[
+      local K = gt.compile("__global__ void axpb(float *y, const float *x, int n, float a) {" ..
+        " for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = a * x[i]; }")
+      local function made(shape_of)
+        local step = gt.tree(function(x) local y = gt.tensor(x.shape); K.axpb(1, 32, y, x, 4, 3); return shape_of(y) end)
+        local x = gt.from { 1, 2, 3, 4 }
+        step(x)
+        return step(x)
+      end
+      local view = made(function(y) return y end):narrow(1, 2, 2)   -- the output and the tree dropped
+      local deep = made(function(y) return { a = { b = { y } } } end).a.b[1]
+      collectgarbage(); collectgarbage()
+      print(table.concat(view:tolist(), " "), table.concat(deep:tolist(), " "))
+    ]])
+    local st, out = S.gtlua(S.shq(script))
+    os.remove(script)
+    assert.are.equal(0, st, out)
+    assert.matches("^6 9\t3 6 9 12", out)
+  end)
+
   it("raises the same error for a released tensor on calls 1..4 and outside any tree", function()
     local kept
     local function body(x)

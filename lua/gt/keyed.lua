@@ -185,7 +185,7 @@ local function rebuild(self, o, outb, staged, a1, a2, a3, a4, rest)
   local k = o.kind
   if k == "buf" then
     local b = outb[o.bi]
-    local y = view(b, o.off, o.sid, o.dt, b.gen, o.vid)
+    local y = view(b, o.off, o.sid, o.dt, b.gen, o.vid, false, true)
     anchor(self, y, b.gen)                 -- (no tail calls on a hit: LuaJIT counts them against
     return y                               -- its loop unroll limit, for the whole trace)
   elseif k == "arg" then

@@ -129,8 +129,22 @@ end
 local function anchor_one(self, x, gen)
   local held = self._held
   local n = held.n + 1
-  if gen ~= self._ang then self._ang = gen; n = 1 end   -- a newer call's first output
+  if gen ~= self._ang then self._ang = gen; held.gen = gen; n = 1 end   -- a newer call's first output
   held[n], held.n = x, n
+end
+
+-- Each tree's held list by its C handle's address: a view made outside the
+-- tree's calls of one of its latest outputs is noted there too (tensor.lua's
+-- view), so that it keeps the memory valid as the output does, however the
+-- collector runs (out:narrow(...) kept, out dropped).
+local held_of = setmetatable({}, WEAK_VALUES)
+local function held_key(t) return tonumber(ffi.cast("intptr_t", t)) end
+function gt._anchor_view(y, b)
+  local held = held_of[held_key(b.tree)]
+  if held and held.n > 0 and y._gen == held.gen then
+    local n = held.n + 1
+    held[n], held.n = y, n
+  end
 end
 
 -- every tree made, for --stats/--report (weakly, unless the host asks to keep them)
@@ -155,6 +169,7 @@ function gt.tree(fn, opts)
   local t = C.gt_tree_new(rt, o)
   if t == nil then error(gt._errmsg(), 2) end
   local held = setmetatable({ n = 0 }, WEAK_VALUES)
+  held_of[held_key(t)] = held
   local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, finalizer(held)), _held = held,
                               _copy = opts.copy_inputs and true or false, _nwarn = 0,
                               _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
@@ -401,11 +416,20 @@ end
 
 -- anchor(self, x [, gen]): x (a tensor, or tensors in a plain table) returned
 -- by the call of generation gen (default: the call self runs now)
+local function anchor_deep(self, x, gen, depth)           -- (tables in a returned table: rare, not on the hot path)
+  for _, v in pairs(x) do
+    if is_tensor(v) then
+      if v._b.tree == self._t then anchor_one(self, v, gen) end
+    elseif depth < 8 and type(v) == "table" and getmetatable(v) == nil then
+      anchor_deep(self, v, gen, depth + 1)
+    end
+  end
+end
 local function anchor(self, x, gen)
   if is_tensor(x) then
     if x._b.tree == self._t then anchor_one(self, x, gen or self._gen) end
   elseif type(x) == "table" and getmetatable(x) == nil then
-    for _, v in pairs(x) do if is_tensor(v) and v._b.tree == self._t then anchor_one(self, v, gen or self._gen) end end
+    anchor_deep(self, x, gen or self._gen, 1)
   end
   return x
 end
