@@ -22,6 +22,22 @@ local function assert_close(expected, got, tol, what)
 end
 
 describe("gt.compile kernels", function()
+  it("gives the same kernels for the same source compiled at the same place: one node in a tree", function()
+    local src = "__global__ void inc(float *y, const float *x, int n) {" ..
+      " for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] + 1; }"
+    local step = gt.tree(function(x)
+      local K = gt.compile(src)                        -- in the body: every call
+      local y = gt.tensor(x.shape)
+      K.inc(1, 32, y, x, x.numel)
+      return y
+    end)
+    local x = gt.from { 1, 2 }
+    for _ = 1, 6 do assert.are.same({ 2, 3 }, step(x):tolist()) end
+    assert.are.equal(1, step:stats().nodes)
+    assert.are.equal(4, step:stats().replays)
+    assert.are_not.equal(gt.compile(src), gt.compile(src))   -- two places: two modules
+  end)
+
   it("reduces a block through __shared__ memory and __syncthreads", function()
     local K = gt.compile [[
       __global__ void block_sum(float *out, const float *x, int n) {

@@ -442,6 +442,11 @@ local function compile(src, opts, chunk)
   end })
 end
 
+-- The same source compiled again with the same options and name (by
+-- default its call's file:line: a gt.compile in a loop, or in a tree's body)
+-- gives the same kernels: kernels made anew each call would be new launches
+-- to the tree's keys, a new node every call.
+local compiled = {}
 --- gt.compile(src [, {name=, graph=, options=}]) -> { name = kernel, ... }
 function gt.compile(src, opts)
   if type(src) ~= "string" then error("gt.compile expects kernel source text", 2) end
@@ -451,7 +456,10 @@ function gt.compile(src, opts)
     local info = debug.getinfo(2, "Sl")
     chunk = info and (info.short_src .. ":" .. info.currentline) or "kernel.cu"
   end
-  return compile(src, opts, chunk)
+  local key = chunk .. "\0" .. tostring(opts.options) .. "\0" .. tostring(opts.graph) .. "\0" .. src
+  local K = compiled[key]
+  if not K then K = compile(src, opts, chunk); compiled[key] = K end
+  return K
 end
 
 local expand_includes
