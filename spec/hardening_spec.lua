@@ -394,6 +394,21 @@ describe("address-space reservations", function()
     assert.equal("2000\t2000\n", out)
   end)
 
+  it("raise out of memory for a tensor beyond the machine's memory, in a tree call and outside, and go on", function()
+    -- 4 TiB: more than the H200 or any CI machine has (on the cpu backend the kernel would accept
+    -- the commit of reserved addresses and kill the process when the fill touched it)
+    local status, out, err = gtlua([[-e 'local n = 2^40
+      print(pcall(function() gt.tensor({n}):fill(1) end))
+      local t = gt.tree(function() local y = gt.tensor({n}); y:fill(1); return y end)
+      print(pcall(t)); print(pcall(t))
+      print(gt.tree(function(x) return gt.ops.add(x, 1) end)(gt.ones({2})):tolist()[2])']],
+      { env = "GTLUA_BACKEND=" .. gt.backend() })
+    assert.equal(0, status, err)
+    local _, fails = out:gsub("false\t[^\n]*out of memory", "")
+    assert.equal(3, fails, out)
+    assert.truthy(has(out, "\n2\n"), out)
+  end)
+
   it("reserve no addresses for a tree until it first needs pool memory", function()
     -- a first range of 10^8 GiB cannot be reserved: making the tree works, its first call says why
     local status, out, err = gtlua([[-e 'local t = gt.tree(function(x) return gt.ops.relu(x) end); print("made")

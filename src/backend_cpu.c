@@ -175,7 +175,28 @@ static int cpu_reserve(gt_backend *b, size_t bytes, uint64_t *base) {
   return GT_BOK;
 }
 
+/* The memory the machine can still give (/proc/meminfo's MemAvailable), in
+   bytes; 0 when it cannot be read. */
+static uint64_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[128];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  fclose(f);
+  return (uint64_t)kb << 10;
+}
+
+/* Memory is reserved without swap accounting (MAP_NORESERVE: a pool may
+   reserve far more than it uses), so the kernel would accept any commit and
+   kill the process when it is touched: a commit larger than what the machine
+   has available fails here instead, as cuMemCreate does on a GPU. */
 static int cpu_commit(gt_backend *b, uint64_t addr, size_t bytes) {
+  uint64_t avail = bytes >= ((size_t)64 << 20) ? mem_available() : 0;
+  if (avail && bytes > avail)
+    return cpu_fail(b, GT_BOOM, "cpu: committing %zu bytes at 0x%llx failed: the machine has %llu bytes available; "
+                    "free memory or use smaller tensors.", bytes, (unsigned long long)addr, (unsigned long long)avail);
   if (mprotect((void *)(uintptr_t)addr, bytes, PROT_READ | PROT_WRITE) == 0) return GT_BOK;
   return cpu_fail(b, GT_BOOM, "cpu: committing %zu bytes at 0x%llx failed (%s); free memory or use a smaller pool.",
                   bytes, (unsigned long long)addr, strerror(errno));
