@@ -39,6 +39,15 @@ describe("gt.compile kernels", function()
     assert.are_not.equal(here, gt.compile(src))            -- two places: two modules
   end)
 
+  it("compiles kernels with short names (c, a, E) on every backend", function()
+    for _, name in ipairs { "c", "a", "E" } do
+      local K = gt.compile("__global__ void " .. name .. "(float *y) { y[0] = 7; }", { name = name .. ".cu" })
+      local y = gt.zeros { 1 }
+      K[name](1, 1, y)
+      assert.are.same({ 7 }, y:tolist())
+    end
+  end)
+
   it("reduces a block through __shared__ memory and __syncthreads", function()
     local K = gt.compile [[
       __global__ void block_sum(float *out, const float *x, int n) {

@@ -231,8 +231,10 @@ template <class... P> struct gt_entry_<void (*)(P...)> {
         }
   }
 };
+/* (its own names are gt_-prefixed: a kernel may be called c, a or E) */
 #define GT_CPU_ENTRY(sym, k) \
-  extern "C" __attribute__((visibility("default"))) void sym(gt_cpu_ctx *c, void **a) { \
-    using E = gt_entry_<decltype(&k)>; E::template run<&k>(c, a, std::make_index_sequence<E::n>()); }
+  extern "C" __attribute__((visibility("default"))) void sym(gt_cpu_ctx *gt_ctx_arg_, void **gt_args_) { \
+    using gt_E_ = gt_entry_<decltype(&k)>; \
+    gt_E_::template run<&k>(gt_ctx_arg_, gt_args_, std::make_index_sequence<gt_E_::n>()); }
 #endif /* __cplusplus */
 #endif
