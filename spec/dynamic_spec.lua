@@ -128,6 +128,24 @@ describe("dynamic shapes", function()
     assert.tensor_near({ 0 }, strict(gt.zeros{ 1 }))      -- still usable
   end)
 
+  it("counts every visit of a new path past max_recordings as eager, its later segments and first visit too", function()
+    local seen, restore = capture_warnings()
+    local step = gt.tree(function(x, r)
+      local a = r == 1 and gt.ops.relu(x) or gt.ops.tanh(x)     -- other kernels: another path
+      gt.cut()
+      return affine(a, 1, 1)
+    end, { max_recordings = 2 })
+    local x = gt.from { 1, 2 }
+    for _ = 1, 3 do assert.tensor_near({ 2, 3 }, step(x, 1)) end       -- two segments, both recorded
+    for _ = 1, 5 do                                                     -- past the limit: eager throughout
+      assert.tensor_near({ math.tanh(1) + 1, math.tanh(2) + 1 }, step(x, 2))
+    end
+    restore()
+    local s = step:stats()
+    assert.are.same({ 2, 2, 10, 10 }, { s.recorded, s.warmups, s.eager, s.skips.max_recordings })
+    assert.are.same(1, #seen)
+  end)
+
   it("updates a node in place when a static weight moves, and uses the new weight", function()
     local W = gt.full({ 16 }, 2):static()
     local step = gt.tree(function(x)

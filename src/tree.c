@@ -418,8 +418,8 @@ static int choose_mode(const gt_node *n, const gt_node *upd, int parent_ok, int 
   if (n && n->graph && parent_ok) return GT_V_REPLAY;
   if (n && n->skip) return parent_ok ? GT_V_PLANNED : GT_V_EAGER;
   if (!n && upd && upd->graph) return GT_V_UPDATE;
+  if (recorded >= o->max_recordings && !(n && n->graph)) return GT_V_LIMIT;   /* it can never record: eager from its first visit */
   if (!parent_ok || (n ? n->warmups : 0) < o->warmup) return GT_V_WARMUP;
-  if (recorded >= o->max_recordings) return GT_V_LIMIT;
   return graphable ? GT_V_RECORD : GT_V_PLANNED;
 }
 
