@@ -50,7 +50,7 @@ typedef struct gt_buf {
   uint64_t addr;
   uint64_t bytes;
   uint32_t gen;
-  uint32_t wgen;           /* the generation of the last tree call that wrote into it (gt_tree_wrote) */
+  uint32_t wgen;           /* the generation of the last tree call that wrote into it (tree.lua's write_back) */
   const uint32_t *gen_now;
   int32_t flags;           /* GT_BUF_* */
   int32_t refs;            /* Lua's reference + the core's */
@@ -289,10 +289,6 @@ int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t 
 /* An input of the call that lives in a staging slot (a previous call's staged
    tensor fed back): no input of this call is staged over it. */
 void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b);
-/* After (or during) a call of t: whether a launch of the call writes into b
-   (tree.lua's write_back: what a call wrote into a copied or padded input
-   goes back to the caller's tensor). */
-int gt_tree_wrote(const gt_tree *t, const gt_buf *b);
 /* Outside tree calls: the first `chunk` bytes of each of `outer` chunks of
    `padded` bytes of staged buffer src from src_off copied back to dst at off
    (stride chunk), after the work already submitted: gt_tree_stage undone. */

@@ -121,7 +121,7 @@ int gt_cursor_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was, u
   if (x.role != s->role || x.id != s->id || x.off != s->off || x.nbytes != s->nbytes) return 0;
   if (x.role == GT_ROLE_EXTERNAL) {
     *dirty |= (a->buf->addr + (uint64_t)a->off) ^ was;
-    if (s->write) a->buf->wgen = t->gen;   /* (gt_tree_wrote) */
+    if (s->write) a->buf->wgen = t->gen;   /* (gt_buf.wgen) */
   }
   return 1;
 }

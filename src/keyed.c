@@ -33,7 +33,7 @@ typedef struct kpatch {
   int64_t delta;                 /* KP_ADDR/KP_COPY: slot value - the input's address */
   uint8_t ptype;                 /* KP_SCALAR: the kernel parameter's type */
   double seen;                   /* KP_SCALAR: the input's value when matched */
-  int write;                     /* KP_ADDR/KP_COPY: the launch writes into the input (gt_tree_wrote) */
+  int write;                     /* KP_ADDR/KP_COPY: the launch writes into the input (gt_buf.wgen) */
 } kpatch;
 
 typedef struct kout { int ci, seg, idx; uint64_t bytes; } kout;

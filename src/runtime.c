@@ -303,7 +303,7 @@ int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const 
 int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint64_t bytes) {
   if (gt_buf_check(rt, b, off, bytes, "copy to device") != GT_OK || gt_pending(rt)) return GT_ERR;
   if (bytes && rt->be.htod(&rt->be, b->addr + off, src, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
-  if (rt->active) b->wgen = rt->active->gen;   /* written by the call (gt_tree_wrote) */
+  if (rt->active) b->wgen = rt->active->gen;   /* written by the call (gt_buf.wgen) */
   return GT_OK;
 }
 

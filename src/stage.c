@@ -79,7 +79,6 @@ void gt_queue_note_writes(gt_tree *t) {
   }
 }
 
-int gt_tree_wrote(const gt_tree *t, const gt_buf *b) { return b->wgen == t->gen; }
 
 int gt_unstage(gt_runtime *rt, const gt_buf *src, uint64_t src_off, gt_buf *dst, uint64_t off, uint64_t outer,
                uint64_t chunk, uint64_t padded) {

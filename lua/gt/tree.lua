@@ -222,7 +222,7 @@ local function write_back(self)
   for k = 1, #wb do
     local w = wb[k]
     local x, px = w.x, w.px
-    if C.gt_tree_wrote(t, px._b) ~= 0 and x._b.tree ~= t and not x:is_stale() and
+    if px._b.wgen == self._gen and x._b.tree ~= t and not x:is_stale() and   -- (the call wrote it: wgen; after an error too)
        C.gt_unstage(rt, px._b, px._off, x._b, x._off, w.outer, w.chunk, w.padded) ~= 0 then
       error(gt._errmsg(), 4)
     end
@@ -507,6 +507,8 @@ end
 local function end_body(self, ok, n, r1, r2)
   if not ok then
     abort()
+    -- what the segments that ran wrote into copied inputs reaches the caller, as eager code's writes do
+    if self._wb then pcall(write_back, self) end
     error(r1, 0)
   end
   end_call(self)
