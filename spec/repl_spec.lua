@@ -230,6 +230,11 @@ describe("gt.repl", function()
     assert.truthy(has(names, "gt.tensor"), names)
     local t = gt.zeros({ 2, 3 })
     assert.equal(tostring(t), repl.format(t))
+    _G.gt_spec_x = t                                  -- a tensor's methods and fields
+    assert.same({ "gt_spec_x:tolist" }, repl.complete("gt_spec_x:tol"))
+    assert.same({ "gt_spec_x.shape" }, repl.complete("gt_spec_x.sh"))
+    assert.truthy(has(table.concat(repl.complete("gt_spec_x:cl"), " "), "gt_spec_x:clone"))
+    _G.gt_spec_x = nil
   end)
 end)
 

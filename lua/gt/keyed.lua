@@ -308,7 +308,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
   end
   if k and not verifying then
     local gen = C.gt_tree_call(rt, self._t, nil)
-    if gen == 0 then error(gt._errmsg(), 2) end
+    if gen == 0 then gt._error(gt._errmsg()) end
     self._enter(self, gen)
     local staged
     if pad or self._kstage then

@@ -116,8 +116,11 @@ end
 -- Where to look for the fields of v: v itself (a table) and the __index tables
 -- of its metatables (strings find the string library).  No __index function is
 -- called: completion must not run user code.
+local TENSOR_FIELDS = { shape = true, numel = true, dtype = true }   -- (a tensor's fields; its methods: gt.Tensor)
 local function field_tables(v)
   local list, seen = {}, {}
+  local gt = package.loaded.gt
+  if type(v) == "cdata" and gt and gt.is_tensor(v) then return { TENSOR_FIELDS, gt.Tensor } end
   while v ~= nil and not seen[v] and #list < 16 do
     seen[v] = true
     if type(v) == "table" then list[#list + 1] = v end

@@ -578,7 +578,7 @@ end
 -- The arguments: n, a1..a4, rest (see spread).
 local function run(self, eager, n, a1, a2, a3, a4, rest)
   local gen = C.gt_tree_call(rt, self._t, eager or nil)
-  if gen == 0 then error(gt._errmsg(), 3) end
+  if gen == 0 then gt._error(gt._errmsg()) end   -- (the user's line: a call may come through several of gt's frames)
   enter(self, gen)
   local prep = eager == nil and self._prep or nil         -- a call beyond the buckets pads nothing
   local staged = prep ~= nil
