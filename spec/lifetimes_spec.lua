@@ -66,13 +66,16 @@ describe("lifetimes", function()
   end)
 
   it("keeps every fed-back staged input of a call apart, in any argument order", function()
-    local step = gt.tree(function(a, b, c) return b, c, ops.add(a, 1) end)
-    local a, b, c = gt.from { 1 }, gt.from { 2 }, gt.from { 3 }
-    local va, vb, vc = 1, 2, 3
-    for _ = 1, 8 do
-      a, b, c = step(a, b, c)
-      va, vb, vc = vb, vc, va + 1
-      assert.tensor_near({ va }, a); assert.tensor_near({ vb }, b); assert.tensor_near({ vc }, c)
+    for _, opts in ipairs { {}, { copy_inputs = true }, { copy_inputs = true, key = function() return 1 end },
+                            { key = function() return 1 end } } do
+      local step = gt.tree(function(a, b, c) return b, c, ops.add(a, 1) end, opts)
+      local a, b, c = gt.from { 1 }, gt.from { 2 }, gt.from { 3 }
+      local va, vb, vc = 1, 2, 3
+      for _ = 1, 8 do
+        a, b, c = step(a, b, c)
+        va, vb, vc = vb, vc, va + 1
+        assert.tensor_near({ va }, a); assert.tensor_near({ vb }, b); assert.tensor_near({ vc }, c)
+      end
     end
   end)
 
@@ -145,6 +148,20 @@ describe("lifetimes", function()
         assert.are.equal(2, x:tolist()[1])
       end
     end
+  end)
+
+  it("returns a fed-back input of a keyed call with copied inputs as the body run did, fresh inputs in between", function()
+    local step = gt.tree(function(a, b) return b, ops.add(a, 1) end,
+      { copy_inputs = true, key = function() return 1 end })
+    local a, b = gt.from { 1 }, gt.from { 2 }
+    local va, vb = 1, 2
+    for i = 1, 12 do
+      if i % 3 == 0 then a, b = gt.from { va }, gt.from { vb } end   -- the caller's own tensors again
+      a, b = step(a, b)
+      va, vb = vb, va + 1
+      assert.tensor_near({ va }, a); assert.tensor_near({ vb }, b)
+    end
+    assert.truthy(step:stats().keyed.hits > 0)
   end)
 
   it("raises the same error for a released tensor on calls 1..4 and outside any tree", function()

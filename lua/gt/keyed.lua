@@ -10,6 +10,7 @@ local gt = require "gt"
 local C, rt = gt._C, gt._rt
 local select, type, getmetatable, rawequal = select, type, getmetatable, rawequal
 local is_tensor, view = gt.is_tensor, gt._view
+local unstage_res = gt._unstage_res
 local spread, arg_at, packed = gt._spread, gt._arg_at, gt._packed
 local band = bit.band
 local STATIC, STAGING = C.GT_BUF_STATIC, C.GT_BUF_STAGING
@@ -189,13 +190,19 @@ local function rebuild(self, o, outb, staged, a1, a2, a3, a4, rest)
     anchor(self, y, b.gen)                 -- (no tail calls on a hit: LuaJIT counts them against
     return y                               -- its loop unroll limit, for the whole trace)
   elseif k == "arg" then
+    -- an input returned: the caller's tensor, or its staged copy when it was this tree's
+    -- last output (which goes stale with this call), as a body run returns them
     local y = arg_at(o.i, a1, a2, a3, a4, rest)
+    if staged and y._b.tree == self._t then y = staged[o.i] end
     return y
   elseif k == "staged" then
     local s = staged[o.i]
-    return view(s._b, o.off, o.sid, o.dt, s._gen, o.vid)
+    local y = view(s._b, o.off, o.sid, o.dt, s._gen, o.vid)
+    if self._wbl then y = unstage_res(self._wbl, y) end   -- (a copy of the caller's tensor: the caller's)
+    return y
   elseif k == "argview" then
     local a = arg_at(o.i, a1, a2, a3, a4, rest)
+    if staged and a._b.tree == self._t then a = staged[o.i] end
     return view(a._b, a._off + o.off, o.sid, o.dt, a._gen, o.vid)
   end
   return o.v
