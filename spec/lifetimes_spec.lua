@@ -164,6 +164,24 @@ describe("lifetimes", function()
     assert.truthy(step:stats().keyed.hits > 0)
   end)
 
+  it("stages a non-contiguous view: with copy_inputs, and a view of the last call's output fed back", function()
+    local base = gt.from { { 1, -2, 3, -4 }, { 5, -6, 7, -8 } }
+    local function body(h) return ops.relu(h:contiguous()), ops.mul(base, 2) end
+    for _, opts in ipairs { {}, { copy_inputs = true }, { copy_inputs = true, key = function() return 1 end } } do
+      local step = gt.tree(body, opts)
+      local _, w = step(base:narrow(2, 2, 2))
+      for _ = 1, 4 do
+        local v = w:narrow(2, 2, 2)                        -- this tree's last output, seen through a view
+        local y
+        y, w = step(v)
+        assert.tensor_near({ { 0, 6 }, { 0, 14 } }, y)
+        y = step(base:narrow(2, 1, 2))                     -- a view of the caller's tensor
+        assert.tensor_near({ { 1, 0 }, { 5, 0 } }, y)
+        _, w = step(base:narrow(2, 3, 2))
+      end
+    end
+  end)
+
   it("raises the same error for a released tensor on calls 1..4 and outside any tree", function()
     local kept
     local function body(x)

@@ -223,7 +223,8 @@ local function write_back(self)
     local w = wb[k]
     local x, px = w.x, w.px
     if px._b.wgen == self._gen and x._b.tree ~= t and not x:is_stale() and   -- (the call wrote it: wgen; after an error too)
-       C.gt_unstage(rt, px._b, px._off, x._b, x._off, w.outer, w.chunk, w.padded) ~= 0 then
+       (w.runs and C.gt_unstage_runs(rt, px._b, px._off, x._b, w.runs, w.nruns, w.run) or
+        not w.runs and C.gt_unstage(rt, px._b, px._off, x._b, x._off, w.outer, w.chunk, w.padded)) ~= 0 then
       error(gt._errmsg(), 4)
     end
   end
@@ -264,11 +265,41 @@ gt._unstage_res = unstage_res
 -- several staged inputs of this call view; those share one staged copy of
 -- the bytes they span, so that a write through one input is seen through
 -- the other, as outside a tree (`step(h, h)`).
+-- The runs of a non-contiguous view x, its bytes in element order: byte
+-- offsets into its buffer (int64_t[]), how many, and their length (the
+-- innermost dims that are contiguous make one run).
+local function view_runs(x)
+  local shape, st, esz = x.shape, x._strides, gt._dtypes[x.dtype].size
+  local d, inner = #shape, 1
+  while d >= 1 and st[d] == inner do inner = inner * shape[d]; d = d - 1 end
+  local n = 1
+  for i = 1, d do n = n * shape[i] end
+  if x.numel == 0 then n = 0 end
+  local offs, k = ffi.new("int64_t[?]", math.max(n, 1)), 0
+  local function walk(dim, base)
+    if dim > d then offs[k] = x._off + base * esz; k = k + 1; return end
+    for i = 0, shape[dim] - 1 do walk(dim + 1, base + i * st[dim]) end
+  end
+  if n > 0 then walk(1, 0) end
+  return offs, n, inner * esz
+end
+
 local function stage(self, x, slot, shared)
   local b = x._b
   local own = check_input(self, x)
   if not own and not self._copy then return x, slot end
-  if x._strides then gt._error("a non-contiguous view as a tree input: :clone() it first") end
+  if x._strides then                         -- a non-contiguous view: gathered into a contiguous copy
+    local offs, n, run = view_runs(x)
+    if C.gt_tree_stage_runs(rt, slot, b, offs, n, run, self._out) ~= 0 then gt._error(gt._errmsg()) end
+    local sb = self._out[0]
+    local px = gt._view(sb, 0, x._sid, x._dt, sb.gen, 0, true)
+    if not own then
+      local wb = self._wb
+      if not wb then wb = {}; self._wb = wb end
+      wb[#wb + 1] = { x = x, px = px, runs = offs, nruns = n, run = run }   -- (scattered back: write_back)
+    end
+    return px, slot + 1
+  end
   local g = shared and shared[buf_key(x)]
   local px
   if g and g.n > 1 then                      -- (the same tensor twice: the same staged tensor twice)
