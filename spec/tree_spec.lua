@@ -48,6 +48,23 @@ describe("a tree", function()
     assert.is_nil(n.parent)
   end)
 
+  it("prints a tensor's values inside a call as outside (a host read: the segment ends there)", function()
+    local shown = {}
+    local function body(x)
+      local y = gt.ops.add(x, 1)
+      shown[#shown + 1] = tostring(y):match("^[^\n]*")
+      return gt.ops.relu(y)
+    end
+    local step = gt.tree(body)
+    for i = 1, 4 do
+      local x = gt.from { i, -i }
+      body(x)
+      step(x)
+      assert.are.equal(shown[#shown - 1], shown[#shown])
+      assert.are.equal(("[%d, %d]"):format(i + 1, 1 - i), shown[#shown])
+    end
+  end)
+
   it("records with warmup = 0 on the first visit; the record launch is not a replay", function()
     local step = gt.tree(function(x) return axpb(x, 1, 1) end, { warmup = 0 })
     local y = step(gt.from{ 1, 2 })

@@ -705,7 +705,6 @@ end
 function Tensor:__tostring()
   local tail = "[gt." .. self.dtype .. " " .. shape_str(self.shape) .. " " .. gt.backend()
   if self:is_stale() then return tail .. ", stale]" end
-  if C.gt_tree_active(rt) ~= nil and self._b.addr == 0 then return tail .. ", pending]" end
   local ok, flat = pcall(read_flat, self, 1)
   if not ok then return tail .. "]" end
   local d, shape = DT[self.dtype], self.shape
