@@ -262,6 +262,8 @@ describe("kernel errors", function()
     local err = error_of(gt.compile, "__global__ void oops(float *y) { y[0] = 1.0f }\n")
     assert.is_true(#err > 0)
     assert.matches("expected", err, 1, true)       -- "expected ';'" from g++, clang and NVRTC alike
+    -- the source named by the gt.compile's file:line (past pcall), its lines as the source's own
+    assert.matches("kernels_spec%.lua:%d+: kernel source line 1", err)
   end)
 
   it("name the kernel on a wrong argument count", function()

@@ -426,7 +426,16 @@ local function compile(src, opts, chunk)
   local m = C.gt_compile(rt, src, opts.options, chunk, opts.graph == false and 0 or 1)
   local w = C.gt_take_warning()   -- e.g. the kernel cache refused: shown once
   if w ~= nil then gt.on_warning(ffi.string(w)) end
-  if m == nil then error(gt._errmsg(), 3) end
+  if m == nil then
+    local msg = gt._errmsg()
+    if opts.at then          -- a source string named by its gt.compile's file:line: its own lines said as such
+      local esc = chunk:gsub("%p", "%%%0")
+      msg = msg:gsub(esc .. ":(%d+):(%d+):", chunk .. ": kernel source line %1:%2:")
+               :gsub(esc .. ":(%d+):", chunk .. ": kernel source line %1:")
+               :gsub(esc .. "%((%d+)%)", chunk .. ": kernel source line %1")        -- (NVRTC's form)
+    end
+    error(msg, 3)
+  end
   local K, names = {}, {}
   for i = 0, C.gt_module_count(m) - 1 do
     local k = C.gt_module_kernel(m, i)
@@ -452,9 +461,11 @@ function gt.compile(src, opts)
   if type(src) ~= "string" then error("gt.compile expects kernel source text", 2) end
   opts = opts or {}
   local chunk = opts.name
-  if not chunk then
-    local info = debug.getinfo(2, "Sl")
+  if not chunk then                          -- the caller's file:line (past pcall and other C frames)
+    local lv, info = 2, nil
+    repeat info = debug.getinfo(lv, "Sl"); lv = lv + 1 until not info or info.what ~= "C"
     chunk = info and (info.short_src .. ":" .. info.currentline) or "kernel.cu"
+    opts = setmetatable({ at = true }, { __index = opts })
   end
   local key = chunk .. "\0" .. tostring(opts.options) .. "\0" .. tostring(opts.graph) .. "\0" .. src
   local K = compiled[key]
