@@ -158,7 +158,7 @@ gt.tree(fn [, opts]) -> tree, a callable graph tree over fn
     on_limit = "eager"    past the limit: run new paths eagerly, or "error"
     copy_inputs = false   copy every tensor input into the pool first (what the call writes into one goes back after it)
     buckets = {dim =, sizes =}   pad inputs to a few sizes (gt.buckets.pow2)
-    warn_shapes = 8       warn when a tree sees that many input shapes (false: never)
+    warn_shapes = 8       warn when a tree sees more input shapes than that (false: never)
     key = function(...) return k end, patch = {i, ...}, verify = n   keyed calls
   Any other name, or a value of the wrong kind, raises naming the option.
   Outputs stay valid until the tree's next call; :clone() keeps one.

@@ -513,7 +513,7 @@ local function shapes_of(a1, a2, a3, a4)
   return table.concat(parts, ", ")
 end
 
--- After warn_shapes distinct input shapes (new first segments), one warning.
+-- Past warn_shapes distinct input shapes (new first segments), one warning.
 -- (end_body calls it once a plain call made a new first node: the inputs are
 -- the call's _in1.._in4.)
 local function watch_shapes(self)
@@ -521,7 +521,7 @@ local function watch_shapes(self)
   local sig = shapes_of(self._in1, self._in2, self._in3, self._in4)
   local seen = self._shapes
   if not seen[sig] then seen[sig] = true; seen[#seen + 1] = sig end
-  if #seen >= self._warn_shapes then
+  if #seen > self._warn_shapes then
     self._warn_shapes = huge
     gt.on_warning(("tree '%s' (%s) has seen %d input shapes (%s); each is its own recording: consider " ..
       "buckets = { dim = 1, sizes = gt.buckets.pow2(N) }"):format(self.name, self.where, #seen, table.concat(seen, "; ")))
