@@ -105,6 +105,34 @@ describe("dynamic shapes", function()
     end
   end)
 
+  it("pads one copy for every handle of a padded input, and gives arguments that view it the same view of the copy", function()
+    local function body(a, b)                          -- a write through a, read through b
+      K.affine(1, 32, a, a, a.numel, 1, 100)
+      return affine(type(b) == "table" and b[1] or b, 1, 0)
+    end
+    local step = gt.tree(body, { buckets = { dim = 1, sizes = { 4, 8 } } })
+    local keyed = gt.tree(body, { buckets = { dim = 1, sizes = { 4, 8 } }, key = function() return 1 end })
+    for _, t in ipairs { step, keyed } do
+      for _ = 1, 4 do
+        for _, other in ipairs { function(x) return x:view { 3 } end, function(x) return { x } end,
+                                 function(x) return x:narrow(1, 2, 2) end } do
+          local x = gt.from { 1, 2, 3 }
+          local y = t(x, other(x))
+          local e = gt.from { 1, 2, 3 }
+          local want = body(e, other(e))
+          assert.are.same(want:tolist(), y:tolist())
+          assert.are.same({ 101, 102, 103 }, x:tolist())
+        end
+      end
+    end
+    -- two padded views over overlapping memory cannot share a copy: refused, naming the line
+    local base = gt.from { 1, 2, 3, 4 }
+    local ok, err = pcall(step, base:narrow(1, 1, 3), base:narrow(1, 2, 3))
+    assert.is_false(ok)
+    assert.matches("dynamic_spec%.lua:%d+: buckets: argument 2 views the memory of bucketed argument 1", err)
+    assert.are.same({ 7 }, step(gt.from { 1, 2, 3 }, gt.from { 7 }):tolist())   -- (the tree goes on)
+  end)
+
   it("holds at most max_recordings graphs: the rest run eagerly, with one warning", function()
     local seen, restore = capture_warnings()
     local step = gt.tree(function(x) return affine(x, 3, 0) end, { warmup = 0, max_recordings = 2, warn_shapes = false })

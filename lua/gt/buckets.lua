@@ -1,5 +1,6 @@
 -- gt.buckets: pad inputs of a tree to a few fixed sizes so that few recordings serve many shapes.
 local gt = require "gt"
+local ffi = require "ffi"
 local C, rt, is_tensor, SHAPES = gt._C, gt._rt, gt.is_tensor, gt._shapes
 local band, STATIC = require("bit").band, C.GT_BUF_STATIC
 
@@ -68,12 +69,49 @@ local function pad(self, x, dim, p, slot)
   return px
 end
 
--- The run's argument preparation: bucketed inputs padded, others staged as usual.
+-- Which view of which memory x is (one key for every handle of it).
+local function view_key(x)
+  return ("%s:%d:%d:%d:%d"):format(tostring(ffi.cast("uintptr_t", x._b)), x._off, x._sid, x._dt, x._vid)
+end
+
+-- The bytes [lo, hi) of its buffer that tensor x spans.
+local function span(x)
+  local st = x._strides
+  if not st then return x._off, x._off + x._nb end
+  local last, shape = 0, x.shape
+  for i = 1, #shape do last = last + (shape[i] - 1) * st[i] end
+  return x._off, x._off + (last + 1) * gt._dtypes[x.dtype].size
+end
+
+-- Tensor v (argument i) as the call sees it when it views the memory of a
+-- padded input (pads: {x, px, lo, hi}): the same view of the padded copy,
+-- where the copy lays those bytes out as x does (its rows up to the real size,
+-- padding along the first dim); nil when it views none.  Else an error: a
+-- write through one would not reach the other.
+local function alias_of(pads, v, i)
+  if not pads or not is_tensor(v) then return nil end
+  local lo, hi = span(v)
+  for _, p in ipairs(pads) do
+    if p.x._b == v._b and lo < p.hi and p.lo < hi then
+      if p.outer == 1 and lo >= p.lo and hi <= p.hi then
+        return gt._view(p.px._b, p.px._off + (lo - p.lo), v._sid, v._dt, p.px._gen, v._vid)
+      end
+      gt._error(("buckets: argument %d views the memory of bucketed argument %d, which the call pads into a copy of " ..
+        "its own: a write through one would not reach the other; pass one tensor, or a clone"):format(i, p.i))
+    end
+  end
+end
+
+-- The run's argument preparation: bucketed inputs padded, others staged as
+-- usual; an argument (or a tensor in a table argument) that views a padded
+-- input's memory is the same view of its padded copy.
 local function prep(self, n, a1, a2, a3, a4, rest)
   local args, slot = gt._packed(n, a1, a2, a3, a4, rest), 0
   local specs, real = self._buckets, self._breal
   gt._pin_inputs(self, args, n)
-  local shared, padded = gt._shared_inputs(self, args, n), nil   -- (padded[x]: x passed twice is padded once)
+  -- (padded[view]: a view passed twice, by one handle or two, is padded once)
+  local shared, padded, pads = gt._shared_inputs(self, args, n), nil, nil
+  local todo = {}
   for i = 1, n do
     local x = args[i]
     local spec
@@ -85,14 +123,38 @@ local function prep(self, n, a1, a2, a3, a4, rest)
         end
       end
     end
-    if spec and padded and padded[x] then
-      args[i] = padded[x]
+    local vkey = spec and view_key(x)
+    if spec and padded and padded[vkey] then
+      args[i] = padded[vkey]
     elseif spec then
       gt._check_input(self, x)
-      args[i] = pad(self, x, spec.dim, bucket_of(spec.sizes, x.shape[spec.dim]), slot)
+      local bucket = bucket_of(spec.sizes, x.shape[spec.dim])
+      if pads then alias_of(pads, x, i) end   -- (two padded inputs over one memory: refused)
+      args[i] = pad(self, x, spec.dim, bucket, slot)
       slot = slot + 1
       padded = padded or {}
-      padded[x] = args[i]
+      padded[vkey] = args[i]
+      local outer = 1
+      for d = 1, spec.dim - 1 do outer = outer * x.shape[d] end
+      local lo, hi = span(x)
+      pads = pads or {}
+      pads[#pads + 1] = { x = x, px = args[i], lo = lo, hi = hi, outer = outer, i = i }
+    else
+      todo[#todo + 1] = i
+    end
+  end
+  for _, i in ipairs(todo) do               -- the others, once every padded copy is made
+    local x = args[i]
+    local v = alias_of(pads, x, i)
+    if v then
+      args[i] = v
+    elseif pads and type(x) == "table" and getmetatable(x) == nil then
+      local copy = {}
+      for k, t in pairs(x) do
+        local tv = alias_of(pads, t, i)
+        if tv then copy[k] = tv else copy[k], slot = gt._stage_arg(self, t, slot, shared) end
+      end
+      args[i] = copy
     else
       args[i], slot = gt._stage_arg(self, x, slot, shared)
     end
