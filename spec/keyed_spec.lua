@@ -17,6 +17,32 @@ local function model(x, route, s, Wt)
   return ops.add(h, s)
 end
 
+-- After n calls of a keyed tree whose every call ran its body (runs): no
+-- hit, one reason (matching why) counted n times, one warning naming it.
+local function assert_refused(step, n, runs, why, warned)
+  assert.are.equal(n, runs)
+  local k = step:stats().keyed
+  assert.are.equal(0, k.hits)
+  local reason, count = next(k.refused)
+  assert.matches("^" .. why .. "$", reason)
+  assert.are.equal(n, count)
+  assert.are.equal(1, #warned)
+  assert.matches(why, warned[1])
+end
+
+-- Four calls of step(x), then lie (what decides the launches changes, the
+-- key does not), then calls until one raises (verify): pcall's answer.
+local function caught_lying(step, x, lie)
+  for _ = 1, 4 do step(x) end
+  lie()
+  local ok, err
+  for _ = 1, 4 do
+    ok, err = pcall(step, x)
+    if not ok then break end
+  end
+  return ok, err
+end
+
 describe("keyed calls", function()
   it("equal eager results over a long random route sequence, and stop running the body", function()
     local runs = 0
@@ -245,14 +271,7 @@ describe("keyed calls", function()
     local x = gt.from { { 1, 2 } }
     for _ = 1, 6 do assert.tensor_near({ { 1, 2 } }, step(x)) end
     gt.on_warning = old
-    assert.are.equal(6, runs)
-    local k = step:stats().keyed
-    assert.are.equal(0, k.hits)
-    local reason, count = next(k.refused)
-    assert.matches("^item at .*keyed_spec.lua:%d+$", reason)
-    assert.are.equal(6, count)
-    assert.are.equal(1, #warned)
-    assert.matches("item at .*keyed_spec.lua:%d+", warned[1])
+    assert_refused(step, 6, runs, "item at .*keyed_spec.lua:%d+", warned)
   end)
 
   it("refuses a path with a kernel kept out of graphs, warning once however many key values take it", function()
@@ -273,13 +292,7 @@ describe("keyed calls", function()
     local x = gt.from { 1, 2 }
     for i = 1, 8 do assert.tensor_near({ 3, 5 }, step(x, i % 4)) end
     gt.on_warning = old
-    assert.are.equal(8, runs)
-    local k = step:stats().keyed
-    assert.are.equal(0, k.hits)
-    local reason, count = next(k.refused)
-    assert.matches("^kernel 'twice' is not graphable %(graph = false%) at .*keyed_spec.lua:%d+$", reason)
-    assert.are.equal(8, count)
-    assert.are.equal(1, #warned)
+    assert_refused(step, 8, runs, "kernel 'twice' is not graphable %(graph = false%) at .*keyed_spec.lua:%d+", warned)
   end)
 
   it("replays each key's own scalars, unpatched numbers and tensors when keys share nodes", function()
@@ -312,13 +325,7 @@ describe("keyed calls", function()
     local step = gt.tree(function(x) return ops.mul(x, scale) end,
       { key = function() return "always the same" end, verify = 2 })
     local x = gt.randn({ 4, 8 }, { seed = 4 })
-    for _ = 1, 4 do step(x) end
-    scale = 3
-    local ok, err
-    for _ = 1, 4 do
-      ok, err = pcall(step, x)
-      if not ok then break end
-    end
+    local ok, err = caught_lying(step, x, function() scale = 3 end)
     assert.is_false(ok)
     assert.matches("keyed call with key %(always the same%) launched other values than the memoized path: " ..
       "segment 1, launch 1 %([%w_]+%): argument %d+ is 3 where the memoized path has 2", err)
@@ -331,13 +338,7 @@ describe("keyed calls", function()
     local step = gt.tree(function(x) return model(x, route, 0) end,
       { key = function() return "always the same" end, verify = 2 })
     local x = gt.randn({ 4, 8 }, { seed = 4 })
-    for _ = 1, 4 do step(x) end
-    route = 2
-    local ok, err
-    for _ = 1, 4 do
-      ok, err = pcall(step, x)
-      if not ok then break end
-    end
+    local ok, err = caught_lying(step, x, function() route = 2 end)
     assert.is_false(ok)
     assert.matches("keyed call with key %(always the same%) took another path than the memoized one", err)
   end)
