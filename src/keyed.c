@@ -421,19 +421,26 @@ static int restorable(const gt_keyed *k, int d) {
    patched once. */
 static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi) {
   gt_node *n = k->path[d];
-  int restore = n->gver != k->gv[d], j = *pi;
-  for (int i = 0; i < n->nlaunch; i++) {
-    if (!restore) {                            /* only the launches with patches */
-      if (j >= k->np || k->p[j].node != d) break;
-      i = k->p[j].launch;
+  int j = *pi;
+  if (n->gver == k->gv[d]) {                   /* the graph holds k's values: this call's patches alone */
+    while (j < k->np && k->p[j].node == d) {
+      int i = k->p[j].launch, dirty = 0;
+      for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) {
+        uint64_t v = patch_value(&k->p[j], ins);
+        if (n->argvals[k->p[j].slot] != v) n->argvals[k->p[j].slot] = v, dirty = 1;
+      }
+      if (dirty && gt_tree_patch_node(t, d, n, i)) return GT_ERR;   /* (a copy's differs never: the checks) */
     }
-    const gt_qlaunch *l = &n->launches[i];
-    uint64_t want[GT_MAX_PARAMS], *have = n->argvals + l->arg0;
-    memcpy(want, restore ? k->vals[d] + l->arg0 : have, l->nargs * sizeof *want);
-    for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) want[k->p[j].slot - l->arg0] = patch_value(&k->p[j], ins);
-    if (l->kind != GT_GN_KERNEL || !memcmp(want, have, l->nargs * sizeof *want)) continue;
-    memcpy(have, want, l->nargs * sizeof *want);
-    if (gt_tree_patch_node(t, d, n, i)) return GT_ERR;
+  } else {                                     /* k's values back, with this call's patches, a launch patched once */
+    for (int i = 0; i < n->nlaunch; i++) {
+      const gt_qlaunch *l = &n->launches[i];
+      uint64_t want[GT_MAX_PARAMS], *have = n->argvals + l->arg0;
+      memcpy(want, k->vals[d] + l->arg0, l->nargs * sizeof *want);
+      for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) want[k->p[j].slot - l->arg0] = patch_value(&k->p[j], ins);
+      if (l->kind != GT_GN_KERNEL || !memcmp(want, have, l->nargs * sizeof *want)) continue;
+      memcpy(have, want, l->nargs * sizeof *want);
+      if (gt_tree_patch_node(t, d, n, i)) return GT_ERR;
+    }
   }
   *pi = j;
   k->gv[d] = n->gver;
