@@ -294,12 +294,6 @@ void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b);
    (stride chunk), after the work already submitted: gt_tree_stage undone. */
 int gt_unstage(gt_runtime *rt, const gt_buf *src, uint64_t src_off, gt_buf *dst, uint64_t off, uint64_t outer,
                uint64_t chunk, uint64_t padded);
-/* A non-contiguous view staged (gathered) into the call's k-th slot: n runs
-   of run bytes at byte offsets offs into src, one after the other; and, after
-   the call, scattered back from src (from src_off) to those offsets of dst. */
-int gt_tree_stage_runs(gt_runtime *rt, int k, gt_buf *src, const int64_t *offs, int64_t n, uint64_t run, gt_buf **out);
-int gt_unstage_runs(gt_runtime *rt, const gt_buf *src, uint64_t src_off, gt_buf *dst, const int64_t *offs, int64_t n,
-                    uint64_t run);
 void gt_tree_note_skip(gt_tree *t, const char *reason);
 uint32_t gt_tree_failed_gen(gt_tree *t);            /* generation of the last call that failed */
 uint32_t gt_tree_trimmed_gen(gt_tree *t);           /* generation of the last call whose outputs a trim invalidated */

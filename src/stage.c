@@ -79,7 +79,6 @@ void gt_queue_note_writes(gt_tree *t) {
   }
 }
 
-
 int gt_unstage(gt_runtime *rt, const gt_buf *src, uint64_t src_off, gt_buf *dst, uint64_t off, uint64_t outer,
                uint64_t chunk, uint64_t padded) {
   if (rt->active) return gt_fail(rt, "gt_unstage inside a tree call");
@@ -108,28 +107,28 @@ static int stage_slot(gt_tree *t, int k) {
   }
 }
 
-/* The call's k-th staging slot with room for need bytes (ordinary memory the
-   tree owns), zero-filled when zero: its memory in *m. */
-static int stage_room(gt_runtime *rt, gt_tree *t, int k, uint64_t need, int zero, gt_buf **m) {
+/* Copies an input into the call's k-th staging slot (ordinary memory the
+   tree owns): outer chunks of chunk bytes, each padded with zeros to padded bytes. */
+int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {
+  gt_tree *t = gt_active(rt);
+  if (!t) return gt_fail(rt, "staging outside a tree call");
+  if (padded < chunk) padded = chunk;
+  uint64_t need = outer * padded;
   int slot = stage_slot(t, k);
   if (slot < 0) return GT_ERR;
   t->pinned[slot] = 1;
-  gt_buf *s = t->stage[slot];
-  if (!s || s->bytes < need) {       /* no live tensor points into an unpinned slot */
-    if (s) gt_buf_unref(s);
+  gt_buf *m = t->stage[slot];
+  if (!m || m->bytes < need) {       /* no live tensor points into an unpinned slot */
+    if (m) gt_buf_unref(m);
     rt->active = NULL;               /* ordinary memory, not the call's */
-    s = t->stage[slot] = gt_buf_new(rt, need);
+    m = t->stage[slot] = gt_buf_new(rt, need);
     rt->active = t;
-    if (!s) return GT_ERR;
+    if (!m) return GT_ERR;
   }
   gt_backend *be = &rt->be;
-  if (zero && be->memset8(be, s->addr, 0, need) != GT_BOK) return gt_fail_be(rt, NULL);
-  *m = s;
-  return GT_OK;
-}
-
-/* The staged tensor's buffer struct over slot memory m (need bytes). */
-static int stage_buf(gt_runtime *rt, gt_tree *t, const gt_buf *m, uint64_t need, gt_buf **out) {
+  if (padded > chunk && be->memset8(be, m->addr, 0, need) != GT_BOK) return gt_fail_be(rt, NULL);
+  for (uint64_t i = 0; i < outer; i++)
+    if (chunk && be->dtod(be, m->addr + i * padded, src->addr + off + i * chunk, chunk) != GT_BOK) return gt_fail_be(rt, NULL);
   gt_buf *b = calloc(1, sizeof *b);
   if (!b) return gt_fail(rt, "out of host memory");
   b->addr = m->addr;
@@ -144,50 +143,3 @@ static int stage_buf(gt_runtime *rt, gt_tree *t, const gt_buf *m, uint64_t need,
   *out = b;
   return GT_OK;
 }
-
-/* Copies an input into the call's k-th staging slot (ordinary memory the
-   tree owns): outer chunks of chunk bytes, each padded with zeros to padded bytes. */
-int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {
-  gt_tree *t = gt_active(rt);
-  if (!t) return gt_fail(rt, "staging outside a tree call");
-  if (padded < chunk) padded = chunk;
-  uint64_t need = outer * padded;
-  gt_buf *m;
-  if (stage_room(rt, t, k, need, padded > chunk, &m)) return GT_ERR;
-  gt_backend *be = &rt->be;
-  for (uint64_t i = 0; i < outer; i++)
-    if (chunk && be->dtod(be, m->addr + i * padded, src->addr + off + i * chunk, chunk) != GT_BOK) return gt_fail_be(rt, NULL);
-  return stage_buf(rt, t, m, need, out);
-}
-
-/* Runs of a non-contiguous view: n runs of run bytes at the byte offsets
-   offs into buf b, in the view's element order; in range? */
-static int runs_ok(const gt_buf *b, const int64_t *offs, int64_t n, uint64_t run) {
-  for (int64_t i = 0; i < n; i++) if (offs[i] < 0 || (uint64_t)offs[i] + run > b->bytes) return 0;
-  return 1;
-}
-
-int gt_tree_stage_runs(gt_runtime *rt, int k, gt_buf *src, const int64_t *offs, int64_t n, uint64_t run, gt_buf **out) {
-  gt_tree *t = gt_active(rt);
-  if (!t) return gt_fail(rt, "staging outside a tree call");
-  if (n < 0 || !runs_ok(src, offs, n, run)) return gt_fail(rt, "staging a view: out of range");
-  uint64_t need = (uint64_t)n * run;
-  gt_buf *m;
-  if (stage_room(rt, t, k, need, 0, &m)) return GT_ERR;
-  gt_backend *be = &rt->be;
-  for (int64_t i = 0; i < n; i++)
-    if (run && be->dtod(be, m->addr + (uint64_t)i * run, src->addr + (uint64_t)offs[i], run) != GT_BOK) return gt_fail_be(rt, NULL);
-  return stage_buf(rt, t, m, need, out);
-}
-
-int gt_unstage_runs(gt_runtime *rt, const gt_buf *src, uint64_t src_off, gt_buf *dst, const int64_t *offs, int64_t n,
-                    uint64_t run) {
-  if (rt->active) return gt_fail(rt, "gt_unstage_runs inside a tree call");
-  if (n < 0 || !runs_ok(dst, offs, n, run) || src_off + (uint64_t)n * run > src->bytes) return gt_fail(rt, "gt_unstage_runs: out of range");
-  gt_backend *be = &rt->be;
-  for (int64_t i = 0; i < n; i++)
-    if (run && be->dtod(be, dst->addr + (uint64_t)offs[i], src->addr + src_off + (uint64_t)i * run, run) != GT_BOK)
-      return gt_fail_be(rt, NULL);
-  return GT_OK;
-}
-

@@ -74,14 +74,7 @@ local function view_key(x)
   return ("%s:%d:%d:%d:%d"):format(tostring(ffi.cast("uintptr_t", x._b)), x._off, x._sid, x._dt, x._vid)
 end
 
--- The bytes [lo, hi) of its buffer that tensor x spans.
-local function span(x)
-  local st = x._strides
-  if not st then return x._off, x._off + x._nb end
-  local last, shape = 0, x.shape
-  for i = 1, #shape do last = last + (shape[i] - 1) * st[i] end
-  return x._off, x._off + (last + 1) * gt._dtypes[x.dtype].size
-end
+local span = gt._span   -- (the bytes [lo, hi) of its buffer a tensor spans)
 
 -- Tensor v (argument i) as the call sees it when it views the memory of a
 -- padded input (pads: {x, px, lo, hi}): the same view of the padded copy,
@@ -102,63 +95,69 @@ local function alias_of(pads, v, i)
   end
 end
 
--- The run's argument preparation: bucketed inputs padded, others staged as
--- usual; an argument (or a tensor in a table argument) that views a padded
--- input's memory is the same view of its padded copy.
+-- The spec that pads tensor x, argument i (or a tensor in table argument i), or nil.
+local function spec_of(specs, real, x, i)
+  if not is_tensor(x) then return nil end
+  for _, sp in ipairs(specs) do
+    if sp.arg == i or (sp.arg == nil and paddable(x) and #x.shape >= sp.dim and x.shape[sp.dim] == real) then return sp end
+  end
+end
+
+-- The run's argument preparation: bucketed inputs padded (tensors in a table
+-- argument too, one level deep), others staged as usual; an argument (or a
+-- tensor in a table argument) that views a padded input's memory is the same
+-- view of its padded copy.
 local function prep(self, n, a1, a2, a3, a4, rest)
   local args, slot = gt._packed(n, a1, a2, a3, a4, rest), 0
-  local specs, real = self._buckets, self._breal
+  local specs, real = self._buckets, self._breal[1]
   gt._pin_inputs(self, args, n)
   -- (padded[view]: a view passed twice, by one handle or two, is padded once)
-  local shared, padded, pads = gt._shared_inputs(self, args, n), nil, nil
-  local todo = {}
+  local shared, padded, pads = gt._shared_inputs(self, args, n), {}, {}
+  local function padded_of(x, sp, i)
+    local vkey = view_key(x)
+    if padded[vkey] then return padded[vkey] end
+    gt._check_input(self, x)
+    alias_of(pads, x, i)                      -- (two padded inputs over one memory: refused)
+    local px = pad(self, x, sp.dim, bucket_of(sp.sizes, x.shape[sp.dim]), slot)
+    slot = slot + 1
+    padded[vkey] = px
+    local outer = 1
+    for d = 1, sp.dim - 1 do outer = outer * x.shape[d] end
+    local lo, hi = span(x)
+    pads[#pads + 1] = { x = x, px = px, lo = lo, hi = hi, outer = outer, i = i }
+    return px
+  end
+  local out = {}                              -- the padded, first: then the others can view them
   for i = 1, n do
     local x = args[i]
-    local spec
+    local sp = spec_of(specs, real, x, i)
+    if sp then out[i] = padded_of(x, sp, i)
+    elseif type(x) == "table" and getmetatable(x) == nil then
+      for k, t in pairs(x) do
+        local tsp = spec_of(specs, real, t, i)
+        if tsp then out[i] = out[i] or {}; out[i][k] = padded_of(t, tsp, i) end
+      end
+    end
+  end
+  for i = 1, n do
+    local x = args[i]
     if is_tensor(x) then
-      for _, sp in ipairs(specs) do
-        if sp.arg == i or (sp.arg == nil and paddable(x) and #x.shape >= sp.dim and x.shape[sp.dim] == real[1]) then
-          spec = sp
-          break
+      if not out[i] then out[i] = alias_of(pads, x, i) end
+      if not out[i] then out[i], slot = gt._stage_arg(self, x, slot, shared) end
+    elseif type(x) == "table" and getmetatable(x) == nil and (out[i] or pads[1]) then
+      local copy = out[i] or {}
+      for k, t in pairs(x) do
+        if copy[k] == nil then
+          copy[k] = alias_of(pads, t, i)
+          if copy[k] == nil then copy[k], slot = gt._stage_arg(self, t, slot, shared) end
         end
       end
-    end
-    local vkey = spec and view_key(x)
-    if spec and padded and padded[vkey] then
-      args[i] = padded[vkey]
-    elseif spec then
-      gt._check_input(self, x)
-      local bucket = bucket_of(spec.sizes, x.shape[spec.dim])
-      if pads then alias_of(pads, x, i) end   -- (two padded inputs over one memory: refused)
-      args[i] = pad(self, x, spec.dim, bucket, slot)
-      slot = slot + 1
-      padded = padded or {}
-      padded[vkey] = args[i]
-      local outer = 1
-      for d = 1, spec.dim - 1 do outer = outer * x.shape[d] end
-      local lo, hi = span(x)
-      pads = pads or {}
-      pads[#pads + 1] = { x = x, px = args[i], lo = lo, hi = hi, outer = outer, i = i }
+      out[i] = copy
     else
-      todo[#todo + 1] = i
+      out[i], slot = gt._stage_arg(self, x, slot, shared)
     end
   end
-  for _, i in ipairs(todo) do               -- the others, once every padded copy is made
-    local x = args[i]
-    local v = alias_of(pads, x, i)
-    if v then
-      args[i] = v
-    elseif pads and type(x) == "table" and getmetatable(x) == nil then
-      local copy = {}
-      for k, t in pairs(x) do
-        local tv = alias_of(pads, t, i)
-        if tv then copy[k] = tv else copy[k], slot = gt._stage_arg(self, t, slot, shared) end
-      end
-      args[i] = copy
-    else
-      args[i], slot = gt._stage_arg(self, x, slot, shared)
-    end
-  end
+  for i = 1, n do args[i] = out[i] end
   return args
 end
 
@@ -209,12 +208,25 @@ local function narrow_all(self, ...)
   return narrow_results(self, nres, nil, nil, { ... })
 end
 
--- The first bucketed input's size along its dim (spec: the first bucket spec).
+-- The first bucketed input's size along its dim (spec: the first bucket
+-- spec): a tensor argument, else a tensor in a table argument.
 local function real_size(spec, n, a1, a2, a3, a4, rest)
-  for i = 1, n do
-    local x = gt._arg_at(i, a1, a2, a3, a4, rest)
+  local function size_of(x, i)
     if is_tensor(x) and (spec.arg == i or (spec.arg == nil and paddable(x))) and #x.shape >= spec.dim then
       return x.shape[spec.dim]
+    end
+  end
+  for i = 1, n do
+    local r = size_of(gt._arg_at(i, a1, a2, a3, a4, rest), i)
+    if r then return r end
+  end
+  for i = 1, n do
+    local x = gt._arg_at(i, a1, a2, a3, a4, rest)
+    if type(x) == "table" and getmetatable(x) == nil then
+      for _, t in pairs(x) do
+        local r = size_of(t, i)
+        if r then return r end
+      end
     end
   end
 end

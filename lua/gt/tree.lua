@@ -199,6 +199,17 @@ local function check_input(self, x)
 end
 gt._check_input = check_input
 
+-- The bytes [lo, hi) of its buffer that tensor x spans (a non-contiguous
+-- view: from its first element to its last).
+local function span(x)
+  local st = x._strides
+  if not st then return x._off, x._off + x._nb end
+  local last, shape = 0, x.shape
+  for i = 1, #shape do last = last + (shape[i] - 1) * st[i] end
+  return x._off, x._off + (last + 1) * gt._dtypes[x.dtype].size
+end
+gt._span = span
+
 -- The key of x's buffer among a call's inputs.
 local function buf_key(x) return tonumber(ffi.cast("intptr_t", x._b)) end
 
@@ -223,8 +234,7 @@ local function write_back(self)
     local w = wb[k]
     local x, px = w.x, w.px
     if px._b.wgen == self._gen and x._b.tree ~= t and not x:is_stale() and   -- (the call wrote it: wgen; after an error too)
-       (w.runs and C.gt_unstage_runs(rt, px._b, px._off, x._b, w.runs, w.nruns, w.run) or
-        not w.runs and C.gt_unstage(rt, px._b, px._off, x._b, x._off, w.outer, w.chunk, w.padded)) ~= 0 then
+       C.gt_unstage(rt, px._b, px._off, x._b, x._off, w.outer, w.chunk, w.padded) ~= 0 then
       error(gt._errmsg(), 4)
     end
   end
@@ -237,16 +247,19 @@ gt._write_back = write_back
 -- where the copy lays its bytes out as x does (all of them with
 -- copy_inputs; with buckets' padding, when the padded dim is the first).
 local function unstage_one(wbl, y)
-  if not is_tensor(y) or y._vid ~= 0 then return y end
+  if not is_tensor(y) then return y end
   local b = y._b
   for k = 1, #wbl do
     local w = wbl[k]
     local px = w.px
-    local rel = y._off - px._off
-    if px._b == b and w.outer == 1 and rel >= 0 and rel + y._nb <= w.chunk then
-      local x = w.x
-      if rel == 0 and y._sid == x._sid and y._dt == x._dt then return x end
-      return gt._view(x._b, x._off + rel, y._sid, y._dt, x._gen, 0)
+    if px._b == b and w.outer == 1 then
+      local lo, hi = span(y)
+      local rel = lo - px._off
+      if rel >= 0 and hi - px._off <= w.chunk then
+        local x = w.x
+        if rel == 0 and y._sid == x._sid and y._dt == x._dt and y._vid == x._vid then return x end
+        return gt._view(x._b, x._off + rel, y._sid, y._dt, x._gen, y._vid)
+      end
     end
   end
   return y
@@ -265,41 +278,10 @@ gt._unstage_res = unstage_res
 -- several staged inputs of this call view; those share one staged copy of
 -- the bytes they span, so that a write through one input is seen through
 -- the other, as outside a tree (`step(h, h)`).
--- The runs of a non-contiguous view x, its bytes in element order: byte
--- offsets into its buffer (int64_t[]), how many, and their length (the
--- innermost dims that are contiguous make one run).
-local function view_runs(x)
-  local shape, st, esz = x.shape, x._strides, gt._dtypes[x.dtype].size
-  local d, inner = #shape, 1
-  while d >= 1 and st[d] == inner do inner = inner * shape[d]; d = d - 1 end
-  local n = 1
-  for i = 1, d do n = n * shape[i] end
-  if x.numel == 0 then n = 0 end
-  local offs, k = ffi.new("int64_t[?]", math.max(n, 1)), 0
-  local function walk(dim, base)
-    if dim > d then offs[k] = x._off + base * esz; k = k + 1; return end
-    for i = 0, shape[dim] - 1 do walk(dim + 1, base + i * st[dim]) end
-  end
-  if n > 0 then walk(1, 0) end
-  return offs, n, inner * esz
-end
-
 local function stage(self, x, slot, shared)
   local b = x._b
   local own = check_input(self, x)
   if not own and not self._copy then return x, slot end
-  if x._strides then                         -- a non-contiguous view: gathered into a contiguous copy
-    local offs, n, run = view_runs(x)
-    if C.gt_tree_stage_runs(rt, slot, b, offs, n, run, self._out) ~= 0 then gt._error(gt._errmsg()) end
-    local sb = self._out[0]
-    local px = gt._view(sb, 0, x._sid, x._dt, sb.gen, 0, true)
-    if not own then
-      local wb = self._wb
-      if not wb then wb = {}; self._wb = wb end
-      wb[#wb + 1] = { x = x, px = px, runs = offs, nruns = n, run = run }   -- (scattered back: write_back)
-    end
-    return px, slot + 1
-  end
   local g = shared and shared[buf_key(x)]
   local px
   if g and g.n > 1 then                      -- (the same tensor twice: the same staged tensor twice)
@@ -309,14 +291,16 @@ local function stage(self, x, slot, shared)
       if C.gt_tree_stage(rt, slot, b, g.lo, 1, g.hi - g.lo, g.hi - g.lo, self._out) ~= 0 then gt._error(gt._errmsg()) end
       g.sb, slot = self._out[0], slot + 1
     end
-    px = gt._view(g.sb, x._off - g.lo, x._sid, x._dt, g.sb.gen, 0, new)
+    px = gt._view(g.sb, x._off - g.lo, x._sid, x._dt, g.sb.gen, x._vid, new)
     g[x] = px
-  else
-    if C.gt_tree_stage(rt, slot, b, x._off, 1, x._nb, x._nb, self._out) ~= 0 then gt._error(gt._errmsg()) end
+  else                                       -- (a non-contiguous view: the bytes it spans, and the same view of them)
+    local lo, hi = span(x)
+    if C.gt_tree_stage(rt, slot, b, lo, 1, hi - lo, hi - lo, self._out) ~= 0 then gt._error(gt._errmsg()) end
     local sb = self._out[0]
-    px, slot = gt._view(sb, 0, x._sid, x._dt, sb.gen, 0, true), slot + 1
+    px, slot = gt._view(sb, x._off - lo, x._sid, x._dt, sb.gen, x._vid, true), slot + 1
   end
-  if not own then note_copy(self, x, px, 1, x._nb, x._nb) end
+  local lo, hi = span(x)
+  if not own then note_copy(self, x, px, 1, hi - lo, hi - lo) end
   return px, slot
 end
 
@@ -389,7 +373,7 @@ gt._pin_inputs = pin_inputs
 
 -- (groups by buf_key: one more input x viewing its buffer)
 local function add_input(groups, x)
-  local k, lo, hi = buf_key(x), x._off, x._off + x._nb
+  local k, lo, hi = buf_key(x), span(x)
   local g = groups[k]
   if g then g.n, g.lo, g.hi = g.n + 1, math.min(g.lo, lo), math.max(g.hi, hi)
   else groups[k] = { n = 1, lo = lo, hi = hi } end
