@@ -133,6 +133,15 @@ describe("dynamic shapes", function()
     assert.are.same({ 7 }, step(gt.from { 1, 2, 3 }, gt.from { 7 }):tolist())   -- (the tree goes on)
   end)
 
+  it("buckets tensors in a table argument, one level deep, when no tensor argument is there", function()
+    local step = gt.tree(function(t) return affine(t.x, 2, 1) end, { buckets = { dim = 1, sizes = { 4, 8 } } })
+    for n = 1, 6 do
+      local x = gt.from(rows(n, 2, function(i, j) return i + j end))
+      assert.tensor_near(rows(n, 2, function(i, j) return 2 * (i + j) + 1 end), step({ x = x }))
+    end
+    assert.are.equal(2, step:stats().recorded)
+  end)
+
   it("holds at most max_recordings graphs: the rest run eagerly, with one warning", function()
     local seen, restore = capture_warnings()
     local step = gt.tree(function(x) return affine(x, 3, 0) end, { warmup = 0, max_recordings = 2, warn_shapes = false })
