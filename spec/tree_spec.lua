@@ -65,6 +65,28 @@ describe("a tree", function()
     end
   end)
 
+  it("keeps one node for a window sliding over a buffer, and keys two views of one buffer by how they lie", function()
+    local K = gt.compile([[__global__ void add2(float *y, const float *a, const float *b, int n) {
+      for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = a[i] + 2 * b[i]; }]], { name = "add2.cu" })
+    local function body(a, b)
+      local y = gt.tensor(a.shape)
+      K.add2(1, 32, y, a, b, a.numel)
+      return y
+    end
+    local step = gt.tree(body)
+    local buf = gt.from { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 }
+    for t = 1, 7 do                                   -- one window, at every offset
+      local w = buf:narrow(1, t, 3)
+      assert.are.same(body(w, w):tolist(), step(w, w):tolist())
+    end
+    assert.are.equal(1, step:stats().nodes)
+    for t = 1, 6 do                                   -- two windows one apart: how they lie is the same
+      local a, b = buf:narrow(1, t, 3), buf:narrow(1, t + 1, 3)
+      assert.are.same(body(a, b):tolist(), step(a, b):tolist())
+    end
+    assert.are.equal(2, step:stats().nodes)
+  end)
+
   it("records with warmup = 0 on the first visit; the record launch is not a replay", function()
     local step = gt.tree(function(x) return axpb(x, 1, 1) end, { warmup = 0 })
     local y = step(gt.from{ 1, 2 })

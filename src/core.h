@@ -282,6 +282,11 @@ struct gt_tree {
   int lane_lost;                     /* lane.c: a sync found no room for a launch (the call fails) */
   int lane_call, lane_prev, jit_flushes;  /* the lane replayed launches in this call, in the one before; JIT flushes asked */
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
+  /* key.c: the offset at which each external buffer (by ordinal) was first
+     used in a key computation (k: keys and saved signatures; c: the cursor):
+     an external view is keyed by its offset from there, so one view at any
+     offset (a window sliding over a buffer) is one node */
+  int64_t *kfirst, *cfirst; int kfirstcap, cfirstcap;
   uint64_t cfrees;                   /* gt_static_frees when the segment began (key.c) */
   int *cdirty, ndirty, cdirtycap;    /* launches whose scalars or external addresses differ from cand's graph */
   int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */

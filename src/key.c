@@ -36,15 +36,25 @@ int gt_role_of(const gt_tree *t, const gt_buf *b) {
 }
 
 /* One tensor argument as the key sees it.  topology: static tensors by order
-   of use, not address. */
-static gt_asig arg_sig(const gt_tree *t, const gt_arg *a, int topology, uint32_t serial, uint32_t *nseen) {
+   of use, not address.  An external buffer: by order of first use, and its
+   view by the offset from the one it was first used at (*first, *cap: those
+   offsets by ordinal), as its address is patched: one view at any offset is
+   one node, two views of one buffer are keyed by how they lie. */
+static gt_asig arg_sig(const gt_tree *t, const gt_arg *a, int topology, uint32_t serial, uint32_t *nseen,
+                       int64_t **first, int *cap) {
   gt_buf *b = a->buf;
   gt_asig s = { 0, a->off, a->nbytes, gt_role_of(t, b), 0, b };
   switch (s.role) {
   case GT_ROLE_INTERNAL: s.id = (uint64_t)b->idx; break;
   case GT_ROLE_PATH: s.id = ((uint64_t)b->seg << 32) | (uint32_t)b->idx; break;
   case GT_ROLE_STATIC: s.id = topology ? ordinal(serial, nseen, b) : b->addr; break;
-  default: s.id = ordinal(serial, nseen, b); break;
+  default: {
+    int fresh = b->kmark != serial;
+    s.id = ordinal(serial, nseen, b);
+    if (fresh && !GT_GROW(*first, *cap, (int)s.id + 1)) (*first)[s.id] = a->off;
+    if ((int)s.id < *cap) s.off = a->off - (*first)[s.id];   /* (out of host memory: absolute, another node at worst) */
+    break;
+  }
   }
   return s;
 }
@@ -65,7 +75,7 @@ uint64_t gt_segment_key(gt_tree *t, int topology) {
     const gt_arg *a = q->args + l->arg0;
     for (int j = 0; j < l->nargs; j++) {
       if (!a[j].buf) continue;
-      gt_asig s = arg_sig(t, &a[j], topology, ser, &nseen);
+      gt_asig s = arg_sig(t, &a[j], topology, ser, &nseen, &t->kfirst, &t->kfirstcap);
       h = mix(h, ((uint64_t)s.role << 60) ^ ((uint64_t)j << 52) ^ (uint64_t)s.off);
       h = mix(mix(h, (uint64_t)s.nbytes), s.id);
     }
@@ -117,7 +127,7 @@ static int match_at(gt_tree *t, const gt_node *n, int i) {
 
 int gt_cursor_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was, uint64_t *dirty) {
   if (!a->buf) return 0;
-  gt_asig x = arg_sig(t, a, 0, t->cserial, &t->cseen);
+  gt_asig x = arg_sig(t, a, 0, t->cserial, &t->cseen, &t->cfirst, &t->cfirstcap);
   if (x.role != s->role || x.id != s->id || x.off != s->off || x.nbytes != s->nbytes) return 0;
   if (x.role == GT_ROLE_EXTERNAL) {
     *dirty |= (a->buf->addr + (uint64_t)a->off) ^ was;
@@ -200,7 +210,7 @@ int gt_cursor_save(gt_tree *t, gt_node *n, int first) {
   if (!as || !bs || !rs || !qa) { free(as); free(bs); free(rs); free(qa); return gt_fail(t->rt, "out of host memory"); }
   memcpy(qa, q->args, q->nargs * sizeof *qa);
   uint32_t nseen = 0, ser = next_serial();
-  for (int i = 0; i < q->nargs; i++) as[i] = q->args[i].buf ? arg_sig(t, &q->args[i], 0, ser, &nseen) : (gt_asig){ 0 };
+  for (int i = 0; i < q->nargs; i++) as[i] = q->args[i].buf ? arg_sig(t, &q->args[i], 0, ser, &nseen, &t->kfirst, &t->kfirstcap) : (gt_asig){ 0 };
   for (int i = 0; i < q->n; i++)
     for (int j = 0; j < q->l[i].nargs; j++) as[q->l[i].arg0 + j].write = gt_launch_writes(&q->l[i], j);
   for (int i = 0; i < nb; i++) bs[i] = t->bufs[first + i]->bytes;
@@ -228,6 +238,7 @@ typedef struct fx {
   gt_buf ext[3], stat[2], made[2];
   gt_buf *bufs[2];
   int segstart[1];
+  int64_t aoff, boff;      /* the views of a and b (byte offsets) */
 } fx;
 
 static const uint8_t kio[] = { GT_P_OUT, GT_P_IN, GT_P_IN, GT_P_F32 };
@@ -235,6 +246,7 @@ static gt_kernel kk = { .name = "k", .nparams = 4, .ptype = kio, .graphable = 1,
 
 static void fx_init(fx *f) {
   static gt_runtime rt;   /* (the lane's count of lazy launches: none) */
+  free(f->t.kfirst); free(f->t.cfirst);
   memset(f, 0, sizeof *f);
   f->t.rt = &rt;
   f->t.gen = 7;
@@ -255,8 +267,8 @@ static void fx_init(fx *f) {
 static void fx_queue(fx *f, gt_buf *a, gt_buf *b, gt_buf *s, float x, unsigned g, int cursor) {
   gt_queue_clear(&f->t.q);
   gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = &kk, .grid = { g, 1, 1 }, .block = { 32, 1, 1 }, .nargs = 4 };
-  gt_arg a1[4] = { { .buf = &f->made[0], .nbytes = 512 }, { .buf = a, .nbytes = 1024 }, { .buf = s, .nbytes = 1024 }, { .v.f32 = x } };
-  gt_arg a2[4] = { { .buf = &f->made[1], .nbytes = 512 }, { .buf = &f->made[0], .nbytes = 512 }, { .buf = b, .nbytes = 1024 }, { .v.f32 = x } };
+  gt_arg a1[4] = { { .buf = &f->made[0], .nbytes = 512 }, { .buf = a, .off = f->aoff, .nbytes = 256 }, { .buf = s, .nbytes = 1024 }, { .v.f32 = x } };
+  gt_arg a2[4] = { { .buf = &f->made[1], .nbytes = 512 }, { .buf = &f->made[0], .nbytes = 512 }, { .buf = b, .off = f->boff, .nbytes = 256 }, { .v.f32 = x } };
   GT_CHECK(gt_queue_push(&f->t.q, &l, a1) == GT_OK);
   if (cursor) gt_cursor_push(&f->t);
   l.grid[0] = 4;
@@ -283,6 +295,14 @@ static void test_key(void) {
   GT_CHECK(key_of(&f, &e[1], &e[2], &s[0], 1.0f, 8, 0) == k0);            /* external tensors at new addresses: patched */
   GT_CHECK(key_of(&f, &e[0], &e[0], &s[0], 1.0f, 8, 0) != k0);            /* ... but their aliasing is keyed */
   GT_CHECK(key_of(&f, &e[2], &e[2], &s[0], 1.0f, 8, 0) == key_of(&f, &e[1], &e[1], &s[0], 1.0f, 8, 0));
+  f.aoff = 512;                                                           /* an external view at another offset: */
+  GT_CHECK(key_of(&f, &e[0], &e[1], &s[0], 1.0f, 8, 0) == k0);            /* its address is patched, not keyed */
+  uint64_t k1 = key_of(&f, &e[0], &e[0], &s[0], 1.0f, 8, 0);              /* two views of one buffer, 512 B apart... */
+  f.aoff = 0;
+  GT_CHECK(key_of(&f, &e[0], &e[0], &s[0], 1.0f, 8, 0) != k1);            /* ... are not the same one view twice */
+  f.aoff = 768, f.boff = 256;
+  GT_CHECK(key_of(&f, &e[0], &e[0], &s[0], 1.0f, 8, 0) == k1);            /* ... but the same two views elsewhere */
+  f.aoff = f.boff = 0;
   f.made[1].bytes = 1024;
   GT_CHECK(key_of(&f, &e[0], &e[1], &s[0], 1.0f, 8, 0) != k0);            /* the size of a buffer made in the segment */
   f.made[1].bytes = 512;
@@ -293,6 +313,9 @@ static void test_key(void) {
   GT_CHECK(key_of(&f, &e[0], &e[1], &s[0], 1.0f, 8, 0) != k0);            /* a release plans memory: keyed */
   f.t.nrels = 0;
   gt_queue_free(&f.t.q);
+  free(f.t.kfirst); free(f.t.cfirst);
+  f.t.kfirst = f.t.cfirst = NULL;
+  f.t.kfirstcap = f.t.cfirstcap = 0;
 }
 
 /* Records the queued segment as node n under f's root (what record() keeps). */

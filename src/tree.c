@@ -81,7 +81,7 @@ void gt_tree_free(gt_tree *t) {
   free(t->root.kids);
   for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
   free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
-  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned); free(t->cdirty); free(t->patched);
+  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned); free(t->cdirty); free(t->patched); free(t->kfirst); free(t->cfirst);
   free(t->rels);
   gt_queue_free(&t->q);
   gt_slab_give(t);
