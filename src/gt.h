@@ -282,6 +282,7 @@ uint32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager);
    GT_JIT_FLUSHES times a tree. */
 int gt_tree_return(gt_runtime *rt, int nwarn);
 void gt_tree_abort(gt_runtime *rt);               /* a Lua error: drop the queued segment, end the call */
+void gt_tree_abort_run(gt_runtime *rt);           /* a Lua error in the body: the queued launches run eagerly, then abort */
 /* Copy an input into the tree's staging slot: `outer` chunks of chunk bytes
    (src stride chunk) into chunks of padded bytes, zero-filling the rest; *out
    is a new buffer over the slot, valid for this call. */

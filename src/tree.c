@@ -621,6 +621,28 @@ void gt_tree_abort(gt_runtime *rt) {
   rt->active = NULL;
 }
 
+/* A Lua error in the call's body: what the body queued since its last
+   segment end runs eagerly first, as the same code runs outside a tree up to
+   its error (its writes into inputs happen), with no node; then the call is
+   aborted.  Best effort: a queue inside an unclosed gt.cond or gt.loop body,
+   or a failure to place its tensors, runs nothing more. */
+void gt_tree_abort_run(gt_runtime *rt) {
+  gt_tree *t = rt->active;
+  if (t && !t->eager_call && !t->lane_lost) {
+    gt_lane_sync(t);
+    int open = 0;
+    for (int i = 0; i < t->q.n; i++) {
+      int k = t->q.l[i].kind;
+      open += gt_kind_is_begin(k) ? 1 : k == GT_GN_END ? -1 : 0;
+    }
+    if (t->q.n && !open && (!t->npend || gt_tree_launch_pending(t) == GT_OK)) {   /* (in order) */
+      gt_queue_note_writes(t);
+      if (gt_plan_run(t, t->segstart[t->depth]) == GT_OK) run_eager(t, NULL);
+    }
+  }
+  gt_tree_abort(rt);
+}
+
 /* -- Trimming and the floor ---------------------------------------------- */
 
 static int by_last_call(const void *a, const void *b) {

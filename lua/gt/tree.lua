@@ -521,7 +521,8 @@ local function anchor_extra(self, n)
 end
 local function end_body(self, ok, n, r1, r2)
   if not ok then
-    abort()
+    C.gt_tree_abort_run(rt)          -- (what the body launched before its error runs, as outside a tree)
+    gt._active = nil
     -- what the segments that ran wrote into copied inputs reaches the caller, as eager code's writes do
     if self._wb then pcall(write_back, self) end
     error(r1, 0)
