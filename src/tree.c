@@ -628,7 +628,7 @@ void gt_tree_abort(gt_runtime *rt) {
    or a failure to place its tensors, runs nothing more. */
 void gt_tree_abort_run(gt_runtime *rt) {
   gt_tree *t = rt->active;
-  if (t && !t->eager_call && !t->lane_lost) {
+  if (t && !t->lane_lost) {
     gt_lane_sync(t);
     int open = 0;
     for (int i = 0; i < t->q.n; i++) {

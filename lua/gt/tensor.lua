@@ -147,12 +147,10 @@ local function drop(t) C.gt_buf_release(t._b) end
 -- first reference is the caller's, taken over by this handle).
 local function view(b, off, sid, dt, gen, vid, new, anchored)
   local t = TT(b, off, NUMEL[sid] * DT_OF[dt].size, gen, sid, dt, vid or 0)
-  if band(b.flags, SLAB) ~= 0 then
-    -- a view of a tree's output made by the caller keeps its memory as the output does
-    -- (anchored: the caller, a keyed hit's outputs, anchors it itself)
-    if not anchored and not gt._active then gt._anchor_view(t, b) end
-    return t
-  end
+  -- a view the caller makes of a tree's output (its pool, or its staging) keeps
+  -- the tree's memory as the output does (anchored: a keyed hit's outputs are anchored by it)
+  if b.tree ~= nil and not anchored and not gt._active then gt._anchor_view(t, b) end
+  if band(b.flags, SLAB) ~= 0 then return t end
   if not new then retain(b) end
   t = gc(t, drop)          -- (not a tail call: a trace that began in view aborts when it returns to a
   return t                 -- lower frame straight from a fast function with side effects)
