@@ -188,6 +188,24 @@ end)
 describe("gt.cond and gt.loop refuse", function()
   local p = gt.from({ 1 }, "i32")
 
+  it("an error in a body: what was launched before the cond runs, as outside a tree (a write into an input stays)", function()
+    local function body(x)
+      K.halve(1, 32, x, x.numel)                       -- into the caller's tensor, before the cond
+      local q = gt.tensor({ 1 }, "i32")
+      K.setv(1, 1, q, 1)
+      gt.cond(q, function() error("in the body") end)
+      return x
+    end
+    local step = gt.tree(body)
+    for _ = 1, 3 do
+      local x, e = gt.from { 4, 8 }, gt.from { 4, 8 }
+      assert.is_false((pcall(step, x)))
+      assert.is_false((pcall(body, e)))
+      assert.are.same(e:tolist(), x:tolist())
+      assert.are.same({ 2, 4 }, x:tolist())
+    end
+  end)
+
   it("a tensor made in a body and read where that body may not have run, in every tree call; the tree goes on", function()
     if not gt.cond_nodes() then return end          -- (the host-branch fallback runs one body, as eager code)
     local ops = gt.ops

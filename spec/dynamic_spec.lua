@@ -257,6 +257,16 @@ describe("dynamic shapes", function()
     local s = step:stats()
     assert.are.same(1, s.recorded)
     assert.is_true(s.node[2].recorded, "the most recently used one stays")
+    -- a two-segment path: dropping the first drops the second (its plan began at the first's end); both counted
+    local two = gt.tree(function(x) local y = affine(x, 1, 1); gt.cut(); return affine(y, 1, 1) end)
+    for _ = 1, 3 do two(big[1]) end
+    assert.are.same(2, two:stats().recorded)
+    assert.are.same(2, two:trim(0))
+    for _, bad in ipairs { "x", -1, 1.5 } do
+      local ok, err = pcall(two.trim, two, bad)
+      assert.is_false(ok)
+      assert.matches("dynamic_spec%.lua:%d+: tree:trim%(keep%): keep must be a whole number", err)
+    end
   end)
 
   it("keeps the last call's outputs through a trim that keeps its path's graphs, and says so when one does not", function()

@@ -406,6 +406,8 @@ describe("address-space reservations", function()
     assert.equal(0, status, err)
     local _, fails = out:gsub("false\t[^\n]*out of memory", "")
     assert.equal(3, fails, out)
+    local _, lined = out:gsub("false\t%(command line%):%d+: [^\n]*out of memory", "")   -- each names the line
+    assert.equal(3, lined, out)
     assert.truthy(has(out, "\n2\n"), out)
   end)
 

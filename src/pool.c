@@ -37,7 +37,9 @@ static int commit_to(gt_pool *p, gt_range *r, uint64_t end, char *err) {
   if (end <= r->committed) return GT_OK;
   uint64_t want = align_up(end, p->be->granularity);
   if (p->be->commit(p->be, r->addr + r->committed, want - r->committed) != GT_BOK) {
-    snprintf(err, GT_ERRLEN, "%s", p->be->err);
+    snprintf(err, GT_ERRLEN, "committing %llu more bytes failed (the pool reserves %llu, commits %llu, %llu in use): %s",
+             (unsigned long long)(want - r->committed), (unsigned long long)p->reserve,
+             (unsigned long long)p->committed, (unsigned long long)gt_pool_in_use(p), p->be->err);
     return GT_ERR;
   }
   p->committed += want - r->committed;

@@ -624,18 +624,21 @@ void gt_tree_abort(gt_runtime *rt) {
 /* A Lua error in the call's body: what the body queued since its last
    segment end runs eagerly first, as the same code runs outside a tree up to
    its error (its writes into inputs happen), with no node; then the call is
-   aborted.  Best effort: a queue inside an unclosed gt.cond or gt.loop body,
-   or a failure to place its tensors, runs nothing more. */
+   aborted.  An error inside a gt.cond or gt.loop body: the launches before
+   that cond run (which body the device would take is not known).  Best
+   effort: a failure to place the segment's tensors runs nothing more. */
 void gt_tree_abort_run(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (t && !t->lane_lost) {
     gt_lane_sync(t);
-    int open = 0;
+    int depth = 0, cut = t->q.n;
     for (int i = 0; i < t->q.n; i++) {
       int k = t->q.l[i].kind;
-      open += gt_kind_is_begin(k) ? 1 : k == GT_GN_END ? -1 : 0;
+      if (gt_kind_is_begin(k) && depth++ == 0) cut = i;     /* (where the outermost open cond began) */
+      else if (k == GT_GN_END && --depth == 0) cut = t->q.n;
     }
-    if (t->q.n && !open && (!t->npend || gt_tree_launch_pending(t) == GT_OK)) {   /* (in order) */
+    t->q.n = cut;
+    if (t->q.n && (!t->npend || gt_tree_launch_pending(t) == GT_OK)) {   /* (in order) */
       gt_queue_note_writes(t);
       if (gt_plan_run(t, t->segstart[t->depth]) == GT_OK) run_eager(t, NULL);
     }
@@ -654,12 +657,13 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
   if (rt->active == t) return gt_fail(rt, "tree '%s': trim inside its own call", t->name);
   gt_node **rec = malloc((t->nnodes ? t->nnodes : 1) * sizeof *rec);
   if (!rec) return gt_fail(rt, "out of host memory");
-  int n = 0, dropped = 0;
+  int n = 0, before = t->recorded;
   for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph) rec[n++] = t->nodes[i];
   qsort(rec, n, sizeof *rec, by_last_call);
   for (int i = keep < 0 ? 0 : keep; i < n; i++)
-    if (rec[i]->graph) { drop_graph(t, rec[i]); drop_below(t, rec[i]); dropped++; }
+    if (rec[i]->graph) { drop_graph(t, rec[i]); drop_below(t, rec[i]); }
   free(rec);
+  int dropped = before - t->recorded;       /* (with the graphs below a dropped one: their plans began at its end) */
   if (dropped && t->keyed_trim) t->keyed_trim(t);
   for (int i = 0; dropped && i < t->nnodes; i++)     /* the paths' one graphs (rebuilt when those paths repeat) */
     gt_pathg_drop(&t->rt->be, &t->nodes[i]->pg);

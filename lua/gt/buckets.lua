@@ -53,12 +53,12 @@ end
 -- Pads tensor x along dim to p entries into staging slot `slot` (zero-filled).
 local function pad(self, x, dim, p, slot)
   local b = x._b
-  if x._strides then error("a non-contiguous view as a bucketed input: :clone() it first", 5) end
+  if x._strides then gt._error("a non-contiguous view as a bucketed input: :clone() it first") end
   local shape, esz = x.shape, gt._dtypes[x.dtype].size
   local outer, inner = 1, esz
   for i = 1, dim - 1 do outer = outer * shape[i] end
   for i = dim + 1, #shape do inner = inner * shape[i] end
-  if C.gt_tree_stage(rt, slot, b, x._off, outer, shape[dim] * inner, p * inner, self._out) ~= 0 then error(gt._errmsg(), 5) end
+  if C.gt_tree_stage(rt, slot, b, x._off, outer, shape[dim] * inner, p * inner, self._out) ~= 0 then gt._error(gt._errmsg()) end
   local s = {}
   for i = 1, #shape do s[i] = shape[i] end
   s[dim] = p
@@ -240,7 +240,7 @@ local function bucket_call(self, na, a1, a2, a3, a4, rest)
     n = SHAPES[a1._sid][first.dim]                                    -- the usual case, without a loop
   end
   if not n then n = real_size(first, na, a1, a2, a3, a4, rest) end
-  if not n then error("tree '" .. self.name .. "': no tensor input to bucket along dim " .. first.dim, 2) end
+  if not n then gt._error("tree '" .. self.name .. "': no tensor input to bucket along dim " .. first.dim) end
   -- the bucket of n, remembered (a loop on every call would stop the caller's trace)
   local p = first.of[n]
   if p == nil then p = bucket_of(first.sizes, n) or false; first.of[n] = p end

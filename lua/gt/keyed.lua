@@ -242,18 +242,18 @@ local function settle(self, leaf, verifying, n, args, ...)
     if d >= 0 then
       leaf.k = nil                               -- (a key caught lying is memoized afresh)
       if verifying then
-        error(("tree '%s' (%s): keyed call with key %s took another path than the memoized one: its segment %d differs" ..
+        gt._error(("tree '%s' (%s): keyed call with key %s took another path than the memoized one: its segment %d differs" ..
           " (the key must decide the path; add what decides it to key)"):format(self.name, self.where,
-          key_text(self, unpack(args, 1, n)), d + 1), 3)
+          key_text(self, unpack(args, 1, n)), d + 1))
       end
     else
       if verifying then
         if C.gt_tree_keyed_check(rt, leaf.k, self._ins) ~= 0 then
           leaf.k = nil
-          error(("tree '%s' (%s): keyed call with key %s launched other values than the memoized path: %s" ..
+          gt._error(("tree '%s' (%s): keyed call with key %s launched other values than the memoized path: %s" ..
             " (the key must decide every number and tensor the body gives its kernels; add what decides it to key," ..
             " or pass it as an argument: a tensor argument's address and a `patch` number are patched)")
-            :format(self.name, self.where, key_text(self, unpack(args, 1, n)), gt._errmsg()), 3)
+            :format(self.name, self.where, key_text(self, unpack(args, 1, n)), gt._errmsg()))
         end
         st.verified = st.verified + 1
       end
@@ -308,7 +308,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
       st.hits = st.hits + 1
       return outputs(self, leaf.outs, outb, nil, a1, a2, a3, a4, rest)
     end
-    if r < 0 then error(gt._errmsg(), 2) end
+    if r < 0 then gt._error(gt._errmsg()) end
     self._enter(self, C.gt_tree_gen(self._t))                      -- begun: run the body
     st.misses = st.misses + 1
     return settle(self, leaf, false, n, packed(n, a1, a2, a3, a4, rest), self._body(self, n, a1, a2, a3, a4, rest))
@@ -330,7 +330,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
       if self._wb then gt._write_back(self) end          -- a write into a copied (padded) input reaches the caller
       return outputs(self, leaf.outs, leaf.outb, staged, a1, a2, a3, a4, rest)
     end
-    if r < 0 then self._abort(); error(gt._errmsg(), 2) end
+    if r < 0 then self._abort(); gt._error(gt._errmsg()) end
     st.misses = st.misses + 1                      -- a patch needs the body: run it in this call
     local args = packed(n, a1, a2, a3, a4, rest)
     if staged then

@@ -59,7 +59,7 @@ local function flush(level, reason)
   if r ~= 0 then
     local msg = gt._errmsg()
     abort()
-    error(msg, level + 1)
+    gt._error(msg)                  -- (the user's line, past gt's frames: a cut, a host read, a tail call)
   end
   local want = C.gt_tree_explain_wanted(rt)       -- a node's first visit: its cut and shapes
   if want ~= 0 then gt._explain(want, level + 1, reason) end
@@ -476,12 +476,12 @@ local function end_call(self)
   if r < 0 then
     local msg = gt._errmsg()
     abort()
-    error(msg, 3)
+    gt._error(msg)                  -- (the line that called the tree: the body has returned)
   end
   if r >= 8 then                                  -- a node's first visit: its cut and shapes
     gt._explain(r - 8, 3, "return")
     gt._active = nil
-    if C.gt_tree_end(rt) ~= 0 then error(gt._errmsg(), 3) end
+    if C.gt_tree_end(rt) ~= 0 then gt._error(gt._errmsg()) end
     if C.gt_tree_warnings(self._t, nil) == self._nwarn then return end
   end
   gt._active = nil
@@ -718,7 +718,11 @@ end
 --- tree:trim([keep = 0]) -> graphs dropped: frees the graphs and memory of
 --- all but the keep most recently used recordings (they record again when visited)
 function Tree:trim(keep)
-  local n = C.gt_tree_trim(rt, self._t, keep or 0)
+  keep = keep or 0
+  if type(keep) ~= "number" or keep < 0 or keep ~= math.floor(keep) or keep >= 2 ^ 31 then
+    gt._error("tree:trim(keep): keep must be a whole number of graphs to keep, 0 or more, got " .. tostring(keep))
+  end
+  local n = C.gt_tree_trim(rt, self._t, keep)
   if n < 0 then error(gt._errmsg(), 2) end
   return n
 end
