@@ -30,6 +30,14 @@ end
 -- 4 turned it off: then a layer loop ran out of spill slots and GPT decode
 -- paid a third more.)  GTLUA_JIT_LOOP=0 turns it off.
 if jit and os.getenv("GTLUA_JIT_LOOP") == "0" then jit.opt.start("-loop") end
+-- Room for machine code: LuaJIT's default of 512 KiB holds the traces of
+-- one model's step, not always those of a GPT decode step with its side
+-- traces.  When it is full, LuaJIT flushes every trace and records them again;
+-- in a process whose traces formed larger it filled again within a few calls,
+-- and the decode step's replay cost milliseconds instead of microseconds (one
+-- process in ten, cpu backend and H200 alike, 2026-12-02).  16 MiB, and room
+-- for as many traces.
+if jit then jit.opt.start("maxmcode=16384", "maxtrace=8000") end
 
 local gt = { _C = C, _rt = rt, version = "0.1.0" }
 package.loaded.gt = gt   -- the modules below (gt.tensor, ...) require "gt" while it loads

@@ -186,7 +186,7 @@ local function rebuild(self, o, outb, staged, a1, a2, a3, a4, rest)
   local k = o.kind
   if k == "buf" then
     local b = outb[o.bi]
-    local y = view(b, o.off, o.sid, o.dt, b.gen, o.vid, false, true)
+    local y = view(b, o.off, o.sid, o.dt, b.gen, o.vid)
     anchor(self, y, b.gen)                 -- (no tail calls on a hit: LuaJIT counts them against
     return y                               -- its loop unroll limit, for the whole trace)
   elseif k == "arg" then
@@ -334,9 +334,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
     st.misses = st.misses + 1                      -- a patch needs the body: run it in this call
     local args = packed(n, a1, a2, a3, a4, rest)
     if staged then
-      -- (results on copies are the caller's tensors; a padded call's, once narrowed: buckets.lua)
-      local body = pad and self._body or self._body_unstaged
-      return settle(self, leaf, false, n, args, body(self, n, staged[1], staged[2], staged[3], staged[4], n > 4 and staged or nil))
+      return settle(self, leaf, false, n, args, self._body(self, n, staged[1], staged[2], staged[3], staged[4], n > 4 and staged or nil))
     end
     return settle(self, leaf, false, n, args, self._body(self, n, a1, a2, a3, a4, rest))
   end

@@ -145,17 +145,24 @@ local function drop(t) C.gt_buf_release(t._b) end
 -- sid, dtype code dt, made in generation gen (vid: strides, 0 contiguous).
 -- A view of ordinary memory holds a reference on it (new: the buffer's
 -- first reference is the caller's, taken over by this handle).
-local function view(b, off, sid, dt, gen, vid, new, anchored)
+local function view(b, off, sid, dt, gen, vid, new)
   local t = TT(b, off, NUMEL[sid] * DT_OF[dt].size, gen, sid, dt, vid or 0)
-  -- a view the caller makes of a tree's output (its pool, or its staging) keeps
-  -- the tree's memory as the output does (anchored: a keyed hit's outputs are anchored by it)
-  if b.tree ~= nil and not anchored and not gt._active then gt._anchor_view(t, b) end
   if band(b.flags, SLAB) ~= 0 then return t end
   if not new then retain(b) end
   t = gc(t, drop)          -- (not a tail call: a trace that began in view aborts when it returns to a
   return t                 -- lower frame straight from a fast function with side effects)
 end
 gt._view = view
+
+-- A view the caller makes (t:view, t:narrow) of a tree's output, its pool or
+-- its staging, outside the tree's calls: noted with the output, so that it
+-- keeps the tree's memory as the output does (tree.lua's held lists).  (Not
+-- in view itself: a replayed op's handle would pay the test.)
+local function user_view(b, off, sid, dt, gen, vid)
+  local t = view(b, off, sid, dt, gen, vid)
+  if b.tree ~= nil and not gt._active then gt._anchor_view(t, b) end
+  return t
+end
 
 local GET = {
   shape = function(t) return SHAPES[t._sid] end,
@@ -522,7 +529,7 @@ function Tensor:view(shape)
   if NUMEL[sid] ~= self.numel then
     error("view: " .. shape_str(s) .. " has " .. NUMEL[sid] .. " elements, the tensor " .. self.numel, 2)
   end
-  return view(self._b, self._off, sid, self._dt, self._gen)
+  return user_view(self._b, self._off, sid, self._dt, self._gen)
 end
 
 --- t:narrow(dim, start, len): a view of len entries of dim from start (1-based)
@@ -546,7 +553,7 @@ function Tensor:narrow(dim, start, len)
   local contiguous = not self._strides
   if contiguous then for i = 1, dim - 1 do if shape[i] ~= 1 then contiguous = false end end end
   local off = self._off + (start - 1) * st[dim] * d.size
-  return view(self._b, off, shape_id(ns, 2), self._dt, self._gen, (not contiguous) and strides_id(st) or 0)
+  return user_view(self._b, off, shape_id(ns, 2), self._dt, self._gen, (not contiguous) and strides_id(st) or 0)
 end
 
 --- t:contiguous() -> t itself when contiguous, else a contiguous copy
@@ -573,8 +580,9 @@ function Tensor:free()
 end
 
 -- Marks x (a tensor, or tensors in a plain table) as returned from a
--- scope (on), or not (a result the scope did not make keeps no mark for
--- the scope around it, which may release it).
+-- scope outside tree calls (on), or not (after the scope: a result the
+-- scope did not make keeps no mark for the scope around it, which may
+-- release it).
 local function keep(x, on)
   if istype(TT, x) then
     local b = x._b
@@ -582,6 +590,18 @@ local function keep(x, on)
     elseif x._gen == b.gen_now[0] then b.flags = bor(b.flags, KEEP) end
   elseif type(x) == "table" and getmetatable(x) == nil then
     for _, v in pairs(x) do if istype(TT, v) then keep(v, on) end end
+  end
+end
+
+-- The same in a tree call (t, the scope's first buffer): only the call's
+-- buffers from the scope's first on are marked, those the core releases (and
+-- unmarks) at the scope's end.
+local function keep_in(x, t, first)
+  if istype(TT, x) then
+    local b = x._b
+    if b.tree == t and b.ci >= first and x._gen == b.gen_now[0] then b.flags = bor(b.flags, KEEP) end
+  elseif type(x) == "table" and getmetatable(x) == nil then
+    for _, v in pairs(x) do if istype(TT, v) then keep_in(v, t, first) end end
   end
 end
 
@@ -671,9 +691,11 @@ function gt.scope(fn, ...)
     local first = C.gt_tree_nbufs(tree._t)
     ok, n, r1, r2 = hcall(spill, fn, ...)
     if ok then
-      keep_results(n, r1, r2, true)
+      local t = tree._t
+      if n >= 1 then keep_in(r1, t, first) end
+      if n >= 2 then keep_in(r2, t, first) end
+      for i = 1, n - 2 do keep_in(spill[i], t, first) end
       if C.gt_tree_scope_end(rt, first, site_id(fn)) ~= 0 then ok, n, r1 = false, 1, gt._errmsg() end
-      keep_results(n, r1, r2, false)
     end
   else
     nplain = nplain + 1

@@ -173,7 +173,7 @@ function gt.tree(fn, opts)
   local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, finalizer(held)), _held = held,
                               _copy = opts.copy_inputs and true or false, _nwarn = 0,
                               _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
-                              _gen = 0, _seg0 = 0, _lsid = false, _ldt = 0,
+                              _gen = 0, _seg0 = 0, _lsid = false, _ldt = 0, _wbl = false,
                               _warn_shapes = opts.warn_shapes == false and huge or (opts.warn_shapes or 8) }, Tree)
   if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
     gt.keyed._attach(self, opts)
@@ -548,12 +548,9 @@ local results = gt._host_results   -- (hrun's results: results(extra, hrun(extra
 -- The body and the call's end.  (hrun's results are spread into results(): a
 -- trace stops at the C call, cleanly, rather than stitching on into frames
 -- it cannot return through.)
-local function run_body(self, n, a1, a2, a3, a4, rest)
-  return results(extra, hrun(extra, end_body, self, self.fn, spread(n, a1, a2, a3, a4, rest)))
-end
-
--- hrun's results for a call whose inputs were copied (copy_inputs): a result
--- on a copy is the caller's tensor (unstage_res).  (No vararg function: see spread.)
+-- hrun's results; in a call whose inputs were copied (self._wbl, from
+-- write_back: copy_inputs, buckets' padding), a result on a copy is the
+-- caller's tensor (unstage_res; a padded one once narrowed: buckets.lua).
 local function unstaged_results(self, ok, n, r1, r2)
   local wbl = self._wbl
   if ok and wbl then
@@ -563,14 +560,14 @@ local function unstaged_results(self, ok, n, r1, r2)
   end
   return results(extra, ok, n, r1, r2)
 end
-local function run_body_unstaged(self, n, a1, a2, a3, a4, rest)
+local function run_body(self, n, a1, a2, a3, a4, rest)
   return unstaged_results(self, hrun(extra, end_body, self, self.fn, spread(n, a1, a2, a3, a4, rest)))
 end
 
 -- A call has begun in the core (gen: its generation): the Lua side's state.
 local function enter(self, gen)
   self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
-  self._sync, self._staged, self._wb, self._wbl = nil, nil, nil, nil
+  self._sync, self._staged, self._wb, self._wbl = nil, nil, nil, false
   gt._active, self._resumes = self, 0
 end
 
@@ -612,16 +609,12 @@ local function run(self, eager, n, a1, a2, a3, a4, rest)
     self._staged = args
     a1, a2, a3, a4 = args[1], args[2], args[3], args[4]
     if rest then rest = args end
-    self._in1, self._in2, self._in3, self._in4 = a1, a2, a3, a4
-    if prep then return run_body(self, n, a1, a2, a3, a4, rest) end   -- (buckets unstage after narrowing)
-    return run_body_unstaged(self, n, a1, a2, a3, a4, rest)
   end
   self._in1, self._in2, self._in3, self._in4 = a1, a2, a3, a4
   return run_body(self, n, a1, a2, a3, a4, rest)
 end
 Tree._run = run
 Tree._body, Tree._enter, Tree._abort, Tree._stage_args, Tree._stage_call = run_body, enter, abort, stage_args, stage_call
-Tree._body_unstaged = run_body_unstaged
 gt._stage_arg = stage_arg   -- buckets stage their non-bucketed inputs the same way
 
 -- The call's kind: bucketed, keyed or plain (n, a1..a4, rest: see spread).
