@@ -129,7 +129,7 @@ end
 local function anchor_one(self, x, gen)
   local held = self._held
   local n = held.n + 1
-  if gen ~= self._ang then self._ang = gen; held.gen = gen; n = 1 end   -- a newer call's first output
+  if gen ~= self._ang then self._ang = gen; n = 1 end   -- a newer call's first output
   held[n], held.n = x, n
 end
 
@@ -141,7 +141,7 @@ local held_of = setmetatable({}, WEAK_VALUES)
 local function held_key(t) return tonumber(ffi.cast("intptr_t", t)) end
 function gt._anchor_view(y, b)
   local held = held_of[held_key(b.tree)]
-  if held and held.n > 0 and y._gen == held.gen then
+  if held and held.n > 0 and y._gen == b.gen_now[0] then   -- (a live tensor: of the tree's latest call)
     local n = held.n + 1
     held[n], held.n = y, n
   end
