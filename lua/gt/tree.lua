@@ -174,6 +174,10 @@ function gt.tree(fn, opts)
                               _copy = opts.copy_inputs and true or false, _nwarn = 0,
                               _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
                               _gen = 0, _seg0 = 0, _lsid = false, _ldt = 0, _wbl = false,
+                              -- (every field a call sets, here from the start: a table that grows
+                              -- in its first calls is rehashed, and the traces that formed on it differ)
+                              _in1 = false, _in2 = false, _in3 = false, _in4 = false, _inn = 0, _resumes = 0,
+                              _watch = false, _ang = 0, _staged = false, _wb = false, _sync = false,
                               _warn_shapes = opts.warn_shapes == false and huge or (opts.warn_shapes or 8) }, Tree)
   if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
     gt.keyed._attach(self, opts)
@@ -567,7 +571,7 @@ end
 -- A call has begun in the core (gen: its generation): the Lua side's state.
 local function enter(self, gen)
   self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
-  self._sync, self._staged, self._wb, self._wbl = nil, nil, nil, false
+  self._sync, self._staged, self._wb, self._wbl = false, false, false, false
   gt._active, self._resumes = self, 0
 end
 
