@@ -135,8 +135,8 @@ end
 
 -- Each tree's held list by its C handle's address: a view made outside the
 -- tree's calls of one of its latest outputs is noted there too (tensor.lua's
--- view), so that it keeps the memory valid as the output does, however the
--- collector runs (out:narrow(...) kept, out dropped).
+-- user_view), so that it keeps the memory valid as the output does, however
+-- the collector runs (out:narrow(...) kept, out dropped).
 local held_of = setmetatable({}, WEAK_VALUES)
 local function held_key(t) return tonumber(ffi.cast("intptr_t", t)) end
 function gt._anchor_view(y, b)
@@ -287,7 +287,7 @@ local function stage(self, x, slot, shared)
   local own = check_input(self, x)
   if not own and not self._copy then return x, slot end
   local g = shared and shared[buf_key(x)]
-  local px
+  local px, lo, hi = nil, span(x)            -- (a non-contiguous view: the bytes it spans, and the same view of them)
   if g and g.n > 1 then                      -- (the same tensor twice: the same staged tensor twice)
     if g[x] then return g[x], slot end
     local new = not g.sb
@@ -297,13 +297,11 @@ local function stage(self, x, slot, shared)
     end
     px = gt._view(g.sb, x._off - g.lo, x._sid, x._dt, g.sb.gen, x._vid, new)
     g[x] = px
-  else                                       -- (a non-contiguous view: the bytes it spans, and the same view of them)
-    local lo, hi = span(x)
+  else
     if C.gt_tree_stage(rt, slot, b, lo, 1, hi - lo, hi - lo, self._out) ~= 0 then gt._error(gt._errmsg()) end
     local sb = self._out[0]
     px, slot = gt._view(sb, x._off - lo, x._sid, x._dt, sb.gen, x._vid, true), slot + 1
   end
-  local lo, hi = span(x)
   if not own then note_copy(self, x, px, 1, hi - lo, hi - lo) end
   return px, slot
 end
