@@ -126,7 +126,7 @@ int gt_cond_check(gt_tree *t) {
         int elsewhere = 0;               /* the launch is in the other body of the same cond */
         for (int c = open[i]; sib >= 0 && c >= 0 && !elsewhere; c = up[c]) elsewhere = c == sib;
         const char *body = k == GT_GN_WHILE ? "the body" : k == GT_GN_ELSE ? "the else body" : "the then body";
-        const char *what = l->kind == GT_GN_KERNEL ? l->k->name : "a copy";
+        const char *what = gt_launch_what(l);
         if (k == GT_GN_WHILE)
           st = gt_fail(t->rt, "a tensor made in the body of %s is read after the loop by %s (launch %d): the device "
                        "runs the body's launches again on each pass, over the same tensors, and not at all when p "

@@ -124,6 +124,10 @@ static inline int gt_launch_writes(const gt_qlaunch *l, int j) {
 }
 static inline int gt_kind_is_begin(int kind) { return kind == GT_GN_IF || kind == GT_GN_WHILE; }
 static inline int gt_kind_is_cond(int kind) { return kind >= GT_GN_IF && kind <= GT_GN_END; }
+/* A launch as messages name it: its kernel, or what it is. */
+static inline const char *gt_launch_what(const gt_qlaunch *l) {
+  return l->kind == GT_GN_KERNEL ? l->k->name : l->kind == GT_GN_MEMCPY ? "copy" : l->kind == GT_GN_MEMSET ? "fill" : "gt.cond";
+}
 /* cond.c: GT_ERR (the message naming the gt.cond or gt.loop and the launch)
    when a launch of t's queue reads a tensor made in a device-side body where
    that body's writes may not have happened: after a gt.loop, in the other

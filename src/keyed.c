@@ -250,7 +250,7 @@ int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
         show_value(was, sizeof was, want, ptr, pt);
         show_value(now, sizeof now, n->argvals[slot], ptr, pt);
         return gt_fail(rt, "segment %d, launch %d (%s): argument %d is %s where the memoized path has %s",
-                       d + 1, i + 1, l->kind == GT_GN_KERNEL ? l->k->name : l->kind == GT_GN_MEMCPY ? "copy" : l->kind == GT_GN_MEMSET ? "fill" : "gt.cond", a + 1, now, was);
+                       d + 1, i + 1, gt_launch_what(l), a + 1, now, was);
       }
     }
   }

@@ -194,7 +194,7 @@ static int run_eager(gt_tree *t, gt_node *n) {
   int at;
   if (gt_cond_run_queue(be, &t->q, &at) != GT_BOK) {   /* a cond is decided on the host here */
     const gt_qlaunch *l = at >= 0 ? &t->q.l[at] : NULL;
-    return gt_fail_be(t->rt, l && l->k ? l->k->name : l && l->kind > GT_GN_MEMSET ? "gt.cond" : "copy");
+    return gt_fail_be(t->rt, l ? gt_launch_what(l) : "copy");
   }
   if (t->rt->profile && n) {
     if (be->sync(be) != GT_BOK) return gt_fail_be(t->rt, NULL);
