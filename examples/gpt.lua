@@ -125,8 +125,8 @@ end
 --- (M.GELU), + res {M, N} (M.RES).  force = {mt=, S=, nw=} overrides the
 --- plan (tests).
 function M.rows_linear(mode, x, W, bias, res, g, beta, force)
-  local Mr, Kd, N = x.shape[1], W.shape[2], W.shape[1]
-  if x.shape[2] ~= Kd or #x.shape ~= 2 then
+  local Mr, Kd, N = x:size(1), W:size(2), W:size(1)     -- (t:size(d) reads a size; t.shape would copy the table)
+  if x:size(2) ~= Kd or x:dim() ~= 2 then
     error(("gpt.rows_linear: x is %s, W is %dx%d: x must be {M, %d}"):format(table.concat(x.shape, "x"), N, Kd, Kd), 2)
   end
   if Kd % 4 ~= 0 or W._off % 16 ~= 0 or x._off % 16 ~= 0 then
@@ -292,7 +292,7 @@ function M.new(c, w)
   local KK = kernels()
   local embed = flat("embed_pos_f32")
   local tensor = gt.tensor
-  local hstride = m.hist.shape[2]
+  local hstride = m.hist:size(2)
   -- attention: a block per (sequence, head), 1024 threads while the blocks
   -- fit on the multiprocessors at one each (54 registers a thread), else 512;
   -- argmax: a block per sequence
@@ -341,7 +341,7 @@ function M.new(c, w)
   -- eot then ends the sequence; its later tokens are eot) and the token is
   -- written to m.hist[b, pos].
   function m.step(ids, pos, live)
-    local B = ids.shape[1]
+    local B = ids:size(1)
     if B > Bmax then error("gpt: batch " .. B .. " over the caches' " .. Bmax, 2) end
     if pos < 0 or pos >= T then error("gpt: position " .. pos .. " outside the context of " .. T, 2) end
     local P = plans[B] or plan(B)

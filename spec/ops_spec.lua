@@ -89,16 +89,29 @@ end
 -- -- Elementwise -----------------------------------------------------------------
 
 describe("gt.shape", function()
-  it("is the shared table of a shape: the one a tensor's .shape is, equal sizes the same table", function()
+  it("checks a shape and gives it as a table, equal to a tensor's .shape", function()
     local s = gt.shape { 3, 5 }
-    assert.are.equal(s, gt.tensor({ 3, 5 }).shape)
-    assert.are.equal(s, gt.shape { 3, 5 })
+    assert.are.same(s, gt.tensor({ 3, 5 }).shape)
     assert.are.same({ 3, 5 }, s)
     local t = gt.tensor(s, "i32")
     assert.are.same({ 3, 5 }, t.shape)
     assert.are.equal("i32", t.dtype)
     assert.are.same({ 7 }, gt.shape(7))
     assert.matches("bad shape: dimension 2 is %-1, not a size", select(2, pcall(gt.shape, { 2, -1 })))
+  end)
+
+  it("gives t.shape and gt.shape as new tables: writing one changes no tensor", function()
+    local x = gt.zeros { 2, 3 }
+    local s = x.shape
+    s[1] = 5
+    gt.shape { 2, 3 }[2] = 7
+    local y = gt.ones { 2, 3 }
+    assert.are.same({ 2, 3 }, x.shape)
+    assert.are.same({ 2, 3 }, y.shape)
+    assert.are.equal(2, #y:tolist())
+    assert.are.equal(3, y:size(2))
+    assert.are.equal(2, y:dim())
+    assert.are_not.equal(x.shape, x.shape)
   end)
 end)
 

@@ -54,7 +54,7 @@ end
 local function pad(self, x, dim, p, slot)
   local b = x._b
   if x._strides then gt._error("a non-contiguous view as a bucketed input: :clone() it first") end
-  local shape, esz = x.shape, gt._dtypes[x.dtype].size
+  local shape, esz = x._shape, gt._dtypes[x.dtype].size
   local outer, inner = 1, esz
   for i = 1, dim - 1 do outer = outer * shape[i] end
   for i = dim + 1, #shape do inner = inner * shape[i] end
@@ -99,7 +99,7 @@ end
 local function spec_of(specs, real, x, i)
   if not is_tensor(x) then return nil end
   for _, sp in ipairs(specs) do
-    if sp.arg == i or (sp.arg == nil and paddable(x) and #x.shape >= sp.dim and x.shape[sp.dim] == real) then return sp end
+    if sp.arg == i or (sp.arg == nil and paddable(x) and #x._shape >= sp.dim and x._shape[sp.dim] == real) then return sp end
   end
 end
 
@@ -118,11 +118,11 @@ local function prep(self, n, a1, a2, a3, a4, rest)
     if padded[vkey] then return padded[vkey] end
     gt._check_input(self, x)
     alias_of(pads, x, i)                      -- (two padded inputs over one memory: refused)
-    local px = pad(self, x, sp.dim, bucket_of(sp.sizes, x.shape[sp.dim]), slot)
+    local px = pad(self, x, sp.dim, bucket_of(sp.sizes, x._shape[sp.dim]), slot)
     slot = slot + 1
     padded[vkey] = px
     local outer = 1
-    for d = 1, sp.dim - 1 do outer = outer * x.shape[d] end
+    for d = 1, sp.dim - 1 do outer = outer * x._shape[d] end
     local lo, hi = span(x)
     pads[#pads + 1] = { x = x, px = px, lo = lo, hi = hi, outer = outer, i = i }
     return px
@@ -165,7 +165,7 @@ local unstage_res = gt._unstage_res
 
 -- (only the call's own tensors: a static or outside tensor returned is the caller's as it is)
 local function narrow_one(self, x, dim, p, n)
-  if is_tensor(x) and x._b.tree == self._t and #x.shape >= dim and x.shape[dim] == p and not x:is_stale() then
+  if is_tensor(x) and x._b.tree == self._t and #x._shape >= dim and x._shape[dim] == p and not x:is_stale() then
     return gt._anchor(self, x:narrow(dim, 1, n))
   end
   return x
@@ -212,8 +212,8 @@ end
 -- spec): a tensor argument, else a tensor in a table argument.
 local function real_size(spec, n, a1, a2, a3, a4, rest)
   local function size_of(x, i)
-    if is_tensor(x) and (spec.arg == i or (spec.arg == nil and paddable(x))) and #x.shape >= spec.dim then
-      return x.shape[spec.dim]
+    if is_tensor(x) and (spec.arg == i or (spec.arg == nil and paddable(x))) and #x._shape >= spec.dim then
+      return x._shape[spec.dim]
     end
   end
   for i = 1, n do

@@ -63,7 +63,7 @@ end, "assertion.tensor_near.positive", "assertion.tensor_near.negative")
 -- Tensors print as "f32 8x256 [values...]", not as a table address.
 assert:add_formatter(function(v)
   if not gt.is_tensor(v) then return nil end
-  local head = v.dtype .. " " .. gt._shape_str(v.shape)
+  local head = v.dtype .. " " .. gt._shape_str(v._shape)
   if v:is_stale() then return head .. " (stale)" end
   local ok, vals = pcall(v.tolist, v)
   if not ok then return head end

@@ -101,7 +101,7 @@ local function check_p(name, p, level)
   if p._gen ~= p._b.gen_now[0] then gt._stale_error(p, level + 1) end
   if p.numel ~= 1 or not CODE[p.dtype] then
     error(("%s: p must be a one-element tensor (f32, i32, i64 or u8; nonzero is true), got a %s %s tensor"):format(
-      name, p.dtype, gt._shape_str(p.shape)), level + 1)
+      name, p.dtype, gt._shape_str(p._shape)), level + 1)
   end
   if p._strides then error(name .. ": p is a non-contiguous view; :clone() it", level + 1) end
 end

@@ -43,7 +43,7 @@ gt.tensor(shape [, dtype = "f32"]) -> an uninitialised tensor
   shape: a table of sizes, e.g. {8, 256}; dtype: "f32", "i32", "i64" or "u8".
   gt.tensor{8, 256}]],
   ["gt.shape"] = [[
-gt.shape(shape) -> the shared, read-only table of that shape (what t.shape returns)
+gt.shape(shape) -> that shape checked, as a new table (t.shape gives a new table too)
   gt.tensor and the ops find it in one lookup, where a new table's sizes are
   each checked: a model's step that makes tensors of a few fixed shapes
   keeps them as gt.shape{B, D}.  Never change it.]],

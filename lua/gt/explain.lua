@@ -42,7 +42,7 @@ local function cut_site()
   end
 end
 
-local function tensor_text(t) return gt._shape_str(t.shape) .. " " .. t.dtype end
+local function tensor_text(t) return gt._shape_str(t._shape) .. " " .. t.dtype end
 
 -- The names of fn's parameters (cached per tree).
 local function param_names(tree)

@@ -87,7 +87,7 @@ end
 local is_tensor = gt.is_tensor
 
 local function describe(v)
-  if is_tensor(v) then return format("a %s %s tensor", v.dtype, shape_str(v.shape)) end
+  if is_tensor(v) then return format("a %s %s tensor", v.dtype, shape_str(v._shape)) end
   if v == nil then return "nil" end
   return "a " .. type(v)
 end
@@ -109,7 +109,7 @@ local function check_failed(op, name, t, dtype, level)
     fail(level + 1, op, "%s must be a %s tensor, got %s", name, dtype, describe(t))
   end
   if t.dtype ~= dtype then
-    fail(level + 1, op, "%s must be %s, got %s %s", name, dtype, t.dtype, shape_str(t.shape))
+    fail(level + 1, op, "%s must be %s, got %s %s", name, dtype, t.dtype, shape_str(t._shape))
   end
   -- a strided view (gt.tensor's narrow of an inner dimension)
   fail(level + 1, op, "%s is a non-contiguous view; :clone() it first", name)

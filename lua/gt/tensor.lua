@@ -68,6 +68,15 @@ local function intern_new(node, shape, n)
   return nshapes
 end
 
+-- A fresh copy of shape table s (what t.shape and gt.shape give: the
+-- interned tables are shared by every tensor of a shape, and a caller's
+-- write into one would change them all).
+local function shape_copy(s)
+  local c = {}
+  for i = 1, #s do c[i] = s[i] end
+  return c
+end
+
 local function size_ok(d) return type(d) == "number" and d >= 0 and d == floor(d) and d < MAX_BYTES end
 
 -- The id of a shape (a table of sizes, or one number); raises on a bad one.
@@ -165,7 +174,8 @@ local function user_view(b, off, sid, dt, gen, vid)
 end
 
 local GET = {
-  shape = function(t) return SHAPES[t._sid] end,
+  shape = function(t) return shape_copy(SHAPES[t._sid]) end,   -- a copy: see shape_copy
+  _shape = function(t) return SHAPES[t._sid] end,              -- gt's own reads: the interned table
   numel = function(t) return NUMEL[t._sid] end,
   dtype = function(t) return BY_CODE[t._dt] end,
   _strides = function(t) return STRIDES[t._vid] or nil end,
@@ -266,7 +276,7 @@ end
 -- Staleness: one integer compare.
 local function stale_error(t, level)
   local b = t._b
-  local what = "tensor " .. t.dtype .. " " .. shape_str(t.shape)
+  local what = "tensor " .. t.dtype .. " " .. shape_str(t._shape)
   if band(b.flags, RELEASED) ~= 0 and b.gen == t._gen then
     local by, advice = site_text(b.site ~= 0 and (SITES[b.site] or "a gt.scope") or released_by[addr(b)])
     error(what .. " was released by " .. by .. "; " .. advice, level + 1)
@@ -312,8 +322,8 @@ end
 
 -- -- Creation -------------------------------------------------------------
 
---- gt.shape(shape) -> the interned, read-only table of that shape (t.shape is one)
-function gt.shape(shape) return SHAPES[shape_id(shape, 2)] end
+--- gt.shape(shape) -> that shape checked, as a new table (t.shape is one too)
+function gt.shape(shape) return shape_copy(SHAPES[shape_id(shape, 2)]) end
 
 --- gt.tensor(shape [, dtype]) -> uninitialised tensor
 function gt.tensor(shape, dtype) return new(shape, dtype, 2) end
@@ -427,7 +437,7 @@ local function read_flat(t, level, what)
     return host, t.numel
   end
   -- a strided view: read the span it covers, then gather
-  local shape, st = t.shape, t._strides
+  local shape, st = t._shape, t._strides
   local span = 1
   for i = 1, #shape do span = span + (shape[i] - 1) * st[i] end
   local raw = d.ct(span)
@@ -446,7 +456,7 @@ local function num(d, v) return d.int and tonumber(v) or v end
 --- t:tolist() -> nested table like the shape
 function Tensor:tolist()
   local flat = read_flat(self, 2, "tolist")
-  local d, shape, k = DT[self.dtype], self.shape, 0
+  local d, shape, k = DT[self.dtype], self._shape, 0
   if #shape == 0 then return num(d, flat[0]) end
   local function build(dim)
     local r = {}
@@ -463,7 +473,7 @@ end
 --- t:item() -> the one value of a one-element tensor
 function Tensor:item()
   live(self, 2)
-  if self.numel ~= 1 then error("item() needs a tensor with one element, this one is " .. shape_str(self.shape), 2) end
+  if self.numel ~= 1 then error("item() needs a tensor with one element, this one is " .. shape_str(self._shape), 2) end
   local flat = read_flat(self, 2, "item")
   return num(DT[self.dtype], flat[0])
 end
@@ -474,7 +484,7 @@ end
 function Tensor:clone()
   local b = live(self, 2)
   local d = DT[self.dtype]
-  local c = new(self.shape, self.dtype, 2)
+  local c = new(self._shape, self.dtype, 2)
   if self._strides then
     local flat, n = read_flat(self, 2)
     sync_point(2, "a host copy")
@@ -490,8 +500,8 @@ function Tensor:copy(src)
   if is_tensor(src) then
     local sb = live(src, 2)
     if src.numel ~= self.numel or src.dtype ~= self.dtype then
-      error("copy: source is " .. src.dtype .. " " .. shape_str(src.shape) .. ", destination " ..
-            self.dtype .. " " .. shape_str(self.shape), 2)
+      error("copy: source is " .. src.dtype .. " " .. shape_str(src._shape) .. ", destination " ..
+            self.dtype .. " " .. shape_str(self._shape), 2)
     end
     if src._strides then src = src:clone(); sb = src._b end
     if C.gt_buf_copy(rt, b, self._off, sb, src._off, self._nb) ~= 0 then gt._fail() end
@@ -535,7 +545,7 @@ end
 --- t:narrow(dim, start, len): a view of len entries of dim from start (1-based)
 function Tensor:narrow(dim, start, len)
   live(self, 2)
-  local shape = self.shape
+  local shape = self._shape
   if type(dim) ~= "number" or dim ~= floor(dim) or dim < 1 or dim > #shape then error("narrow: dim " .. tostring(dim) .. " out of 1.." .. #shape, 2) end
   if type(start) ~= "number" or type(len) ~= "number" or start ~= floor(start) or len ~= floor(len) or
      start < 1 or len < 0 or start + len - 1 > shape[dim] then
@@ -710,7 +720,7 @@ function gt.scope(fn, ...)
 end
 
 function Tensor:dim() return #SHAPES[self._sid] end
-function Tensor:size(d) if d then return self.shape[d] end local s = {} for i, v in ipairs(self.shape) do s[i] = v end return s end
+function Tensor:size(d) if d then return self._shape[d] end local s = {} for i, v in ipairs(self._shape) do s[i] = v end return s end
 
 -- -- Printing -------------------------------------------------------------
 
@@ -723,11 +733,11 @@ end
 
 -- values shown like a tensor library: at most 6 per dim, "..." between
 function Tensor:__tostring()
-  local tail = "[gt." .. self.dtype .. " " .. shape_str(self.shape) .. " " .. gt.backend()
+  local tail = "[gt." .. self.dtype .. " " .. shape_str(self._shape) .. " " .. gt.backend()
   if self:is_stale() then return tail .. ", stale]" end
   local ok, flat = pcall(read_flat, self, 1)
   if not ok then return tail .. "]" end
-  local d, shape = DT[self.dtype], self.shape
+  local d, shape = DT[self.dtype], self._shape
   if #shape == 0 then return fmt(d, flat[0]) .. "\n" .. tail .. "]" end
   local strides, s = {}, 1
   for i = #shape, 1, -1 do strides[i] = s; s = s * shape[i] end

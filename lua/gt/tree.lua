@@ -208,7 +208,7 @@ gt._check_input = check_input
 local function span(x)
   local st = x._strides
   if not st then return x._off, x._off + x._nb end
-  local last, shape = 0, x.shape
+  local last, shape = 0, x._shape
   for i = 1, #shape do last = last + (shape[i] - 1) * st[i] end
   return x._off, x._off + (last + 1) * gt._dtypes[x.dtype].size
 end
@@ -494,7 +494,7 @@ local function shapes_of(a1, a2, a3, a4)
   local parts, args = {}, { a1, a2, a3, a4 }
   for i = 1, 4 do
     local x = args[i]
-    if is_tensor(x) then parts[#parts + 1] = x.dtype .. " " .. gt._shape_str(x.shape) end
+    if is_tensor(x) then parts[#parts + 1] = x.dtype .. " " .. gt._shape_str(x._shape) end
   end
   return table.concat(parts, ", ")
 end

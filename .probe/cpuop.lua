@@ -1,0 +1,38 @@
+-- per-op replay host cost: chain of N linear ops; median of per-call issue time (sync between calls)
+local gt = require "gt"
+local N = tonumber(arg[1]) or 128
+local mode = arg[2] or "tree"
+local H = tonumber(os.getenv("H") or "") or 16
+local W, B = {}, {}
+for i = 1, 32 do
+  W[i] = gt.randn({H, H}, {seed = i}):static(); B[i] = gt.randn({H}, {seed = 100 + i}):static()
+end
+local lin = gt.ops.linear
+local function chain(x)
+  for i = 1, N do local k = (i - 1) % 32 + 1; x = lin(x, W[k], B[k], "relu") end
+  return x
+end
+local x = gt.randn({8, H}, {seed = 7})
+local step
+if mode == "keyed" then step = gt.tree(chain, {key = function() return 0 end})
+else step = gt.tree(chain) end
+for i = 1, 400 do step(x); gt.sync() end
+local clock = gt.clock
+local prof = os.getenv("PROF")
+if prof then require("jit.p").start(prof, os.getenv("PROFOUT")) end
+if os.getenv("NOGC") then collectgarbage("stop") end
+local m0 = collectgarbage("count")
+local res = {}
+local reps = tonumber(os.getenv("REPS") or "") or 3000
+for r = 1, reps do
+  local t0 = clock()
+  if mode == "floor" then local c = step:floor(1, true); t0 = 0; t1 = c * 1e-6 else step(x) end
+  local t1 = clock()
+  gt.sync()
+  res[r] = (t1 - t0) * 1e6
+end
+if prof then require("jit.p").stop() end
+local m1 = collectgarbage("count")
+table.sort(res)
+io.write(string.format("[%.1f B/call] ", (m1 - m0) * 1024 / reps))
+print(string.format("%s %-5s N=%-4d %7.2f us/call (p10 %.2f p90 %.2f)  %6.1f ns/op", gt.backend(), mode, N, res[reps/2], res[reps/10], res[reps*9/10], res[reps/2] * 1e3 / N))
