@@ -402,4 +402,37 @@ describe("keyed calls", function()
     gt.on_warning = old
     assert.are.equal(4, step:stats().keyed.refused["a table argument"])
   end)
+
+  it("never returns a tensor the body released as live: such a path runs its body, raising as eager code", function()
+    local ops = gt.ops
+    local function body(x)
+      local y = ops.relu(x)
+      y:free()
+      local w = ops.mul(x, 100)
+      return y, w
+    end
+    local old, warned = gt.on_warning, 0
+    gt.on_warning = function() warned = warned + 1 end
+    local step = gt.tree(body, { key = function() return 1 end })
+    for i = 1, 6 do
+      local y, w = step(gt.from { i, -i })
+      assert.tensor_near({ 100 * i, -100 * i }, w)
+      assert.matches("was released by :free%(%)", select(2, pcall(y.tolist, y)))
+    end
+    gt.on_warning = old
+    assert.are.equal(0, step:stats().keyed.hits)
+    assert.are.equal(6, step:stats().keyed.refused["it returns a tensor it released"])
+    assert.are.equal(1, warned)
+  end)
+
+  it("returns a patched number argument returned as is with this call's value", function()
+    local step = gt.tree(function(x, pos) return gt.ops.mul(x, pos), pos end, { key = function() return 0 end, patch = { 2 } })
+    local x = gt.from { 1, 2 }
+    for pos = 1, 8 do
+      local y, p = step(x, pos)
+      assert.tensor_near({ pos, 2 * pos }, y)
+      assert.are.equal(pos, p)
+    end
+    assert.is_true(step:stats().keyed.hits >= 4)
+  end)
 end)

@@ -13,7 +13,7 @@ local is_tensor, view = gt.is_tensor, gt._view
 local unstage_res = gt._unstage_res
 local spread, arg_at, packed = gt._spread, gt._arg_at, gt._packed
 local band = bit.band
-local STATIC, STAGING = C.GT_BUF_STATIC, C.GT_BUF_STAGING
+local STATIC, STAGING, RELEASED = C.GT_BUF_STATIC, C.GT_BUF_STAGING, C.GT_BUF_RELEASED
 local anchor = gt._anchor
 
 local M = {}
@@ -143,6 +143,9 @@ local function describe_outputs(self, args, n, ...)
     local o
     if is_tensor(y) then
       local b = y._b
+      -- a tensor the body released: a hit would return it live over memory
+      -- the path reuses (the body run's raises when used)
+      if band(b.flags, RELEASED) ~= 0 then return nil, "it returns a tensor it released" end
       for i = 1, n do if rawequal(args[i], y) then o = { kind = "arg", i = i } break end end
       if not o and b.tree ~= self._t then         -- a view of a tensor argument: the same view of this call's
         for i = 1, n do
@@ -172,7 +175,9 @@ local function describe_outputs(self, args, n, ...)
     elseif type(y) == "table" and getmetatable(y) == nil then
       return nil, "it returns a table"
     else
-      o = { kind = "value", v = y }
+      -- an argument returned as is (a `patch` number, say) is this call's
+      for i = 1, n do if y ~= nil and rawequal(args[i], y) then o = { kind = "arg", i = i } break end end
+      o = o or { kind = "value", v = y }
     end
     outs[r] = o
   end
@@ -193,7 +198,7 @@ local function rebuild(self, o, outb, staged, a1, a2, a3, a4, rest)
     -- an input returned: the caller's tensor, or its staged copy when it was this tree's
     -- last output (which goes stale with this call), as a body run returns them
     local y = arg_at(o.i, a1, a2, a3, a4, rest)
-    if staged and y._b.tree == self._t then y = staged[o.i] end
+    if staged and is_tensor(y) and y._b.tree == self._t then y = staged[o.i] end
     return y
   elseif k == "staged" then
     local s = staged[o.i]
