@@ -313,6 +313,41 @@ describe("lifetimes", function()
     end
   end)
 
+  it("gives what a failed inner scope made to the scope around it, in eager code as in a tree call", function()
+    local leak
+    local function body(x)
+      local y = gt.scope(function()
+        pcall(gt.scope, function() leak = axpb(x, 3, 0); error("inner") end)
+        return axpb(x, 2, 0)
+      end)
+      return y
+    end
+    local step = gt.tree(body)
+    local x = gt.from { 1, 2 }
+    for _, f in ipairs { body, step, step, step } do
+      assert.tensor_near({ 2, 4 }, f(x))
+      assert.matches("released by gt.scope", select(2, pcall(leak.tolist, leak)))
+    end
+  end)
+
+  it("releases a tree call's outputs at the end of a scope around the call, as a plain function's", function()
+    local function body(x) return axpb(x, 2, 0), axpb(x, 1, 1) end
+    for _, f in ipairs { body, gt.tree(body), gt.tree(body, { key = function() return 0 end }) } do
+      for _ = 1, 4 do
+        local y, h
+        local r = gt.scope(function()
+          y, h = f(gt.from { 1, 2 })
+          return axpb(y, 1, 0)
+        end)
+        assert.tensor_near({ 2, 4 }, r)
+        assert.matches("released by gt.scope", select(2, pcall(y.tolist, y)))
+        assert.matches("released by gt.scope", select(2, pcall(h.tolist, h)))
+        local kept = gt.scope(function() local a = f(gt.from { 1, 2 }); return a end)
+        assert.tensor_near({ 2, 4 }, kept)
+      end
+    end
+  end)
+
   it("returns every result of a scope in a tree call, keeps its tensors among them, and recovers from its error", function()
     local dropped, fail = nil, false
     local step = gt.tree(function(x)

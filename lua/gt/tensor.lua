@@ -662,9 +662,14 @@ local function plain_end(fn, ok, n, r1, r2)
     keep_results(n, r1, r2, true)
     local outer = plain[nplain]
     for i = 1, #list do
-      if settle(list[i]._b, fn) and outer then outer[#outer + 1] = list[i] end
+      local t = list[i]
+      local b = t._b        -- (a tree's output: only while live, its buffer struct is the next call's after)
+      if (b.tree == nil or t._gen == b.gen_now[0]) and settle(b, fn) and outer then outer[#outer + 1] = t end
     end
     keep_results(n, r1, r2, false)
+  else                        -- a failed scope released nothing: what it made is the enclosing scope's (as in a tree call)
+    local outer = plain[nplain]
+    if outer then for i = 1, #list do outer[#outer + 1] = list[i] end end
   end
   for i = #list, 1, -1 do list[i] = nil end
   if not ok then error(r1, 0) end
@@ -693,6 +698,13 @@ gt._host_results = host_results
 --- same in tree calls (in queue order) and outside them.
 -- (No tail call returns its results: a trace that begins after gt.host.run
 -- returns may return from this vararg function, not tail-call out of it.)
+-- A tree call's output made inside scopes outside tree calls (tree.lua's
+-- anchor): the innermost one releases it unless it returns it, as it does
+-- what a plain function called there makes.
+function gt._plain_note(t)
+  if nplain > 0 then local l = plain[nplain]; l[#l + 1] = t end
+end
+
 function gt.scope(fn, ...)
   if type(fn) ~= "function" then error("gt.scope(fn, ...): fn must be a function, got " .. type(fn), 2) end
   local tree = gt._active

@@ -126,7 +126,9 @@ local function finalizer(held)
   end
   return fin
 end
+local plain_note = gt._plain_note
 local function anchor_one(self, x, gen)
+  plain_note(x)                                          -- (a scope around the call releases it: tensor.lua)
   local held = self._held
   local n = held.n + 1
   if gen ~= self._ang then self._ang = gen; n = 1 end   -- a newer call's first output
