@@ -161,6 +161,26 @@ describe("lifetimes", function()
     end
   end)
 
+  it("copies a write into a copied input back when the call fails at its last segment's end", function()
+    local function f(x, r)
+      ops.axpby(1, x, 1, x)                       -- x = 2x in place, in the first segment
+      gt.cut()
+      if r == 1 then return ops.relu(x) end       -- a new path past max_recordings: the return raises
+      return ops.tanh(x)
+    end
+    for _, o in ipairs { {}, { copy_inputs = true }, { buckets = { dim = 1, sizes = { 4 } } } } do
+      o.max_recordings, o.on_limit, o.warmup = 2, "error", 0
+      local step = gt.tree(f, o)
+      for i, r in ipairs { 0, 0, 1 } do
+        local x = gt.from { 1, 2 }
+        local ok, err = pcall(step, x, r)
+        assert.are.equal(i < 3, ok)
+        if not ok then assert.matches("max_recordings", err) end
+        assert.tensor_near({ 2, 4 }, x)
+      end
+    end
+  end)
+
   it("returns a fed-back input of a keyed call with copied inputs as the body run did, fresh inputs in between", function()
     local step = gt.tree(function(a, b) return b, ops.add(a, 1) end,
       { copy_inputs = true, key = function() return 1 end })

@@ -480,6 +480,8 @@ local function end_call(self)
   if r < 0 then
     local msg = gt._errmsg()
     abort()
+    -- what the segments that ran wrote into copied inputs reaches the caller, as after a body's error
+    if self._wb then pcall(write_back, self) end
     gt._error(msg)                  -- (the line that called the tree: the body has returned)
   end
   if r >= 8 then                                  -- a node's first visit: its cut and shapes
