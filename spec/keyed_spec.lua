@@ -435,4 +435,17 @@ describe("keyed calls", function()
     end
     assert.is_true(step:stats().keyed.hits >= 4)
   end)
+
+  it("never launches a freed static weight's address: a weight captured as an upvalue, swapped and collected", function()
+    local W = gt.full({ 2, 2 }, 1):static()
+    local step = gt.tree(function(x) return gt.ops.linear(x, W) end, { key = function() return 1 end })
+    local x = gt.ones { 1, 2 }
+    for _ = 1, 4 do assert.tensor_near({ { 2, 2 } }, step(x)) end
+    W = gt.full({ 2, 2 }, 5):static()
+    collectgarbage(); collectgarbage()
+    local junk = {}
+    for i = 1, 20 do junk[i] = gt.full({ 2, 2 }, 100 + i) end
+    for _ = 1, 4 do assert.tensor_near({ { 10, 10 } }, step(x)) end
+    assert.is_true(step:stats().keyed.hits >= 5)
+  end)
 end)

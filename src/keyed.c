@@ -454,6 +454,10 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
   for (int d = 0; d < k->npath; d++) {         /* first the checks: nothing runs unless all can be patched */
     const gt_node *n = k->path[d];
     if (!n->graph || n->key != k->keys[d] || n->nargvals != k->nvals[d]) return 1;
+    /* a static buffer freed since the node's statics were last compared: the
+       graph may hold its address, now another buffer's (the body runs; its
+       segments compare the statics again) */
+    if (n->sfrees != gt_static_frees) return 1;
     if (n->gver != k->gv[d]) {                 /* another key's body, or a plain call, patched it since */
       clean = 0;
       if (!restorable(k, d)) return 1;
