@@ -298,4 +298,30 @@ describe("dynamic shapes", function()
     assert.matches("buckets", seen[1])
     assert.matches("f32 2", seen[1])
   end)
+
+  it("narrows every padded input's results with a list of bucket specs, and tables of results two deep", function()
+    local O = gt.ops
+    local function f(x, y) return O.relu(x), { b = O.add(y, 1), more = { c = O.tanh(x) } } end
+    local step = gt.tree(f, { buckets = { { dim = 1, sizes = { 4, 8 }, arg = 1 }, { dim = 1, sizes = { 4, 8 }, arg = 2 } } })
+    for i = 1, 4 do
+      local x, y = gt.randn({ 3, 2 }, { seed = i }), gt.randn({ 5, 2 }, { seed = 10 + i })
+      local a, r = step(x, y)
+      local ea, er = f(x, y)
+      assert.tensor_near(ea:tolist(), a)
+      assert.tensor_near(er.b:tolist(), r.b)
+      assert.tensor_near(er.more.c:tolist(), r.more.c)
+    end
+    local g = function(x, y) return O.relu(x), O.tanh(y) end
+    local two = gt.tree(g, { buckets = { { dim = 1, sizes = { 4 }, arg = 1 }, { dim = 2, sizes = { 8 }, arg = 2 } } })
+    for i = 1, 3 do
+      local x, y = gt.randn({ 3, 4 }, { seed = i }), gt.randn({ 3, 5 }, { seed = i + 5 })
+      local _, b = two(x, y)
+      assert.are.same({ 3, 5 }, b.shape)
+      assert.tensor_near(g(x, y):tolist() and O.tanh(y):tolist(), b)
+    end
+    -- the second spec's input beyond its last bucket: the call runs eagerly, as one beyond the buckets
+    local a, b = two(gt.randn { 3, 4 }, gt.randn { 3, 9 })
+    assert.are.same({ 3, 9 }, b.shape)
+    assert.are.equal(1, two:stats().skips["beyond buckets"])
+  end)
 end)

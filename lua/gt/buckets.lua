@@ -107,6 +107,13 @@ end
 -- argument too, one level deep), others staged as usual; an argument (or a
 -- tensor in a table argument) that views a padded input's memory is the same
 -- view of its padded copy.
+-- Notes that the call padded dim from n to p (the results are narrowed
+-- back along it: narrow_one); one entry per dim and padded size.
+local function note_padded(bn, dim, p, n)
+  for i = 1, #bn do if bn[i].dim == dim and bn[i].p == p then return end end
+  bn[#bn + 1] = { dim = dim, p = p, n = n }
+end
+
 local function prep(self, n, a1, a2, a3, a4, rest)
   local args, slot = gt._packed(n, a1, a2, a3, a4, rest), 0
   local specs, real = self._buckets, self._breal[1]
@@ -118,7 +125,10 @@ local function prep(self, n, a1, a2, a3, a4, rest)
     if padded[vkey] then return padded[vkey] end
     gt._check_input(self, x)
     alias_of(pads, x, i)                      -- (two padded inputs over one memory: refused)
-    local px = pad(self, x, sp.dim, bucket_of(sp.sizes, x._shape[sp.dim]), slot)
+    local m = x._shape[sp.dim]
+    local p = bucket_of(sp.sizes, m)
+    local px = pad(self, x, sp.dim, p, slot)
+    note_padded(self._bn, sp.dim, p, m)
     slot = slot + 1
     padded[vkey] = px
     local outer = 1
@@ -163,25 +173,41 @@ end
 
 local unstage_res = gt._unstage_res
 
--- (only the call's own tensors: a static or outside tensor returned is the caller's as it is)
-local function narrow_one(self, x, dim, p, n)
-  if is_tensor(x) and x._b.tree == self._t and #x._shape >= dim and x._shape[dim] == p and not x:is_stale() then
-    return gt._anchor(self, x:narrow(dim, 1, n))
+-- (only the call's own tensors: a static or outside tensor returned is the
+-- caller's as it is).  Each padded dimension (self._bn: {dim, p, n} per
+-- spec that padded this call) is narrowed back where the result has the
+-- padded size along it.
+local function narrow_one(self, x)
+  if is_tensor(x) and x._b.tree == self._t and not x:is_stale() then
+    local bn, y = self._bn, x
+    for i = 1, #bn do
+      local c = bn[i]
+      local s = y._shape
+      if #s >= c.dim and s[c.dim] == c.p and c.p ~= c.n then y = y:narrow(c.dim, 1, c.n) end
+    end
+    if y ~= x then return gt._anchor(self, y) end
   end
   return x
 end
 
--- Result x narrowed back (a tensor, or tensors in a plain table); one on
+-- Result x narrowed back (a tensor, or tensors in plain tables); one on
 -- the padded copy of an input is then the caller's tensor (tree.lua's unstage_res).
-local function narrow_res(self, x, dim, p, n)
-  local wbl = self._wbl
+local function narrow_deep(self, x, depth)
   if type(x) == "table" and getmetatable(x) == nil then
     local c = {}
-    for k, v in pairs(x) do c[k] = narrow_one(self, v, dim, p, n) end
+    for k, v in pairs(x) do c[k] = depth < 8 and narrow_deep(self, v, depth + 1) or v end
+    return c
+  end
+  return narrow_one(self, x)
+end
+local function narrow_res(self, x)
+  local wbl = self._wbl
+  if type(x) == "table" and getmetatable(x) == nil then
+    local c = narrow_deep(self, x, 1)
     if wbl then unstage_res(wbl, c) end
     return c
   end
-  local y = narrow_one(self, x, dim, p, n)
+  local y = narrow_one(self, x)
   if wbl then y = unstage_res(wbl, y) end
   return y
 end
@@ -189,15 +215,14 @@ end
 -- A padded call's nres results (r1, r2, or all of them in rest) narrowed back.
 local function narrow_results(self, nres, r1, r2, rest)
   if nres == 0 then return end
-  local dim, p, n = self._buckets[1].dim, self._bpad, self._breal[1]
   if not rest then
     if nres == 1 then
-      local y = narrow_res(self, r1, dim, p, n)
+      local y = narrow_res(self, r1)
       return y
     end
-    return narrow_res(self, r1, dim, p, n), narrow_res(self, r2, dim, p, n)
+    return narrow_res(self, r1), narrow_res(self, r2)
   end
-  for i = 1, nres do rest[i] = narrow_res(self, rest[i], dim, p, n) end
+  for i = 1, nres do rest[i] = narrow_res(self, rest[i]) end
   return unpack(rest, 1, nres)
 end
 
@@ -231,6 +256,21 @@ local function real_size(spec, n, a1, a2, a3, a4, rest)
   end
 end
 
+-- Whether an input of a spec after the first (each names its argument)
+-- is larger than that spec's last bucket: the call runs as one beyond the buckets.
+local function beyond_other(self, na, a1, a2, a3, a4, rest)
+  local specs = self._buckets
+  for k = 2, #specs do
+    local sp = specs[k]
+    local x = sp.arg and sp.arg <= na and gt._arg_at(sp.arg, a1, a2, a3, a4, rest)
+    local xs = is_tensor(x) and { x } or (type(x) == "table" and getmetatable(x) == nil and x) or {}
+    for _, t in pairs(xs) do
+      if paddable(t) and #t._shape >= sp.dim and not bucket_of(sp.sizes, t._shape[sp.dim]) then return true end
+    end
+  end
+  return false
+end
+
 -- A call (its arguments: n, a1..a4, rest, as tree.lua's spread takes them).
 local function bucket_call(self, na, a1, a2, a3, a4, rest)
   -- the real size: the first bucketed input's size along its dim
@@ -246,6 +286,11 @@ local function bucket_call(self, na, a1, a2, a3, a4, rest)
   if p == nil then p = bucket_of(first.sizes, n) or false; first.of[n] = p end
   if not p then return self._run(self, "beyond buckets", na, a1, a2, a3, a4, rest) end   -- a call of the tree all the same, run eagerly
   self._breal[1], self._bpad = n, p
+  if #self._buckets > 1 and beyond_other(self, na, a1, a2, a3, a4, rest) then
+    return self._run(self, "beyond buckets", na, a1, a2, a3, a4, rest)
+  end
+  local bn = self._bn                    -- (the dims this call pads: prep notes them)
+  for i = #bn, 1, -1 do bn[i] = nil end
   -- already at the bucket's size: nothing to pad or to narrow (the inputs are
   -- used where they are, as in a tree without buckets)
   local exact = p == n and #self._buckets == 1
@@ -263,7 +308,7 @@ function M._attach(tree, spec, _)
   if spec.sizes then specs[1] = check_spec(spec, nil)
   else for i, b in ipairs(spec) do specs[i] = check_spec(b, i) end end
   if #specs == 0 then error("gt.tree: buckets is empty", 3) end
-  tree._buckets, tree._prep, tree._breal = specs, prep, {}
+  tree._buckets, tree._prep, tree._breal, tree._bn = specs, prep, {}, {}
   tree._bucket_call = bucket_call
 end
 

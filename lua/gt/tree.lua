@@ -270,9 +270,10 @@ local function unstage_one(wbl, y)
   end
   return y
 end
-local function unstage_res(wbl, y)
-  if type(y) == "table" and getmetatable(y) == nil then
-    for k, v in pairs(y) do y[k] = unstage_one(wbl, v) end
+local function unstage_res(wbl, y, depth)
+  if type(y) == "table" and getmetatable(y) == nil then   -- (tables in tables too, as anchor_deep)
+    depth = depth or 1
+    if depth <= 8 then for k, v in pairs(y) do y[k] = unstage_res(wbl, v, depth + 1) end end
     return y
   end
   return unstage_one(wbl, y)
