@@ -266,6 +266,7 @@ struct gt_tree {
   gt_node *cur; int cur_planned;     /* the node visited last; its memory followed a plan (children may record) */
   int depth;
   int eager_call;                    /* this call runs every segment eagerly, without nodes */
+  char eager_why[64];               /* its skip reason, counted per segment (flush_eager_call) */
   gt_buf **rels; int nrels, relcap;  /* buffers of the call released in the segment being queued */
   gt_buf **bufs; int nbufs, bufcap;   /* the call's buffers: slab[0..nbufs) */
   gt_buf **slab; int nslab, slabcap;         /* chunks of GT_SLAB structs, reused by every call */

@@ -122,7 +122,7 @@ static int timed_call(int call) { return call <= 64 || !(call & 15); }
 int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   if (gt_tree_begin_timed(rt, t, 1)) return GT_ERR;
   t->eager_call = eager != NULL;
-  if (eager) gt_tree_note_skip(t, eager);
+  if (eager) snprintf(t->eager_why, sizeof t->eager_why, "%s", eager);
   t->cmiss |= t->eager_call;
   gt_lane_start(t);
   return GT_OK;
@@ -404,6 +404,7 @@ static int flush_eager_call(gt_tree *t, int first) {
   gt_queue_note_writes(t);
   if (gt_plan_run(t, first) || run_eager(t, NULL)) return GT_ERR;
   t->eager++;
+  gt_tree_note_skip(t, t->eager_why);   /* (per visit, as every skip) */
   t->cur_planned = 0;
   return next_segment(t);
 }
