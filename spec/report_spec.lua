@@ -93,7 +93,7 @@ describe("print(tree)", function()
         " high water; 10 replays, 3 warmups, 0 eager",
       "                                       visits replays warmups   planned",
       "└─ [0] axpb                                 8       6       1     256 B  graph",
-      "   │  x 64 f32 -> 64 f32; first path; cut at report_spec.lua:35 gt.cut",
+      "   │  x 64 f32 -> 64 f32; first path; gt.cut at report_spec.lua:35",
       "   ├─ [1] axpb                              4       2       1     256 B  graph",
       "   │     -> 64 f32; first path",
       "   └─ [2] axpb_b                            4       2       1     256 B  graph",
@@ -112,7 +112,7 @@ describe("print(tree)", function()
     assert.are.equal("eager visits: kernel 'host_only' is not graphable (3)", l[3])
     assert.truthy(l[5]:match("^└─ %[0%] axpb .*  graph$"), l[5])
     assert.truthy(l[7]:match("^   └─ %[1%] host_only .*  eager$"), l[7])
-    assert.are.equal("      │  -> 3 f32; first path; cut at report_spec.lua:51 gt.cut", l[8])
+    assert.are.equal("      │  -> 3 f32; first path; gt.cut at report_spec.lua:51", l[8])
     assert.are.equal("      │  eager: kernel 'host_only' is not graphable", l[9])   -- under node 1, over its child
     assert.truthy(l[10]:match("^      └─ %[2%] axpb .*  graph$"), l[10])
   end)
@@ -180,7 +180,7 @@ describe("tree:dot", function()
     assert.truthy(dot:find("n0 -> n1;", 1, true))
     assert.truthy(dot:find("n0 -> n2;", 1, true))
     assert.truthy(dot:find('label="[2] axpb_b\\n-> 64 f32\\nnew branch after [0]\\nvisits 4  replays 2  warmups 1', 1, true))
-    assert.truthy(dot:find('label="[0] axpb\\nx 64 f32 -> 64 f32\\nfirst path\\ncut at report_spec.lua:35 gt.cut\\n', 1, true))
+    assert.truthy(dot:find('label="[0] axpb\\nx 64 f32 -> 64 f32\\nfirst path\\ngt.cut at report_spec.lua:35\\n', 1, true))
     assert.are.equal(count(dot, "{"), count(dot, "}"))
   end)
 end)

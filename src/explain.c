@@ -44,13 +44,13 @@ static void summarize(gt_tree *t, gt_node *n) {
 /* The name of the k-th static argument of the queued segment: "w of linear_f32". */
 static void static_name(const gt_tree *t, int k, char *out, size_t size) {
   const gt_queue *q = &t->q;
-  snprintf(out, size, "weight");
+  snprintf(out, size, "weight moved (");
   for (int i = 0; i < q->n; i++) {
     const gt_qlaunch *l = &q->l[i];
     for (int j = 0; j < l->nargs; j++) {
       const gt_buf *b = q->args[l->arg0 + j].buf;
       if (b && is_static(t, b) && k-- == 0) {
-        if (l->k) snprintf(out, size, "%s of %s", l->k->pname[j], l->k->name);
+        if (l->k) snprintf(out, size, "%s moved (%s", l->k->pname[j], l->k->name);
         return;
       }
     }
@@ -98,7 +98,7 @@ void gt_explain_node(gt_tree *t, gt_node *n) {
     while (k < n->nstatics && topo->statics && n->statics && topo->statics[k] == n->statics[k]) k++;
     char name[160];
     static_name(t, k < n->nstatics ? k : 0, name, sizeof name);
-    if (k < n->nstatics) snprintf(why, sizeof why, "static %s moved (sibling [%d])", name, topo->id);
+    if (k < n->nstatics) snprintf(why, sizeof why, "static %s%ssibling [%d])", name, name[strlen(name) - 1] == '(' ? "" : ", ", topo->id);
     else {                            /* same bytes everywhere: the shapes may still tell them apart */
       n->why_sib = topo->id;
       snprintf(why, sizeof why, "new launch dimensions (sibling [%d])", topo->id);

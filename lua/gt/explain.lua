@@ -17,7 +17,7 @@ local API = { cut = "gt.cut", sync = "gt.sync", item = "item", tolist = "tolist"
 local by_func   -- the API functions themselves: a tail-called frame has no name
 
 
--- "file:line api" for a segment cut at a sync point: the outermost gtlua
+-- "file:line api" ("gt.cut at file:line" for gt.cut) for a segment cut at a sync point: the outermost gtlua
 -- frame names the API, the first frame outside gtlua the user's line.
 local function cut_site()
   if not by_func then
@@ -31,7 +31,9 @@ local function cut_site()
     local own = info.source:sub(1, #own_dir) == own_dir or info.what == "C"
     if not own then
       local name = API[api] or (api and ("host copy (" .. api .. ")")) or "sync point"
-      return info.short_src:match("[^/\\]*$") .. ":" .. (info.currentline or 0) .. " " .. name
+      local at = info.short_src:match("[^/\\]*$") .. ":" .. (info.currentline or 0)
+      if api == "cut" then return "gt.cut at " .. at end     -- (DESIGN's form: "gt.cut at model.lua:12")
+      return at .. " " .. name
     end
     if info.what == "C" then fixed = true              -- the tree's own pcall: the user's frame was a tail call
     elseif not fixed then

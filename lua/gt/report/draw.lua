@@ -63,7 +63,7 @@ end
 -- Under a node: its shapes, why it exists, and where its segment was cut
 -- (unless at the return), so that siblings that differ only by shape differ here.
 local function explain_line(n)
-  local cut = n.cut and n.cut ~= "return" and ("; cut at " .. n.cut) or ""
+  local cut = n.cut and n.cut ~= "return" and (n.cut:match("^gt%.cut at") and "; " .. n.cut or "; cut at " .. n.cut) or ""
   return format("%s; %s%s", n.shapes or "?", n.why or "?", cut)
 end
 
