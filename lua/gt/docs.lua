@@ -187,9 +187,9 @@ tree:stats() -> a plain table
       reusable_bytes (what freeing each tensor after its last use would save),
       record_us, instantiate_us, replay_cpu_us (mean), gpu_us (mean),
       planned_bytes, checkpoint_bytes, last_call,
-      shapes ("x 8x256 f32 -> 8x8 f32"), cut ("model.lua:31 item" | "return"),
+      shapes ("x 8x256 f32 -> 8x8 f32"), cut ("model.lua:31 item" | "gt.cut at model.lua:12" | "return"),
       why ("first path" | "new branch after [3]" | "new shape 16x256 (sibling [4] has 8x256)"
-           | "static w of linear_f32 moved (sibling [0])")}} }    -- ids from 0
+           | "static W moved (linear_f32, sibling [0])")}} }    -- ids from 0
   gpu_us stays 0 unless gt.profile(true).  A keyed tree also has
   keyed = {hits, misses, verified, refused = {[reason] = count}, fused}
   (fused: hits that launched a path of several segments as one graph).]],
