@@ -217,6 +217,7 @@ typedef struct gt_node {
   uint64_t key, key_nostatic;
   int nlaunch, nnew;                 /* launches, buffers made in the segment */
   char *label, *skip;                /* skip: why it runs eagerly (NULL: it graphs) */
+  const char *eager_why;             /* why its last eager visit ran eagerly, where skip is NULL (max_recordings) */
   int visits, warmups, records, replays, updates, eager;
   gt_bgraph *graph;
   uint32_t gver;                     /* bumped whenever graph changes (made, patched, updated, dropped): keyed.c's fused graphs */

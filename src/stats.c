@@ -39,7 +39,7 @@ int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
   o->replays = n->replays;
   o->updates = n->updates;
   o->eager = n->eager;
-  o->skip = n->skip;
+  o->skip = n->skip ? n->skip : n->graph ? NULL : n->eager_why;   /* (an eager node past max_recordings: that reason) */
   o->label = n->label;
   o->record_us = n->record_us;
   o->instantiate_us = n->instantiate_us;

@@ -448,7 +448,10 @@ static int run_past_limit(gt_tree *t, gt_node *n, int first) {
   return gt_plan_run(t, first) ? GT_ERR : run_eager(t, n);
 }
 
-static void count_eager(gt_tree *t, gt_node *n, const char *why) { n->eager++; t->eager++; gt_tree_note_skip(t, why); }
+static void count_eager(gt_tree *t, gt_node *n, const char *why) {
+  n->eager++; t->eager++; gt_tree_note_skip(t, why);
+  if (!n->skip) n->eager_why = why;   /* (a literal: count_eager's callers pass a reason that lives) */
+}
 
 /* Runs the chosen visit; returns what ran (GT_V_*: a failed graph build runs
    eagerly) or GT_ERR.  Counters follow what ran. */
