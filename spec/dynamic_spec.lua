@@ -152,6 +152,8 @@ describe("dynamic shapes", function()
     restore()
     local s = step:stats()
     assert.are.same({ 2, 3, 3 }, { s.recorded, s.eager, s.skips.max_recordings })
+    assert.is_false(s.node[2].recorded)            -- the third shape's node, eager: its reason
+    assert.are.equal("max_recordings", s.node[2].skip)
     assert.are.same(1, #seen)
     assert.matches("max_recordings", seen[1])
     local strict = gt.tree(function(x) return affine(x, 3, 0) end, { warmup = 0, max_recordings = 1, on_limit = "error" })
