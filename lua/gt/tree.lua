@@ -82,7 +82,7 @@ function gt._note_sync(what, level)
     info = debug.getinfo(lv, "Sl")
     lv = lv + 1
   until not info or (info.what ~= "C" and not info.short_src:match("gt[/\\][%w_]+%.lua$"))
-  tree._sync = what .. (info and (" at " .. info.short_src .. ":" .. (info.currentline or 0)) or "")
+  tree._sync = what .. (info and (" at " .. info.short_src:match("[^/\\]*$") .. ":" .. (info.currentline or 0)) or "")   -- (the file's name, as node.cut: "item at model.lua:18")
 end
 
 -- The variable a tree is assigned to, read from its source line.
