@@ -612,4 +612,14 @@ describe("bad input inside a tree call", function()
     end)
     assert.are.same({ 0, 3 }, inner(x):tolist())
   end)
+
+  it("takes gt.on_warning(fn) as setting the handler, as assigning it does", function()
+    local old, got = gt.on_warning, {}
+    gt.on_warning(function(m) got[#got + 1] = m end)
+    local t = gt.tree(function(x) return gt.ops.relu(x) end, { max_recordings = 0, warmup = 0 })
+    for i = 1, 2 do t(gt.randn { i }) end
+    gt.on_warning = old
+    assert.are.equal(1, #got)
+    assert.matches("max_recordings = 0", got[1])
+  end)
 end)

@@ -70,7 +70,14 @@ gt._flush = flush
 
 require("gt.explain")
 
-gt.on_warning = function(msg) io.stderr:write("gtlua: warning: ", msg, "\n") end
+-- gt.on_warning(msg): gtlua's warnings (assign your own: gt.on_warning =
+-- function(msg) ... end).  Called with a function, the default handler
+-- takes it as the new one (gt.on_warning(fn) sets it, as a setter would).
+local function default_warning(msg)
+  if type(msg) == "function" then gt.on_warning = msg; return end
+  io.stderr:write("gtlua: warning: ", tostring(msg), "\n")
+end
+gt.on_warning = default_warning
 
 -- A host read or write in a keyed tree's call: its path cannot be keyed.
 -- The first one of the call is kept as "what at file:line" (the user's line).
