@@ -371,10 +371,19 @@ static int runargs(lua_State *L, char **argv, int script) {
   return 0;
 }
 
+/* Whether script path names Busted's runner ("busted", or GTLUA_BUSTED). */
+static int is_busted(const char *path) {
+  const char *base = strrchr(path, '/'), *b = getenv("GTLUA_BUSTED");
+  base = base ? base + 1 : path;
+  return strcmp(base, "busted") == 0 || (b && *b && strcmp(b, path) == 0);
+}
+
 static int handle_script(lua_State *L, char **argv) {
   const char *fname = argv[0];
   int status, n, i;
   if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0) fname = NULL;  /* stdin */
+  if (fname && is_busted(fname) && (status = dostring(L, "if package.loaded.gt then require 'gt.busted' end", "=(busted)")) != 0)
+    return status;   /* gtlua $(command -v busted) spec/: gt's assertions, as with --busted */
   status = luaL_loadfile(L, fname);
   if (status == 0) {   /* the script's arguments, also as ... */
     lua_getglobal(L, "arg");
