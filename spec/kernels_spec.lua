@@ -307,4 +307,16 @@ describe("kernel errors", function()
     pcall(K.saxpy, 1, 32, y, gt.zeros({ 4 }, "i32"), 2.0, 4)
     assert.are.same({ 7, 7, 7, 7 }, y:tolist())
   end)
+
+  it("takes LuaJIT's 64-bit integers (3LL, 4ULL) for 64-bit integer parameters, exactly", function()
+    local K = gt.compile([[
+__global__ void s64(long long *y, long long a, size_t b) { y[0] = a; y[1] = (long long)b; }
+]], { name = "s64.cu" })
+    local y = gt.zeros({ 2 }, "i64")
+    K.s64(1, 1, y, 3LL, 4ULL)
+    assert.are.same({ 3, 4 }, y:tolist())
+    K.s64(1, 1, y, -5, 6)
+    assert.are.same({ -5, 6 }, y:tolist())
+    assert.has_error(function() K.s64(1, 1, y, 1, -1LL) end)
+  end)
 end)

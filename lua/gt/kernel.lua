@@ -83,8 +83,13 @@ local function arg_code(k, i, s)
       :format(i, st == "u32" and " % 4294967296" or "", i, s, FIELD[st])
   elseif INTEGER[st] then
     local r = RANGE[st]
-    return ("do local v = a%d; if type(v) ~= 'number' or v ~= floor(v) or v < %.17g or v >= %.17g " ..
-      "then fail(%d, v) end; %s.v.%s = v end"):format(i, r[1], r[2], i, s, FIELD[st])
+    -- (a 64-bit one also takes LuaJIT's 64-bit integers, 3LL or 3ULL, exactly)
+    local wide = FIELD[st] == "i64" or FIELD[st] == "u64"
+    return ("do local v = a%d; if %stype(v) ~= 'number' or v ~= floor(v) or v < %.17g or v >= %.17g " ..
+      "then fail(%d, v) end; %s.v.%s = v end"):format(i,
+      wide and ("type(v) == 'cdata' and (ffi.istype('int64_t', v) or ffi.istype('uint64_t', v))%s then %s.v.%s = v elseif ")
+        :format(FIELD[st] == "u64" and " and not (ffi.istype('int64_t', v) and v < 0)" or "", s, FIELD[st]) or "",
+      r[1], r[2], i, s, FIELD[st])
   end
   return ("do local v = a%d; if type(v) ~= 'number' then fail(%d, v) end; %s.v.%s = v end"):format(i, i, s, FIELD[st])
 end
