@@ -60,12 +60,13 @@ describe("gtlua -i through a pipe", function()
     assert.truthy(has(out, "> >> >> > 42\n"), out)
   end)
 
-  it("reports an error by its message alone and goes on; ?tb shows the traceback", function()
-    local status, out, err = session("error('boom')\n?tb\nx = = 1\nprint('after')\n")
+  it("reports an error with its traceback and goes on; ?tb shows it again", function()
+    local status, out, err = session("function f() error('boom') end\nf()\n?tb\nx = = 1\nprint('after')\n")
     assert.equal(0, status)
     assert.truthy(has(out, "after\n"), out)
-    assert.equal("stdin:1: boom\nstdin:1: unexpected symbol near '='\n", err)
-    assert.falsy(has(err, "stack traceback"), err)
+    assert.truthy(has(err, "stdin:1: boom\nstack traceback:"), err)
+    assert.truthy(has(err, "in function 'f'"), err)
+    assert.truthy(has(err, "stdin:1: unexpected symbol near '='\n"), err)   -- (a syntax error: no traceback)
     assert.truthy(has(out, "stack traceback:"), out)               -- ?tb: the last error's
   end)
 
@@ -270,12 +271,12 @@ describe("gtlua on a pseudo-terminal (python3's pty)", function()
     { "expect", "> " }, { "send", "help\r" }, { "expect", "A first session" }, { "expect", "> " }, { "send", "\4" },
   }, function(out) assert.falsy(has(out, "\nnil"), out) end)
 
-  on_pty("an error prints one line, no traceback; ?tb shows it", {
+  on_pty("an error prints its message and traceback; ?tb shows it again", {
     { "expect", "> " }, { "send", "error('boom')\r" }, { "expect", "stdin:1: boom" }, { "expect", "> " },
     { "send", "?tb\r" }, { "expect", "stack traceback:" }, { "expect", "> " }, { "send", "\4" },
   }, function(out)
     local first = out:match("error%('boom'%)\r?\n(.-)> ")
-    assert.truthy(first and not has(first, "traceback"), out)
+    assert.truthy(first and has(first, "stack traceback:"), out)
   end)
 
   on_pty("Ctrl-C stops `while true do end` (a loop the JIT would compile) and the session goes on", {

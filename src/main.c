@@ -721,20 +721,13 @@ static int dohelp(lua_State *L) {
   return docall(L, 1, 0);
 }
 
-/* An error in the REPL prints its message only; the whole text with the
-   traceback is kept for ?tb (registry "gtlua.traceback"). */
-static void report_short(lua_State *L, int status) {
-  const char *msg, *tb;
-  if (status == 0 || !lua_isstring(L, -1)) {
-    report(L, status);
-    return;
-  }
-  msg = lua_tostring(L, -1);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, LUA_REGISTRYINDEX, "gtlua.traceback");
-  if ((tb = strstr(msg, "\nstack traceback:")) != NULL) {
-    lua_pushlstring(L, msg, (size_t)(tb - msg));
-    lua_replace(L, -2);
+/* An error in the REPL prints its message and traceback (DESIGN section
+   10), as lua.c's does; the text is also kept for ?tb (registry
+   "gtlua.traceback"), to see it again after other output. */
+static void report_repl(lua_State *L, int status) {
+  if (status != 0 && lua_isstring(L, -1)) {
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "gtlua.traceback");
   }
   report(L, status);
 }
@@ -754,7 +747,7 @@ static void doREPL(lua_State *L) {
       status = loadchunk(L, &quiet);
       if (status == 0) status = runchunk(L, quiet);
     }
-    report_short(L, status);
+    report_repl(L, status);
     lua_settop(L, 0);
   }
   fputs("\n", stdout);
