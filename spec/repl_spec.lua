@@ -204,6 +204,13 @@ describe("gt.repl", function()
     assert.equal("{[gt.f32 2x2 cpu]}", repl.format({ obj }))
   end)
 
+  with_gt("completes the fields of gt.ops and gt.buckets before their first use", function()
+    local status, out = sh('"$GTLUA" -e \'local r = require("gt.repl"); ' ..
+      'io.write(table.concat(r.complete("gt.ops.rel"), " "), "|", table.concat(r.complete("gt.buckets.po"), " "))\'')
+    assert.equal(0, status)
+    assert.equal("gt.ops.relu|gt.buckets.pow2", out)
+  end)
+
   it("completes globals, fields, methods and keywords", function()
     assert.same({ "string.format" }, repl.complete("string.fo"))
     assert.same({ "package.loaded", "package.loaders", "package.loadlib" }, repl.complete("package.loa"))

@@ -134,6 +134,11 @@ local function lookup(v, name)
   for _, t in ipairs(field_tables(v)) do
     local x = rawget(t, name)
     if x ~= nil then return x end
+    -- a field loaded on first use (gt.ops, gt.buckets): loaded now, to complete its own fields
+    local mt = getmetatable(t)
+    if type(mt) == "table" and type(rawget(mt, "__lazy")) == "table" then
+      for _, k in ipairs(rawget(mt, "__lazy")) do if k == name then return t[name] end end
+    end
   end
 end
 
