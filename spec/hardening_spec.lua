@@ -408,6 +408,8 @@ describe("address-space reservations", function()
     assert.equal(3, fails, out)
     local _, lined = out:gsub("false\t%(command line%):%d+: [^\n]*out of memory", "")   -- each names the line
     assert.equal(3, lined, out)
+    local _, largest = out:gsub("false\t[^\n]*largest free block %d+", "")   -- the request, the pool and its largest free block
+    assert.equal(3, largest, out)
     assert.truthy(has(out, "\n2\n"), out)
   end)
 

@@ -191,7 +191,13 @@ int gt_pool_alloc(gt_pool *p, uint64_t size, gt_buf *buf, uint64_t *off, char *e
     for (best_i = 0; best_i < p->n && p->blk[best_i].off < best_off; best_i++) {}
   }
   gt_range *r = &p->rng[best_r];
-  if (commit_to(p, r, best_off + size - rstart(p, r), err) != GT_OK) return GT_ERR;
+  if (commit_to(p, r, best_off + size - rstart(p, r), err) != GT_OK) {   /* (the request and the largest free block first) */
+    char why[GT_ERRLEN];
+    snprintf(why, sizeof why, "%s", err);
+    snprintf(err, GT_ERRLEN, "request of %llu bytes (largest free block %llu): %s", (unsigned long long)size,
+             (unsigned long long)largest, why);
+    return GT_ERR;
+  }
   if (insert_at(p, best_i, best_off, size, buf) != GT_OK) {
     snprintf(err, GT_ERRLEN, "out of host memory");
     return GT_ERR;

@@ -184,11 +184,19 @@ static int mem_alloc(gt_runtime *rt, uint64_t bytes, uint64_t *off) {
   if (guard) start = (start + guard - 1) / guard * guard;
   if (start + size + guard > rt->mem.reserve || gt_pool_ensure(&rt->mem, start + size + guard, rt->err) != GT_OK ||
       (guard && rt->be.decommit(&rt->be, rt->mem.base + start + size, guard) != GT_BOK)) {
-    uint64_t cached = 0;
-    for (int i = 0; i < rt->nfl; i++) cached += rt->fl[i].size * rt->fl[i].n;
-    return gt_fail(rt, "out of memory allocating %llu bytes: %llu in use, %llu cached in free blocks, %llu reserved "
-                   "(GTLUA_MEM_RESERVE raises the reservation)", (unsigned long long)bytes,
-                   (unsigned long long)rt->mem_live, (unsigned long long)cached, (unsigned long long)rt->mem.reserve);
+    uint64_t cached = 0, largest = 0;
+    for (int i = 0; i < rt->nfl; i++) {
+      cached += rt->fl[i].size * rt->fl[i].n;
+      if (rt->fl[i].n && rt->fl[i].size > largest) largest = rt->fl[i].size;
+    }
+    int reserved = start + size + guard > rt->mem.reserve;   /* else the memory itself ran out (the commit failed) */
+    char why[GT_ERRLEN];
+    snprintf(why, sizeof why, "%s", rt->err);
+    return gt_fail(rt, "out of memory allocating %llu bytes: %llu in use, %llu cached in free blocks (largest free block "
+                   "%llu), %llu reserved; %s%s", (unsigned long long)bytes, (unsigned long long)rt->mem_live,
+                   (unsigned long long)cached, (unsigned long long)largest, (unsigned long long)rt->mem.reserve,
+                   reserved ? "the reservation is used up (GTLUA_MEM_RESERVE raises it)"
+                            : "free tensors you no longer need (t:free(), gt.scope) or drop trees; ", reserved ? "" : why);
   }
   *off = start;
   rt->mem_top = start + size + guard;
