@@ -298,6 +298,24 @@ describe("gt.cond and gt.loop refuse", function()
     assert.nodes(step, 1)
   end)
 
+  it("a loop whose body writes p only in a nested gt.cond taken on a later pass ends, outside a tree and in one", function()
+    local KK = gt.compile([[
+__global__ void inc_flag(float *acc, unsigned char *flag) { if (threadIdx.x == 0) { acc[0] += 1; flag[0] = acc[0] >= 3; } }
+__global__ void clear_i32(int *c) { if (threadIdx.x == 0) c[0] = 0; }
+]], { name = "cond_spec_nested.cu" })
+    local function f()
+      local c, acc, flag = gt.full({ 1 }, 1, "i32"), gt.zeros { 1 }, gt.zeros({ 1 }, "u8")
+      gt.loop(c, function()
+        KK.inc_flag(1, 1, acc, flag)
+        gt.cond(flag, function() KK.clear_i32(1, 1, c) end)
+      end)
+      return acc
+    end
+    assert.are.equal(3, f():item())
+    local step = gt.tree(f)
+    for _ = 1, 4 do assert.are.equal(3, step():item()) end
+  end)
+
   it("a loop without max whose body never writes p, inside a tree (whatever p is) and outside", function()
     local step = gt.tree(function(x, v)
       local q = gt.tensor({ 1 }, "i32")

@@ -154,7 +154,9 @@ end
 --- gt.cond(p, then_fn [, else_fn]): runs then_fn when the one-element tensor
 --- p is nonzero, else else_fn; in a tree call both are recorded into one
 --- conditional node and the device decides (no cut, no sync)
+local nconds = 0   -- gt.cond calls so far (a loop pass that ran one may write p in a branch it did not take)
 function gt.cond(p, then_fn, else_fn)
+  nconds = nconds + 1
   check_p("gt.cond", p, 2)
   check_fn("gt.cond", "then_fn", then_fn, 2)
   if else_fn ~= nil then check_fn("gt.cond", "else_fn", else_fn, 2) end
@@ -185,7 +187,9 @@ end
 local nwatch = 0   -- eager loops running (each watches its p)
 
 -- Outside a tree: p is read before each pass; without max, a pass that
--- did not write p raises (the loop could not end).
+-- did not write p raises (the loop could not end), unless it ran a gt.cond:
+-- a branch it did not take may write p on a later pass, as the device
+-- loop's body, recorded with both branches, does (the same loop in a tree).
 local function eager_loop(p, body, max, site)
   local slot = nwatch
   local function watch(on) return C.gt_cond_watch(rt, slot, on and p._b or nil, p._off, SIZE[p.dtype]) ~= 0 end
@@ -193,9 +197,10 @@ local function eager_loop(p, body, max, site)
   local ok, err = pcall(function()
     local i = 0
     while (not max or i < max) and read(p, 4) do
+      local c0 = nconds
       run_body(site, body)
       i = i + 1
-      if not max and not watch(true) then never_writes(site, 4) end
+      if not max and not watch(true) and nconds == c0 then never_writes(site, 4) end
     end
   end)
   if not max then watch(false); nwatch = nwatch - 1 end
@@ -203,13 +208,16 @@ local function eager_loop(p, body, max, site)
 end
 
 -- A tree call on a backend without WHILE nodes: one segment per pass.
+-- (A pass that ran a gt.cond is not checked, as outside a tree: its
+-- branches end segments, and one not taken may write p on a later pass.)
 local function host_loop(p, body, max, site)
   local i = 0
   while true do
     host_point(3)
     if (max and i >= max) or not read(p, 3) then return end
+    local c0 = nconds
     run_body(site, body)
-    if not max and C.gt_cond_writes(rt, 0, p._b, p._off, SIZE[p.dtype]) == 0 then never_writes(site, 3) end
+    if not max and nconds == c0 and C.gt_cond_writes(rt, 0, p._b, p._off, SIZE[p.dtype]) == 0 then never_writes(site, 3) end
     i = i + 1
   end
 end
