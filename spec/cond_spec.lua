@@ -298,6 +298,25 @@ describe("gt.cond and gt.loop refuse", function()
     assert.nodes(step, 1)
   end)
 
+  it("patches a condition tensor at a new address on replay, as any input: replays, no updates", function()
+    local step = gt.tree(function(a, p)
+      local y = gt.zeros { 2, 4 }
+      gt.cond(p, function() y:copy(gt.ops.relu(a)) end, function() y:copy(gt.ops.mul(a, 2)) end)
+      return y
+    end)
+    local x = gt.from { { 1, -1, 2, -2 }, { 3, -3, 4, -4 } }
+    for i = 1, 8 do
+      local y = step(x, gt.from({ i % 2 }, "i32"))
+      if i % 2 == 1 then assert.tensor_near({ { 1, 0, 2, 0 }, { 3, 0, 4, 0 } }, y)
+      else assert.tensor_near({ { 2, -2, 4, -4 }, { 6, -6, 8, -8 } }, y) end
+    end
+    local s = step:stats()
+    if gt.cond_nodes() then
+      assert.are.equal(0, s.updates)
+      assert.are.equal(6, s.replays)
+    end
+  end)
+
   it("a loop whose body writes p only in a nested gt.cond taken on a later pass ends, outside a tree and in one", function()
     local KK = gt.compile([[
 __global__ void inc_flag(float *acc, unsigned char *flag) { if (threadIdx.x == 0) { acc[0] += 1; flag[0] = acc[0] >= 3; } }

@@ -97,7 +97,9 @@ struct gt_backend {
      it.  The node array and the args it points at may be freed afterwards. */
   int (*graph_create)(gt_backend *b, const gt_gnode *nodes, int n, gt_bgraph **out);
   int (*graph_launch)(gt_backend *b, gt_bgraph *g);
-  /* Patch node i (a kernel node: same function, new grid/args/smem). */
+  /* Patch node i (a kernel node: same function, new grid/args/smem; or an
+     IF/WHILE/END entry: its condition p at a new address, node->dst).
+     GT_BREFUSED where the driver will not patch it (the graph is updated). */
   int (*graph_set_kernel)(gt_backend *b, gt_bgraph *g, int i, const gt_gnode *node);
   /* Replace the whole graph with a same-topology one in place
      (cuGraphExecUpdate).  GT_BREFUSED when the driver refuses; g is unchanged then. */

@@ -1031,6 +1031,11 @@ static int cpu_graph_launch(gt_backend *b, gt_bgraph *g) {
 
 static int cpu_graph_set_kernel(gt_backend *b, gt_bgraph *g, int i, const gt_gnode *node) {
   gt_gnode *copy;
+  if (i >= 0 && i < g->n && (node->kind == GT_GN_IF || node->kind == GT_GN_WHILE || node->kind == GT_GN_END) &&
+      g->nodes[i].kind == node->kind) {   /* a cond entry's p at a new address */
+    g->nodes[i].dst = node->dst;
+    return GT_BOK;
+  }
   if (i < 0 || i >= g->n || g->nodes[i].kind != GT_GN_KERNEL || node->kind != GT_GN_KERNEL)
     return cpu_fail(b, GT_BERR, "cpu: graph node %d is not a kernel node of this graph (it has %d nodes).", i, g->n);
   int rc = copy_nodes(b, node, 1, i, &copy);

@@ -101,7 +101,11 @@ struct gt_bgraph {
   gt_bfunc **fn;                /* kernel nodes: the function (an update may not change it) */
   int conds;                    /* conditional nodes in it (an update is refused then) */
   CUdeviceptr counters;         /* a pass counter per bounded WHILE (0: none) */
+  struct cond_set *cset;        /* per node: an IF/WHILE's, or a WHILE's END's, kernel that reads p (a new p is patched there) */
 };
+
+/* A gt_cond_set kernel node and its fixed arguments (graph_build fills it). */
+struct cond_set { CUgraphNode node; unsigned long long handle; CUdeviceptr cnt; int first; };
 
 struct gt_bevent { CUevent e; };
 
@@ -818,25 +822,37 @@ typedef struct cond_frame {
 /* A kernel node running gt_cond_set (cuda_cond_support compiled it): sets
    handle from p (nonzero is true); a bounded WHILE's pass counter is reset
    (first) or advanced, and ends the loop at max passes. */
+/* gt_cond_set's node parameters for entry nd (p, dtype, max) with c's fixed arguments; args: room for them. */
+static void cond_set_params(cuda_impl *I, const gt_gnode *nd, const struct cond_set *c, CUDA_KERNEL_NODE_PARAMS *p,
+                            void **args, unsigned long long *handle, CUdeviceptr *cond, int *dtype, CUdeviceptr *cnt,
+                            unsigned *max, int *fst) {
+  *handle = c->handle, *cond = nd->dst, *dtype = nd->value, *cnt = c->cnt, *max = (unsigned)nd->bytes, *fst = c->first;
+  args[0] = handle, args[1] = cond, args[2] = dtype, args[3] = cnt, args[4] = max, args[5] = fst;
+  memset(p, 0, sizeof *p);
+  p->func = I->cond_set->f;
+  p->gridDimX = p->gridDimY = p->gridDimZ = p->blockDimX = p->blockDimY = p->blockDimZ = 1;
+  p->kernelParams = args;
+}
+
 static int add_cond_set(cuda_impl *I, CUgraph g, const gt_gnode *nd, const cond_frame *f, CUdeviceptr counters,
-                        int first, const CUgraphNode *deps, size_t ndeps, CUgraphNode *out) {
+                        int first, const CUgraphNode *deps, size_t ndeps, CUgraphNode *out, struct cond_set *cs) {
   CUDA_KERNEL_NODE_PARAMS p;
-  unsigned long long handle = f->handle;
-  CUdeviceptr cond = nd->dst, cnt = f->counter != ~0u ? counters + 4ull * f->counter : 0;
-  int dtype = nd->value, fst = first;
-  unsigned max = (unsigned)nd->bytes;
-  void *args[] = { &handle, &cond, &dtype, &cnt, &max, &fst };
-  memset(&p, 0, sizeof p);
-  p.func = I->cond_set->f;
-  p.gridDimX = p.gridDimY = p.gridDimZ = p.blockDimX = p.blockDimY = p.blockDimZ = 1;
-  p.kernelParams = args;
-  return CU(I, cuGraphAddKernelNode, out, g, deps, ndeps, &p);
+  struct cond_set c = { NULL, f->handle, f->counter != ~0u ? counters + 4ull * f->counter : 0, first };
+  unsigned long long handle;
+  CUdeviceptr cond, cnt;
+  int dtype, fst;
+  unsigned max;
+  void *args[6];
+  cond_set_params(I, nd, &c, &p, args, &handle, &cond, &dtype, &cnt, &max, &fst);
+  int rc = CU(I, cuGraphAddKernelNode, out, g, deps, ndeps, &p);
+  if (!rc && cs) c.node = *out, *cs = c;
+  return rc;
 }
 
 /* IF/WHILE i: its handle, the setting kernel (after the node's dependencies)
    and the conditional node after it, whose body graphs f receives. */
 static int open_cond(cuda_impl *I, CUgraph g, const gt_gnode *nodes, int i, int n, CUdeviceptr counters,
-                     unsigned *nwhile, size_t ndeps, cond_frame *f, CUgraphNode *out) {
+                     unsigned *nwhile, size_t ndeps, cond_frame *f, CUgraphNode *out, struct cond_set *cs) {
   const gt_gnode *nd = &nodes[i];
   CUgraphNode setter;
   CUgraphNodeParams np;
@@ -851,7 +867,7 @@ static int open_cond(cuda_impl *I, CUgraph g, const gt_gnode *nodes, int i, int 
   f->parent = g, f->begin = i, f->counter = ~0u;
   if (nd->kind == GT_GN_WHILE && nd->bytes) f->counter = (*nwhile)++;
   if ((rc = cu_check(I, "cuGraphConditionalHandleCreate", I->cond.cuGraphConditionalHandleCreate(&f->handle, g, I->ctx, 0, 0))) ||
-      (rc = add_cond_set(I, g, nd, f, counters, 1, I->deps, ndeps, &setter)))
+      (rc = add_cond_set(I, g, nd, f, counters, 1, I->deps, ndeps, &setter, cs)))
     return rc;
   memset(&np, 0, sizeof np);
   np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
@@ -910,16 +926,17 @@ static int add_work(cuda_impl *I, const gt_gnode *nd, int kind, int i, int n, CU
 /* The END of frame f: a WHILE's condition is set again for the next pass
    (*out), and a body graph is never left empty. */
 static int close_cond(cuda_impl *I, const gt_gnode *nodes, const gt_gnode *nd, const cond_frame *f, CUdeviceptr counters,
-                      CUgraph cur, size_t nd_deps, CUgraphNode *out) {
+                      CUgraph cur, size_t nd_deps, CUgraphNode *out, struct cond_set *cs) {
   int rc = GT_BOK;
   CUgraphNode empty;
-  if (nodes[f->begin].kind == GT_GN_WHILE) rc = add_cond_set(I, cur, nd, f, counters, 0, I->deps, nd_deps, out);
+  if (nodes[f->begin].kind == GT_GN_WHILE) rc = add_cond_set(I, cur, nd, f, counters, 0, I->deps, nd_deps, out, cs);
   for (int k = 0; k < 2 && !rc; k++)
     if (f->body[k] && !f->nodes[k] && !(k == 0 && *out)) rc = CU(I, cuGraphAddEmptyNode, &empty, f->body[k], NULL, 0);
   return rc;
 }
 
-static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr counters, CUgraph *gout, CUgraphNode **hout) {
+static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr counters, CUgraph *gout, CUgraphNode **hout,
+                       struct cond_set *cs) {
   gt_backend *b = I->b;
   CUgraph g = NULL, cur;
   CUgraphNode *h = calloc((size_t)(n > 0 ? n : 1), sizeof *h);
@@ -950,7 +967,8 @@ static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr c
       rc = add_work(I, nd, kind, i, n, cur, nd_deps, &h[i]);
       break;
     case GT_GN_IF: case GT_GN_WHILE:
-      if (!(rc = open_cond(I, cur, nodes, i, n, counters, &nwhile, nd_deps, &fr[top], &h[i]))) cur = fr[top++].body[0];
+      if (!(rc = open_cond(I, cur, nodes, i, n, counters, &nwhile, nd_deps, &fr[top], &h[i], cs ? &cs[i] : NULL)))
+        cur = fr[top++].body[0];
       break;
     case GT_GN_ELSE:
       if (!top || !fr[top - 1].body[1]) { rc = bad_node(b, i, n, "is an ELSE outside an IF"); break; }
@@ -959,7 +977,7 @@ static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr c
       break;
     case GT_GN_END:
       if (!top) { rc = bad_node(b, i, n, "is an END without its IF or WHILE"); break; }
-      rc = close_cond(I, nodes, nd, &fr[top - 1], counters, cur, nd_deps, &h[i]);
+      rc = close_cond(I, nodes, nd, &fr[top - 1], counters, cur, nd_deps, &h[i], cs ? &cs[i] : NULL);
       cur = fr[--top].parent;
       break;
     default:
@@ -990,6 +1008,7 @@ static void cuda_graph_destroy(gt_backend *b, gt_bgraph *g) {
   free(g->nodes);
   free(g->kind);
   free(g->fn);
+  free(g->cset);
   free(g);
 }
 
@@ -1011,7 +1030,8 @@ static int cuda_graph_create(gt_backend *b, const gt_gnode *nodes, int n, gt_bgr
     bounded += nodes[i].kind == GT_GN_WHILE && nodes[i].bytes;
   }
   if (bounded && (rc = CU(I, cuMemAlloc, &g->counters, 4ull * bounded))) { cuda_graph_destroy(b, g); return rc; }
-  if ((rc = graph_build(I, nodes, n, g->counters, &g->graph, &g->nodes))) { cuda_graph_destroy(b, g); return rc; }
+  if (g->conds && !(g->cset = calloc(cnt, sizeof *g->cset))) { cuda_graph_destroy(b, g); return no_memory(b, "graph"); }
+  if ((rc = graph_build(I, nodes, n, g->counters, &g->graph, &g->nodes, g->cset))) { cuda_graph_destroy(b, g); return rc; }
   if ((rc = CU(I, cuGraphInstantiateWithFlags, &g->exec, g->graph, 0)))
     err_append(b, " (instantiating a graph of %d nodes)", n);
   else if ((rc = CU(I, cuGraphUpload, g->exec, I->stream)))
@@ -1026,10 +1046,33 @@ static int cuda_graph_launch(gt_backend *b, gt_bgraph *g) {
   return CU(I, cuGraphLaunch, g->exec, I->stream);
 }
 
+/* A cond entry's new p (a condition tensor at a new address): the kernel
+   that reads it patched; GT_BREFUSED where the driver will not (the graph is rebuilt). */
+static int set_cond(cuda_impl *I, gt_bgraph *g, int i, const gt_gnode *node) {
+  const struct cond_set *c = g->cset ? &g->cset[i] : NULL;
+  if (!c || !c->node) return GT_BREFUSED;   /* (an IF's END reads nothing) */
+  CUDA_KERNEL_NODE_PARAMS p;
+  unsigned long long handle;
+  CUdeviceptr cond, cnt;
+  int dtype, fst;
+  unsigned max;
+  void *args[6];
+  cond_set_params(I, node, c, &p, args, &handle, &cond, &dtype, &cnt, &max, &fst);
+  CUresult r = I->cu.cuGraphExecKernelNodeSetParams(g->exec, c->node, &p);
+  if (r != CUDA_SUCCESS) {
+    cu_fail(I, "cuGraphExecKernelNodeSetParams", r);
+    return sticky_error(r) ? GT_BERR : GT_BREFUSED;
+  }
+  return CU(I, cuGraphKernelNodeSetParams, c->node, &p);
+}
+
 static int cuda_graph_set_kernel(gt_backend *b, gt_bgraph *g, int i, const gt_gnode *node) {
   cuda_impl *I = b->impl;
   CUDA_KERNEL_NODE_PARAMS p;
   int rc;
+  if (i >= 0 && i < g->n && (g->kind[i] == GT_GN_IF || g->kind[i] == GT_GN_WHILE || g->kind[i] == GT_GN_END) &&
+      node->kind == g->kind[i])
+    return set_cond(I, g, i, node);
   if (i < 0 || i >= g->n || g->kind[i] != GT_GN_KERNEL)
     return bad_node(b, i, g->n, "is not a kernel node; only kernel nodes can be patched");
   if (node->fn != g->fn[i]) return bad_node(b, i, g->n, "runs another kernel; a patch keeps the function");
@@ -1081,7 +1124,7 @@ static int cuda_graph_update(gt_backend *b, gt_bgraph *g, const gt_gnode *nodes,
       snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: node %d changed its kind or kernel", i);
       return GT_BREFUSED;
     }
-  if ((rc = graph_build(I, nodes, n, 0, &ng, &nh))) return rc;
+  if ((rc = graph_build(I, nodes, n, 0, &ng, &nh, NULL))) return rc;
   memset(&info, 0, sizeof info);
   r = I->cu.cuGraphExecUpdate(g->exec, ng, &info);
   if (r != CUDA_SUCCESS) {

@@ -293,7 +293,7 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     uint64_t *now = vals + l->arg0, *was = n->argvals + l->arg0;
     gt_queue_resolve(q, i, now);
     if (!memcmp(now, was, l->nargs * sizeof *now)) continue;
-    if (l->kind != GT_GN_KERNEL) { refused = 1; continue; }
+    if (l->kind != GT_GN_KERNEL && !(gt_kind_is_cond(l->kind) && l->nargs)) { refused = 1; continue; }   /* (a cond's p is patched too) */
     gt_gnode g;
     gt_launch_gnode(l, now, t->pscratch, &g);
     n->gver++;
