@@ -37,9 +37,10 @@ describe("the advisor", function()
     local t = gt.tree(function(x) return twice(twice(x)) end)
     local x = gt.zeros({ 64 })
     for _ = 1, 8 do t(x) end
-    local quick = t:advise()
-    assert.is_nil(quick.launch.device_us)                 -- not relaunched unless asked (or at exit)
-    assert.truthy(quick.findings[1].advice:find("gtlua --advise", 1, true))
+    local quick = t:advise()                              -- not relaunched: the run's own sampled launches
+    assert.is_number(quick.launch.device_us)
+    assert.matches("sampled", quick.launch.device_how)
+    assert.is_falsy(quick.findings[1].text:find("Not enough to tell", 1, true))
     local a = t:advise { measure = true }
     assert.are.same({ 1, 2, 3 }, { a.findings[1].q, a.findings[2].q, a.findings[3].q })
     for _, f in ipairs(a.findings) do

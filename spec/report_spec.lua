@@ -338,9 +338,12 @@ describe("tree:report", function()
 end)
 
 describe("gt.profile", function()
-  it("fills gpu_us for replayed nodes when on, and leaves it 0 when off", function()
+  it("fills gpu_us for replayed nodes when on (every launch timed), and from sampled launches when off", function()
     local off = known_tree():stats()
-    for id = 0, off.nodes - 1 do assert.are.equal(0, off.node[id].gpu_us) end
+    for id = 0, off.nodes - 1 do
+      local n = off.node[id]
+      if n.replays > 0 then assert.is_true(n.gpu_us > 0, "node " .. id) end
+    end
     local before = gt.profile(true)
     local ok, s = pcall(function() return known_tree():stats() end)
     gt.profile(before)

@@ -109,6 +109,8 @@ struct gt_backend {
   int (*event_create)(gt_backend *b, gt_bevent **ev);
   int (*event_record)(gt_backend *b, gt_bevent *ev);
   int (*event_elapsed_us)(gt_backend *b, gt_bevent *start, gt_bevent *end, double *us); /* waits for end */
+  /* The same without waiting: GT_BREFUSED while end has not happened yet. */
+  int (*event_ready_us)(gt_backend *b, gt_bevent *start, gt_bevent *end, double *us);
   void (*event_destroy)(gt_backend *b, gt_bevent *ev);
 
   int (*sync)(gt_backend *b);
@@ -142,6 +144,7 @@ void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits);
     (b)->graph_destroy = P##_graph_destroy;                                                       \
     (b)->event_create = P##_event_create, (b)->event_record = P##_event_record;                   \
     (b)->event_elapsed_us = P##_event_elapsed_us, (b)->event_destroy = P##_event_destroy;         \
+    (b)->event_ready_us = P##_event_ready_us;                                                     \
     (b)->sync = sync_fn, (b)->cond_support = P##_cond_support;                                    \
   } while (0)
 

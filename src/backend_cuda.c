@@ -1243,6 +1243,16 @@ static int cuda_event_elapsed_us(gt_backend *b, gt_bevent *start, gt_bevent *end
   return GT_BOK;
 }
 
+static int cuda_event_ready_us(gt_backend *b, gt_bevent *start, gt_bevent *end, double *us) {
+  cuda_impl *I = b->impl;
+  float ms = 0;
+  CUresult r = I->cu.cuEventElapsedTime(&ms, start->e, end->e);
+  if (r == CUDA_ERROR_NOT_READY) return GT_BREFUSED;
+  if (r != CUDA_SUCCESS) return cu_fail(I, "cuEventElapsedTime", r);
+  *us = ms * 1000.0;
+  return GT_BOK;
+}
+
 static void cuda_event_destroy(gt_backend *b, gt_bevent *ev) {
   cuda_impl *I = b->impl;
   if (!ev) return;

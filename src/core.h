@@ -227,6 +227,8 @@ typedef struct gt_node {
   gt_ckpt *ckpt; int nckpt;          /* pool state after the segment */
   double record_us, instantiate_us, replay_us_sum, gpu_us_sum;
   int replay_n, gpu_n;
+  gt_bevent *gev[2];                 /* a sampled launch's device time: events around it (tree.c's sample_gpu) */
+  int gev_pending;                   /* they wait to be read */
   uint64_t planned_bytes, checkpoint_bytes, plan_end, last_call, reusable_bytes;
   gt_qlaunch *launches;              /* the recorded launches (argument values in argvals), for keyed patches */
   int keyed;                         /* on a path that keyed calls replay */
@@ -437,6 +439,7 @@ int gt_tree_grow_path(gt_tree *t, int n);
 int gt_tree_launch_graph(gt_tree *t, gt_node *n);   /* launch n's graph (timed when profiling) */
 void gt_tree_finish_call(gt_tree *t);               /* end the active call after its segments ran */
 /* Sets launch i of n's graph to the values n->argvals holds (d >= 0: n's index in the call's path, noted for the floor). */
+void gt_node_gpu_harvest(gt_backend *be, gt_node *n);   /* tree.c: a sampled launch's device time, if it has run */
 int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i);
 /* -- Explaining nodes (explain.c) ----------------------------------------- */
 void gt_explain_node(gt_tree *t, gt_node *n);     /* at creation: why (shapes come later from Lua) */

@@ -57,6 +57,7 @@ static void release_call_bufs(gt_tree *t) { t->nbufs = 0; }
 
 static void free_node(gt_tree *t, gt_node *n) {
   drop_graph(t, n);
+  for (int i = 0; i < 2; i++) if (n->gev[i]) t->rt->be.event_destroy(&t->rt->be, n->gev[i]);
   gt_explain_free(n);
   gt_pathg_free(&t->rt->be, &n->pg);
   free(n->kids); free(n->label); free(n->skip); free(n);
@@ -173,9 +174,32 @@ static int scratch(gt_tree *t, int n) {
   return GT_OK;
 }
 
+/* A sampled launch's device time, once it has run (without waiting for it):
+   into n's gpu_us, which the advisor reads (tree:advise() answers whether
+   a step is launch-bound from the run's own launches, not a relaunch). */
+void gt_node_gpu_harvest(gt_backend *be, gt_node *n) {
+  double us;
+  if (!n->gev_pending || be->event_ready_us(be, n->gev[0], n->gev[1], &us) == GT_BREFUSED) return;
+  n->gev_pending = 0;
+  n->gpu_us_sum += us;   /* (an error reading it: no sample) */
+  n->gpu_n++;
+}
+
+/* Whether n's launch now is timed: its first 8, then one in 256 (two event
+   records on the stream: a launch's host cost grows by about theirs). */
+static int gpu_sampled(gt_node *n) { return n->gpu_n < 8 || (n->visits & 255) == 0; }
+
 int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
   gt_backend *be = &t->rt->be;
-  if (!t->rt->profile) return be->graph_launch(be, n->graph) == GT_BOK ? GT_OK : gt_fail_be(t->rt, "graph launch");
+  if (!t->rt->profile) {
+    if (n->gev_pending) gt_node_gpu_harvest(be, n);
+    int timed = !n->gev_pending && gpu_sampled(n) &&
+                (n->gev[0] || (be->event_create(be, &n->gev[0]) == GT_BOK && be->event_create(be, &n->gev[1]) == GT_BOK)) &&
+                n->gev[1] && be->event_record(be, n->gev[0]) == GT_BOK;
+    if (be->graph_launch(be, n->graph) != GT_BOK) return gt_fail_be(t->rt, "graph launch");
+    if (timed && be->event_record(be, n->gev[1]) == GT_BOK) n->gev_pending = 1;
+    return GT_OK;
+  }
   gt_bevent *e0 = NULL, *e1 = NULL;
   double us = 0;
   int st = be->event_create(be, &e0) || be->event_create(be, &e1) || be->event_record(be, e0) ||

@@ -98,7 +98,7 @@ function M.launch(tree, s, measure)
   else
     local g = 0
     for _, id in ipairs(ids) do g = g + (s.node[id].gpu_us or 0) end
-    if g > 0 then r.device_us, r.device_how = g, "gpu_us of the last path's nodes (gt.profile)" end
+    if g > 0 then r.device_us, r.device_how = g, "sampled launches of the last path's nodes (their gpu_us)" end
   end
   local D, op = r.device_us, eager_op_us()
   r.op_us = op

@@ -190,7 +190,8 @@ tree:stats() -> a plain table
       shapes ("x 8x256 f32 -> 8x8 f32"), cut ("model.lua:31 item" | "gt.cut at model.lua:12" | "return"),
       why ("first path" | "new branch after [3]" | "new shape 16x256 (sibling [4] has 8x256)"
            | "static W moved (linear_f32, sibling [0])")}} }    -- ids from 0
-  gpu_us stays 0 unless gt.profile(true).  A keyed tree also has
+  gpu_us: from a node's first 8 launches and one in 256 (every launch
+  with gt.profile(true)).  A keyed tree also has
   keyed = {hits, misses, verified, refused = {[reason] = count}, fused}
   (fused: hits that launched a path of several segments as one graph).]],
   ["tree:advise"] = [[
@@ -286,9 +287,10 @@ gt.clock() -> seconds of a monotonic wall clock (for timing steps)]],
 gt.sync(): ends the segment in a tree call, then waits for the device]],
   ["gt.profile"] = [[
 gt.profile(on) -> the previous setting
-  On: every graph launch of a tree is timed (CUDA events on cuda, wall time on
-  cpu), filling stats().node[id].gpu_us (mean µs). Off by default so replays
-  stay cheap.]],
+  On: every graph launch of a tree is timed and waited for (CUDA events on
+  cuda, wall time on cpu), filling stats().node[id].gpu_us (mean µs).  Off,
+  a node's first 8 launches and one in 256 are timed by events read later,
+  without waiting (gt.profile(true) also times eager and planned visits).]],
   ["gt.backend"] = [[
 gt.backend() -> "cpu" | "cuda"
   Chosen by --backend=cpu|cuda|auto or GTLUA_BACKEND; auto takes cuda when a
