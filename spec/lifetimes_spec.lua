@@ -333,6 +333,19 @@ describe("lifetimes", function()
     end
   end)
 
+  it("names the scope that released a tensor however the collector runs", function()
+    local leak
+    local step = gt.tree(function(x)
+      local y = gt.scope(function() leak = axpb(x, 2, 0); return axpb(x, 1, 0) end)
+      collectgarbage(); collectgarbage()            -- (the scope's closure is garbage now)
+      local ok, err = pcall(leak.tolist, leak)
+      assert.is_false(ok)
+      assert.matches("released by gt.scope at [^;]*lifetimes_spec.lua:%d+; return it from the scope", err)
+      return y
+    end)
+    for _ = 1, 3 do step(gt.from { 1, 2 }) end
+  end)
+
   it("gives what a failed inner scope made to the scope around it, in eager code as in a tree call", function()
     local leak
     local function body(x)

@@ -253,12 +253,18 @@ local released_by = {}
 -- The functions of gt.scope calls that released tree buffers, by the id the
 -- core keeps on each buffer (b.site); weak both ways, so a scope made per call
 -- (a closure) does not accumulate.
+-- The last RECENT sites are also held strongly (a ring), so that what a
+-- recent scope released names it whenever the collector runs (with the
+-- weak tables alone, a message said "a gt.scope" once the closure of an
+-- inline scope had been collected).
 local SITES, SITE_OF, nsites = setmetatable({}, { __mode = "v" }), setmetatable({}, { __mode = "k" }), 0
+local RECENT, recent = 256, {}
 local function site_id(fn)
   local id = SITE_OF[fn]
   if id then return id end
   nsites = nsites < 2 ^ 31 - 1 and nsites + 1 or 1
   SITES[nsites], SITE_OF[fn] = fn, nsites
+  recent[nsites % RECENT + 1] = fn
   return nsites
 end
 
