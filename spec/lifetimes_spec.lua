@@ -333,6 +333,24 @@ describe("lifetimes", function()
     end
   end)
 
+  it("passes a released tensor argument to the body as eager code does: it raises where it is used", function()
+    local function body(x, unused)
+      local ok = pcall(ops.relu, unused)           -- the use raises, and is caught
+      return axpb(x, 2, 0), ok
+    end
+    local modes = { body, gt.tree(body), gt.tree(body, { copy_inputs = true }),
+      gt.tree(body, { key = function() return 1 end }), gt.tree(body, { buckets = { dim = 1, sizes = { 2, 8 } } }) }
+    for _, f in ipairs(modes) do
+      for i = 1, 4 do
+        local dead = gt.from { 1, 2, 3 }
+        dead:free()
+        local y, used = f(gt.from { i, 1, 2 }, dead)
+        assert.tensor_near({ 2 * i, 2, 4 }, y)
+        assert.is_false(used)
+      end
+    end
+  end)
+
   it("names the scope that released a tensor however the collector runs", function()
     local leak
     local step = gt.tree(function(x)

@@ -123,7 +123,7 @@ local function prep(self, n, a1, a2, a3, a4, rest)
   local function padded_of(x, sp, i)
     local vkey = view_key(x)
     if padded[vkey] then return padded[vkey] end
-    gt._check_input(self, x)
+    if not select(2, gt._check_input(self, x)) then return x end   -- (released or stale: the body raises where it uses it)
     alias_of(pads, x, i)                      -- (two padded inputs over one memory: refused)
     local m = x._shape[sp.dim]
     local p = bucket_of(sp.sizes, m)

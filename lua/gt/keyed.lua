@@ -59,9 +59,9 @@ local function walk_arg(self, node, i, x)
   self._kinds[i - 1] = 0
   if is_tensor(x) then
     local b = x._b
-    -- a released or overwritten tensor raises as in any call (an output of
-    -- this tree's last call is staged: the staging checks it)
-    if x._gen ~= b.gen_now[0] and b.tree ~= self._t then gt._stale_error(x, 4) end
+    -- a released or overwritten tensor: the body runs, and raises where it
+    -- uses it, as eager code (an output of this tree's last call is staged)
+    if x._gen ~= b.gen_now[0] and b.tree ~= self._t then return nil, false end
     if x._vid ~= 0 then return nil, "a non-contiguous tensor argument" end
     if self._copy or b.tree == self._t then          -- staged: a path of its own (its outputs may be staged views)
       self._kstage = true
@@ -298,7 +298,10 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
   local leaf, why = walk_args(self, walk_keys(self._memo, key_values(self._key(spread(n, a1, a2, a3, a4, rest)))),
                               n, a1, a2, a3, a4, rest)
   local st = self._kstats
-  if not leaf then refuse(self, self._memo, why); return self._run(self, mode, n, a1, a2, a3, a4, rest) end
+  if not leaf then
+    if why then refuse(self, self._memo, why) else st.misses = st.misses + 1 end
+    return self._run(self, mode, n, a1, a2, a3, a4, rest)
+  end
   if leaf.refused then refuse(self, leaf, leaf.refused); return self._run(self, mode, n, a1, a2, a3, a4, rest) end
   local k = leaf.k
   local verifying = false

@@ -203,12 +203,14 @@ end
 -- An input must be live; an output of this tree's previous call (one
 -- generation back) is too: it is copied before this call reuses its memory.
 -- Returns whether x lives in this tree's pool.
+-- Whether input x belongs to this tree, and whether it is live (a tensor
+-- released or gone stale is passed to the body as it is, not staged: the
+-- body raises where it uses it, as eager code does, and not if it does not).
 local function check_input(self, x)
   local b = x._b
   local own = b.tree == self._t
   local g, now = x._gen, b.gen_now[0]
-  if g ~= now and not (own and now == self._gen and g == C.gt_tree_prev_gen(self._t)) then gt._stale_error(x, 5) end
-  return own
+  return own, g == now or (own and now == self._gen and g == C.gt_tree_prev_gen(self._t))
 end
 gt._check_input = check_input
 
@@ -294,8 +296,8 @@ gt._unstage_res = unstage_res
 -- the other, as outside a tree (`step(h, h)`).
 local function stage(self, x, slot, shared)
   local b = x._b
-  local own = check_input(self, x)
-  if not own and not self._copy then return x, slot end
+  local own, live = check_input(self, x)
+  if not live or (not own and not self._copy) then return x, slot end
   local g = shared and shared[buf_key(x)]
   local px, lo, hi = nil, span(x)            -- (a non-contiguous view: the bytes it spans, and the same view of them)
   if g and g.n > 1 then                      -- (the same tensor twice: the same staged tensor twice)
