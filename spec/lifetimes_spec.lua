@@ -351,6 +351,22 @@ describe("lifetimes", function()
     end
   end)
 
+  it("releases the caller's tensor when the body frees its input, in every mode", function()
+    local function body(x) local y = axpb(x, 2, 0); x:free(); return y end
+    local old = gt.on_warning
+    gt.on_warning = function() end
+    local modes = { body, gt.tree(body), gt.tree(body, { copy_inputs = true }),
+      gt.tree(body, { key = function() return 1 end }), gt.tree(body, { buckets = { dim = 1, sizes = { 2, 8 } } }) }
+    for _, f in ipairs(modes) do
+      for i = 1, 5 do
+        local x = gt.from { i, 1, 2 }
+        assert.tensor_near({ 2 * i, 2, 4 }, f(x))
+        assert.matches("was released by :free%(%) at [^;]*lifetimes_spec.lua", select(2, pcall(x.tolist, x)))
+      end
+    end
+    gt.on_warning = old
+  end)
+
   it("names the scope that released a tensor however the collector runs", function()
     local leak
     local step = gt.tree(function(x)

@@ -242,6 +242,14 @@ local function settle(self, leaf, verifying, n, args, ...)
   fill_staged(self, self._staged, n)
   local t, st = self._t, self._kstats
   if self._sync then leaf.refused = self._sync; leaf.k = nil; refuse(self, leaf, self._sync); return ... end
+  for i = 1, n do                                -- a hit would not release it (the body frees an input)
+    local a = args[i]
+    if is_tensor(a) and band(a._b.flags, RELEASED) ~= 0 then
+      leaf.refused, leaf.k = "it releases an argument", nil
+      refuse(self, leaf, leaf.refused)
+      return ...
+    end
+  end
   if leaf.k then
     local d = C.gt_tree_keyed_differs(t, leaf.k)
     if d >= 0 then

@@ -279,6 +279,16 @@ local function site_text(site)
   return site or "a release", ":clone() it before releasing it to keep the values"
 end
 
+-- x released as y was (the caller's tensor whose staged copy y the body
+-- freed: tree.lua's write_back), with y's site in its message.
+function gt._release_as(x, y)
+  local b = x._b
+  if band(b.flags, RELEASED) ~= 0 or x._gen ~= b.gen_now[0] then return end
+  if C.gt_buf_free(rt, b) ~= 0 then return end
+  b.site = y._b.site
+  released_by[addr(b)] = released_by[addr(y._b)]
+end
+
 -- Staleness: one integer compare.
 local function stale_error(t, level)
   local b = t._b

@@ -4,7 +4,7 @@ local bit = require "bit"
 
 local gt = require "gt"
 local C, rt, is_tensor = gt._C, gt._rt, gt.is_tensor
-local STAGING = C.GT_BUF_STAGING
+local STAGING, RELEASED = C.GT_BUF_STAGING, C.GT_BUF_RELEASED
 local select, getmetatable, type, pairs = select, getmetatable, type, pairs
 local huge = math.huge
 
@@ -248,7 +248,10 @@ local function write_back(self)
   for k = 1, #wb do
     local w = wb[k]
     local x, px = w.x, w.px
-    if px._b.wgen == self._gen and x._b.tree ~= t and not x:is_stale() and   -- (the call wrote it: wgen; after an error too)
+    local pb = px._b
+    if bit.band(pb.flags, RELEASED) ~= 0 and pb.gen == px._gen and x._b.tree ~= t then
+      gt._release_as(x, px)                 -- the body freed its copy: the caller's tensor, as eager code frees it
+    elseif px._b.wgen == self._gen and x._b.tree ~= t and not x:is_stale() and   -- (the call wrote it: wgen; after an error too)
        C.gt_unstage(rt, px._b, px._off, x._b, x._off, w.outer, w.chunk, w.padded) ~= 0 then
       error(gt._errmsg(), 4)
     end
