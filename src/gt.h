@@ -195,7 +195,7 @@ int gt_launch(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned g
               unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_arg *args); /* args: k->nparams of them */
 /* A launch configuration checked once: a bound launcher's kernel, grid, block
    and shared memory (K.name:config in Lua). */
-typedef struct gt_launchcfg { gt_kernel *k; unsigned grid[3], block[3], smem, id; } gt_launchcfg;
+typedef struct gt_launchcfg { gt_kernel *k; unsigned grid[3], block[3], smem; int32_t id; } gt_launchcfg;   /* (id signed: LuaJIT compares it as an integer) */
 int gt_launch_config(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_launchcfg *out);
 /* gt_launch with a checked configuration, what Lua's generated launchers
@@ -235,7 +235,7 @@ typedef struct gt_lten {             /* one tensor of a lane record */
   double o, n;                       /* its byte offset and bytes */
 } gt_lten;
 typedef struct gt_lrec {
-  uint32_t cfg;                      /* the lean state's configuration id; 0: not the lane's */
+  int32_t cfg;                       /* the lean state's configuration id; 0: not the lane's (signed: an integer in Lua) */
   int32_t made;                      /* the tensor (1..4: a lean state's, in parameter order) whose buffer it makes; 0: none */
   int32_t midx;                      /* that buffer's index in the segment */
   int32_t marg;                      /* and the launch's argument it is */

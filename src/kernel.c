@@ -333,8 +333,8 @@ static int check_dims(gt_runtime *rt, const gt_kernel *k, unsigned gx, unsigned 
 int gt_launch_config(gt_runtime *rt, gt_kernel *k, unsigned gx, unsigned gy, unsigned gz,
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, gt_launchcfg *out) {
   if (check_dims(rt, k, gx, gy, gz, bx, by, bz)) return GT_ERR;
-  static unsigned ids;   /* a configuration's id, never reused (the cursor compares one number, key.c); 0 once spent */
-  *out = (gt_launchcfg){ k, { gx, gy, gz }, { bx, by, bz }, smem, ids < UINT_MAX ? ++ids : 0 };
+  static int32_t ids;    /* a configuration's id, never reused (the cursor compares one number, key.c); 0 once spent */
+  *out = (gt_launchcfg){ k, { gx, gy, gz }, { bx, by, bz }, smem, ids < INT32_MAX ? ++ids : 0 };
   return GT_OK;
 }
 

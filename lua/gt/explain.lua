@@ -79,8 +79,9 @@ end
 
 -- The segment's last tensor made (its output, as a rule).
 local function output_text(tree)
-  if tree._lsid and C.gt_tree_nbufs(tree._t) > (tree._seg0 or 0) then
-    return gt._shape_str(gt._shapes[tree._lsid]) .. " " .. gt._dtype_of_code[tree._ldt]
+  local last = gt._last_made
+  if last[0] > 0 and C.gt_tree_nbufs(tree._t) > (tree._seg0 or 0) then
+    return gt._shape_str(gt._shapes[last[0]]) .. " " .. gt._dtype_of_code[last[1]]
   end
   return "(nothing made)"
 end

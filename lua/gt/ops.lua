@@ -181,6 +181,7 @@ end
 -- in a tree call its buffer is made by the launch, so that a replayed launch
 -- goes through the replay lane (kernel.lua) without calling the core.
 local TT = require("ffi").typeof("gt_tensor")
+local LAST = gt._last_made            -- (tensor.lua: the last tensor a tree call made)
 local DTC = {}                       -- dtype code -> its entry in gt._dtypes
 for _, d in pairs(DT) do DTC[d.code] = d end
 
@@ -199,7 +200,7 @@ local function lean_go(run, st, a2, a3, a4)
   if tree then
     local buf = run(st, nil, a2, a3, a4)
     local sid, dt = st.sid, st.dt
-    tree._lsid, tree._ldt = sid, dt        -- a new node's shapes name its last tensor (explain.lua)
+    LAST[0], LAST[1] = sid, dt             -- a new node's shapes name its last tensor (explain.lua)
     return TT(buf, 0, st.nb, tree._gen, sid, dt, 0)
   end
   local y = new_sid(st.sid, DTC[st.dt], 3)

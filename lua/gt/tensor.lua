@@ -200,6 +200,11 @@ local LANE = C.gt_lane_of(rt)
 local SLAB_BITS = C.GT_SLAB_BITS
 local SLAB_MASK = 2 ^ SLAB_BITS - 1
 local TREE_SLAB = bor(C.GT_BUF_TREE, C.GT_BUF_SLAB)
+-- The shape id and dtype code of the last tensor a tree call made (an FFI
+-- array: two plain stores an op, where a table's fields cost a write barrier).
+local LAST = ffi.new("int32_t[2]")
+gt._last_made = LAST
+
 local function lane_buf(j, bytes, li)
   local L = LANE
   local s0 = L.segstart
@@ -228,7 +233,7 @@ local function new_sid(sid, d, level)
     else b = C.gt_tree_buf_new(rt, nb) end
     if b == nil then error(gt._errmsg(), level + 1) end
     local t = TT(b, 0, nb, tree._gen, sid, d.code, 0)
-    tree._lsid, tree._ldt = sid, d.code                  -- a new node's shapes name its last tensor (explain.lua)
+    LAST[0], LAST[1] = sid, d.code                       -- a new node's shapes name its last tensor (explain.lua)
     return t
   end
   local b = C.gt_buf_new(rt, nb)
