@@ -161,7 +161,7 @@ struct gt_runtime {
   struct gt_tree *active;    /* the tree whose call runs */
   int profile;
   int next_kernel_id;
-  uint32_t zero_gen;         /* generation of ordinary buffers: never changes */
+  int32_t zero_gen;          /* generation of ordinary buffers: never changes */
   gt_later later[2];         /* during a tree call: buffers released [0] and handles collected [1] */
   gt_buf **spare; int nspare, sparecap;   /* slab chunks of destroyed trees, for the next tree */
   int cond_bits;             /* cond.c: backend's conditional nodes + 1 (0: not asked yet) */
@@ -174,9 +174,9 @@ int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
 void gt_buf_retain(gt_buf *b);
 void gt_buf_unref(gt_buf *b);                      /* the core's reference */
-extern const uint32_t gt_released_gen;             /* what a released buffer's gen_now points at */
+extern const int32_t gt_released_gen;              /* what a released buffer's gen_now points at */
 extern uint64_t gt_static_frees;                   /* static buffers' structs freed so far */
-uint32_t gt_gen_next(void);                        /* a new generation, unique in the process (until 2^32 calls) */
+int32_t gt_gen_next(void);                         /* a new generation, unique in the process (until 2^32 calls) */
 void gt_buf_settle(gt_runtime *rt);                /* what gt_buf_release/gt_buf_free deferred in a tree call */
 void gt_buf_return(gt_runtime *rt, gt_buf *b);     /* b's ordinary memory back to the allocator (after the queue, in a call) */
 int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const char *what);  /* [off, off+bytes) lies in b's memory */
@@ -252,7 +252,7 @@ struct gt_tree {
   gt_tree_opts opts;
   int refs;                          /* Lua's, and one per buffer that points here */
   int closed;
-  uint32_t gen, prev_gen;        /* this call's generation; the one before it began (its outputs may be inputs) */
+  int32_t gen, prev_gen;         /* this call's generation; the one before it began (its outputs may be inputs) */
   gt_pool pool;
   gt_node root;                      /* sentinel: its kids are the first segments */
   gt_node **nodes; int nnodes, nodecap;
@@ -273,8 +273,8 @@ struct gt_tree {
   gt_buf **rels; int nrels, relcap;  /* buffers of the call released in the segment being queued */
   gt_buf **bufs; int nbufs, bufcap;   /* the call's buffers: slab[0..nbufs) */
   gt_buf **slab; int nslab, slabcap;         /* chunks of GT_SLAB structs, reused by every call */
-  uint32_t failed_gen;
-  uint32_t trimmed_gen;              /* the generation whose outputs a trim invalidated (gt_tree_trim) */
+  int32_t failed_gen;
+  int32_t trimmed_gen;               /* the generation whose outputs a trim invalidated (gt_tree_trim) */
   int *segstart; int segcap;
   gt_queue q;
   gt_node *state_node;               /* pool holds this node's checkpoint (lazily) */

@@ -49,9 +49,9 @@ typedef struct gt_device_info {
 typedef struct gt_buf {
   uint64_t addr;
   uint64_t bytes;
-  uint32_t gen;
-  uint32_t wgen;           /* the generation of the last tree call that wrote into it (tree.lua's write_back) */
-  const uint32_t *gen_now;
+  int32_t gen;             /* (generations are signed: LuaJIT reads an int32_t as an integer, a uint32_t as a double) */
+  int32_t wgen;           /* the generation of the last tree call that wrote into it (tree.lua's write_back) */
+  const int32_t *gen_now;
   int32_t flags;           /* GT_BUF_* */
   int32_t refs;            /* Lua's reference + the core's */
   gt_tree *tree;           /* owning tree, NULL for ordinary memory */
@@ -100,7 +100,7 @@ typedef struct gt_tensor {
   gt_buf *_b;
   double _off;             /* byte offset into the buffer */
   double _nb;              /* bytes of the elements (numel * dtype size) */
-  uint32_t _gen;           /* the buffer's generation when the view was made */
+  int32_t _gen;            /* the buffer's generation when the view was made */
   int32_t _sid;            /* interned shape (signed, as the next two: LuaJIT reads */
   int32_t _dt;             /* dtype code (GT_F32 ...)   an int32_t as an integer, a */
   int32_t _vid;            /* 0: contiguous; else interned strides   uint32_t as a double) */
@@ -167,13 +167,13 @@ gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* ordinary memory; refs = 
    call ends unless gt_buf_free releases it earlier. */
 gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes);  /* its index in the call is ->ci; NULL on error */
 gt_buf *gt_tree_buf_ptr(gt_tree *t, int i);              /* the struct of index i of the current (or last) call */
-uint32_t gt_tree_gen(gt_tree *t);                        /* the generation of the current (or last) call */
+int32_t gt_tree_gen(gt_tree *t);                         /* the generation of the current (or last) call */
 int gt_tree_nbufs(gt_tree *t);                          /* buffers the current (or last) call has made so far */
 /* A gt.scope in the running call ends: the call's buffers first.. that it
    did not return (GT_BUF_KEEP, cleared here) and that are not yet released
    are released, naming site.  GT_ERR when out of host memory. */
 int gt_tree_scope_end(gt_runtime *rt, int first, int site);
-uint32_t gt_tree_prev_gen(gt_tree *t);                   /* in a call: the previous call's generation */
+int32_t gt_tree_prev_gen(gt_tree *t);                    /* in a call: the previous call's generation */
 void gt_buf_retain(gt_buf *b);                       /* one more Lua handle (a view) holds b */
 void gt_buf_release(gt_buf *b);                      /* a Lua handle of b was collected: drop its reference */
 /* Release b now (gt.scope, t:free()): every view of it is stale from here on.
@@ -218,8 +218,8 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
    made for the output (none made: the first tensor's), or NULL with
    gt_launch_tensors's answer in gt_lean_status. */
 gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args,
-                       gt_buf *b1, double o1, double n1, uint32_t g1, gt_buf *b2, double o2, double n2, uint32_t g2,
-                       gt_buf *b3, double o3, double n3, uint32_t g3, gt_buf *b4, double o4, double n4, uint32_t g4);
+                       gt_buf *b1, double o1, double n1, int32_t g1, gt_buf *b2, double o2, double n2, int32_t g2,
+                       gt_buf *b3, double o3, double n3, int32_t g3, gt_buf *b4, double o4, double n4, int32_t g4);
 int gt_lean_status(gt_runtime *rt);
 
 /* The replay lane: a lean launch that the predicted node recorded next,
@@ -252,8 +252,8 @@ typedef struct gt_lane {
   gt_buf **slab;                     /* the chunks of buffer structs */
   int32_t room;                      /* buffers the call has structs for without growing */
   int32_t depth, segstart;           /* the segment and its first buffer */
-  uint32_t gen;                      /* the call's generation */
-  const uint32_t *gen_now;           /* where its buffers' gen_now point */
+  int32_t gen;                       /* the call's generation */
+  const int32_t *gen_now;            /* where its buffers' gen_now point */
   gt_tree *tree;
 } gt_lane;
 gt_lane *gt_lane_of(gt_runtime *rt);
@@ -271,7 +271,7 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager);
 int gt_tree_flush(gt_runtime *rt);                /* end the segment: warm up, record, replay or run it */
 int gt_tree_end(gt_runtime *rt);                  /* end the call (flushes) */
 /* gt_tree_begin returning the call's generation (0: it failed, the message set). */
-uint32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager);
+int32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager);
 /* The body returned: flush its last segment and end the call, in one call.
    nwarn: the warnings the caller has seen.  0: ended; 1: ended with new
    warnings; 8 | gt_tree_explain_wanted's bits: flushed, not ended (a node's
@@ -296,8 +296,8 @@ void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b);
 int gt_unstage(gt_runtime *rt, const gt_buf *src, uint64_t src_off, gt_buf *dst, uint64_t off, uint64_t outer,
                uint64_t chunk, uint64_t padded);
 void gt_tree_note_skip(gt_tree *t, const char *reason);
-uint32_t gt_tree_failed_gen(gt_tree *t);            /* generation of the last call that failed */
-uint32_t gt_tree_trimmed_gen(gt_tree *t);           /* generation of the last call whose outputs a trim invalidated */
+int32_t gt_tree_failed_gen(gt_tree *t);             /* generation of the last call that failed */
+int32_t gt_tree_trimmed_gen(gt_tree *t);            /* generation of the last call whose outputs a trim invalidated */
 int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond the keep most recently used; returns dropped */
 int gt_tree_stats(gt_tree *t, gt_tree_info *out);
 int gt_tree_node(gt_tree *t, int id, gt_node_info *out); /* id 0..nodes-1 */

@@ -532,14 +532,14 @@ static inline __attribute__((always_inline)) void lean_bind(gt_tree *t, int j, g
    tensor, a missing one, a full slab or queue: it raises what is wrong). */
 static inline __attribute__((always_inline)) gt_buf *
 lean_predicted(gt_tree *t, const gt_launchcfg *c, const gt_arg *args, const gt_asig *s, const uint64_t *was, int kept,
-               gt_buf *b1, double o1, double n1, uint32_t g1, gt_buf *b2, double o2, double n2, uint32_t g2,
-               gt_buf *b3, double o3, double n3, uint32_t g3, gt_buf *b4, double o4, double n4, uint32_t g4) {
+               gt_buf *b1, double o1, double n1, int32_t g1, gt_buf *b2, double o2, double n2, int32_t g2,
+               gt_buf *b3, double o3, double n3, int32_t g3, gt_buf *b4, double o4, double n4, int32_t g4) {
   const gt_kernel *k = c->k;
   const uint8_t *ord = k->order;
   int nt = k->ntensors, made = -1;
   if (nt > 4) return NULL;
   gt_buf *bv[4] = { b1, b2, b3, b4 };
-  const uint32_t gv[4] = { g1, g2, g3, g4 };
+  const int32_t gv[4] = { g1, g2, g3, g4 };
   for (int i = 0; i < nt; i++) {
     if (!bv[i]) {
       if (made >= 0 || k->ptype[ord[i]] != GT_P_OUT) return NULL;
@@ -567,8 +567,8 @@ lean_predicted(gt_tree *t, const gt_launchcfg *c, const gt_arg *args, const gt_a
 }
 
 gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args,
-                       gt_buf *b1, double o1, double n1, uint32_t g1, gt_buf *b2, double o2, double n2, uint32_t g2,
-                       gt_buf *b3, double o3, double n3, uint32_t g3, gt_buf *b4, double o4, double n4, uint32_t g4) {
+                       gt_buf *b1, double o1, double n1, int32_t g1, gt_buf *b2, double o2, double n2, int32_t g2,
+                       gt_buf *b3, double o3, double n3, int32_t g3, gt_buf *b4, double o4, double n4, int32_t g4) {
   const gt_kernel *k = c->k;
   gt_tree *t = gt_active(rt);
   if (t) {

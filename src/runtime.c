@@ -233,15 +233,15 @@ gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes) {
 
 void gt_buf_retain(gt_buf *b) { if (!(b->flags & GT_BUF_SLAB)) b->refs++; }
 
-const uint32_t gt_released_gen = UINT32_MAX;    /* no view is ever made in this generation */
+const int32_t gt_released_gen = -1;             /* no view is ever made in this generation */
 
 /* Generations come from one counter for the whole process, so a buffer
    struct that moves to another tree (a collected tree's slab) never meets a
    view of its old life with a matching generation. */
-static uint32_t gen_counter;
-uint32_t gt_gen_next(void) {
-  if (++gen_counter == 0 || gen_counter == gt_released_gen) gen_counter = 1;
-  return gen_counter;
+static uint32_t gen_counter;   /* (counted unsigned: wraps without overflow; handed out as int32_t) */
+int32_t gt_gen_next(void) {
+  if (++gen_counter == 0 || (int32_t)gen_counter == gt_released_gen) gen_counter = 1;
+  return (int32_t)gen_counter;
 }
 
 /* Ordinary memory goes back to the allocator when it is released; the struct

@@ -160,12 +160,12 @@ int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   return GT_OK;
 }
 
-uint32_t gt_tree_gen(gt_tree *t) { return t->gen; }
+int32_t gt_tree_gen(gt_tree *t) { return t->gen; }
 int gt_tree_nbufs(gt_tree *t) { return t->nbufs; }
-uint32_t gt_tree_prev_gen(gt_tree *t) { return t->prev_gen; }
+int32_t gt_tree_prev_gen(gt_tree *t) { return t->prev_gen; }
 
-uint32_t gt_tree_failed_gen(gt_tree *t) { return t->failed_gen; }
-uint32_t gt_tree_trimmed_gen(gt_tree *t) { return t->trimmed_gen; }
+int32_t gt_tree_failed_gen(gt_tree *t) { return t->failed_gen; }
+int32_t gt_tree_trimmed_gen(gt_tree *t) { return t->trimmed_gen; }
 
 /* -- Graphs -------------------------------------------------------------- */
 
@@ -609,7 +609,7 @@ int gt_tree_end(gt_runtime *rt) {
   return GT_OK;
 }
 
-uint32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager) {
+int32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager) {
   return gt_tree_begin(rt, t, eager) ? 0 : t->gen;
 }
 
