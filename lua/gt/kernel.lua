@@ -143,7 +143,11 @@ local LANE = C.gt_lane_of(rt)
 local function lane_code(nt, scalars)
   local same, live = {}, {}
   for t = 1, nt do
-    same[t] = ("b%d == r.t[%d].b and o%d == r.t[%d].o and n%d == r.t[%d].n"):format(t, t - 1, t, t - 1, t, t - 1)
+    -- the output the call makes (b nil) where the recording made it: its
+    -- offset (0) and bytes (the state's, which its configuration id names)
+    -- need no test; in a trace b's nil-ness is known, and one test remains
+    same[t] = ("(b%d == nil and r.made == %d or b%d == r.t[%d].b and o%d == r.t[%d].o and n%d == r.t[%d].n)")
+      :format(t, t, t, t - 1, t, t - 1, t, t - 1)
     live[t] = ("(b%d == nil or g%d == b%d.gen_now[0])"):format(t, t, t)
   end
   local test = table.concat(same, " and ") .. " and " .. table.concat(live, " and ")
