@@ -12,6 +12,15 @@ local function chain(x)
   for i = 1, N do local k = (i - 1) % 32 + 1; x = lin(x, W[k], B[k], "relu") end
   return x
 end
+if os.getenv("MLP") then
+  local U, D, BU = {}, {}, {}
+  for i = 1, 16 do U[i] = gt.randn({H, 4 * H}, {seed = i}):static(); D[i] = gt.randn({4 * H, H}, {seed = 50 + i}):static()
+    BU[i] = gt.randn({4 * H}, {seed = 80 + i}):static() end
+  chain = function(x)
+    for i = 1, N / 2 do local k = (i - 1) % 16 + 1; x = lin(x, U[k], BU[k], "gelu"); x = lin(x, D[k], B[k]) end
+    return x
+  end
+end
 local x = gt.randn({8, H}, {seed = 7})
 local step
 if mode == "keyed" then step = gt.tree(chain, {key = function() return 0 end})

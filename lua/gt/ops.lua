@@ -353,6 +353,10 @@ end
 -- Plans of checked calls: [x shape id][W shape id][bias shape id or 0]
 -- (array parts: a hashed number key would cost a replayed op a hash walk).
 local linear_plans = table_new(4096, 0)
+-- ops.linear's last two plans' states (c_next: the one to replace next)
+local c1_xs, c1_ws, c1_bs, c1_act, c1_st = -1, -1, -1, false, nil
+local c2_xs, c2_ws, c2_bs, c2_act, c2_st = -1, -1, -1, false, nil
+local c_next = true
 local F32C = F32.code
 
 -- The state of plan p with activation a (bias: 1 with one): linear_f32's
@@ -385,12 +389,27 @@ function ops.linear(x, W, b, act)
   -- shapes seen before: three lookups instead of the checks (the core still
   -- checks that every tensor is live, contiguous and f32)
   if is_tensor(x) and is_tensor(W) and bor(bxor(x._dt, F32C), x._vid, bxor(W._dt, F32C), W._vid) == 0 then
-    local byx = linear_plans[x._sid]
-    local byw = byx and byx[W._sid]
+    local xs, ws = x._sid, W._sid
+    -- the last two plans' states first (a stack of layers of one shape, or
+    -- of two alternating, as an MLP's up and down, hits them: four compares
+    -- instead of five lookups)
+    if xs == c1_xs and ws == c1_ws and bsid == c1_bs and act == c1_act then
+      local y = lean_go(linear_run, c1_st, x, W, b or W)
+      return y
+    end
+    if xs == c2_xs and ws == c2_ws and bsid == c2_bs and act == c2_act then
+      local y = lean_go(linear_run, c2_st, x, W, b or W)
+      return y
+    end
+    local byx = linear_plans[xs]
+    local byw = byx and byx[ws]
     local p = byw and byw[bsid]
     local a = act == nil and 0 or ACT[act]
     local st = p and a and p[a + 1]
     if st then
+      if c_next then c1_xs, c1_ws, c1_bs, c1_act, c1_st = xs, ws, bsid, act, st
+      else c2_xs, c2_ws, c2_bs, c2_act, c2_st = xs, ws, bsid, act, st end
+      c_next = not c_next
       local y = lean_go(linear_run, st, x, W, b or W)
       return y
     end
