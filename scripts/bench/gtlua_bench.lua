@@ -33,8 +33,11 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- LuaJIT compiles a call's own code (the tree call, a keyed hit) only after
 -- some hundred calls, and with 20 the 512-kernel keyed hit was measured
 -- interpreted (10x its compiled cost on the cpu backend).
--- prime: seconds of replays (a 32-kernel chain tree, unmeasured) before
--- the first scenario.  On the H200 a process's first scenario measured
+-- prime: seconds of replays (a 32-kernel chain tree, unmeasured; bursts,
+-- and synced steps as the modes are measured) before the first scenario
+-- (5 s and the synced steps since session 18: on 2026-12-02 the chain,
+-- measured first, still cost twice grow-32's same 32 layers measured later
+-- in the same process, its floor too; not measured yet with this prime).  On the H200 a process's first scenario measured
 -- every mode slower in 3 of 5 processes, the floor (graphs launched from C)
 -- included: chain's floor 2.6 us against 1.2 in the others, its tree 10.7
 -- against 5.4 (the host and the driver warm up over a process's first
@@ -47,7 +50,7 @@ M.FULL = {
   hidden = 256, batch = 8, layers = 32, prefix = 8, suffix = 8,
   batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
   warm = 200, reps = 300, pipe = 1000, min_reps = 90, min_pipe = 50,
-  heap_mb = 100, heap_grow = 128, prime = 3, rounds = 6,
+  heap_mb = 100, heap_grow = 128, prime = 5, rounds = 6,
   decode = { model = "FULL", batches = { 1, 8 }, ctx = 256 },
 }
 
@@ -589,6 +592,7 @@ function M.prime(cfg, m, seconds)
   repeat
     for _ = 1, 20 do t(x) end
     gt.sync()
+    for _ = 1, 20 do t(x); gt.sync() end   -- also as the modes are measured: a step, a sync
   until clock() - t0 >= seconds
 end
 
