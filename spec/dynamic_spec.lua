@@ -326,4 +326,20 @@ describe("dynamic shapes", function()
     assert.are.same({ 3, 9 }, b.shape)
     assert.are.equal(1, two:stats().skips["beyond buckets"])
   end)
+
+  it("alternating two weights (or two shapes of one byte count) makes two nodes, not an update every call", function()
+    local W1 = gt.full({ 4, 4 }, 1):static()
+    local W2 = gt.full({ 4, 4 }, 2):static()
+    local step = gt.tree(function(x, W) return gt.ops.linear(x, W) end, { warmup = 0 })
+    local x = gt.ones { 2, 4 }
+    for i = 1, 12 do
+      local W = i % 2 == 1 and W1 or W2
+      assert.tensor_near({ { 4 * (2 - i % 2), 4 * (2 - i % 2), 4 * (2 - i % 2), 4 * (2 - i % 2) },
+        { 4 * (2 - i % 2), 4 * (2 - i % 2), 4 * (2 - i % 2), 4 * (2 - i % 2) } }, step(x, W))
+    end
+    local s = step:stats()
+    assert.are.equal(2, s.nodes)
+    assert.is_true(s.updates <= 1, "updates " .. s.updates)
+    assert.is_true(s.replays >= 9, "replays " .. s.replays)
+  end)
 end)
