@@ -298,7 +298,10 @@ end
 local function stale_error(t, level)
   local b = t._b
   local what = "tensor " .. t.dtype .. " " .. shape_str(t._shape)
-  if band(b.flags, RELEASED) ~= 0 and b.gen == t._gen then
+  -- released: in this call of its tree (or ordinary memory); once the tree
+  -- has called again, every earlier tensor of it is overwritten, released
+  -- or not (a keyed hit reuses fewer buffer structs than a body run)
+  if band(b.flags, RELEASED) ~= 0 and b.gen == t._gen and (b.tree == nil or t._gen == C.gt_tree_gen(b.tree)) then
     local by, advice = site_text(b.site ~= 0 and (SITES[b.site] or "a gt.scope") or released_by[addr(b)])
     error(what .. " was released by " .. by .. "; " .. advice, level + 1)
   end
