@@ -201,9 +201,11 @@ tree:advise([{measure = true}]) -> { findings = {{q, title, text, advice, level}
   many shapes? sizes per input dim and a bucket set with its padding; (3) what
   breaks the graphs? each cut site with its visits (gt.cond where an item()
   picks a branch), non-graphable kernels, what gt.scope would give back.
-  The device is timed by relaunching the last call's graphs: at exit, or with
-  tree:advise{measure = true}.  gtlua --advise model.lua prints this for every
-  tree at exit; tree:report() shows it first.]],
+  The device time comes from the run's own launches (a node's first 8 graph
+  launches and one in 256 are timed: stats().node[id].gpu_us); {measure =
+  true} relaunches the last call's graphs to time them and their launch
+  (gtlua --advise does at exit).  gtlua --advise model.lua prints this for
+  every tree at exit; tree:report() shows it first.]],
   ["tree:trim"] = [[
 tree:trim([keep = 0]) -> graphs dropped
   Frees the graphs (and their pool memory) of all but the keep most recently
