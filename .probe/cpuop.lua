@@ -12,7 +12,7 @@ local function chain(x)
   for i = 1, N do local k = (i - 1) % 32 + 1; x = lin(x, W[k], B[k], "relu") end
   return x
 end
-if os.getenv("MLP") then
+if os.getenv("MLP") == "1" then
   local U, D, BU = {}, {}, {}
   for i = 1, 16 do U[i] = gt.randn({H, 4 * H}, {seed = i}):static(); D[i] = gt.randn({4 * H, H}, {seed = 50 + i}):static()
     BU[i] = gt.randn({4 * H}, {seed = 80 + i}):static() end
@@ -22,10 +22,18 @@ if os.getenv("MLP") then
   end
 end
 local x = gt.randn({8, H}, {seed = 7})
+local xs = {}
+for i, b in ipairs{1, 2, 4, 8, 16, 32, 64} do xs[i] = gt.randn({b, H}, {seed = 100 + b}) end
+local cyc = 0
+local function arg_x()
+  if os.getenv("SHAPES") ~= "1" then return x end
+  cyc = cyc % 7 + 1
+  return xs[cyc]
+end
 local step
 if mode == "keyed" then step = gt.tree(chain, {key = function() return 0 end})
 else step = gt.tree(chain) end
-for i = 1, 400 do step(x); gt.sync() end
+for i = 1, 400 do step(arg_x()); gt.sync() end
 local clock = gt.clock
 local prof = os.getenv("PROF")
 if prof then require("jit.p").start(prof, os.getenv("PROFOUT")) end
@@ -35,7 +43,7 @@ local res = {}
 local reps = tonumber(os.getenv("REPS") or "") or 3000
 for r = 1, reps do
   local t0 = clock()
-  if mode == "floor" then local c = step:floor(1, true); t0 = 0; t1 = c * 1e-6 else step(x) end
+  if mode == "floor" then local c = step:floor(1, true); t0 = 0; t1 = c * 1e-6 else step(arg_x()) end
   local t1 = clock()
   gt.sync()
   res[r] = (t1 - t0) * 1e6

@@ -217,7 +217,8 @@ describe("dynamic shapes", function()
       assert.tensor_near(rows(1, 64, function(_, j) return 2 * j + 1 end)[1], step(x))
     end
     local s = step:stats()
-    assert.are.same({ 1, 1, 3 }, { s.nodes, s.recorded, s.updates })
+    -- (back to grid 1, a key an update replaced: a node of its own, warming up)
+    assert.are.same({ 2, 1, 2 }, { s.nodes, s.recorded, s.updates })
     assert.are.same(2, s.replays)
   end)
 
@@ -341,5 +342,28 @@ describe("dynamic shapes", function()
     assert.are.equal(2, s.nodes)
     assert.is_true(s.updates <= 1, "updates " .. s.updates)
     assert.is_true(s.replays >= 9, "replays " .. s.replays)
+  end)
+
+  it("refuses to guess which real size a result padded by two inputs into one bucket has", function()
+    local step = gt.tree(function(x, y) return gt.ops.relu(x), gt.ops.tanh(y) end,
+      { buckets = { { dim = 1, sizes = { 4, 8 }, arg = 1 }, { dim = 1, sizes = { 4, 8 }, arg = 2 } } })
+    local ok, err = pcall(step, gt.randn { 3, 2 }, gt.randn { 2, 2 })
+    assert.is_false(ok)
+    assert.matches("inputs of 3 and 2 were padded", err)
+    local a, b = step(gt.randn { 3, 2 }, gt.randn { 5, 2 })     -- buckets 4 and 8: each result its own size
+    assert.are.same({ 3, 2 }, a.shape)
+    assert.are.same({ 5, 2 }, b.shape)
+  end)
+
+  it("makes a node per weight for three weights in rotation, not an update every call", function()
+    local Ws = { gt.full({ 4, 4 }, 1):static(), gt.full({ 4, 4 }, 2):static(), gt.full({ 4, 4 }, 3):static() }
+    local step = gt.tree(function(x, W) return gt.ops.linear(x, W) end, { warmup = 0 })
+    for i = 1, 30 do
+      local k = (i - 1) % 3 + 1
+      assert.tensor_near({ { 4 * k, 4 * k, 4 * k, 4 * k } }, step(gt.ones { 1, 4 }, Ws[k]))
+    end
+    local s = step:stats()
+    assert.are.equal(3, s.nodes)
+    assert.is_true(s.updates <= 2, "updates " .. s.updates)
   end)
 end)

@@ -367,6 +367,33 @@ describe("lifetimes", function()
     gt.on_warning = old
   end)
 
+  it("raises for a tree's own output fed back after it was freed or went stale, in every mode, keyed too", function()
+    for _, o in ipairs { {}, { key = function() return 1 end }, { key = function() return 1 end, copy_inputs = true } } do
+      local step = gt.tree(function(x) return axpb(x, 1, 1) end, o)
+      local h = gt.from { 0, 0 }
+      for _ = 1, 6 do h = step(h) end
+      assert.tensor_near({ 6, 6 }, h)
+      h:free()
+      assert.matches("was released by :free%(%) at [^;]*lifetimes_spec.lua", select(2, pcall(step, h)))
+      local a = step(gt.from { 10, 10 })
+      step(a)
+      assert.matches("overwritten by a later call", select(2, pcall(step, a)))
+    end
+  end)
+
+  it("keeps a tree output a scope returns when the call's results hold its buffer twice, buckets' narrowing included", function()
+    local both = gt.tree(function(x) local y = axpb(x, 2, 0); return y, y:narrow(1, 1, 1) end)
+    local padded = gt.tree(function(x) return axpb(x, 2, 0) end, { buckets = { dim = 1, sizes = { 4, 8 } } })
+    for _ = 1, 3 do
+      local y = gt.scope(function() local a = both(gt.from { 1, 2 }); return a end)
+      assert.tensor_near({ 2, 4 }, y)
+      local z = gt.scope(function() return padded(gt.from { 1, 2, 3 }) end)
+      assert.tensor_near({ 2, 4, 6 }, z)
+      local t = gt.scope(function() return { padded(gt.from { 1, 2, 3 }) } end)
+      assert.tensor_near({ 2, 4, 6 }, t[1])
+    end
+  end)
+
   it("names the scope that released a tensor however the collector runs", function()
     local leak
     local step = gt.tree(function(x)

@@ -215,7 +215,8 @@ typedef struct gt_node {
   struct gt_node *parent;            /* the tree's root sentinel for a first segment */
   struct gt_node **kids; int nkids, kidcap;
   uint64_t key, key_nostatic;
-  uint64_t key_before;               /* the key an update in place replaced (0: none): going back to it is a new node */
+  uint64_t key_before[4];            /* the last keys updates in place replaced (0: none): going back to one is a new node */
+  int nkey_before;                   /* updates so far (the ring's next slot: nkey_before % 4) */
   int nlaunch, nnew;                 /* launches, buffers made in the segment */
   char *label, *skip;                /* skip: why it runs eagerly (NULL: it graphs) */
   const char *eager_why;             /* why its last eager visit ran eagerly, where skip is NULL (max_recordings) */

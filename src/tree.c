@@ -559,9 +559,9 @@ int gt_tree_flush(gt_runtime *rt) {
   int parent_ok = !t->cur || t->cur_planned;
   if (!n) key.nostatic = gt_segment_key(t, 1);    /* the topology: needed only off the replay path */
   if (!n && parent_ok) upd = find_kid(parent, key.nostatic, 1);
-  /* back to the key an update replaced (two shapes of one byte count, two
-     weights, in turn): a node of its own, else every call would update */
-  if (upd && upd->key_before == key.full) upd = NULL;
+  /* back to a key an update replaced (two shapes of one byte count, two or
+     three weights, in turn): a node of its own, else every call would update */
+  for (int i = 0; upd && i < 4; i++) if (upd->key_before[i] == key.full) upd = NULL;
   int mode = choose_mode(n, upd, parent_ok, n || !ungraphable(&t->q), &t->opts, t->recorded);
   t->lane_call |= rt->lane.lazy > 0;
   if (mode != GT_V_REPLAY || gt_cursor_dirty(t, n) < 0) gt_lane_sync(t);   /* a replay patches only launches the core queued */
@@ -569,7 +569,7 @@ int gt_tree_flush(gt_runtime *rt) {
   if (mode != GT_V_REPLAY && gt_cond_check(t)) return GT_ERR;   /* (a replay's queue is its recording's, checked then) */
   if (mode != GT_V_REPLAY && t->npend && gt_tree_launch_pending(t)) return GT_ERR;   /* (they run first) */
   int created = !n && mode != GT_V_UPDATE;
-  if (mode == GT_V_UPDATE) { n = upd; n->key_before = n->key; n->key = key.full; }
+  if (mode == GT_V_UPDATE) { n = upd; n->key_before[n->nkey_before++ % 4] = n->key; n->key = key.full; }
   else if (created && !(n = new_node(t, parent, key))) return GT_ERR;
   int ran = visit(t, n, mode, first, t0);
   if (ran == GT_ERR) {

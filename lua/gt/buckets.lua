@@ -110,7 +110,13 @@ end
 -- Notes that the call padded dim from n to p (the results are narrowed
 -- back along it: narrow_one); one entry per dim and padded size.
 local function note_padded(bn, dim, p, n)
-  for i = 1, #bn do if bn[i].dim == dim and bn[i].p == p then return end end
+  for i = 1, #bn do
+    local c = bn[i]
+    if c.dim == dim and c.p == p then
+      if c.n ~= n then c.other = n end      -- two real sizes in one bucket: a result of that size is ambiguous
+      return
+    end
+  end
   bn[#bn + 1] = { dim = dim, p = p, n = n }
 end
 
@@ -123,7 +129,11 @@ local function prep(self, n, a1, a2, a3, a4, rest)
   local function padded_of(x, sp, i)
     local vkey = view_key(x)
     if padded[vkey] then return padded[vkey] end
-    if not select(2, gt._check_input(self, x)) then return x end   -- (released or stale: the body raises where it uses it)
+    local own, live = gt._check_input(self, x)
+    if not live then                          -- (released or stale: the body raises where it uses it)
+      if own and band(x._b.flags, C.GT_BUF_RELEASED) ~= 0 and x._b.gen == x._gen then return gt._dead_copy(x) end
+      return x
+    end
     alias_of(pads, x, i)                      -- (two padded inputs over one memory: refused)
     local m = x._shape[sp.dim]
     local p = bucket_of(sp.sizes, m)
@@ -183,7 +193,14 @@ local function narrow_one(self, x)
     for i = 1, #bn do
       local c = bn[i]
       local s = y._shape
-      if #s >= c.dim and s[c.dim] == c.p and c.p ~= c.n then y = y:narrow(c.dim, 1, c.n) end
+      if #s >= c.dim and s[c.dim] == c.p and c.p ~= c.n then
+        if c.other then
+          gt._error(("buckets: a result has the padded size %d along dim %d, to which inputs of %d and %d were padded " ..
+            "in this call: which size it has cannot be told; give those inputs buckets of their own sizes, or " ..
+            "return results that keep their size along dim %d"):format(c.p, c.dim, c.n, c.other, c.dim))
+        end
+        y = y:narrow(c.dim, 1, c.n)
+      end
     end
     if y ~= x then return gt._anchor(self, y) end
   end

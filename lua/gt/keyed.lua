@@ -59,9 +59,10 @@ local function walk_arg(self, node, i, x)
   self._kinds[i - 1] = 0
   if is_tensor(x) then
     local b = x._b
-    -- a released or overwritten tensor: the body runs, and raises where it
-    -- uses it, as eager code (an output of this tree's last call is staged)
-    if x._gen ~= b.gen_now[0] and b.tree ~= self._t then return nil, false end
+    -- a released or overwritten tensor (this tree's own too: its last call's
+    -- outputs are live until this call begins): the body runs, and raises
+    -- where it uses it, as eager code
+    if x._gen ~= b.gen_now[0] then return nil, false end
     if x._vid ~= 0 then return nil, "a non-contiguous tensor argument" end
     if self._copy or b.tree == self._t then          -- staged: a path of its own (its outputs may be staged views)
       self._kstage = true

@@ -298,10 +298,7 @@ end
 local function stale_error(t, level)
   local b = t._b
   local what = "tensor " .. t.dtype .. " " .. shape_str(t._shape)
-  -- released: in this call of its tree (or ordinary memory); once the tree
-  -- has called again, every earlier tensor of it is overwritten, released
-  -- or not (a keyed hit reuses fewer buffer structs than a body run)
-  if band(b.flags, RELEASED) ~= 0 and b.gen == t._gen and (b.tree == nil or t._gen == C.gt_tree_gen(b.tree)) then
+  if band(b.flags, RELEASED) ~= 0 and b.gen == t._gen then
     local by, advice = site_text(b.site ~= 0 and (SITES[b.site] or "a gt.scope") or released_by[addr(b)])
     error(what .. " was released by " .. by .. "; " .. advice, level + 1)
   end
@@ -324,6 +321,23 @@ local function stale_error(t, level)
   error(what .. " is no longer valid", level + 1)
 end
 gt._stale_error = stale_error
+
+-- A handle that raises as released tensor x does, over a buffer struct of
+-- its own: a tree call passes it for x, its own last output released by the
+-- caller, whose struct the call's first buffers reuse (the use would then
+-- read "overwritten by a later call").
+local DEAD_GEN = ffi.new("int32_t[1]", -1)
+local dead_of = setmetatable({}, { __mode = "k" })   -- handle -> its struct (kept while the handle lives)
+function gt._dead_copy(x)
+  local b = x._b
+  local a = ffi.new("gt_buf[1]")
+  local d = a + 0
+  d.flags, d.gen, d.gen_now, d.site, d.bytes = RELEASED, x._gen, DEAD_GEN, b.site, b.bytes
+  released_by[addr(d)] = released_by[addr(b)]
+  local y = TT(d, x._off, x._nb, x._gen, x._sid, x._dt, x._vid)
+  dead_of[y] = a
+  return y
+end
 
 local function live(t, level)
   local b = t._b
@@ -640,9 +654,12 @@ local function keep_in(x, t, first)
 end
 
 -- Releases buffer b at a scope's end unless it was returned (KEEP).
+-- (The keep mark stays until keep_results clears it after the loop: two
+-- handles of one buffer in the list, a tree's output and its narrowed view,
+-- are both kept.)
 local function settle(b, fn)
   local f = b.flags
-  if band(f, KEEP) ~= 0 then b.flags = band(f, bnot(KEEP)); return true end
+  if band(f, KEEP) ~= 0 then return true end
   if band(f, RELEASED) == 0 then
     C.gt_buf_free(rt, b)
     released_by[addr(b)] = fn

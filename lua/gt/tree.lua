@@ -300,6 +300,7 @@ gt._unstage_res = unstage_res
 local function stage(self, x, slot, shared)
   local b = x._b
   local own, live = check_input(self, x)
+  if not live and own and bit.band(b.flags, RELEASED) ~= 0 and b.gen == x._gen then return gt._dead_copy(x), slot end
   if not live or (not own and not self._copy) then return x, slot end
   local g = shared and shared[buf_key(x)]
   local px, lo, hi = nil, span(x)            -- (a non-contiguous view: the bytes it spans, and the same view of them)
