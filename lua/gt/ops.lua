@@ -353,10 +353,9 @@ end
 -- Plans of checked calls: [x shape id][W shape id][bias shape id or 0]
 -- (array parts: a hashed number key would cost a replayed op a hash walk).
 local linear_plans = table_new(4096, 0)
--- ops.linear's last two plans' states (c_next: the one to replace next)
+-- ops.linear's last two plans' states (c1 the newer)
 local c1_xs, c1_ws, c1_bs, c1_act, c1_st = -1, -1, -1, false, nil
 local c2_xs, c2_ws, c2_bs, c2_act, c2_st = -1, -1, -1, false, nil
-local c_next = true
 local F32C = F32.code
 
 -- The state of plan p with activation a (bias: 1 with one): linear_f32's
@@ -392,7 +391,11 @@ function ops.linear(x, W, b, act)
     local xs, ws = x._sid, W._sid
     -- the last two plans' states first (a stack of layers of one shape, or
     -- of two alternating, as an MLP's up and down, hits them: four compares
-    -- instead of five lookups)
+    -- against values a loop's trace keeps in registers, instead of five
+    -- lookups).  A miss takes the first place and a hit moves nothing, so
+    -- each op of a step meets the same outcomes on every call, whatever
+    -- the batch size (a side trace for a changed outcome would cost an
+    -- allocation per op: the loop's handle is no longer sunk)
     if xs == c1_xs and ws == c1_ws and bsid == c1_bs and act == c1_act then
       local y = lean_go(linear_run, c1_st, x, W, b or W)
       return y
@@ -406,10 +409,9 @@ function ops.linear(x, W, b, act)
     local p = byw and byw[bsid]
     local a = act == nil and 0 or ACT[act]
     local st = p and a and p[a + 1]
-    if st then
-      if c_next then c1_xs, c1_ws, c1_bs, c1_act, c1_st = xs, ws, bsid, act, st
-      else c2_xs, c2_ws, c2_bs, c2_act, c2_st = xs, ws, bsid, act, st end
-      c_next = not c_next
+    if st then                           -- (a miss goes first, the first second: see the note above)
+      c1_xs, c1_ws, c1_bs, c1_act, c1_st, c2_xs, c2_ws, c2_bs, c2_act, c2_st =
+        xs, ws, bsid, act, st, c1_xs, c1_ws, c1_bs, c1_act, c1_st
       local y = lean_go(linear_run, st, x, W, b or W)
       return y
     end
