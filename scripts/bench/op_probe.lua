@@ -1,4 +1,8 @@
--- per-op replay host cost: chain of N linear ops; median of per-call issue time (sync between calls)
+-- op_probe.lua [N] [MODE]: the host time of a replayed call of N gt.ops.linear
+-- ops (hidden H, default 16), median over REPS calls (default 3000) with a sync
+-- between calls; MODE tree (default), keyed or floor.  SHAPES=1: seven batch
+-- sizes in turn; MLP=1: up and down projections in turn; PROF=mode and
+-- PROFOUT=file: jit.p's profile.  scripts/bench/icount.sh counts its instructions.
 local gt = require "gt"
 local N = tonumber(arg[1]) or 128
 local mode = arg[2] or "tree"
