@@ -822,28 +822,26 @@ typedef struct cond_frame {
 /* A kernel node running gt_cond_set (cuda_cond_support compiled it): sets
    handle from p (nonzero is true); a bounded WHILE's pass counter is reset
    (first) or advanced, and ends the loop at max passes. */
-/* gt_cond_set's node parameters for entry nd (p, dtype, max) with c's fixed arguments; args: room for them. */
-static void cond_set_params(cuda_impl *I, const gt_gnode *nd, const struct cond_set *c, CUDA_KERNEL_NODE_PARAMS *p,
-                            void **args, unsigned long long *handle, CUdeviceptr *cond, int *dtype, CUdeviceptr *cnt,
-                            unsigned *max, int *fst) {
-  *handle = c->handle, *cond = nd->dst, *dtype = nd->value, *cnt = c->cnt, *max = (unsigned)nd->bytes, *fst = c->first;
-  args[0] = handle, args[1] = cond, args[2] = dtype, args[3] = cnt, args[4] = max, args[5] = fst;
+/* gt_cond_set's arguments, and the node parameters that point at them. */
+struct cond_args { unsigned long long handle; CUdeviceptr cond, cnt; int dtype, first; unsigned max; void *ptr[6]; };
+
+/* The parameters of gt_cond_set for entry nd (p, dtype, max) with c's fixed arguments, stored in a. */
+static void cond_set_params(cuda_impl *I, const gt_gnode *nd, const struct cond_set *c, struct cond_args *a,
+                            CUDA_KERNEL_NODE_PARAMS *p) {
+  *a = (struct cond_args){ c->handle, nd->dst, c->cnt, nd->value, c->first, (unsigned)nd->bytes,
+                           { &a->handle, &a->cond, &a->dtype, &a->cnt, &a->max, &a->first } };
   memset(p, 0, sizeof *p);
   p->func = I->cond_set->f;
   p->gridDimX = p->gridDimY = p->gridDimZ = p->blockDimX = p->blockDimY = p->blockDimZ = 1;
-  p->kernelParams = args;
+  p->kernelParams = a->ptr;
 }
 
 static int add_cond_set(cuda_impl *I, CUgraph g, const gt_gnode *nd, const cond_frame *f, CUdeviceptr counters,
                         int first, const CUgraphNode *deps, size_t ndeps, CUgraphNode *out, struct cond_set *cs) {
   CUDA_KERNEL_NODE_PARAMS p;
   struct cond_set c = { NULL, f->handle, f->counter != ~0u ? counters + 4ull * f->counter : 0, first };
-  unsigned long long handle;
-  CUdeviceptr cond, cnt;
-  int dtype, fst;
-  unsigned max;
-  void *args[6];
-  cond_set_params(I, nd, &c, &p, args, &handle, &cond, &dtype, &cnt, &max, &fst);
+  struct cond_args a;
+  cond_set_params(I, nd, &c, &a, &p);
   int rc = CU(I, cuGraphAddKernelNode, out, g, deps, ndeps, &p);
   if (!rc && cs) c.node = *out, *cs = c;
   return rc;
@@ -1052,12 +1050,8 @@ static int set_cond(cuda_impl *I, gt_bgraph *g, int i, const gt_gnode *node) {
   const struct cond_set *c = g->cset ? &g->cset[i] : NULL;
   if (!c || !c->node) return GT_BREFUSED;   /* (an IF's END reads nothing) */
   CUDA_KERNEL_NODE_PARAMS p;
-  unsigned long long handle;
-  CUdeviceptr cond, cnt;
-  int dtype, fst;
-  unsigned max;
-  void *args[6];
-  cond_set_params(I, node, c, &p, args, &handle, &cond, &dtype, &cnt, &max, &fst);
+  struct cond_args a;
+  cond_set_params(I, node, c, &a, &p);
   CUresult r = I->cu.cuGraphExecKernelNodeSetParams(g->exec, c->node, &p);
   if (r != CUDA_SUCCESS) {
     cu_fail(I, "cuGraphExecKernelNodeSetParams", r);

@@ -229,7 +229,7 @@ typedef struct gt_node {
   gt_ckpt *ckpt; int nckpt;          /* pool state after the segment */
   double record_us, instantiate_us, replay_us_sum, gpu_us_sum;
   int replay_n, gpu_n;
-  gt_bevent *gev[2];                 /* a sampled launch's device time: events around it (tree.c's sample_gpu) */
+  gt_bevent *gev[2];                 /* a sampled launch's device time: events around it (tree.c's gpu_sampled) */
   int gev_pending;                   /* they wait to be read */
   uint64_t planned_bytes, checkpoint_bytes, plan_end, last_call, reusable_bytes;
   gt_qlaunch *launches;              /* the recorded launches (argument values in argvals), for keyed patches */

@@ -41,20 +41,23 @@ static void summarize(gt_tree *t, gt_node *n) {
   }
 }
 
-/* The name of the k-th static argument of the queued segment: "w of linear_f32". */
-static void static_name(const gt_tree *t, int k, char *out, size_t size) {
+/* The k-th static argument of the queued segment: its parameter's name
+   ("weight" when no kernel names it), and its kernel's (NULL: none). */
+static const char *static_name(const gt_tree *t, int k, const char **param) {
   const gt_queue *q = &t->q;
-  snprintf(out, size, "weight moved (");
+  *param = "weight";
   for (int i = 0; i < q->n; i++) {
     const gt_qlaunch *l = &q->l[i];
     for (int j = 0; j < l->nargs; j++) {
       const gt_buf *b = q->args[l->arg0 + j].buf;
       if (b && is_static(t, b) && k-- == 0) {
-        if (l->k) snprintf(out, size, "%s moved (%s", l->k->pname[j], l->k->name);
-        return;
+        if (!l->k) return NULL;
+        *param = l->k->pname[j];
+        return l->k->name;
       }
     }
   }
+  return NULL;
 }
 
 /* Why n (just made under n->parent, not yet among its children) exists: the
@@ -96,9 +99,9 @@ void gt_explain_node(gt_tree *t, gt_node *n) {
   if (topo && topo->nstatics == n->nstatics) {
     int k = 0;
     while (k < n->nstatics && topo->statics && n->statics && topo->statics[k] == n->statics[k]) k++;
-    char name[160];
-    static_name(t, k < n->nstatics ? k : 0, name, sizeof name);
-    if (k < n->nstatics) snprintf(why, sizeof why, "static %s%ssibling [%d])", name, name[strlen(name) - 1] == '(' ? "" : ", ", topo->id);
+    const char *param, *kernel = static_name(t, k < n->nstatics ? k : 0, &param);
+    if (k < n->nstatics)             /* "static W moved (linear_f32, sibling [0])" */
+      snprintf(why, sizeof why, "static %s moved (%s%ssibling [%d])", param, kernel ? kernel : "", kernel ? ", " : "", topo->id);
     else {                            /* same bytes everywhere: the shapes may still tell them apart */
       n->why_sib = topo->id;
       snprintf(why, sizeof why, "new launch dimensions (sibling [%d])", topo->id);
