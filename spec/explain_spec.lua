@@ -146,4 +146,18 @@ describe("the pictures explain nodes", function()
     for x in html:gmatch('data%-root="1" transform="translate%((%d+),') do assert.are.equal("12", x) end
     assert.are.equal(12, select(2, html:gsub('data%-root="1"', "")))
   end)
+
+  it("note a node's shapes again when an update gives it others", function()
+    local K = gt.compile([[__global__ void cp(float *y, const float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i]; }]], { name = "explain_update.cu" })
+    local g = 1
+    local t = gt.tree(function(x) local y = gt.tensor(x.shape); K.cp(g, 32, y, x, x.numel); return y end, { warmup = 0 })
+    t(gt.randn { 2, 8 }); t(gt.randn { 2, 8 })
+    assert.are.equal("x 2x8 f32 -> 2x8 f32", t:stats().node[0].shapes)
+    g = 2
+    t(gt.randn { 4, 4 })                        -- the same bytes, another grid: the node is updated
+    local s = t:stats()
+    assert.are.same({ 1, 1 }, { s.nodes, s.updates })
+    assert.are.equal("x 4x4 f32 -> 4x4 f32", s.node[0].shapes)
+  end)
 end)

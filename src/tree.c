@@ -569,7 +569,13 @@ int gt_tree_flush(gt_runtime *rt) {
   if (mode != GT_V_REPLAY && gt_cond_check(t)) return GT_ERR;   /* (a replay's queue is its recording's, checked then) */
   if (mode != GT_V_REPLAY && t->npend && gt_tree_launch_pending(t)) return GT_ERR;   /* (they run first) */
   int created = !n && mode != GT_V_UPDATE;
-  if (mode == GT_V_UPDATE) { n = upd; n->key_before[n->nkey_before++ % 4] = n->key; n->key = key.full; }
+  if (mode == GT_V_UPDATE) {          /* (its shapes are noted again: an update may change them) */
+    n = upd;
+    n->key_before[n->nkey_before++ % 4] = n->key;
+    n->key = key.full;
+    free(n->shapes);
+    n->shapes = NULL;
+  }
   else if (created && !(n = new_node(t, parent, key))) return GT_ERR;
   int ran = visit(t, n, mode, first, t0);
   if (ran == GT_ERR) {
