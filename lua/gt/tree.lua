@@ -129,6 +129,7 @@ local function finalizer(held)
       end
       held.n = 0
     end
+    held.tc = live and tc or nil                 -- (a view made of an anchored output from now on: _anchor_view)
     if live then ffi.gc(tc, fin) else C.gt_tree_free(tc) end
   end
   return fin
@@ -150,7 +151,9 @@ local held_of = setmetatable({}, WEAK_VALUES)
 local function held_key(t) return tonumber(ffi.cast("intptr_t", t)) end
 function gt._anchor_view(y, b)
   local held = held_of[held_key(b.tree)]
-  if held and held.n > 0 and y._gen == b.gen_now[0] then   -- (a live tensor: of the tree's latest call)
+  if not held or y._gen ~= b.gen_now[0] then return end   -- (a live tensor: of the tree's latest call)
+  if held.tc then anchors[y] = held.tc                   -- the tree was collected: its outputs are anchored
+  elseif held.n > 0 then
     local n = held.n + 1
     held[n], held.n = y, n
   end
