@@ -32,7 +32,7 @@ gt.help("name") for one of them; gt.help() lists every name.]],
   -- tensors
   ["tensor"] = [[
 tensor: a device tensor (a view: buffer, offset, shape).
-  fields   t.shape (a table, dims from 1), t.dtype ("f32"|"i32"|"i64"|"u8"), t.numel
+  fields   t.shape (a new table, dims from 1), t.dtype ("f32"|"i32"|"i64"|"u8"), t.numel
   methods  t:item() tolist() clone() copy(src) fill(v) view(shape) narrow(dim, start, len)
            static() contiguous() is_stale() dim() size([d])
 Outside a tree, memory comes from the caching allocator; inside a tree call,
@@ -44,9 +44,8 @@ gt.tensor(shape [, dtype = "f32"]) -> an uninitialised tensor
   gt.tensor{8, 256}]],
   ["gt.shape"] = [[
 gt.shape(shape) -> that shape checked, as a new table (t.shape gives a new table too)
-  gt.tensor and the ops find it in one lookup, where a new table's sizes are
-  each checked: a model's step that makes tensors of a few fixed shapes
-  keeps them as gt.shape{B, D}.  Never change it.]],
+  A caller may change the table it gets: no tensor's shape changes with it.
+  t:size(d) and t:dim() read a tensor's sizes without making a table.]],
   ["gt.zeros"] = [[
 gt.zeros(shape [, dtype = "f32"]) -> a tensor of zeros]],
   ["gt.ones"] = [[
