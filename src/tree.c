@@ -189,13 +189,17 @@ void gt_node_gpu_harvest(gt_backend *be, gt_node *n) {
    records on the stream: a launch's host cost grows by about theirs). */
 static int gpu_sampled(gt_node *n) { return n->gpu_n < 8 || (n->visits & 255) == 0; }
 
+/* Whether n has its two events (made on its first sampled launch). */
+static int gpu_events(gt_backend *be, gt_node *n) {
+  for (int i = 0; i < 2; i++) if (!n->gev[i] && be->event_create(be, &n->gev[i]) != GT_BOK) return 0;
+  return 1;
+}
+
 int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
   gt_backend *be = &t->rt->be;
   if (!t->rt->profile) {
     if (n->gev_pending) gt_node_gpu_harvest(be, n);
-    int timed = !n->gev_pending && gpu_sampled(n) &&
-                (n->gev[0] || (be->event_create(be, &n->gev[0]) == GT_BOK && be->event_create(be, &n->gev[1]) == GT_BOK)) &&
-                n->gev[1] && be->event_record(be, n->gev[0]) == GT_BOK;
+    int timed = !n->gev_pending && gpu_sampled(n) && gpu_events(be, n) && be->event_record(be, n->gev[0]) == GT_BOK;
     if (be->graph_launch(be, n->graph) != GT_BOK) return gt_fail_be(t->rt, "graph launch");
     if (timed && be->event_record(be, n->gev[1]) == GT_BOK) n->gev_pending = 1;
     return GT_OK;

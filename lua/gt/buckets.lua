@@ -130,10 +130,7 @@ local function prep(self, n, a1, a2, a3, a4, rest)
     local vkey = view_key(x)
     if padded[vkey] then return padded[vkey] end
     local own, live = gt._check_input(self, x)
-    if not live then                          -- (released or stale: the body raises where it uses it)
-      if own and band(x._b.flags, C.GT_BUF_RELEASED) ~= 0 and x._b.gen == x._gen then return gt._dead_copy(x) end
-      return x
-    end
+    if not live then return gt._unstaged(x, own) end   -- (released or stale: the body raises where it uses it)
     alias_of(pads, x, i)                      -- (two padded inputs over one memory: refused)
     local m = x._shape[sp.dim]
     local p = bucket_of(sp.sizes, m)
@@ -273,6 +270,11 @@ local function real_size(spec, n, a1, a2, a3, a4, rest)
   end
 end
 
+-- Whether tensor t, spec sp's input, is larger than its last bucket.
+local function beyond_spec(sp, t)
+  return paddable(t) and #t._shape >= sp.dim and not bucket_of(sp.sizes, t._shape[sp.dim])
+end
+
 -- Whether an input of a spec after the first (each names its argument)
 -- is larger than that spec's last bucket: the call runs as one beyond the buckets.
 local function beyond_other(self, na, a1, a2, a3, a4, rest)
@@ -280,9 +282,10 @@ local function beyond_other(self, na, a1, a2, a3, a4, rest)
   for k = 2, #specs do
     local sp = specs[k]
     local x = sp.arg and sp.arg <= na and gt._arg_at(sp.arg, a1, a2, a3, a4, rest)
-    local xs = is_tensor(x) and { x } or (type(x) == "table" and getmetatable(x) == nil and x) or {}
-    for _, t in pairs(xs) do
-      if paddable(t) and #t._shape >= sp.dim and not bucket_of(sp.sizes, t._shape[sp.dim]) then return true end
+    if is_tensor(x) then
+      if beyond_spec(sp, x) then return true end
+    elseif type(x) == "table" and getmetatable(x) == nil then
+      for _, t in pairs(x) do if is_tensor(t) and beyond_spec(sp, t) then return true end end
     end
   end
   return false

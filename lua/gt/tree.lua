@@ -217,6 +217,15 @@ local function check_input(self, x)
 end
 gt._check_input = check_input
 
+-- An input that is not live, as the body gets it: itself, or for this tree's
+-- own output released by the caller a handle that raises as it does (the
+-- call's first buffers reuse its struct: tensor.lua's _dead_copy).
+function gt._unstaged(x, own)
+  local b = x._b
+  if own and bit.band(b.flags, RELEASED) ~= 0 and b.gen == x._gen then return gt._dead_copy(x) end
+  return x
+end
+
 -- The bytes [lo, hi) of its buffer that tensor x spans (a non-contiguous
 -- view: from its first element to its last).
 local function span(x)
@@ -303,8 +312,8 @@ gt._unstage_res = unstage_res
 local function stage(self, x, slot, shared)
   local b = x._b
   local own, live = check_input(self, x)
-  if not live and own and bit.band(b.flags, RELEASED) ~= 0 and b.gen == x._gen then return gt._dead_copy(x), slot end
-  if not live or (not own and not self._copy) then return x, slot end
+  if not live then return gt._unstaged(x, own), slot end
+  if not own and not self._copy then return x, slot end
   local g = shared and shared[buf_key(x)]
   local px, lo, hi = nil, span(x)            -- (a non-contiguous view: the bytes it spans, and the same view of them)
   if g and g.n > 1 then                      -- (the same tensor twice: the same staged tensor twice)
