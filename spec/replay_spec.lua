@@ -56,6 +56,36 @@ describe("a replayed op", function()
     assert.are.same(step(x):tolist(), step(x):tolist())
   end)
 
+  -- Trees that run one body share its traces, and what a trace saw when it
+  -- formed is what it guards.  Twice a trace formed under another tree left
+  -- the plain tree's replays at every op for a side trace that allocated the
+  -- op's handle (1.8 kB a 32-op call; in the bench a third of a shapes
+  -- step's host time went to the collector): a keyed tree's table had more
+  -- fields than a plain tree's (another hash layout, and the trace guards
+  -- where the active tree's fields sit), and ops.linear's two-plan cache kept
+  -- a plan that a bucketed tree's padded calls put first (a hit moved
+  -- nothing, so the plain tree's ops hit the second place ever after).
+  -- (each in a process of its own, spec/fixtures/shared_body.lua: what
+  -- formed the traces before decides whether the fault shows)
+  local function per_call_after(what)
+    local bin = os.getenv("GTLUA_BIN")
+    if not bin then return nil, "GTLUA_BIN is not set (run inside gtlua)" end
+    local p = io.popen(("'%s' spec/fixtures/shared_body.lua %s 2>&1"):format(bin, what))
+    local out = p:read("*a")
+    p:close()
+    local n = tonumber(out:match("^%s*([%d.]+)%s*$"))
+    assert(n, "shared_body.lua " .. what .. ": " .. out)
+    return n
+  end
+
+  for _, what in ipairs { "keyed", "buckets" } do
+    it(("allocates no handle per op either after a %s tree over its body formed the traces"):format(what), function()
+      local per_call, why = per_call_after(what)
+      if not per_call then return pending(why) end
+      assert.is_true(per_call < 8 * 32, ("%.1f bytes of Lua memory per call of 32 ops (under 256)"):format(per_call))
+    end)
+  end
+
   it("returns a fresh handle each call: a kept output goes stale, the new one is live", function()
     local step = gt.tree(function(x) return gt.ops.relu(x) end)
     local x = gt.from({ -1, 2 })

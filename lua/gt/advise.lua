@@ -260,7 +260,7 @@ function M.shapes(tree, s)
     dims[#dims + 1] = e
     if #e.sizes > 1 and (not vary or #e.sizes > #vary.sizes) then vary = e end
   end
-  local r = { dims = dims, vary = vary, roots = #s.roots, buckets = tree._buckets ~= nil,
+  local r = { dims = dims, vary = vary, roots = #s.roots, buckets = tree._buckets and true or false,
               limit = s.skips and s.skips.max_recordings or 0 }
   if vary then
     local nsz = #vary.sizes

@@ -358,6 +358,11 @@ local c1_xs, c1_ws, c1_bs, c1_act, c1_st = -1, -1, -1, false, nil
 local c2_xs, c2_ws, c2_bs, c2_act, c2_st = -1, -1, -1, false, nil
 local F32C = F32.code
 
+-- A tree call begins: ops.linear's two places empty (see the note there).
+function gt._ops_new_call()
+  c1_xs, c1_ws, c2_xs, c2_ws = -1, -1, -1, -1
+end
+
 -- The state of plan p with activation a (bias: 1 with one): linear_f32's
 -- lean state (the scalars fixed) with the result's bytes and shape id.
 local linear_run    -- linear_f32's lean runner: one function for every plan
@@ -392,10 +397,14 @@ function ops.linear(x, W, b, act)
     -- the last two plans' states first (a stack of layers of one shape, or
     -- of two alternating, as an MLP's up and down, hits them: four compares
     -- against values a loop's trace keeps in registers, instead of five
-    -- lookups).  A miss takes the first place and a hit moves nothing, so
-    -- each op of a step meets the same outcomes on every call, whatever
-    -- the batch size (a side trace for a changed outcome would cost an
-    -- allocation per op: the loop's handle is no longer sunk)
+    -- lookups).  A miss takes the first place and a hit moves nothing, and
+    -- every tree call starts with both empty (new_call), so each op of a
+    -- step meets the same outcome on every call, whatever ran before it: a
+    -- side trace for a changed outcome costs an allocation per op (the
+    -- loop's handle is no longer sunk).  (Without the emptying, a plan that
+    -- another tree's padded calls left first stayed there: a plain tree's
+    -- replays then missed it at every op of a loop traced while it hit,
+    -- 1.8 kB of garbage a 32-op call.)
     if xs == c1_xs and ws == c1_ws and bsid == c1_bs and act == c1_act then
       local y = lean_go(linear_run, c1_st, x, W, b or W)
       return y

@@ -190,6 +190,16 @@ function gt.tree(fn, opts)
                               -- in its first calls is rehashed, and the traces that formed on it differ)
                               _in1 = false, _in2 = false, _in3 = false, _in4 = false, _inn = 0, _resumes = 0,
                               _watch = false, _ang = 0, _staged = false, _wb = false, _sync = false,
+                              -- (and the fields gt.keyed's and gt.buckets' _attach and explain set:
+                              -- every tree's table then has one layout, and a trace through an op
+                              -- that reads the active tree's fields serves every tree.  With a keyed
+                              -- tree's extra fields its table's hash part had another size, the
+                              -- trace of a shared body formed on it guarded the slots, and the plain
+                              -- tree's replays left it each op: 1.8 kB of garbage a 32-op call)
+                              _keyed = false, _key = false, _patch = false, _verify = false, _memo = false,
+                              _nins = 0, _kstats = false, _keyed_call = false, _kstage = false, _ins = false,
+                              _kinds = false, _kwarned = false, _buckets = false, _prep = false, _breal = false,
+                              _bn = false, _bucket_call = false, _bpad = false, _pnames = false,
                               _warn_shapes = opts.warn_shapes == false and huge or (opts.warn_shapes or 8) }, Tree)
   if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
     gt.keyed._attach(self, opts)
@@ -597,10 +607,12 @@ local function run_body(self, n, a1, a2, a3, a4, rest)
 end
 
 -- A call has begun in the core (gen: its generation): the Lua side's state.
+gt._ops_new_call = function() end                    -- (gt.ops's, once loaded)
 local function enter(self, gen)
   self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
   self._sync, self._staged, self._wb, self._wbl = false, false, false, false
   gt._active, self._resumes = self, 0
+  gt._ops_new_call()
 end
 
 -- f(self, n, a1, a2, a3, a4, rest) (stage_args, or buckets' prep): the call's

@@ -29,8 +29,9 @@ local x = gt.randn({8, H}, {seed = 7})
 local xs = {}
 for i, b in ipairs{1, 2, 4, 8, 16, 32, 64} do xs[i] = gt.randn({b, H}, {seed = 100 + b}) end
 local cyc = 0
+local shapes = os.getenv("SHAPES") == "1"
 local function arg_x()
-  if os.getenv("SHAPES") ~= "1" then return x end
+  if not shapes then return x end
   cyc = cyc % 7 + 1
   return xs[cyc]
 end
@@ -54,6 +55,7 @@ for r = 1, reps do
 end
 if prof then require("jit.p").stop() end
 local m1 = collectgarbage("count")
+if os.getenv("ICOUNT") then return end   -- icount.sh: only the calls, not the summary
 table.sort(res)
 io.write(string.format("[%.1f B/call] ", (m1 - m0) * 1024 / reps))
 print(string.format("%s %-5s N=%-4d %7.2f us/call (p10 %.2f p90 %.2f)  %6.1f ns/op", gt.backend(), mode, N, res[reps/2], res[reps/10], res[reps*9/10], res[reps/2] * 1e3 / N))
