@@ -331,23 +331,26 @@ function M.in_turn(steps, order, launch_floor, warm, reps, pipe, rounds)
 end
 
 -- The collector's share of a step's host time: cpu_us medians over reps
--- steps with the collector running and stopped (1 - stopped / running).
+-- steps with the collector running and stopped (1 - stopped / running);
+-- and the Lua memory a step allocates, bytes (over the stopped steps).
 function M.gc_share(step, reps)
   local function run(stop)
     collectgarbage()
     if stop then collectgarbage("stop") end
-    local c = {}
+    local c, m0 = {}, collectgarbage("count")
     for i = 1, reps do
       local t0 = clock()
       step(i)
       c[i] = (clock() - t0) * 1e6
     end
+    local bytes = (collectgarbage("count") - m0) * 1024 / reps
     collectgarbage("restart")
     gt.sync()
-    return median(c)
+    return median(c), bytes
   end
-  local on, off = run(false), run(true)
-  return max(0, 1 - off / on)
+  local on = run(false)
+  local off, bytes = run(true)
+  return max(0, 1 - off / on), bytes
 end
 
 -- Ids of the nodes that hold a graph.
@@ -488,7 +491,7 @@ function M.run_scenario(cfg, sc, r)
     local k = kt:stats().keyed
     r.keyed = { hits = k.hits, misses = k.misses, refused = k.refused }
   end
-  r.modes.tree.gc_share = M.gc_share(steps.tree, reps)
+  r.modes.tree.gc_share, r.modes.tree.lua_bytes = M.gc_share(steps.tree, reps)
   r.stats = stats_summary(tree:stats())
   r.agree = M.agree(tree, sc)
   if sc.grow and sc.grow == cfg.heap_grow then r.record_heap = M.record_with_heap(sc, cfg.heap_mb) end

@@ -304,7 +304,8 @@ local function scenario_notes(gs, ts)
   local tr_mode = gs and gs.modes and gs.modes.tree
   if tr_mode and tr_mode.gc_share then
     notes[#notes + 1] = format("gtlua tree: Lua's collector takes %.0f%% of a replayed step's host time " ..
-      "(cpu µs with the collector running vs stopped).", 100 * tr_mode.gc_share)
+      "(cpu µs with the collector running vs stopped)%s.", 100 * tr_mode.gc_share,
+      tr_mode.lua_bytes and format("; a step allocates %.0f bytes of Lua memory", tr_mode.lua_bytes) or "")
   end
   if gs and gs.nodes and gs.nodes.cond then
     notes[#notes + 1] = format("gt.cond: %s per step (item() + host branch: %s); conditional nodes: %s; " ..
