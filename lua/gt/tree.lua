@@ -607,7 +607,7 @@ local function run_body(self, n, a1, a2, a3, a4, rest)
 end
 
 -- A call has begun in the core (gen: its generation): the Lua side's state.
-X
+gt._ops_new_call = gt._ops_new_call or function() end   -- (gt.ops's, once loaded, whichever loads first)
 local function enter(self, gen)
   self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
   self._sync, self._staged, self._wb, self._wbl = false, false, false, false
