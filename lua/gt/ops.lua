@@ -398,7 +398,7 @@ function ops.linear(x, W, b, act)
     -- of two alternating, as an MLP's up and down, hits them: four compares
     -- against values a loop's trace keeps in registers, instead of five
     -- lookups).  A miss takes the first place and a hit moves nothing, and
-    -- every tree call starts with both empty (new_call), so each op of a
+    -- every tree call starts with both empty (gt._ops_new_call), so each op of a
     -- step meets the same outcome on every call, whatever ran before it: a
     -- side trace for a changed outcome costs an allocation per op (the
     -- loop's handle is no longer sunk).  (Without the emptying, a plan that
