@@ -211,96 +211,109 @@ typedef struct gt_pathg {
 enum { GT_PATHG_AFTER = 8, GT_PATHG_BUILDS = 4 };
 
 typedef struct gt_node {
-  int id, depth;
-  struct gt_node *parent;            /* the tree's root sentinel for a first segment */
-  struct gt_node **kids; int nkids, kidcap;
-  uint64_t key, key_nostatic;
-  uint64_t key_before[4];            /* the last keys updates in place replaced (0: none): going back to one is a new node */
-  int nkey_before;                   /* updates so far (the ring's next slot: nkey_before % 4) */
-  int nlaunch, nnew;                 /* launches, buffers made in the segment */
-  char *label, *skip;                /* skip: why it runs eagerly (NULL: it graphs) */
-  const char *eager_why;             /* why its last eager visit ran eagerly, where skip is NULL (max_recordings) */
-  int visits, warmups, records, replays, updates, eager;
+  /* -- What a replay or a keyed hit reads or writes, together (see gt_tree) */
   gt_bgraph *graph;
   uint32_t gver;                     /* bumped whenever graph changes (made, patched, updated, dropped): keyed.c's fused graphs */
-  gt_pathg pg;                       /* the call's path from the root to this node as one graph (tree.c's deferred launches) */
-  uint64_t *argvals; int nargvals;   /* argument values the graph holds now */
+  int nnew;                          /* buffers made in the segment */
+  uint64_t key;
   uint64_t *plan;                    /* offsets of the segment's new buffers */
+  uint64_t *argvals; int nargvals;   /* argument values the graph holds now */
+  int visits, replays;
+  uint64_t last_call;
+  uint64_t sfrees;                   /* gt_static_frees when asig was saved */
+  int gpu_n;
+  int gev_pending;                   /* the events of a sampled launch (gev) wait to be read */
+  /* key.c: the recording as the cursor compares it (nsig launches, 0: none) */
+  struct gt_node *last_kid;          /* the child visited last */
+  struct gt_node *after;             /* the sibling visited after this node last time (the cursor predicts it) */
+  gt_asig *asig; uint64_t *bsig; gt_rsig *rsig; int nsig, nbsig, nrsig;
+  gt_lrec *lrec;                     /* lane.c: the recording as the replay lane tests it (made on first use) */
+  gt_arg *qargs;                     /* the recorded launches' arguments as queued (what the lane's sync copies) */
+  struct gt_node *parent;            /* the tree's root sentinel for a first segment */
+  int id, depth;
+  int nlaunch;                       /* launches */
+  int keyed;                         /* on a path that keyed calls replay */
+  gt_qlaunch *launches;              /* the recorded launches (argument values in argvals), for keyed patches */
+  /* -- The rest */
+  struct gt_node **kids; int nkids, kidcap;
+  uint64_t key_nostatic;
+  uint64_t key_before[4];            /* the last keys updates in place replaced (0: none): going back to one is a new node */
+  int nkey_before;                   /* updates so far (the ring's next slot: nkey_before % 4) */
+  char *label, *skip;                /* skip: why it runs eagerly (NULL: it graphs) */
+  const char *eager_why;             /* why its last eager visit ran eagerly, where skip is NULL (max_recordings) */
+  int warmups, records, updates, eager;
+  gt_pathg pg;                       /* the call's path from the root to this node as one graph (tree.c's deferred launches) */
   gt_ckpt *ckpt; int nckpt;          /* pool state after the segment */
   double record_us, instantiate_us, replay_us_sum, gpu_us_sum;
-  int replay_n, gpu_n;
+  int replay_n;
   gt_bevent *gev[2];                 /* a sampled launch's device time: events around it (tree.c's gpu_sampled) */
-  int gev_pending;                   /* they wait to be read */
-  uint64_t planned_bytes, checkpoint_bytes, plan_end, last_call, reusable_bytes;
-  gt_qlaunch *launches;              /* the recorded launches (argument values in argvals), for keyed patches */
-  int keyed;                         /* on a path that keyed calls replay */
+  uint64_t planned_bytes, checkpoint_bytes, plan_end, reusable_bytes;
   /* explain.c: why the node exists, where its segment ended, its shapes */
   char *why, *cut, *shapes;
   uint64_t kseq;                     /* hash of the kernels alone (no shapes, no grids) */
   uint64_t *statics; int nstatics;   /* static addresses in order of use */
   int why_sib;                       /* "new shape": the sibling compared with (-1: none) */
-  /* key.c: the recording as the cursor compares it (nsig launches, 0: none) */
-  struct gt_node *last_kid;          /* the child visited last */
-  struct gt_node *after;             /* the sibling visited after this node last time (the cursor predicts it) */
-  gt_asig *asig; uint64_t *bsig; gt_rsig *rsig; int nsig, nbsig, nrsig;
-  uint64_t sfrees;                   /* gt_static_frees when asig was saved */
-  gt_lrec *lrec;                     /* lane.c: the recording as the replay lane tests it (made on first use) */
-  gt_arg *qargs;                     /* the recorded launches' arguments as queued (what the lane's sync copies) */
 } gt_node;
 
 struct gt_tree {
+  /* -- What every call reads or writes, together: a call touches these few
+     cache lines, not a line a field (a keyed hit or a replay that finds the
+     host's caches cold, after a long step, pays for each line it touches) */
   gt_runtime *rt;
-  char *name, *where;
-  gt_tree_opts opts;
-  int refs;                          /* Lua's, and one per buffer that points here */
-  int closed;
   int32_t gen, prev_gen;         /* this call's generation; the one before it began (its outputs may be inputs) */
-  gt_pool pool;
-  gt_node root;                      /* sentinel: its kids are the first segments */
-  gt_node **nodes; int nnodes, nodecap;
-  int calls, warmups, replays, eager, updates, skips, recorded, limit_hit, records;
+  int closed;
+  int calls, warmups, replays, eager, updates, records;
   int kfused;                        /* keyed hits that launched their path as one graph (keyed.c) */
   int npend;                         /* replayed segments whose graphs are not launched yet: the last npend of path */
-  int pfused;                        /* calls whose replayed path launched as one graph (tree.c) */
-  gt_call_info hist[GT_HISTORY];     /* ring of the last calls */
   gt_call_info at_begin;             /* counters when the call began */
   double begin_us;
-  gt_skip *skip; int nskip, skipcap;
-  int nwarn; char *warn;
   /* the call in progress */
   gt_node *cur; int cur_planned;     /* the node visited last; its memory followed a plan (children may record) */
   int depth;
   int eager_call;                    /* this call runs every segment eagerly, without nodes */
-  char eager_why[64];               /* its skip reason, counted per segment (flush_eager_call) */
-  gt_buf **rels; int nrels, relcap;  /* buffers of the call released in the segment being queued */
+  gt_node *state_node;               /* pool holds this node's checkpoint (lazily) */
+  int *segstart; int segcap;
   gt_buf **bufs; int nbufs, bufcap;   /* the call's buffers: slab[0..nbufs) */
   gt_buf **slab; int nslab, slabcap;         /* chunks of GT_SLAB structs, reused by every call */
-  int32_t failed_gen;
-  int32_t trimmed_gen;               /* the generation whose outputs a trim invalidated (gt_tree_trim) */
-  int *segstart; int segcap;
-  gt_queue q;
-  gt_node *state_node;               /* pool holds this node's checkpoint (lazily) */
+  gt_buf **rels; int nrels, relcap;  /* buffers of the call released in the segment being queued */
   gt_node **path; int npath, pathcap;
   gt_node **lastpath; int nlastpath, lastcap;
-  gt_buf **stage; int nstage, stagecap, pinnedcap;       /* staging slots (ordinary memory) */
+  int *patched; int npatched, patchedcap;  /* this call's kernel-node patches: (path index, launch) pairs */
+  int nstage;                        /* staging slots (stage, below) */
   uint8_t *pinned;                   /* per slot: an input of this call lives there */
-  uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
-  struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
-  void (*keyed_free)(struct gt_tree *t);  /* frees them (keyed.c sets it: the tree does not call up into keyed.c) */
-  void (*keyed_trim)(struct gt_tree *t);  /* drops their one-graph paths (a trim frees graph memory; keyed.c sets it) */
   gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
   int lane_lost;                     /* lane.c: a sync found no room for a launch (the call fails) */
   int lane_call, lane_prev, jit_flushes;  /* the lane replayed launches in this call, in the one before; JIT flushes asked */
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
+  uint64_t cfrees;                   /* gt_static_frees when the segment began (key.c) */
+  int *cdirty, ndirty, cdirtycap;    /* launches whose scalars or external addresses differ from cand's graph */
+  int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
+  struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
+  gt_queue q;
+  gt_pool pool;
+  /* -- The rest */
+  char *name, *where;
+  gt_tree_opts opts;
+  int refs;                          /* Lua's, and one per buffer that points here */
+  gt_node root;                      /* sentinel: its kids are the first segments */
+  gt_node **nodes; int nnodes, nodecap;
+  int skips, recorded, limit_hit;
+  int pfused;                        /* calls whose replayed path launched as one graph (tree.c) */
+  gt_call_info hist[GT_HISTORY];     /* ring of the last calls */
+  gt_skip *skip; int nskip, skipcap;
+  int nwarn; char *warn;
+  char eager_why[64];               /* the eager call's skip reason, counted per segment (flush_eager_call) */
+  int32_t failed_gen;
+  int32_t trimmed_gen;               /* the generation whose outputs a trim invalidated (gt_tree_trim) */
+  gt_buf **stage; int stagecap, pinnedcap;       /* staging slots (ordinary memory) */
+  uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
+  void (*keyed_free)(struct gt_tree *t);  /* frees them (keyed.c sets it: the tree does not call up into keyed.c) */
+  void (*keyed_trim)(struct gt_tree *t);  /* drops their one-graph paths (a trim frees graph memory; keyed.c sets it) */
   /* key.c: the offset at which each external buffer (by ordinal) was first
      used in a key computation (k: keys and saved signatures; c: the cursor):
      an external view is keyed by its offset from there, so one view at any
      offset (a window sliding over a buffer) is one node */
   int64_t *kfirst, *cfirst; int kfirstcap, cfirstcap;
-  uint64_t cfrees;                   /* gt_static_frees when the segment began (key.c) */
-  int *cdirty, ndirty, cdirtycap;    /* launches whose scalars or external addresses differ from cand's graph */
-  int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
-  int *patched; int npatched, patchedcap;  /* this call's kernel-node patches: (path index, launch) pairs */
   struct gt_floorpath *fpaths; int nfpaths, fpathcap;   /* stats.c: the paths a floor launches in turn */
   void (*floor_free)(struct gt_tree *t);   /* frees them (stats.c sets it: the tree does not call up into stats.c) */
 };

@@ -38,15 +38,23 @@ typedef struct kpatch {
 
 typedef struct kout { int ci, seg, idx; uint64_t bytes; } kout;
 
+/* One segment of the path as this key's body left it. */
+typedef struct kseg {
+  uint64_t key;                  /* the node's key when saved: a node updated in place since (another static address) bakes in other values */
+  uint64_t *vals; int nvals;     /* the argument values this key's body gave its graph (another key of the same
+                                    nodes, or a plain call, may patch other scalars and addresses in) */
+  uint32_t gv;                   /* the node's gver when its graph last held vals (with a hit's patches) */
+} kseg;
+
+/* One allocation holds k and its path, segments and outputs (a hit reads
+   them in a few cache lines: after a long step the host's caches are cold). */
 struct gt_keyed {
   gt_tree *t;
-  gt_node **path; int npath;
-  uint64_t *keys;                /* the nodes' keys when saved: a node updated in place since (another static address) bakes in other values */
-  uint64_t **vals; int *nvals;   /* per node: the argument values this key's body gave its graph (another key of the
-                                    same nodes, or a plain call, may patch other scalars and addresses in) */
-  uint32_t *gv;                  /* per node: its gver when its graph last held vals (with a hit's patches) */
-  kpatch *p; int np, pcap;
-  kout *o; int no;
+  int npath, np, pcap, no;
+  gt_node **path;                /* (in k's allocation, as s and o) */
+  kseg *s;
+  kout *o;
+  kpatch *p;
   gt_pathg pg;                   /* the path as one graph (fused) */
   struct gt_keyed *next;
 };
@@ -54,23 +62,24 @@ struct gt_keyed {
 
 static void keyed_free(gt_keyed *k) {
   gt_pathg_free(&k->t->rt->be, &k->pg);
-  for (int d = 0; k->vals && d < k->npath; d++) free(k->vals[d]);
-  free(k->path); free(k->keys); free(k->vals); free(k->nvals); free(k->gv); free(k->p); free(k->o); free(k);
+  for (int d = 0; d < k->npath; d++) free(k->s[d].vals);
+  free(k->p); free(k);
 }
 
 /* What k's path's graphs hold now, as this key's: after a body run of it. */
 static int snapshot(gt_keyed *k) {
   for (int d = 0; d < k->npath; d++) {
     const gt_node *n = k->path[d];
-    k->keys[d] = n->key;
-    if (k->nvals[d] != n->nargvals) {
-      uint64_t *v = realloc(k->vals[d], (size_t)(n->nargvals ? n->nargvals : 1) * sizeof *v);
+    kseg *g = &k->s[d];
+    g->key = n->key;
+    if (g->nvals != n->nargvals) {
+      uint64_t *v = realloc(g->vals, (size_t)(n->nargvals ? n->nargvals : 1) * sizeof *v);
       if (!v) return GT_ERR;
-      k->vals[d] = v;
-      k->nvals[d] = n->nargvals;
+      g->vals = v;
+      g->nvals = n->nargvals;
     }
-    memcpy(k->vals[d], n->argvals, (size_t)n->nargvals * sizeof *n->argvals);
-    k->gv[d] = n->gver;
+    memcpy(g->vals, n->argvals, (size_t)n->nargvals * sizeof *n->argvals);
+    g->gv = n->gver;
   }
   return GT_OK;
 }
@@ -158,19 +167,16 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   if (h->replays != t->nlastpath) { gt_fail(rt, "not every segment replayed yet"); return NULL; }
   for (int d = 0; d < t->nlastpath; d++)
     if (!t->lastpath[d]->graph || !t->lastpath[d]->launches) { gt_fail(rt, "a segment holds no graph"); return NULL; }
-  gt_keyed *k = calloc(1, sizeof *k);
+  int np = t->nlastpath;
+  gt_keyed *k = calloc(1, sizeof *k + np * (sizeof *k->path + sizeof *k->s) + (nout ? nout : 1) * sizeof *k->o);
   if (!k) { gt_fail(rt, "out of host memory"); return NULL; }
   k->t = t;
-  k->npath = t->nlastpath;
-  k->path = malloc(k->npath * sizeof *k->path);
-  k->keys = malloc(k->npath * sizeof *k->keys);
-  k->vals = calloc(k->npath, sizeof *k->vals);
-  k->nvals = malloc(k->npath * sizeof *k->nvals);
-  k->gv = malloc(k->npath * sizeof *k->gv);
-  k->o = malloc((nout ? nout : 1) * sizeof *k->o);
-  if (!k->path || !k->keys || !k->vals || !k->nvals || !k->gv || !k->o) goto oom;
+  k->npath = np;
+  k->path = (gt_node **)(k + 1);          /* (every part's alignment is 8) */
+  k->s = (kseg *)(k->path + np);
+  k->o = (kout *)(k->s + np);
   memcpy(k->path, t->lastpath, k->npath * sizeof *k->path);
-  for (int d = 0; d < k->npath; d++) k->nvals[d] = -1;
+  for (int d = 0; d < k->npath; d++) k->s[d].nvals = -1;
   if (snapshot(k)) goto oom;
   for (int i = 0; i < nout; i++) {
     gt_buf *b = gt_tree_buf_ptr(t, outs[i]);
@@ -233,12 +239,12 @@ static void show_value(char *buf, size_t len, uint64_t v, int ptr, int ptype) {
 int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
   for (int d = 0, j = 0; d < k->npath; d++) {
     const gt_node *n = k->path[d];
-    if (n->nargvals != k->nvals[d]) return gt_fail(rt, "segment %d was recorded again with other launches", d + 1);
+    if (n->nargvals != k->s[d].nvals) return gt_fail(rt, "segment %d was recorded again with other launches", d + 1);
     for (int i = 0; i < n->nlaunch; i++) {
       const gt_qlaunch *l = &n->launches[i];
       for (int a = 0; a < l->nargs; a++) {
         int slot = l->arg0 + a, skip = 0;
-        uint64_t want = k->vals[d][slot];
+        uint64_t want = k->s[d].vals[slot];
         for (; j < k->np && (k->p[j].node < d || (k->p[j].node == d && k->p[j].slot < slot)); j++) {}
         for (int q = j; q < k->np && k->p[q].node == d && k->p[q].slot == slot; q++) {
           if (k->p[q].kind == KP_SCALAR && !k->p[q].confirmed) skip = 1;   /* gt_tree_keyed_confirm settles it */
@@ -409,7 +415,7 @@ static int restorable(const gt_keyed *k, int d) {
   const gt_node *n = k->path[d];
   for (int i = 0; i < n->nlaunch; i++) {
     const gt_qlaunch *l = &n->launches[i];
-    if (l->kind != GT_GN_KERNEL && memcmp(n->argvals + l->arg0, k->vals[d] + l->arg0, l->nargs * sizeof *n->argvals))
+    if (l->kind != GT_GN_KERNEL && memcmp(n->argvals + l->arg0, k->s[d].vals + l->arg0, l->nargs * sizeof *n->argvals))
       return 0;
   }
   return 1;
@@ -422,7 +428,7 @@ static int restorable(const gt_keyed *k, int d) {
 static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi) {
   gt_node *n = k->path[d];
   int j = *pi;
-  if (n->gver == k->gv[d]) {                   /* the graph holds k's values: this call's patches alone */
+  if (n->gver == k->s[d].gv) {                   /* the graph holds k's values: this call's patches alone */
     while (j < k->np && k->p[j].node == d) {
       int i = k->p[j].launch, dirty = 0;
       for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) {
@@ -435,7 +441,7 @@ static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi
     for (int i = 0; i < n->nlaunch; i++) {
       const gt_qlaunch *l = &n->launches[i];
       uint64_t want[GT_MAX_PARAMS], *have = n->argvals + l->arg0;
-      memcpy(want, k->vals[d] + l->arg0, l->nargs * sizeof *want);
+      memcpy(want, k->s[d].vals + l->arg0, l->nargs * sizeof *want);
       for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) want[k->p[j].slot - l->arg0] = patch_value(&k->p[j], ins);
       if (l->kind != GT_GN_KERNEL || !memcmp(want, have, l->nargs * sizeof *want)) continue;
       memcpy(have, want, l->nargs * sizeof *want);
@@ -443,7 +449,7 @@ static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi
     }
   }
   *pi = j;
-  k->gv[d] = n->gver;
+  k->s[d].gv = n->gver;
   return GT_OK;
 }
 
@@ -453,12 +459,13 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
   int clean = 1;
   for (int d = 0; d < k->npath; d++) {         /* first the checks: nothing runs unless all can be patched */
     const gt_node *n = k->path[d];
-    if (!n->graph || n->key != k->keys[d] || n->nargvals != k->nvals[d]) return 1;
+    const kseg *g = &k->s[d];
+    if (!n->graph || n->key != g->key || n->nargvals != g->nvals) return 1;
     /* a static buffer freed since the node's statics were last compared: the
        graph may hold its address, now another buffer's (the body runs; its
        segments compare the statics again) */
     if (n->sfrees != gt_static_frees) return 1;
-    if (n->gver != k->gv[d]) {                 /* another key's body, or a plain call, patched it since */
+    if (n->gver != k->s[d].gv) {                 /* another key's body, or a plain call, patched it since */
       clean = 0;
       if (!restorable(k, d)) return 1;
     }
@@ -466,7 +473,7 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
   for (int i = 0; i < k->np; i++) {
     const kpatch *p = &k->p[i];
     uint64_t v = patch_value(p, ins);
-    if (v != k->vals[p->node][p->slot] && (p->kind == KP_COPY || (p->kind == KP_SCALAR && !p->confirmed))) return 1;
+    if ((p->kind == KP_COPY || (p->kind == KP_SCALAR && !p->confirmed)) && v != k->s[p->node].vals[p->slot]) return 1;
     if (v != k->path[p->node]->argvals[p->slot]) clean = 0;
   }
   if (gt_tree_grow_path(t, k->npath)) return gt_fail(rt, "out of host memory");

@@ -2,7 +2,9 @@
 -- ops (hidden H, default 16), median over REPS calls (default 3000) with a sync
 -- between calls; MODE tree (default), keyed or floor.  SHAPES=1: seven batch
 -- sizes in turn; MLP=1: up and down projections in turn; PROF=mode and
--- PROFOUT=file: jit.p's profile.  scripts/bench/icount.sh counts its instructions.
+-- PROFOUT=file: jit.p's profile; EVICT=MB: before each call, a write to every
+-- cache line of an MB-sized buffer (the host's caches cold, as a long step or
+-- other work leaves them).  scripts/bench/icount.sh counts its instructions.
 local gt = require "gt"
 local N = tonumber(arg[1]) or 128
 local mode = arg[2] or "tree"
@@ -46,7 +48,11 @@ if os.getenv("NOGC") then collectgarbage("stop") end
 local m0 = collectgarbage("count")
 local res = {}
 local reps = tonumber(os.getenv("REPS") or "") or 3000
+local evict = tonumber(os.getenv("EVICT") or "")
+local ffi = require "ffi"
+local ebuf = evict and ffi.new("uint8_t[?]", evict * 2 ^ 20)
 for r = 1, reps do
+  if ebuf then ffi.fill(ebuf, evict * 2 ^ 20, r % 256) end
   local t0 = clock()
   local floor_us
   if mode == "floor" then floor_us = step:floor(1, true) else step(arg_x()) end
