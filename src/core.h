@@ -415,6 +415,7 @@ int gt_role_of(const gt_tree *t, const gt_buf *b);  /* GT_ROLE_* of a tensor arg
 uint64_t gt_segment_key(gt_tree *t, int topology);  /* topology: without grids, static tensors by order */
 void gt_cursor_start(gt_tree *t, gt_node *parent);  /* a segment begins under parent */
 int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always);   /* gt_tree_begin of a keyed call */
+int gt_tree_begin_body(gt_tree *t);   /* ... and the rest when its body runs after all */
 void gt_cursor_push(gt_tree *t);                    /* a launch was queued */
 /* The launch just queued passed gt_arg_quick or gt_cursor_arg throughout: dirty, its differences. */
 void gt_cursor_quick(gt_tree *t, uint64_t dirty);

@@ -495,7 +495,10 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
 int gt_tree_keyed_call(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {
   if (gt_tree_begin_timed(rt, k->t, 0)) return GT_ERR;
   int r = gt_tree_keyed_run(rt, k, ins, outb);
-  if (r == 1) k->t->begin_us = gt_fast_us();   /* the body runs: the call is timed (its start was a few checks ago) */
+  if (r == 1) {                                /* the body runs: the call is timed (its start was a few checks ago) */
+    k->t->begin_us = gt_fast_us();
+    if (gt_tree_begin_body(k->t)) r = GT_ERR;
+  }
   if (r < 0 && rt->active == k->t) gt_tree_abort(rt);
   return r;
 }

@@ -122,6 +122,7 @@ static int timed_call(int call) { return call <= 64 || !(call & 15); }
 
 int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   if (gt_tree_begin_timed(rt, t, 1)) return GT_ERR;
+  if (gt_tree_begin_body(t)) { gt_tree_abort(rt); return GT_ERR; }
   t->eager_call = eager != NULL;
   if (eager) snprintf(t->eager_why, sizeof t->eager_why, "%s", eager);
   t->cmiss |= t->eager_call;
@@ -129,8 +130,12 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   return GT_OK;
 }
 
-/* gt_tree_begin without an eager reason; always: time it whatever the
-   sampling says (else history's cpu_us is -1 on an untimed call). */
+/* The start of a call, gt_tree_begin's and a keyed hit's; always: time it
+   whatever the sampling says (else history's cpu_us is -1 on an untimed
+   call).  What only a body run needs is gt_tree_begin_body's: a keyed hit
+   launches its path with neither the cursor nor a segment, and after a
+   long step the host's caches are cold, so a hit pays for each line it
+   touches. */
 int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   if (rt->active)
     return gt_fail(rt, "tree '%s' was called inside a call of tree '%s': tree calls cannot nest", t->name, rt->active->name);
@@ -149,14 +154,21 @@ int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   t->nrels = 0;
   t->eager_call = 0;
   t->npend = 0;
-  gt_cursor_start(t, &t->root);
-  if (t->nstage) memset(t->pinned, 0, t->nstage);
-  if (GT_GROW(t->segstart, t->segcap, 1)) return gt_fail(rt, "out of host memory");
-  t->segstart[0] = 0;
   t->calls++;
   t->at_begin = (gt_call_info){ t->calls, t->warmups, t->records, t->replays, t->eager, t->updates, 0, 0, 0 };
   t->begin_us = always || timed_call(t->calls) ? gt_fast_us() : -1;
   rt->active = t;
+  return GT_OK;
+}
+
+/* The begun call's body is to run: the cursor at the root, the first
+   segment, this call's staging slots free.  Fails out of host memory only
+   (the caller aborts the call). */
+int gt_tree_begin_body(gt_tree *t) {
+  gt_cursor_start(t, &t->root);
+  if (t->nstage) memset(t->pinned, 0, t->nstage);
+  if (GT_GROW(t->segstart, t->segcap, 1)) return gt_fail(t->rt, "out of host memory");
+  t->segstart[0] = 0;
   return GT_OK;
 }
 

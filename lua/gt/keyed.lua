@@ -13,7 +13,8 @@ local is_tensor, view = gt.is_tensor, gt._view
 local unstage_res = gt._unstage_res
 local spread, arg_at, packed = gt._spread, gt._arg_at, gt._packed
 local band = bit.band
-local STATIC, STAGING, RELEASED = C.GT_BUF_STATIC, C.GT_BUF_STAGING, C.GT_BUF_RELEASED
+local STATIC, STAGING, RELEASED, SLAB = C.GT_BUF_STATIC, C.GT_BUF_STAGING, C.GT_BUF_RELEASED, C.GT_BUF_SLAB
+local TT = ffi.typeof("gt_tensor")
 local anchor = gt._anchor
 
 local M = {}
@@ -169,7 +170,7 @@ local function describe_outputs(self, args, n, ...)
           if not o then return nil, "it returns a staged view it cannot place" end
         else
           cis[#cis + 1] = b.ci
-          o = { kind = "buf", bi = #cis - 1, off = y._off, sid = y._sid, dt = y._dt, vid = y._vid }
+          o = { kind = "buf", bi = #cis - 1, off = y._off, sid = y._sid, dt = y._dt, vid = y._vid, nb = y._nb }
         end
       end
       o = o or { kind = "value", v = y }
@@ -192,7 +193,9 @@ local function rebuild(self, o, outb, staged, a1, a2, a3, a4, rest)
   local k = o.kind
   if k == "buf" then
     local b = outb[o.bi]
-    local y = view(b, o.off, o.sid, o.dt, b.gen, o.vid)
+    local y
+    if band(b.flags, SLAB) ~= 0 then y = TT(b, o.off, o.nb, b.gen, o.sid, o.dt, o.vid)   -- (view's, its bytes kept)
+    else y = view(b, o.off, o.sid, o.dt, b.gen, o.vid) end
     anchor(self, y, b.gen)                 -- (no tail calls on a hit: LuaJIT counts them against
     return y                               -- its loop unroll limit, for the whole trace)
   elseif k == "arg" then
