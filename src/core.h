@@ -220,6 +220,7 @@ typedef struct gt_node {
   uint64_t *argvals; int nargvals;   /* argument values the graph holds now */
   int visits, replays;
   uint64_t last_call;
+  uint64_t checkpoint_bytes;         /* pool bytes in use after the segment (every call's history reads its last node's) */
   uint64_t sfrees;                   /* gt_static_frees when asig was saved */
   int gpu_n;
   int gev_pending;                   /* the events of a sampled launch (gev) wait to be read */
@@ -247,7 +248,7 @@ typedef struct gt_node {
   double record_us, instantiate_us, replay_us_sum, gpu_us_sum;
   int replay_n;
   gt_bevent *gev[2];                 /* a sampled launch's device time: events around it (tree.c's gpu_sampled) */
-  uint64_t planned_bytes, checkpoint_bytes, plan_end, reusable_bytes;
+  uint64_t planned_bytes, plan_end, reusable_bytes;
   /* explain.c: why the node exists, where its segment ended, its shapes */
   char *why, *cut, *shapes;
   uint64_t kseq;                     /* hash of the kernels alone (no shapes, no grids) */
@@ -263,7 +264,7 @@ struct gt_tree {
   int32_t gen, prev_gen;         /* this call's generation; the one before it began (its outputs may be inputs) */
   int closed;
   int calls, warmups, replays, eager, updates, records;
-  int kfused;                        /* keyed hits that launched their path as one graph (keyed.c) */
+  int khits, kfused;                 /* keyed hits; those that launched their path as one graph (keyed.c) */
   int npend;                         /* replayed segments whose graphs are not launched yet: the last npend of path */
   gt_call_info at_begin;             /* counters when the call began */
   double begin_us;

@@ -120,6 +120,7 @@ typedef struct gt_tree_info {
   uint64_t reserved, in_use, high_water;   /* pool bytes */
   int depth;                   /* levels of the tree (deepest node's depth + 1) */
   int keyed_fused;             /* keyed hits that launched a path of several segments as one graph */
+  int keyed_hits;              /* keyed calls that launched their path without the body */
   int path_fused;              /* calls that replayed a path of several segments and launched it as one graph */
 } gt_tree_info;
 

@@ -405,6 +405,7 @@ static int keyed_end(gt_tree *t, gt_keyed *k, const gt_arg *ins, gt_buf **outb) 
     gt_slab_buf_init(b, t, t->pool.base + k->path[o->seg]->plan[o->idx], o->bytes, o->seg, o->idx, o->ci, 0);
     if (outb) outb[i] = b;
   }
+  t->khits++;
   gt_tree_finish_call(t);
   return GT_OK;
 }

@@ -15,6 +15,7 @@ int gt_tree_stats(gt_tree *t, gt_tree_info *o) {
   o->skips = t->skips;
   o->limit_hit = t->limit_hit;
   o->keyed_fused = t->kfused;
+  o->keyed_hits = t->khits;
   o->path_fused = t->pfused;
   o->reserved = t->pool.committed;
   o->in_use = t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(&t->pool);

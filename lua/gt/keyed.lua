@@ -217,12 +217,14 @@ local function rebuild(self, o, outb, staged, a1, a2, a3, a4, rest)
   return o.v
 end
 
+-- outs: the results' descriptors (describe_outputs), or one result's
+-- descriptor itself (a hit of a one-result path reads one table less).
 local function outputs(self, outs, outb, staged, a1, a2, a3, a4, rest)
-  local n = outs.n
-  if n == 1 then
-    local y = rebuild(self, outs[1], outb, staged, a1, a2, a3, a4, rest)
+  if outs.kind then
+    local y = rebuild(self, outs, outb, staged, a1, a2, a3, a4, rest)
     return y
   end
+  local n = outs.n
   if n == 2 then
     return rebuild(self, outs[1], outb, staged, a1, a2, a3, a4, rest), rebuild(self, outs[2], outb, staged, a1, a2, a3, a4, rest)
   end
@@ -290,7 +292,7 @@ local function settle(self, leaf, verifying, n, args, ...)
     end
     return ...
   end
-  leaf.k, leaf.outs, leaf.outb = k, outs, ffi.new("gt_buf*[?]", math.max(#cis, 1))
+  leaf.k, leaf.outs, leaf.outb = k, outs.n == 1 and outs[1] or outs, ffi.new("gt_buf*[?]", math.max(#cis, 1))
   return ...
 end
 
@@ -317,17 +319,14 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
   if leaf.refused then refuse(self, leaf, leaf.refused); return self._run(self, mode, n, a1, a2, a3, a4, rest) end
   local k = leaf.k
   local verifying = false
-  if k then
+  if k and (verify_all or self._verify) then      -- (a hit touches no Lua counter: the core counts hits)
     st.calls = st.calls + 1
-    verifying = verify_all or (self._verify and st.calls % self._verify == 0)
+    verifying = verify_all or st.calls % self._verify == 0
   end
   if k and not verifying and not (pad or self._kstage) then      -- nothing to stage: one call into the core
     local outb = leaf.outb
     local r = C.gt_tree_keyed_call(rt, k, self._ins, outb)
-    if r == 0 then
-      st.hits = st.hits + 1
-      return outputs(self, leaf.outs, outb, nil, a1, a2, a3, a4, rest)
-    end
+    if r == 0 then return outputs(self, leaf.outs, outb, nil, a1, a2, a3, a4, rest) end
     if r < 0 then gt._error(gt._errmsg()) end
     self._enter(self, C.gt_tree_gen(self._t))                      -- begun: run the body
     st.misses = st.misses + 1
@@ -346,7 +345,6 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
     local r = C.gt_tree_keyed_run(rt, k, self._ins, leaf.outb)
     if r == 0 then
       gt._active = nil
-      st.hits = st.hits + 1
       if self._wb then gt._write_back(self) end          -- a write into a copied (padded) input reaches the caller
       return outputs(self, leaf.outs, leaf.outb, staged, a1, a2, a3, a4, rest)
     end
@@ -375,7 +373,7 @@ function M._attach(tree, opts)
   if v ~= nil and (type(v) ~= "number" or v < 1 or v ~= math.floor(v)) then error("gt.tree: verify must be a whole number >= 1", 3) end
   tree._keyed, tree._key, tree._patch, tree._verify = true, key, patch, v
   tree._memo, tree._nins = {}, 0
-  tree._kstats = { hits = 0, misses = 0, verified = 0, calls = 0, refused = {} }
+  tree._kstats = { misses = 0, verified = 0, calls = 0, refused = {} }   -- (hits: the core's, tree:stats)
   tree._keyed_call = keyed_call
 end
 

@@ -726,7 +726,7 @@ function Tree:stats()
     local c = self._kstats
     local refused = {}
     for why, count in pairs(c.refused) do refused[why] = count end
-    r.keyed = { hits = c.hits, misses = c.misses, verified = c.verified, refused = refused, fused = s.keyed_fused }
+    r.keyed = { hits = s.keyed_hits, misses = c.misses, verified = c.verified, refused = refused, fused = s.keyed_fused }
   end
   r.roots = {}
   local k = 0
