@@ -30,6 +30,8 @@ typedef struct gt_range {
 typedef struct gt_pool {
   gt_backend *be;
   uint64_t base;             /* fixed: the range's address; growing: 0 */
+  gt_block *blk;             /* live blocks, sorted by offset (n: every call clears them, next to base: every hit reads it) */
+  int n, cap;
   uint64_t reserve;          /* bytes reserved, all ranges */
   uint64_t committed;        /* bytes committed, all ranges */
   uint64_t high_water;       /* the ranges' highs added up (one range: the largest end ever used) */
@@ -37,8 +39,6 @@ typedef struct gt_pool {
   int growing;               /* 0: fixed; 1: growing; 2: growing, first set by the user (not retried smaller) */
   gt_range *rng;             /* sorted by address */
   int nrng;
-  gt_block *blk;             /* live blocks, sorted by offset */
-  int n, cap;
 } gt_pool;
 
 /* A fixed pool: reserve bytes of addresses now.  On failure err says why. */
@@ -259,29 +259,34 @@ typedef struct gt_node {
 struct gt_tree {
   /* -- What every call reads or writes, together: a call touches these few
      cache lines, not a line a field (a keyed hit or a replay that finds the
-     host's caches cold, after a long step, pays for each line it touches) */
-  gt_runtime *rt;
+     host's caches cold, after a long step, pays for each line it touches).
+     First the numbers a call's start writes (gt_tree_begin_timed), then the
+     arrays a call fills. */
   int32_t gen, prev_gen;         /* this call's generation; the one before it began (its outputs may be inputs) */
   int closed;
   int calls, warmups, replays, eager, updates, records;
   int khits, kfused;                 /* keyed hits; those that launched their path as one graph (keyed.c) */
   int npend;                         /* replayed segments whose graphs are not launched yet: the last npend of path */
-  gt_call_info at_begin;             /* counters when the call began */
-  double begin_us;
-  /* the call in progress */
-  gt_node *cur; int cur_planned;     /* the node visited last; its memory followed a plan (children may record) */
   int depth;
   int eager_call;                    /* this call runs every segment eagerly, without nodes */
+  int cur_planned;                   /* the node visited last followed a plan (children may record) */
+  int nbufs, nrels, npath, npatched, nlastpath;   /* (the arrays below) */
+  gt_call_info at_begin;             /* counters when the call began */
+  double begin_us;
+  gt_node *cur;                      /* the node visited last */
   gt_node *state_node;               /* pool holds this node's checkpoint (lazily) */
-  int *segstart; int segcap;
-  gt_buf **bufs; int nbufs, bufcap;   /* the call's buffers: slab[0..nbufs) */
+  gt_runtime *rt;
+  gt_node **path; int pathcap;
+  gt_node **lastpath; int lastcap;
+  gt_buf **bufs; int bufcap;         /* the call's buffers: slab[0..nbufs) */
   gt_buf **slab; int nslab, slabcap;         /* chunks of GT_SLAB structs, reused by every call */
-  gt_buf **rels; int nrels, relcap;  /* buffers of the call released in the segment being queued */
-  gt_node **path; int npath, pathcap;
-  gt_node **lastpath; int nlastpath, lastcap;
-  int *patched; int npatched, patchedcap;  /* this call's kernel-node patches: (path index, launch) pairs */
+  int *segstart; int segcap;
+  gt_buf **rels; int relcap;         /* buffers of the call released in the segment being queued */
+  int *patched; int patchedcap;      /* this call's kernel-node patches: (path index, launch) pairs */
   int nstage;                        /* staging slots (stage, below) */
   uint8_t *pinned;                   /* per slot: an input of this call lives there */
+  struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
+  gt_pool pool;
   gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
   int lane_lost;                     /* lane.c: a sync found no room for a launch (the call fails) */
   int lane_call, lane_prev, jit_flushes;  /* the lane replayed launches in this call, in the one before; JIT flushes asked */
@@ -289,9 +294,7 @@ struct gt_tree {
   uint64_t cfrees;                   /* gt_static_frees when the segment began (key.c) */
   int *cdirty, ndirty, cdirtycap;    /* launches whose scalars or external addresses differ from cand's graph */
   int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
-  struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
   gt_queue q;
-  gt_pool pool;
   /* -- The rest */
   char *name, *where;
   gt_tree_opts opts;
