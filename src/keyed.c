@@ -167,14 +167,14 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   if (h->replays != t->nlastpath) { gt_fail(rt, "not every segment replayed yet"); return NULL; }
   for (int d = 0; d < t->nlastpath; d++)
     if (!t->lastpath[d]->graph || !t->lastpath[d]->launches) { gt_fail(rt, "a segment holds no graph"); return NULL; }
-  int np = t->nlastpath;
-  gt_keyed *k = calloc(1, sizeof *k + np * (sizeof *k->path + sizeof *k->s) + (nout ? nout : 1) * sizeof *k->o);
+  int npath = t->nlastpath;
+  gt_keyed *k = calloc(1, sizeof *k + npath * (sizeof *k->path + sizeof *k->s) + (nout ? nout : 1) * sizeof *k->o);
   if (!k) { gt_fail(rt, "out of host memory"); return NULL; }
   k->t = t;
-  k->npath = np;
+  k->npath = npath;
   k->path = (gt_node **)(k + 1);          /* (every part's alignment is 8) */
-  k->s = (kseg *)(k->path + np);
-  k->o = (kout *)(k->s + np);
+  k->s = (kseg *)(k->path + npath);
+  k->o = (kout *)(k->s + npath);
   memcpy(k->path, t->lastpath, k->npath * sizeof *k->path);
   for (int d = 0; d < k->npath; d++) k->s[d].nvals = -1;
   if (snapshot(k)) goto oom;
