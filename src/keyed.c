@@ -58,6 +58,8 @@ struct gt_keyed {
   gt_pathg pg;                   /* the path as one graph (fused) */
   struct gt_keyed *next;
 };
+_Static_assert(sizeof(gt_keyed) % _Alignof(kseg) == 0 && sizeof(gt_node *) % _Alignof(kseg) == 0 &&
+               sizeof(kseg) % _Alignof(kout) == 0, "gt_keyed's parts follow it in one allocation");
 
 
 static void keyed_free(gt_keyed *k) {
