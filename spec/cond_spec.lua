@@ -317,6 +317,37 @@ describe("gt.cond and gt.loop refuse", function()
     end
   end)
 
+  it("patches a condition tensor at a new address on a keyed hit too: the body stops running, each flag decides", function()
+    local runs = 0
+    local function body(a, p)
+      runs = runs + 1
+      local y = gt.zeros { 2, 4 }
+      gt.cond(p, function() y:copy(gt.ops.relu(a)) end, function() y:copy(gt.ops.mul(a, 2)) end)
+      return y
+    end
+    local step = gt.tree(body, { key = function() return 0 end })
+    local x = gt.from { { 1, -1, 2, -2 }, { 3, -3, 4, -4 } }
+    local flags = { 1, 0, 0, 1, 1, 1, 0, 1, 0, 0, 1, 0 }
+    for rep = 1, 3 do
+      for i, f in ipairs(flags) do
+        local y = step(x, gt.from({ f }, "i32"))          -- a fresh flag every call
+        if f == 1 then assert.tensor_near({ { 1, 0, 2, 0 }, { 3, 0, 4, 0 } }, y, 0, rep .. ":" .. i)
+        else assert.tensor_near({ { 2, -2, 4, -4 }, { 6, -6, 8, -8 } }, y, 0, rep .. ":" .. i) end
+      end
+    end
+    local k = step:stats().keyed
+    if gt.cond_nodes() then
+      assert.is_true(runs <= 4, "the body ran " .. runs .. " times")
+      assert.are.equal(3 * #flags - runs, k.hits)
+      assert.are.same({}, k.refused)
+    end
+    local f1 = gt.from({ 1 }, "i32")                      -- the flag of the memoized path, its value changed
+    for i = 1, 4 do
+      f1:fill(i % 2)
+      assert.tensor_near(i % 2 == 1 and { { 1, 0, 2, 0 }, { 3, 0, 4, 0 } } or { { 2, -2, 4, -4 }, { 6, -6, 8, -8 } }, step(x, f1))
+    end
+  end)
+
   it("a loop whose body writes p only in a nested gt.cond taken on a later pass ends, outside a tree and in one", function()
     local KK = gt.compile([[
 __global__ void inc_flag(float *acc, unsigned char *flag) { if (threadIdx.x == 0) { acc[0] += 1; flag[0] = acc[0] >= 3; } }

@@ -458,9 +458,12 @@ int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at);
 int gt_tree_grow_path(gt_tree *t, int n);
 int gt_tree_launch_graph(gt_tree *t, gt_node *n);   /* launch n's graph (timed when profiling) */
 void gt_tree_finish_call(gt_tree *t);               /* end the active call after its segments ran */
-/* Sets launch i of n's graph to the values n->argvals holds (d >= 0: n's index in the call's path, noted for the floor). */
 void gt_node_gpu_harvest(gt_backend *be, gt_node *n);   /* tree.c: a sampled launch's device time, if it has run */
+/* Sets launch i of n's graph to the values n->argvals holds (d >= 0: n's
+   index in the call's path, noted for the floor); 1: the driver refused
+   (a node in a conditional body): gt_tree_rebuild_node sets them all. */
 int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i);
+int gt_tree_rebuild_node(gt_tree *t, gt_node *n);
 /* -- Explaining nodes (explain.c) ----------------------------------------- */
 void gt_explain_node(gt_tree *t, gt_node *n);     /* at creation: why (shapes come later from Lua) */
 void gt_explain_free(gt_node *n);

@@ -113,6 +113,10 @@ static uint64_t patch_value(const kpatch *p, const gt_arg *ins) {
                               : ins[p->in].buf->addr + (uint64_t)ins[p->in].off + (uint64_t)p->delta;
 }
 
+/* A launch whose arguments a patch sets in the graph: a kernel's, and a
+   gt.cond/gt.loop condition's address (a copy or a fill is rebuilt). */
+static int patchable(const gt_qlaunch *l) { return l->kind == GT_GN_KERNEL || (gt_kind_is_cond(l->kind) && l->nargs); }
+
 static int is_pointer(const gt_qlaunch *l, int j) {
   if (l->kind != GT_GN_KERNEL) return l->kind == GT_GN_MEMCPY ? j < 2 : j == 0;
   return l->k->ptype[j] == GT_P_IN || l->k->ptype[j] == GT_P_OUT;
@@ -152,7 +156,7 @@ static int find_patches(gt_keyed *k, const gt_arg *ins, const uint8_t *kinds, in
         int a = input_of(v, ptr, pt, ins, kinds, nin);
         if (a == -2) return 1;
         if (a < 0) continue;
-        kpatch p = { d, i, slot, a, ptr ? (l->kind == GT_GN_KERNEL ? KP_ADDR : KP_COPY) : KP_SCALAR, 0, 0, (uint8_t)pt, 0, 0 };
+        kpatch p = { d, i, slot, a, ptr ? (patchable(l) ? KP_ADDR : KP_COPY) : KP_SCALAR, 0, 0, (uint8_t)pt, 0, 0 };
         if (ptr) p.delta = (int64_t)(v - (ins[a].buf->addr + (uint64_t)ins[a].off)), p.write = gt_launch_writes(l, j);
         else p.seen = ins[a].v.f64;
         if (add_patch(k, p)) return GT_ERR;
@@ -412,13 +416,13 @@ static int keyed_end(gt_tree *t, gt_keyed *k, const gt_arg *ins, gt_buf **outb) 
   return GT_OK;
 }
 
-/* Whether node d's graph can be brought back to k's values by kernel-node
-   patches alone (a copy or fill that differs needs the body). */
+/* Whether node d's graph can be brought back to k's values by patches
+   alone (a copy or fill that differs needs the body). */
 static int restorable(const gt_keyed *k, int d) {
   const gt_node *n = k->path[d];
   for (int i = 0; i < n->nlaunch; i++) {
     const gt_qlaunch *l = &n->launches[i];
-    if (l->kind != GT_GN_KERNEL && memcmp(n->argvals + l->arg0, k->s[d].vals + l->arg0, l->nargs * sizeof *n->argvals))
+    if (!patchable(l) && memcmp(n->argvals + l->arg0, k->s[d].vals + l->arg0, l->nargs * sizeof *n->argvals))
       return 0;
   }
   return 1;
@@ -427,18 +431,20 @@ static int restorable(const gt_keyed *k, int d) {
 /* Node d of k's path before its launch: k's values back in its graph if
    something else changed it (gver), then this call's patches (*pi: the
    next of k->p, which are in path, launch and slot order), a launch
-   patched once. */
+   patched once; a patch the driver refuses (a node in a conditional body),
+   the whole graph rebuilt at those values. */
 static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi) {
   gt_node *n = k->path[d];
-  int j = *pi;
+  int j = *pi, refused = 0;
   if (n->gver == k->s[d].gv) {                   /* the graph holds k's values: this call's patches alone */
     while (j < k->np && k->p[j].node == d) {
-      int i = k->p[j].launch, dirty = 0;
+      int i = k->p[j].launch, dirty = 0, st = GT_OK;
       for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) {
         uint64_t v = patch_value(&k->p[j], ins);
         if (n->argvals[k->p[j].slot] != v) n->argvals[k->p[j].slot] = v, dirty = 1;
       }
-      if (dirty && gt_tree_patch_node(t, d, n, i)) return GT_ERR;   /* (a copy's differs never: the checks) */
+      if (dirty && (st = gt_tree_patch_node(t, d, n, i)) < 0) return GT_ERR;   /* (a copy's differs never: the checks) */
+      refused |= st > 0;
     }
   } else {                                     /* k's values back, with this call's patches, a launch patched once */
     for (int i = 0; i < n->nlaunch; i++) {
@@ -446,11 +452,14 @@ static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi
       uint64_t want[GT_MAX_PARAMS], *have = n->argvals + l->arg0;
       memcpy(want, k->s[d].vals + l->arg0, l->nargs * sizeof *want);
       for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) want[k->p[j].slot - l->arg0] = patch_value(&k->p[j], ins);
-      if (l->kind != GT_GN_KERNEL || !memcmp(want, have, l->nargs * sizeof *want)) continue;
+      if (!patchable(l) || !memcmp(want, have, l->nargs * sizeof *want)) continue;
       memcpy(have, want, l->nargs * sizeof *want);
-      if (gt_tree_patch_node(t, d, n, i)) return GT_ERR;
+      int st = gt_tree_patch_node(t, d, n, i);
+      if (st < 0) return GT_ERR;
+      refused |= st > 0;
     }
   }
+  if (refused && gt_tree_rebuild_node(t, n)) return GT_ERR;
   *pi = j;
   k->s[d].gv = n->gver;
   return GT_OK;

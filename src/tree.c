@@ -313,8 +313,41 @@ int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i) {
   gt_gnode g;
   gt_launch_gnode(l, n->argvals + l->arg0, ptrs, &g);
   n->gver++;
-  if (t->rt->be.graph_set_kernel(&t->rt->be, n->graph, i, &g) != GT_BOK) return gt_fail_be(t->rt, "graph patch");
+  int st = t->rt->be.graph_set_kernel(&t->rt->be, n->graph, i, &g);
+  if (st == GT_BREFUSED) return 1;     /* (a node in a conditional body the driver will not patch) */
+  if (st != GT_BOK) return gt_fail_be(t->rt, "graph patch");
   if (d >= 0) note_patch(t, d, i);
+  return GT_OK;
+}
+
+/* n's graph brought to the values n->argvals holds, all of its launches at
+   once (a patch the driver refused): an update of the exec, else a new one;
+   from its recording (launches and arguments as queued), as a path's one
+   graph is built. */
+int gt_tree_rebuild_node(gt_tree *t, gt_node *n) {
+  gt_backend *be = &t->rt->be;
+  if (!n->launches || !n->qargs || n->nsig != n->nlaunch) return gt_fail(t->rt, "tree '%s': a refused patch needs the segment's recording", t->name);
+  gt_queue q = { .l = n->launches, .n = n->nlaunch, .args = n->qargs, .nargs = n->nargvals };
+  gt_gnode *g = calloc(n->nlaunch ? n->nlaunch : 1, sizeof *g);
+  void **ptrs = malloc((n->nargvals ? n->nargvals : 1) * sizeof *ptrs);
+  int *deps = NULL, oom = !g || !ptrs, st = GT_BOK;
+  for (int i = 0; !oom && i < n->nlaunch; i++)
+    gt_launch_gnode(&n->launches[i], n->argvals + n->launches[i].arg0, ptrs + n->launches[i].arg0, &g[i]);
+  if (!oom && gt_deps_build(&q, n->argvals, g, &deps)) oom = 1;
+  if (!oom) {
+    n->gver++;
+    st = be->graph_update(be, n->graph, g, n->nlaunch);
+    if (st == GT_BREFUSED) {
+      be->graph_destroy(be, n->graph);
+      n->graph = NULL;
+      st = be->graph_create(be, g, n->nlaunch, &n->graph);
+    }
+  }
+  free(g); free(ptrs); free(deps);
+  if (oom) return gt_fail(t->rt, "out of host memory");
+  if (st != GT_BOK) { n->graph = NULL; t->recorded--; return gt_fail_be(t->rt, "graph update"); }
+  t->updates++;
+  n->updates++;
   return GT_OK;
 }
 
