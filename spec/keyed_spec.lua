@@ -448,4 +448,25 @@ describe("keyed calls", function()
     for _ = 1, 4 do assert.tensor_near({ { 10, 10 } }, step(x)) end
     assert.is_true(step:stats().keyed.hits >= 2)
   end)
+
+  it("copies a fresh input each hit: the copy's graph is rebuilt at its new address (an update), the body stops", function()
+    local runs = 0
+    local function body(x)
+      runs = runs + 1
+      local y = gt.zeros { 4, 8 }
+      y:copy(x)                                     -- a copy node reading the input, not a kernel
+      return ops.linear(y, W)
+    end
+    local step = gt.tree(body, { key = function() return 0 end })
+    for i = 1, 30 do
+      local x = gt.randn({ 4, 8 }, { seed = 100 + i })   -- a fresh input every call
+      assert.is_true(maxdiff(step(x), ops.linear(x, W)) < 1e-6, "call " .. i)
+    end
+    local k, s = step:stats().keyed, step:stats()
+    assert.is_true(runs <= 4, "the body ran " .. runs .. " times")
+    assert.are.equal(30 - runs, k.hits)
+    assert.is_true(s.updates >= k.hits, "a hit that moves a copy is an update of its node")
+    local x = gt.randn({ 4, 8 }, { seed = 7 })
+    for _ = 1, 3 do assert.is_true(maxdiff(step(x), ops.linear(x, W)) < 1e-6) end   -- the same input again: replays
+  end)
 end)

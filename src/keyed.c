@@ -170,7 +170,7 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
                              const int *outs, int nout) {
   const gt_call_info *h = &t->hist[(t->calls - 1) % GT_HISTORY];
   if (!t->nlastpath) { gt_fail(rt, "the call launched nothing"); return NULL; }
-  if (h->replays != t->nlastpath) { gt_fail(rt, "not every segment replayed yet"); return NULL; }
+  if (h->replays + h->updates != t->nlastpath) { gt_fail(rt, "not every segment replayed yet"); return NULL; }   /* (an update leaves the graph at the call's values too) */
   for (int d = 0; d < t->nlastpath; d++)
     if (!t->lastpath[d]->graph || !t->lastpath[d]->launches) { gt_fail(rt, "a segment holds no graph"); return NULL; }
   int npath = t->nlastpath;
@@ -391,11 +391,13 @@ static void keyed_trim_all(gt_tree *t) {
   for (gt_keyed *k = t->keyed; k; k = k->next) gt_pathg_drop(&t->rt->be, &k->pg);
 }
 
-/* Segment e of k's path replayed in this call (its graph launched). */
-static void note_replay(gt_tree *t, gt_keyed *k, int e) {
+/* Segment e of k's path visited in this call (its graph launched): a
+   replay, or an update when its graph was rebuilt first. */
+static void note_visit(gt_tree *t, gt_keyed *k, int e, int rebuilt) {
   gt_node *n = k->path[e];
-  n->replays++; n->visits++; n->last_call = (uint64_t)t->calls;
-  t->replays++;
+  if (rebuilt) n->updates++, t->updates++;
+  else n->replays++, t->replays++;
+  n->visits++; n->last_call = (uint64_t)t->calls;
   t->path[e] = n;
 }
 
@@ -416,26 +418,19 @@ static int keyed_end(gt_tree *t, gt_keyed *k, const gt_arg *ins, gt_buf **outb) 
   return GT_OK;
 }
 
-/* Whether node d's graph can be brought back to k's values by patches
-   alone (a copy or fill that differs needs the body). */
-static int restorable(const gt_keyed *k, int d) {
-  const gt_node *n = k->path[d];
-  for (int i = 0; i < n->nlaunch; i++) {
-    const gt_qlaunch *l = &n->launches[i];
-    if (!patchable(l) && memcmp(n->argvals + l->arg0, k->s[d].vals + l->arg0, l->nargs * sizeof *n->argvals))
-      return 0;
-  }
-  return 1;
-}
+/* Whether node n's graph can be rebuilt from its recording (a copy or fill
+   at other addresses, a patch the driver refuses: gt_tree_rebuild_node). */
+static int rebuildable(const gt_node *n) { return n->launches && n->qargs && n->nsig == n->nlaunch; }
 
 /* Node d of k's path before its launch: k's values back in its graph if
    something else changed it (gver), then this call's patches (*pi: the
    next of k->p, which are in path, launch and slot order), a launch
-   patched once; a patch the driver refuses (a node in a conditional body),
-   the whole graph rebuilt at those values. */
+   patched once; a copy or fill at other addresses, or a patch the driver
+   refuses (a node in a conditional body), and the whole graph is rebuilt
+   at those values.  1: it was (the visit is an update). */
 static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi) {
   gt_node *n = k->path[d];
-  int j = *pi, refused = 0;
+  int j = *pi, rebuild = 0;
   if (n->gver == k->s[d].gv) {                   /* the graph holds k's values: this call's patches alone */
     while (j < k->np && k->p[j].node == d) {
       int i = k->p[j].launch, dirty = 0, st = GT_OK;
@@ -443,8 +438,10 @@ static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi
         uint64_t v = patch_value(&k->p[j], ins);
         if (n->argvals[k->p[j].slot] != v) n->argvals[k->p[j].slot] = v, dirty = 1;
       }
-      if (dirty && (st = gt_tree_patch_node(t, d, n, i)) < 0) return GT_ERR;   /* (a copy's differs never: the checks) */
-      refused |= st > 0;
+      if (!dirty) continue;
+      if (!patchable(&n->launches[i])) rebuild = 1;
+      else if ((st = gt_tree_patch_node(t, d, n, i)) < 0) return GT_ERR;
+      rebuild |= st > 0;
     }
   } else {                                     /* k's values back, with this call's patches, a launch patched once */
     for (int i = 0; i < n->nlaunch; i++) {
@@ -452,17 +449,18 @@ static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi
       uint64_t want[GT_MAX_PARAMS], *have = n->argvals + l->arg0;
       memcpy(want, k->s[d].vals + l->arg0, l->nargs * sizeof *want);
       for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) want[k->p[j].slot - l->arg0] = patch_value(&k->p[j], ins);
-      if (!patchable(l) || !memcmp(want, have, l->nargs * sizeof *want)) continue;
+      if (!memcmp(want, have, l->nargs * sizeof *want)) continue;
       memcpy(have, want, l->nargs * sizeof *want);
+      if (!patchable(l)) { rebuild = 1; continue; }
       int st = gt_tree_patch_node(t, d, n, i);
       if (st < 0) return GT_ERR;
-      refused |= st > 0;
+      rebuild |= st > 0;
     }
   }
-  if (refused && gt_tree_rebuild_node(t, n)) return GT_ERR;
+  if (rebuild && gt_tree_rebuild_node(t, n)) return GT_ERR;
   *pi = j;
   k->s[d].gv = n->gver;
-  return GT_OK;
+  return rebuild;
 }
 
 int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {
@@ -479,26 +477,29 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
     if (n->sfrees != gt_static_frees) return 1;
     if (n->gver != k->s[d].gv) {                 /* another key's body, or a plain call, patched it since */
       clean = 0;
-      if (!restorable(k, d)) return 1;
+      if (!rebuildable(n)) return 1;
     }
   }
   for (int i = 0; i < k->np; i++) {
     const kpatch *p = &k->p[i];
     uint64_t v = patch_value(p, ins);
-    if ((p->kind == KP_COPY || (p->kind == KP_SCALAR && !p->confirmed)) && v != k->s[p->node].vals[p->slot]) return 1;
-    if (v != k->path[p->node]->argvals[p->slot]) clean = 0;
+    if (p->kind == KP_SCALAR && !p->confirmed && v != k->s[p->node].vals[p->slot]) return 1;   /* (maybe not the input's) */
+    if (v == k->path[p->node]->argvals[p->slot]) continue;
+    if (p->kind == KP_COPY && !rebuildable(k->path[p->node])) return 1;     /* (a copy at other addresses: a rebuild) */
+    clean = 0;
   }
   if (gt_tree_grow_path(t, k->npath)) return gt_fail(rt, "out of host memory");
   if (clean && !rt->profile && gt_pathg_ok(&k->pg, k->path, k->npath)) {   /* the path as one graph */
     gt_backend *be = &rt->be;
     if (be->graph_launch(be, k->pg.g) != GT_BOK) return gt_fail_be(rt, "graph launch");
-    for (int e = 0; e < k->npath; e++) note_replay(t, k, e);
+    for (int e = 0; e < k->npath; e++) note_visit(t, k, e, 0);
     t->kfused++;
     return keyed_end(t, k, ins, outb);
   }
   for (int d = 0, pi = 0; d < k->npath; d++) {  /* node by node: its values and patches in, then its launch */
-    if (keyed_node(t, k, d, ins, &pi) || gt_tree_launch_graph(t, k->path[d])) return GT_ERR;
-    note_replay(t, k, d);
+    int rebuilt = keyed_node(t, k, d, ins, &pi);
+    if (rebuilt < 0 || gt_tree_launch_graph(t, k->path[d])) return GT_ERR;
+    note_visit(t, k, d, rebuilt);
   }
   if (!rt->profile && k->npath > 1) gt_pathg_note(&rt->be, &k->pg, k->path, k->npath);   /* (a patch changed its versions: a new row) */
   return keyed_end(t, k, ins, outb);

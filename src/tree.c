@@ -346,8 +346,6 @@ int gt_tree_rebuild_node(gt_tree *t, gt_node *n) {
   free(g); free(ptrs); free(deps);
   if (oom) return gt_fail(t->rt, "out of host memory");
   if (st != GT_BOK) { n->graph = NULL; t->recorded--; return gt_fail_be(t->rt, "graph update"); }
-  t->updates++;
-  n->updates++;
   return GT_OK;
 }
 
