@@ -320,33 +320,38 @@ int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i) {
   return GT_OK;
 }
 
-/* n's graph brought to the values n->argvals holds, all of its launches at
-   once (a patch the driver refused): an update of the exec, else a new one;
-   from its recording (launches and arguments as queued), as a path's one
-   graph is built. */
-int gt_tree_rebuild_node(gt_tree *t, gt_node *n) {
+/* n's exec set to the nodes g (count of them) as a whole: an update, else a
+   new exec (a moved copy, a patch the driver refused). */
+static int update_exec(gt_tree *t, gt_node *n, const gt_gnode *g, int count) {
   gt_backend *be = &t->rt->be;
-  if (!n->launches || !n->qargs || n->nsig != n->nlaunch) return gt_fail(t->rt, "tree '%s': a refused patch needs the segment's recording", t->name);
+  n->gver++;
+  int st = be->graph_update(be, n->graph, g, count);
+  if (st == GT_BREFUSED) {
+    be->graph_destroy(be, n->graph);
+    st = be->graph_create(be, g, count, &n->graph);
+  }
+  if (st != GT_BOK) { n->graph = NULL; t->recorded--; return gt_fail_be(t->rt, "graph update"); }
+  return GT_OK;
+}
+
+/* n's graph brought to the values n->argvals holds, all of its launches at
+   once (a keyed hit's moved copy, a patch the driver refused), from its
+   recording (launches and arguments as queued), as a path's one graph is
+   built. */
+int gt_tree_rebuild_node(gt_tree *t, gt_node *n) {
+  if (!n->launches || !n->qargs || n->nsig != n->nlaunch)
+    return gt_fail(t->rt, "tree '%s': a segment's graph cannot be rebuilt without its recording", t->name);
   gt_queue q = { .l = n->launches, .n = n->nlaunch, .args = n->qargs, .nargs = n->nargvals };
   gt_gnode *g = calloc(n->nlaunch ? n->nlaunch : 1, sizeof *g);
   void **ptrs = malloc((n->nargvals ? n->nargvals : 1) * sizeof *ptrs);
-  int *deps = NULL, oom = !g || !ptrs, st = GT_BOK;
-  for (int i = 0; !oom && i < n->nlaunch; i++)
+  int *deps = NULL, st = g && ptrs ? GT_OK : GT_ERR;
+  for (int i = 0; st == GT_OK && i < n->nlaunch; i++)
     gt_launch_gnode(&n->launches[i], n->argvals + n->launches[i].arg0, ptrs + n->launches[i].arg0, &g[i]);
-  if (!oom && gt_deps_build(&q, n->argvals, g, &deps)) oom = 1;
-  if (!oom) {
-    n->gver++;
-    st = be->graph_update(be, n->graph, g, n->nlaunch);
-    if (st == GT_BREFUSED) {
-      be->graph_destroy(be, n->graph);
-      n->graph = NULL;
-      st = be->graph_create(be, g, n->nlaunch, &n->graph);
-    }
-  }
+  if (st == GT_OK && gt_deps_build(&q, n->argvals, g, &deps)) st = GT_ERR;
+  if (st != GT_OK) gt_fail(t->rt, "out of host memory");
+  else st = update_exec(t, n, g, n->nlaunch);
   free(g); free(ptrs); free(deps);
-  if (oom) return gt_fail(t->rt, "out of host memory");
-  if (st != GT_BOK) { n->graph = NULL; t->recorded--; return gt_fail_be(t->rt, "graph update"); }
-  return GT_OK;
+  return st;
 }
 
 /* Replay n: bind the new buffers to the plan, patch changed arguments, launch.
@@ -381,14 +386,9 @@ static int replay(gt_tree *t, gt_node *n, int first) {
     int *deps = NULL;
     void **ptrs = NULL;
     if (gt_deps_nodes(t, n, &g, &deps, &ptrs)) return GT_ERR;
-    n->gver++;
-    int st = be->graph_update(be, n->graph, g, q->n);
-    if (st == GT_BREFUSED) {
-      be->graph_destroy(be, n->graph);
-      st = be->graph_create(be, g, q->n, &n->graph);
-    }
+    int st = update_exec(t, n, g, q->n);
     free(g); free(deps); free(ptrs);
-    if (st != GT_BOK) { n->graph = NULL; t->recorded--; return gt_fail_be(t->rt, "graph update"); }
+    if (st) return GT_ERR;
   }
   /* launched when something needs it to have run (gt_tree_launch_pending,
      which finds it at the path's end: room for it there first); profiled:
