@@ -229,6 +229,7 @@ typedef struct gt_node {
   struct gt_node *after;             /* the sibling visited after this node last time (the cursor predicts it) */
   gt_asig *asig; uint64_t *bsig; gt_rsig *rsig; int nsig, nbsig, nrsig;
   gt_lrec *lrec;                     /* lane.c: the recording as the replay lane tests it (made on first use) */
+  int lane_ext;                      /* lane.c: 1 + the last of lrec's launches with an external input (0: none) */
   gt_arg *qargs;                     /* the recorded launches' arguments as queued (what the lane's sync copies) */
   struct gt_node *parent;            /* the tree's root sentinel for a first segment */
   int id, depth;
@@ -289,6 +290,7 @@ struct gt_tree {
   gt_pool pool;
   gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
   int lane_lost;                     /* lane.c: a sync found no room for a launch (the call fails) */
+  int lane_checked;                  /* lane.c: the segment's launches whose external inputs the cursor has numbered */
   int lane_call, lane_prev, jit_flushes;  /* the lane replayed launches in this call, in the one before; JIT flushes asked */
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
   uint64_t cfrees;                   /* gt_static_frees when the segment began (key.c) */
@@ -428,6 +430,9 @@ void gt_cursor_quick(gt_tree *t, uint64_t dirty);
    the segment, numbered as it is tested); 1 when the same, its difference
    from was (the value the graph holds) into *dirty. */
 int gt_cursor_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was, uint64_t *dirty);
+/* Launch i of the queue came through the lane: its external inputs tested
+   (0: they differ from n's, the cursor missed). */
+int gt_cursor_lazy(gt_tree *t, const gt_node *n, int i);
 gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its node if the cursor matched throughout */
 /* After a hit on n: the launches a replay must patch (t->cdirty), or -1
    when every launch must be compared (n was not the cursor's). */
@@ -438,6 +443,9 @@ void gt_cursor_forget(gt_node *n);
 void gt_lane_start(gt_tree *t);       /* a segment's queue begins: the lane opens on the cursor's prediction, if it can */
 void gt_lane_room(gt_tree *t);        /* the call's buffer structs grew (or moved) */
 void gt_lane_sync(gt_tree *t);        /* the lane's lazy launches into the queue */
+/* The lane's lazy launches' external inputs numbered and tested by the
+   cursor, in order, once each (0: they differ, the cursor missed). */
+int gt_lane_check(gt_tree *t);
 /* Launch i of n's graph was patched: its values may differ from the
    recording's, which the lane replays, so the lane leaves it to the core. */
 static inline void gt_lane_patched(gt_node *n, int i) { if (n->lrec) n->lrec[i].cfg = 0; }

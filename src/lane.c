@@ -33,7 +33,8 @@ void gt_lane_close(gt_runtime *rt) {
 }
 
 /* n's launches as the lane tests them; NULL when out of host memory. */
-static gt_lrec *lane_records(const gt_node *n) {
+static gt_lrec *lane_records(gt_node *n) {
+  n->lane_ext = 0;
   gt_lrec *rec = calloc(n->nsig ? n->nsig : 1, sizeof *rec);
   if (!rec) return NULL;
   for (int i = 0; i < n->nsig; i++) {
@@ -49,18 +50,22 @@ static gt_lrec *lane_records(const gt_node *n) {
     int ok = 1;
     for (int j = 0; j < k->ntensors && ok; j++) {
       const gt_asig *a = &s[k->order[j]];
-      r.t[j].o = (double)a->off;
-      r.t[j].n = (double)a->nbytes;
+      const gt_arg *v = &qa[k->order[j]];   /* (an external's view as queued: its signature's offset is relative) */
+      r.t[j].o = (double)v->off;
+      r.t[j].n = (double)v->nbytes;
       if (l->made == j + 1) {
         ok = a->role == GT_ROLE_INTERNAL && a->off == 0;
         r.midx = (int)a->id;
         r.marg = k->order[j];
       } else {
-        ok = a->role == GT_ROLE_INTERNAL || a->role == GT_ROLE_PATH || a->role == GT_ROLE_STATIC;
-        r.t[j].b = (gt_buf *)a->buf;
+        ok = a->role == GT_ROLE_INTERNAL || a->role == GT_ROLE_PATH || a->role == GT_ROLE_STATIC ||
+             a->role == GT_ROLE_EXTERNAL;
+        r.ext |= a->role == GT_ROLE_EXTERNAL;
+        r.t[j].b = v->buf;
       }
     }
     if (ok) rec[i] = r;
+    if (ok && r.ext) n->lane_ext = i + 1;
   }
   return rec;
 }
@@ -79,6 +84,7 @@ void gt_lane_start(gt_tree *t) {
   gt_node *n = t->cand;
   gt_lane_close(rt);
   L->lazy = 0;
+  t->lane_checked = 0;
   if (t->cmiss || t->eager_call || !n || !n->nsig || !n->argvals || n->sfrees != gt_static_frees) return;
   gt_queue *q = &t->q;   /* room for every launch of n: a sync never allocates */
   if (GT_GROW(q->l, q->cap, n->nsig) || GT_GROW(q->args, q->argcap, n->nargvals)) return;
@@ -121,6 +127,21 @@ void gt_lane_sync(gt_tree *t) {
     const gt_lrec *r = &n->lrec[i];
     if (r->made) q->args[q->l[i].arg0 + r->marg].buf = made[r->midx];
   }
+  gt_lane_check(t);
   q->n += lazy;
   q->nargs += na;
+}
+
+/* An external input the lane replayed is the struct and view the recording
+   queued, but its number among the segment's external inputs, its address
+   (patched where it moved) and its mark as written are the cursor's: given
+   here, in queue order, before the segment's end or anything after it in
+   the queue (lazy launches are the queue's tail) reads them. */
+int gt_lane_check(gt_tree *t) {
+  const gt_node *n = t->cand;
+  int i0 = t->q.n, end = i0 + t->rt->lane.lazy, i = t->lane_checked > i0 ? t->lane_checked : i0;
+  int last = end < n->lane_ext ? end : n->lane_ext, ok = 1;
+  for (; i < last && ok; i++) if (n->lrec[i].ext) ok = gt_cursor_lazy(t, n, i);
+  if (end > t->lane_checked) t->lane_checked = end;
+  return ok;
 }

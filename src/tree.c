@@ -598,6 +598,7 @@ int gt_tree_flush(gt_runtime *rt) {
      in 16): a clock read costs as much as a few launches' bookkeeping */
   double t0 = timed_call(t->calls) ? gt_fast_us() : 0;
   gt_node *parent = t->cur ? t->cur : &t->root;
+  if (rt->lane.lazy) gt_lane_check(t);            /* (the lazy launches' external inputs: the cursor's) */
   gt_node *n = gt_cursor_hit(t, first), *upd = NULL;
   int hit = n != NULL;
   if (!n) gt_lane_sync(t);                        /* off the cursor: keys read the queue */

@@ -565,6 +565,7 @@ local function end_body(self, ok, n, r1, r2)
   if not ok then
     C.gt_tree_abort_run(rt)          -- (what the body launched before its error runs, as outside a tree)
     gt._active = nil
+    self._in1, self._in2, self._in3, self._in4 = false, false, false, false
     -- what the segments that ran wrote into copied inputs reaches the caller, as eager code's writes do
     if self._wb then pcall(write_back, self) end
     error(r1, 0)
@@ -578,6 +579,7 @@ local function end_body(self, ok, n, r1, r2)
     self._watch = false
     if C.gt_tree_child(self._t, -1, self._nroots) >= 0 then watch_shapes(self) end
   end
+  self._in1, self._in2, self._in3, self._in4 = false, false, false, false   -- (the caller's tensors are theirs again)
 end
 
 -- host.run (main.c's host_run): the body and end_body, each in a pcall made

@@ -4,18 +4,19 @@
 -- sizes in turn; MLP=1: up and down projections in turn; PROF=mode and
 -- PROFOUT=file: jit.p's profile; EVICT=MB: before each call, a write to every
 -- cache line of an MB-sized buffer (the host's caches cold, as a long step or
--- other work leaves them).  scripts/bench/icount.sh counts its instructions.
+-- other work leaves them); NW=n: n distinct weights (default 32).  scripts/bench/icount.sh counts its instructions.
 local gt = require "gt"
 local N = tonumber(arg[1]) or 128
 local mode = arg[2] or "tree"
 local H = tonumber(os.getenv("H") or "") or 16
 local W, B = {}, {}
-for i = 1, 32 do
+local NW = tonumber(os.getenv("NW") or "") or 32  -- distinct weights (the ops cycle through them)
+for i = 1, NW do
   W[i] = gt.randn({H, H}, {seed = i}):static(); B[i] = gt.randn({H}, {seed = 100 + i}):static()
 end
 local lin = gt.ops.linear
 local function chain(x)
-  for i = 1, N do local k = (i - 1) % 32 + 1; x = lin(x, W[k], B[k], "relu") end
+  for i = 1, N do local k = (i - 1) % NW + 1; x = lin(x, W[k], B[k], "relu") end
   return x
 end
 if os.getenv("MLP") == "1" then
