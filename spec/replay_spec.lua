@@ -78,6 +78,48 @@ describe("a replayed op", function()
     return n
   end
 
+  -- A user kernel of more than four tensors goes through its bound
+  -- launcher, which stores the handles in an array for the core: before the
+  -- lane's test, every result made by gt.tensor went to memory (examples/
+  -- gpt.lua's decode step: 3.5 kB a step, one handle per launch).  Stored
+  -- only when the core is called, a result the next launch consumes stays in
+  -- registers.  (The tree is made in a function that has returned, as
+  -- chain32's: a loop reading the open upvalues of a running function reads
+  -- them again each pass, and keeps no handle in registers.)
+  local function wide32()
+    local K = gt.compile [[
+      __global__ void mix5(float *y, const float *a, const float *b, const float *c, const float *d, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = 0.5f * a[i] + 0.25f * b[i] - c[i] * d[i];
+      }
+    ]]
+    local f = K.mix5:config(1, 32)
+    local c = gt.randn({ 2, 4 }, { seed = 8, scale = 0.5 }):static()
+    local d = gt.randn({ 2, 4 }, { seed = 9, scale = 0.5 }):static()
+    local shape = gt.shape { 2, 4 }
+    local tensor = gt.tensor
+    return gt.tree(function(x)
+      for _ = 1, 32 do
+        local y = tensor(shape)
+        f(y, x, c, c, d, 8)
+        x = y
+      end
+      return x
+    end), gt.randn({ 2, 4 }, { seed = 10 }), c:tolist(), d:tolist()
+  end
+
+  it("allocates no handle for a gt.tensor result that a wide user kernel fills and the next one consumes", function()
+    local step, x, C, D = wide32()
+    local per_call = bytes_per_call(step, x, 8 * 32)
+    assert.is_true(per_call < 8 * 32, ("%.1f bytes of Lua memory per call of 32 launches (under 256)"):format(per_call))
+    local want = x:tolist()
+    for _ = 1, 32 do
+      for r = 1, 2 do for k = 1, 4 do want[r][k] = 0.5 * want[r][k] + 0.25 * C[r][k] - C[r][k] * D[r][k] end end
+    end
+    local got = step(x):tolist()
+    for r = 1, 2 do for k = 1, 4 do assert.is_true(math.abs(got[r][k] - want[r][k]) < 1e-4) end end
+  end)
+
   for _, what in ipairs { "keyed", "buckets" } do
     it(("allocates no handle per op either after a %s tree over its body formed the traces"):format(what), function()
       local per_call, why = per_call_after(what)

@@ -457,6 +457,8 @@ static inline gt_tree *gt_active(gt_runtime *rt) {
   if (t && rt->lane.lazy) gt_lane_sync(t);
   return t;
 }
+/* gt_buf_free within t's call (or none), without syncing the lane first. */
+int gt_buf_free_in(gt_runtime *rt, gt_tree *t, gt_buf *b);
 /* -- Device-side branches (cond.c) ---------------------------------------- */
 /* Runs the queue's launches in order, deciding each IF and WHILE on the host
    (p read back: a sync on cuda).  *at: the launch that failed. */

@@ -105,21 +105,22 @@ int gt_submit(gt_runtime *rt, const gt_qlaunch *l, gt_arg *args) {
 static int release_queued(gt_tree *t, gt_buf *b) {
   if (GT_GROW(t->rels, t->relcap, t->nrels + 1)) return gt_fail(t->rt, "out of host memory");
   b->relseg = t->depth;
-  b->rel = (uint32_t)t->q.n;
+  b->rel = (uint32_t)(t->q.n + t->rt->lane.lazy);   /* (the lane's launches are the queue's next ones) */
   t->rels[t->nrels++] = b;
   return GT_OK;
 }
 
-int gt_buf_free(gt_runtime *rt, gt_buf *b) {
+int gt_buf_free_in(gt_runtime *rt, gt_tree *t, gt_buf *b) {
   if (b->flags & GT_BUF_RELEASED) return gt_fail(rt, "the tensor was already released");
   b->flags |= GT_BUF_RELEASED;
   b->gen_now = &gt_released_gen;
   b->site = 0;
-  gt_tree *t = gt_active(rt);
   if ((b->flags & GT_BUF_SLAB) && b->tree == t && t && b->gen == t->gen) return release_queued(t, b);
   if (!b->tree) gt_buf_return(rt, b);   /* (staging: the memory is the tree's slot) */
   return GT_OK;
 }
+
+int gt_buf_free(gt_runtime *rt, gt_buf *b) { return gt_buf_free_in(rt, gt_active(rt), b); }
 
 int gt_buf_copy(gt_runtime *rt, gt_buf *dst, uint64_t doff, gt_buf *src, uint64_t soff, uint64_t bytes) {
   if (doff + bytes > dst->bytes || soff + bytes > src->bytes) return gt_fail(rt, "copy: %llu bytes exceed a buffer", (unsigned long long)bytes);

@@ -24,14 +24,17 @@ gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   return gt_tree_buf_quick(t, bytes);
 }
 
+/* (Releases only note where they fall among the launches: the lane's lazy
+   launches stay lazy, and a replayed segment of scopes never copies them
+   into the queue.) */
 int gt_tree_scope_end(gt_runtime *rt, int first, int site) {
-  gt_tree *t = gt_active(rt);
+  gt_tree *t = rt->active;
   if (!t) return gt_fail(rt, "gt_tree_scope_end outside a tree call");
   for (int i = first < 0 ? 0 : first; i < t->nbufs; i++) {
     gt_buf *b = t->bufs[i];
     if (b->flags & GT_BUF_KEEP) { b->flags &= ~GT_BUF_KEEP; continue; }
     if (b->flags & GT_BUF_RELEASED) continue;
-    if (gt_buf_free(rt, b)) return GT_ERR;
+    if (gt_buf_free_in(rt, t, b)) return GT_ERR;
     b->site = site;
   }
   return GT_OK;

@@ -69,10 +69,11 @@ end
 -- The Lua source that checks argument i of kernel k and stores it: a tensor
 -- as its handle in tensors[i-1] (the core checks that it is live, contiguous
 -- and of the dtype), a scalar in the argument array (s: "args[i-1]").
-local function arg_code(k, i, s)
+local function arg_code(k, i, s, later)
   local pt = k.ptype[i - 1]
   if pt == PTR_IN or pt == PTR_OUT then
-    return ("if not istype(T, a%d) then fail(%d, a%d) end; tensors[%d] = a%d"):format(i, i, i, i - 1, i)
+    return ("if not istype(T, a%d) then fail(%d, a%d) end"):format(i, i, i) ..
+      (later and "" or ("; tensors[%d] = a%d"):format(i - 1, i))
   end
   local st = SCALAR[pt]
   if st == "bool" then
@@ -285,9 +286,16 @@ end
 local function make_launcher(k)
   local n = k.nparams
   local params, code, extras = {}, {}, {}
+  -- (with the lane's test of handles, the tensors are stored for the core
+  -- after it: a handle the lane takes is only read, so that LuaJIT may sink
+  -- the op's result, made by gt.tensor just before, into registers)
+  local later = k.ntensors > 4 and k.ntensors <= 8
+  local stores = {}
   for i = 1, n do
     params[i] = "a" .. i
-    code[i] = arg_code(k, i, "args[" .. (i - 1) .. "]")
+    code[i] = arg_code(k, i, "args[" .. (i - 1) .. "]", later)
+    local pt = k.ptype[i - 1]
+    if later and (pt == PTR_IN or pt == PTR_OUT) then stores[#stores + 1] = ("tensors[%d] = a%d"):format(i - 1, i) end
   end
   for i = 1, EXTRA do extras[i] = "e" .. i end
   local plist, elist = table.concat(params, ", "), table.concat(extras, ", ")
@@ -303,7 +311,7 @@ local function make_launcher(k)
   end
   local byvalue = byvalue_code(k, "cfg", "args", bad, true)
   local launch = byvalue and table.concat(scalars, "\n") .. "\n" .. byvalue or
-    table.concat(code, "\n") .. "\n" .. (lane_handles_code(k) or "") .. answer_code(bad)
+    table.concat(code, "\n") .. "\n" .. (lane_handles_code(k) or "") .. table.concat(stores, "\n") .. "\n" .. answer_code(bad)
   return compile_launcher(k, "=gt.kernel." .. ffi.string(k.name),
     "return function(cfg) return function(" .. plist .. (n > 0 and ", " or "") .. elist .. ")\n" .. count ..
     launch .. "end end")
