@@ -114,6 +114,7 @@ void gt_lane_sync(gt_tree *t) {
   const gt_node *n = t->cand;
   int lazy = L->lazy, i0 = q->n;
   if (!lazy) return;
+  gt_lane_check(t);                  /* (while lazy counts them) */
   L->lazy = 0;
   t->lane_call = 1;
   const gt_qlaunch *l = &n->launches[i0], *last = &n->launches[i0 + lazy - 1];
@@ -127,7 +128,6 @@ void gt_lane_sync(gt_tree *t) {
     const gt_lrec *r = &n->lrec[i];
     if (r->made) q->args[q->l[i].arg0 + r->marg].buf = made[r->midx];
   }
-  gt_lane_check(t);
   q->n += lazy;
   q->nargs += na;
 }

@@ -612,7 +612,9 @@ int gt_tree_flush(gt_runtime *rt) {
   for (int i = 0; upd && i < 4; i++) if (upd->key_before[i] == key.full) upd = NULL;
   int mode = choose_mode(n, upd, parent_ok, n || !ungraphable(&t->q), &t->opts, t->recorded);
   t->lane_call |= rt->lane.lazy > 0;
-  if (mode != GT_V_REPLAY || gt_cursor_dirty(t, n) < 0) gt_lane_sync(t);   /* a replay patches only launches the core queued */
+  /* a replay that patches nothing needs no queue; one that patches reads
+     its launches there (the lane's too: an input it took may have moved) */
+  if (mode != GT_V_REPLAY || gt_cursor_dirty(t, n) != 0) gt_lane_sync(t);
   if (mode != GT_V_REPLAY || !hit) gt_queue_note_writes(t);   /* (the cursor's replay marked them: gt_cursor_arg) */
   if (mode != GT_V_REPLAY && gt_cond_check(t)) return GT_ERR;   /* (a replay's queue is its recording's, checked then) */
   if (mode != GT_V_REPLAY && t->npend && gt_tree_launch_pending(t)) return GT_ERR;   /* (they run first) */
