@@ -430,8 +430,8 @@ void gt_cursor_quick(gt_tree *t, uint64_t dirty);
    the segment, numbered as it is tested); 1 when the same, its difference
    from was (the value the graph holds) into *dirty. */
 int gt_cursor_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was, uint64_t *dirty);
-/* Launch i of the queue came through the lane: its external inputs tested
-   (0: they differ from n's, the cursor missed). */
+/* Launch i of the segment came through the lane: its external inputs
+   tested against n's recording (0: they differ, the cursor missed). */
 int gt_cursor_lazy(gt_tree *t, const gt_node *n, int i);
 gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its node if the cursor matched throughout */
 /* After a hit on n: the launches a replay must patch (t->cdirty), or -1

@@ -240,7 +240,7 @@ typedef struct gt_lrec {
   int32_t made;                      /* the tensor (1..4: a lean state's, in parameter order) whose buffer it makes; 0: none */
   int32_t midx;                      /* that buffer's index in the segment */
   int32_t marg;                      /* and the launch's argument it is */
-  int32_t ext;                       /* 1: a tensor is an external input (the core numbers and tests it as it syncs) */
+  int32_t ext;                       /* 1: a tensor is an input from outside the call (the cursor tests it afterwards) */
   const gt_arg *qa;                  /* its arguments as queued (a bound launcher's scalars are compared with them) */
   gt_lten t[8];                      /* its tensors in parameter order (a bound launcher's: up to 8), each one's fields together */
 } gt_lrec;

@@ -6,7 +6,8 @@
    configuration id names the kernel, dims and scalars, which a lean state
    never changes), and each tensor the same buffer struct at the same view,
    still live, where the recording had one of the call's own buffers or a
-   static one (gt_arg_quick's test).  The lane hands Lua the predicted node's
+   static one (gt_arg_quick's test), or an input from outside the call
+   (numbered and tested by the cursor afterwards: gt_lane_check).  The lane hands Lua the predicted node's
    launches in that form (gt_lrec), so that kernel.lua's lean runner makes
    the test, the output's buffer struct and the count itself, with no call
    into the core; the core writes those launches into its queue, exactly

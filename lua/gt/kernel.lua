@@ -68,7 +68,8 @@ end
 
 -- The Lua source that checks argument i of kernel k and stores it: a tensor
 -- as its handle in tensors[i-1] (the core checks that it is live, contiguous
--- and of the dtype), a scalar in the argument array (s: "args[i-1]").
+-- and of the dtype; later: only checked, the caller stores it), a scalar in
+-- the argument array (s: "args[i-1]").
 local function arg_code(k, i, s, later)
   local pt = k.ptype[i - 1]
   if pt == PTR_IN or pt == PTR_OUT then
