@@ -407,6 +407,24 @@ describe("the replay lane", function()
     end
   end)
 
+  it("keeps its launches lazy across a gt.scope's end, and the call replays its one node", function()
+    local seen = {}
+    local function f(x, note)
+      for i = 1, 3 do
+        x = gt.scope(function(h) return ops.linear(ops.linear(h, Ws[i], bias, "tanh"), Ws[i + 1], bias) end, x)
+        if note then seen[i] = lane.lazy end  -- (a scope's end notes its releases; nothing reads the queue)
+      end
+      return x
+    end
+    local step = gt.tree(function(x) return f(x, true) end, { warn_shapes = false })
+    local x = gt.randn({ 4, H }, { seed = 90 })
+    for _ = 1, 6 do assert.is_true(maxdiff(step(x), f(x)) < 1e-5) end
+    assert.are.same({ 2, 4, 6 }, seen)
+    local s = step:stats()
+    assert.equals(1, s.nodes)
+    assert.is_true(s.replays >= 4)
+  end)
+
   it("is closed outside a tree call", function()
     local step = gt.tree(function(x) return chain(x, 3) end, { warn_shapes = false })
     local x = gt.randn({ 4, H }, { seed = 8 })
