@@ -290,8 +290,8 @@ local function make_launcher(k)
   -- (with the lane's test of handles, the tensors are stored for the core
   -- after it: a handle the lane takes is only read, so that LuaJIT may sink
   -- the op's result, made by gt.tensor just before, into registers)
-  local later = k.ntensors > 4 and k.ntensors <= 8
-  local stores = {}
+  local lane = lane_handles_code(k)
+  local later, stores = lane ~= nil, {}
   for i = 1, n do
     params[i] = "a" .. i
     code[i] = arg_code(k, i, "args[" .. (i - 1) .. "]", later)
@@ -312,7 +312,7 @@ local function make_launcher(k)
   end
   local byvalue = byvalue_code(k, "cfg", "args", bad, true)
   local launch = byvalue and table.concat(scalars, "\n") .. "\n" .. byvalue or
-    table.concat(code, "\n") .. "\n" .. (lane_handles_code(k) or "") .. table.concat(stores, "\n") .. "\n" .. answer_code(bad)
+    table.concat(code, "\n") .. "\n" .. (lane or "") .. table.concat(stores, "\n") .. "\n" .. answer_code(bad)
   return compile_launcher(k, "=gt.kernel." .. ffi.string(k.name),
     "return function(cfg) return function(" .. plist .. (n > 0 and ", " or "") .. elist .. ")\n" .. count ..
     launch .. "end end")
