@@ -24,11 +24,15 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- -- Configuration -------------------------------------------------------------
 
 -- Same sizes as shared/anchors/torch_trees.py; reps shrink as kernels grow
--- (reps * 32 / kernels, at least min_reps) so the 512-kernel case stays short;
--- min_reps 90 gives each of its blocks 15 measured steps (with 20, a block's
--- median was that of 4 steps, and of the slowest after a mode change; with
--- 60, 10 steps, grow-512's paired keyed / floor was 1.37 in a run whose
--- plain medians gave 1.03).
+-- (reps * 32 / kernels, at least min_reps); min_reps 300 gives every block
+-- 50 measured steps.  Fewer steps a block measure the first calls after a
+-- mode change, whose host caches hold the other mode's data: with 20 a
+-- block's median was that of 4 steps, and of the slowest after a mode
+-- change; with 60 (10 steps) grow-512's paired keyed / floor was 1.37 in a
+-- run whose plain medians gave 1.03; with 90 (15 steps; the H200,
+-- 2026-12-03, two processes each) grow-128's keyed / floor was 1.33 and
+-- 1.32 and grow-512's 1.34 and 1.46, with 300 1.16 and 1.15, 1.17 and 1.22
+-- (a keyed hit alone, op_probe.lua: 1.08-1.15 at 128 kernels).
 -- warm: calls before a mode is measured, at least 200 whatever the kernels:
 -- LuaJIT compiles a call's own code (the tree call, a keyed hit) only after
 -- some hundred calls, and with 20 the 512-kernel keyed hit was measured
@@ -49,7 +53,7 @@ local function pack(...) return { n = select("#", ...), ... } end
 M.FULL = {
   hidden = 256, batch = 8, layers = 32, prefix = 8, suffix = 8,
   batches = { 1, 2, 4, 8, 16, 32, 64 }, grow = { 8, 32, 128, 512 },
-  warm = 200, reps = 300, pipe = 1000, min_reps = 90, min_pipe = 50,
+  warm = 200, reps = 300, pipe = 1000, min_reps = 300, min_pipe = 50,
   heap_mb = 100, heap_grow = 128, prime = 5, rounds = 6,
   decode = { model = "FULL", batches = { 1, 8 }, ctx = 256 },
 }

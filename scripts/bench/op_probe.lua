@@ -4,7 +4,9 @@
 -- sizes in turn; MLP=1: up and down projections in turn; PROF=mode and
 -- PROFOUT=file: jit.p's profile; EVICT=MB: before each call, a write to every
 -- cache line of an MB-sized buffer (the host's caches cold, as a long step or
--- other work leaves them); NW=n: n distinct weights (default 32).  scripts/bench/icount.sh counts its instructions.
+-- other work leaves them); NW=n: n distinct weights (default 32); SYNC=k: a
+-- sync after every k-th call only (default 1: the host's caches as a synced
+-- step leaves them; a larger k, as back-to-back calls leave them).  scripts/bench/icount.sh counts its instructions.
 local gt = require "gt"
 local N = tonumber(arg[1]) or 128
 local mode = arg[2] or "tree"
@@ -50,15 +52,16 @@ local m0 = collectgarbage("count")
 local res = {}
 local reps = tonumber(os.getenv("REPS") or "") or 3000
 local evict = tonumber(os.getenv("EVICT") or "")
+local every = tonumber(os.getenv("SYNC") or "") or 1
 local ffi = require "ffi"
 local ebuf = evict and ffi.new("uint8_t[?]", evict * 2 ^ 20)
 for r = 1, reps do
   if ebuf then ffi.fill(ebuf, evict * 2 ^ 20, r % 256) end
   local t0 = clock()
   local floor_us
-  if mode == "floor" then floor_us = step:floor(1, true) else step(arg_x()) end
+  if mode == "floor" then floor_us = step:floor(every, every == 1) else step(arg_x()) end   -- (SYNC=k: k launches a sample)
   local t1 = clock()
-  gt.sync()
+  if r % every == 0 and mode ~= "floor" then gt.sync() end
   res[r] = floor_us or (t1 - t0) * 1e6
 end
 if prof then require("jit.p").stop() end
