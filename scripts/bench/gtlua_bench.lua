@@ -340,27 +340,41 @@ function M.in_turn(steps, order, launch_floor, warm, reps, pipe, rounds)
   return m
 end
 
--- The collector's share of a step's host time: cpu_us medians over reps
--- steps with the collector running and stopped (1 - stopped / running);
--- and the Lua memory a step allocates, bytes (over the stopped steps).
-function M.gc_share(step, reps)
-  local function run(stop)
+-- The collector's share of a step's host time, and the Lua memory a step
+-- allocates (bytes; the last round's steps with the collector stopped: its
+-- loop compiled).  In rounds, a block of synced steps with the collector
+-- running and one with it stopped, the order turning each round; the share
+-- is the median over the rounds of 1 - stopped / running, each a block's
+-- median host µs.  (Measured one after the other, a spell of the H200's
+-- host fell on one of the two: the run of 2026-12-03 16:32 reported 44% at
+-- grow-512 and 0-5% elsewhere.)
+local table_new = require "table.new"
+function M.gc_share(step, reps, rounds)
+  rounds = max(1, min(rounds or 6, reps))
+  local per, i, shares, bytes = math.ceil(reps / rounds), 0, {}, 0
+  local function block(stop)
     collectgarbage()
     if stop then collectgarbage("stop") end
-    local c, m0 = {}, collectgarbage("count")
-    for i = 1, reps do
+    local c = table_new(per, 0)              -- (its array made first: not counted as the steps')
+    for k = 1, per do c[k] = 0 end
+    local m0 = collectgarbage("count")
+    for k = 1, per do
+      i = i + 1
       local t0 = clock()
       step(i)
-      c[i] = (clock() - t0) * 1e6
+      c[k] = (clock() - t0) * 1e6
+      gt.sync()
     end
-    local bytes = (collectgarbage("count") - m0) * 1024 / reps
+    if stop then bytes = (collectgarbage("count") - m0) * 1024 / per end   -- (the last round's: its loop compiled)
     collectgarbage("restart")
-    gt.sync()
-    return median(c), bytes
+    return median(c)
   end
-  local on = run(false)
-  local off, bytes = run(true)
-  return max(0, 1 - off / on), bytes
+  for round = 1, rounds do
+    local on, off
+    if round % 2 == 1 then on = block(false); off = block(true) else off = block(true); on = block(false) end
+    shares[round] = on > 0 and max(0, 1 - off / on) or 0
+  end
+  return median(shares), bytes
 end
 
 -- Ids of the nodes that hold a graph.
