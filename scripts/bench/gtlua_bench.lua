@@ -161,11 +161,11 @@ function M.scenarios(cfg, m)
     { name = "chain", label = format("%d x linear+relu, batch %d, hidden %d", cfg.layers, cfg.batch, H),
       fn = chain, args = function() return x end, variants = 1, kernels = cfg.layers, keyed = { key = one } },
     { name = "branch", label = format("%d-layer prefix, cut, one of two %d-layer suffixes, alternating", cfg.prefix, cfg.suffix),
-      fn = m.branchy, args = function(i) return x, i end, variants = 2, kernels = cfg.prefix + cfg.suffix,
+      fn = m.branchy, args = function(i) return x, i end, variants = 2, kernels = cfg.prefix + cfg.suffix, siblings = true,
       -- keyed: the route is the key (an argument that is a number is part of the key: pass the parity)
       keyed = { key = function(_, r) return r end, args = function(i) return x, i % 2 end } },
     { name = "shapes", label = format("the chain over batch sizes %s, cycling", concat(cfg.batches, ",")),
-      fn = chain, args = at_size, variants = nb, kernels = cfg.layers, keyed = { key = one } },
+      fn = chain, args = at_size, variants = nb, kernels = cfg.layers, keyed = { key = one }, siblings = true },
     { name = "shapes+buckets", label = format("shapes with buckets = pow2(%d)", cfg.batches[nb]),
       fn = chain, args = at_size, variants = nb, kernels = cfg.layers,
       opts = { buckets = { dim = 1, sizes = gt.buckets.pow2(cfg.batches[nb]) } } },
@@ -480,6 +480,21 @@ local function stats_summary(s)
            pool_high_water = s.pool.high_water }
 end
 
+-- Sibling paths share the pool (anchors: "pool high-water = largest path,
+-- not the sum"): each variant's path alone in a tree of its own (warmed up,
+-- recorded, replayed), its pool's high-water; the largest of them.
+function M.siblings(sc, opts)
+  local each = {}
+  for v = 1, sc.variants do
+    local t = gt.tree(sc.fn, opts)
+    for _ = 1, 3 do t(sc.args(v)) end
+    gt.sync()
+    each[v] = t:stats().pool.high_water
+  end
+  collectgarbage()
+  return { each = M.array(each), largest = max(unpack(each)) }
+end
+
 -- One scenario in all three modes, filled into r as it goes (a failure
 -- keeps what was measured before it).
 function M.run_scenario(cfg, sc, r)
@@ -517,6 +532,7 @@ function M.run_scenario(cfg, sc, r)
   end
   r.modes.tree.gc_share, r.modes.tree.lua_bytes = M.gc_share(steps.tree, reps)
   r.stats = stats_summary(tree:stats())
+  if sc.siblings then r.siblings = M.siblings(sc, opts) end
   r.agree = M.agree(tree, sc)
   if sc.grow and sc.grow == cfg.heap_grow then r.record_heap = M.record_with_heap(sc, cfg.heap_mb) end
   -- eager last: the model function's loops compile for the mode measured

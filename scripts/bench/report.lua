@@ -10,16 +10,27 @@
 local M = {}
 local format, concat, floor, max, min, log = string.format, table.concat, math.floor, math.max, math.min, math.log
 
--- The targets of shared/anchors/README.md; "a few ms" is read as at most 5 ms.
+-- The targets of shared/anchors/README.md ("What gtlua must show"), and
+-- gt.cond's of issue 13.  Ratios that are no longer targets there (a tree
+-- replay's CPU over the floor's, reduce-overhead over the tree on every
+-- scenario, a plain new path's wall time) are still shown, under "Other
+-- ratios".
 M.TARGETS = {
-  replay_cpu = 1.25,     -- gtlua tree CPU / floor CPU, at most
-  vs_reduce = 40,        -- reduce-overhead CPU / gtlua tree CPU, at least
-  step = 1.05,           -- gtlua tree step / floor step, at most
-  record_ms = 5,         -- wall time of the call that records a new ~100-kernel path, at most
-  record_heap_ms = 3,    -- the same for a 128-kernel path with 100 MB of live Lua heap (no GC at record time)
+  per_op_ns = 100,       -- a replay with the Lua body: host ns an op, about (grow-128 <= 15 us, grow-512 <= 55 us a step)
+  grow_cpu_us = { [128] = 15, [512] = 55 },
+  vs_reduce = 40,        -- reduce-overhead CPU / gtlua tree CPU on chain, branch and shapes, at least
+  vs_reduce_on = { chain = true, branch = true, shapes = true },
   keyed_cpu = 1.25,      -- gtlua keyed CPU / floor CPU, at most
   vs_reduce_keyed = 50,  -- reduce-overhead CPU / gtlua keyed CPU, at least
-  cond_step = 1.10,      -- gt.cond tree step / its floor step, at most
+  step = 1.03,           -- gtlua tree step / floor step (the same graphs launched from C), at most
+  record_heap_ms = 3,    -- a new ~128-kernel path recorded and replaying with 100 MB of live Lua heap, at most
+  siblings = 1.0,        -- pool high-water of sibling paths / the largest path's own, at most
+  decode_host = 10,      -- decode: reduce-overhead host us per token / gtlua tree's, at least
+  decode_rate = 1.0,     -- decode: gtlua tree tokens/s / reduce-overhead's, at least
+  logits = 1e-3,         -- decode: relative logit error against PyTorch, at most
+  cond_step = 1.10,      -- gt.cond tree step / its floor step, at most (issue 13)
+  replay_cpu = 1.25,     -- (other ratios) gtlua tree CPU / floor CPU
+  record_ms = 5,         -- (other ratios) a plain new ~100-kernel path's call, "a few ms"
 }
 
 --- decode(text) -> the value of a JSON text (null is nil; raises "bad JSON ..." on bad input)
@@ -200,18 +211,32 @@ end
 
 function M.targets(inp)
   local T, rows = M.TARGETS, {}
-  for _, s in ipairs(tree_scenarios(inp)) do
-    local r = over_floor(s, "tree", "cpu")
-    target_row(rows, "tree replay CPU / floor CPU", s.name, x(r), "≤ " .. T.replay_cpu .. "x", r and r <= T.replay_cpu)
+  local scen = inp.gtlua and inp.gtlua.scenarios or {}
+  -- a replay with the Lua body: ~100 ns an op, as the grow steps' host time,
+  -- and the host ns each op past 128 adds (grow-512 over grow-128)
+  local g128, g512 = by_name(inp.gtlua, "grow-128"), by_name(inp.gtlua, "grow-512")
+  for _, s in ipairs { g128, g512 } do
+    local t = mode(s, "tree")
+    local lim = T.grow_cpu_us[s.grow or 0]
+    if lim then
+      target_row(rows, "tree replay CPU a step (~" .. T.per_op_ns .. " ns an op)", s.name,
+        t and us(t.cpu_us) .. " µs" or DASH, "≤ " .. lim .. " µs", t and t.cpu_us and t.cpu_us <= lim)
+    end
+  end
+  local t128, t512 = mode(g128, "tree"), mode(g512, "tree")
+  if t128 and t512 and t128.cpu_us and t512.cpu_us then
+    local per = (t512.cpu_us - t128.cpu_us) * 1000 / (512 - 128)
+    target_row(rows, "tree replay CPU an op (grow-512 over grow-128)", "grow", format("%.0f ns", per),
+      "≤ " .. T.per_op_ns .. " ns", per <= T.per_op_ns)
   end
   for _, s in ipairs(tree_scenarios(inp)) do
-    local ro = mode(by_name(inp.torch, s.name), "reduce_overhead")
-    if ro or not s.name:find("+", 1, true) then
+    if T.vs_reduce_on[s.name] then
+      local ro = mode(by_name(inp.torch, s.name), "reduce_overhead")
       local r = ratio(ro and ro.cpu_us, (mode(s, "tree") or {}).cpu_us)
       target_row(rows, "reduce-overhead CPU / tree CPU", s.name, x(r), "≥ " .. T.vs_reduce .. "x", r and r >= T.vs_reduce)
     end
   end
-  for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
+  for _, s in ipairs(scen) do
     local k = mode(s, "keyed")
     if k then
       local r = over_floor(s, "keyed", "cpu")
@@ -226,19 +251,15 @@ function M.targets(inp)
     local r = over_floor(s, "tree", "step")
     target_row(rows, "tree step / floor step", s.name, x(r), "≤ " .. T.step .. "x", r and r <= T.step)
   end
-  for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
+  for _, s in ipairs(scen) do
     local c = mode(s, "cond")
     if c then
       local r = over_floor(s, "cond", "step")
-      target_row(rows, "gt.cond tree step / floor step", s.name, x(r), "≤ " .. T.cond_step .. "x", r and r <= T.cond_step)
+      target_row(rows, "gt.cond tree step / floor step (issue 13)", s.name, x(r), "≤ " .. T.cond_step .. "x",
+        r and r <= T.cond_step)
     end
   end
-  local g = near_100(inp.gtlua)
-  local e = g and g.record
-  target_row(rows, "record a new path (call wall time)", g and format("%s (%d kernels)", g.name, e and e.kernels or 0)
-    or "grow", e and format("%.2f ms", e.call_us / 1000) or DASH, "≤ " .. T.record_ms .. " ms (\"a few ms\")",
-    e and e.call_us / 1000 <= T.record_ms)
-  for _, s in ipairs(inp.gtlua and inp.gtlua.scenarios or {}) do
+  for _, s in ipairs(scen) do
     local h = s.record_heap
     if h then
       target_row(rows, format("record a new path with %.0f MB of live Lua heap (call wall time)", h.heap_mb),
@@ -246,11 +267,61 @@ function M.targets(inp)
         "≤ " .. T.record_heap_ms .. " ms", h.call_us / 1000 <= T.record_heap_ms)
     end
   end
+  for _, s in ipairs(scen) do
+    local sib = s.siblings
+    if sib and sib.largest and sib.largest > 0 and s.stats and s.stats.pool_high_water then
+      local r = s.stats.pool_high_water / sib.largest
+      target_row(rows, "pool high-water of sibling paths / the largest path's alone", s.name,
+        format("%.2fx (%s / %s)", r, require("gt.units").bytes(s.stats.pool_high_water),
+          require("gt.units").bytes(sib.largest)), "≤ " .. format("%.2f", T.siblings) .. "x (not the sum)",
+        r <= T.siblings + 1e-9)
+    end
+  end
+  for _, s in ipairs(scen) do
+    local b = s.batch
+    if b then
+      local ro, t = mode(by_name(inp.torch, s.name), "reduce_overhead"), mode(s, "tree")
+      local r = ratio(ro and ro.cpu_us, t and t.cpu_us)
+      target_row(rows, "decode: reduce-overhead host µs a token / tree's", s.name, x(r), "≥ " .. T.decode_host .. "x",
+        r and r >= T.decode_host)
+      local q = ratio(ro and ro.pipe_us, t and t.pipe_us)     -- (tokens/s: batch / pipelined µs a step)
+      target_row(rows, "decode: tree tokens/s / reduce-overhead's", s.name, x(q), "≥ " .. format("%.2f", T.decode_rate) .. "x",
+        q and q >= T.decode_rate)
+    end
+  end
+  if inp.gpt_check or by_name(inp.gtlua, "decode-1") then
+    local e = inp.gpt_check and tonumber(inp.gpt_check:match("max relative logit error ([%d%.e%-+]+)"))
+    local pass = inp.gpt_check and inp.gpt_check:match("^gpt_check: PASS")
+    target_row(rows, "decode: logits against PyTorch's (relative error)", "gpt_check", e and format("%.2g", e) or DASH,
+      "≤ " .. format("%g", T.logits), e and pass and e <= T.logits)
+  end
   return rows
 end
 
-local function targets_section(inp)
-  local rows = M.targets(inp)
+--- other_ratios(inputs) -> rows as targets' that are no longer anchors' targets, shown for comparison
+function M.other_ratios(inp)
+  local T, rows = M.TARGETS, {}
+  for _, s in ipairs(tree_scenarios(inp)) do
+    local r = over_floor(s, "tree", "cpu")
+    target_row(rows, "tree replay CPU / floor CPU", s.name, x(r), "(≤ " .. T.replay_cpu .. "x)", r and r <= T.replay_cpu)
+  end
+  for _, s in ipairs(tree_scenarios(inp)) do
+    local ro = mode(by_name(inp.torch, s.name), "reduce_overhead")
+    if not T.vs_reduce_on[s.name] and ro then
+      local r = ratio(ro.cpu_us, (mode(s, "tree") or {}).cpu_us)
+      target_row(rows, "reduce-overhead CPU / tree CPU", s.name, x(r), "(≥ " .. T.vs_reduce .. "x)", r and r >= T.vs_reduce)
+    end
+  end
+  local g = near_100(inp.gtlua)
+  local e = g and g.record
+  if e then
+    target_row(rows, "record a new path (call wall time)", format("%s (%d kernels)", g.name, e.kernels or 0),
+      format("%.2f ms", e.call_us / 1000), "(≤ " .. T.record_ms .. " ms, \"a few ms\")", e.call_us / 1000 <= T.record_ms)
+  end
+  return rows
+end
+
+local function rows_table(rows, count)
   local met, total = 0, 0
   local out = { header({ "ratio", "scenario", "value", "target", "" }, { "---", "---", "---:", "---", "---" }) }
   for _, r in ipairs(rows) do
@@ -258,8 +329,20 @@ local function targets_section(inp)
     if r[5] ~= "not measured" then total = total + 1 end
     if r[5] == "**met**" then met = met + 1 end
   end
-  table.insert(out, 1, format("%d of %d measured targets met.\n", met, total))
+  if count then table.insert(out, 1, format("%d of %d measured targets met.\n", met, total)) end
   return concat(out, "\n")
+end
+
+local function targets_section(inp)
+  local out = rows_table(M.targets(inp), true)
+  local other = M.other_ratios(inp)
+  if #other > 0 then
+    out = out .. "\n\n### Other ratios\n\nRatios that earlier versions of this report held to targets no longer on the " ..
+      "anchors' list (a replay with its Lua body is held to its host ns an op, above); in brackets what they " ..
+      "asked.\n\n" ..
+      rows_table(other, false)
+  end
+  return out
 end
 
 -- The modes of one scenario as table rows.
