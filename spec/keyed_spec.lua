@@ -436,6 +436,24 @@ describe("keyed calls", function()
     assert.is_true(step:stats().keyed.hits >= 4)
   end)
 
+  it("stops running the body after record and one replay when a patch number changes every call, a constant beside it kept", function()
+    local runs = 0
+    local step = gt.tree(function(x, s) runs = runs + 1; return gt.ops.mul(gt.ops.mul(x, 3), s) end,
+      { key = function() return 0 end, patch = { 2 } })
+    local x = gt.from { 1, 2 }
+    for _, s in ipairs { 1, 2, 3, 4, 5, 3, 6, 2, 7 } do   -- (3: the constant's value, on the saving call)
+      assert.tensor_near({ 3 * s, 6 * s }, step(x, s))
+    end
+    assert.are.equal(3, runs)                              -- warmup, record, replay
+    assert.are.equal(6, step:stats().keyed.hits)
+    -- a number unchanged from the recording call to the saving one tells nothing: the first other number runs the body
+    runs = 0
+    local same = gt.tree(function(x, s) runs = runs + 1; return gt.ops.mul(gt.ops.mul(x, 3), s) end,
+      { key = function() return 0 end, patch = { 2 } })
+    for _, s in ipairs { 3, 3, 3, 3, 4, 5, 3 } do assert.tensor_near({ 3 * s, 6 * s }, same(x, s)) end
+    assert.are.equal(4, runs)
+  end)
+
   it("never launches a freed static weight's address: a weight captured as an upvalue, swapped and collected", function()
     local W = gt.full({ 2, 2 }, 1):static()
     local step = gt.tree(function(x) return gt.ops.linear(x, W) end, { key = function() return 1 end })

@@ -328,9 +328,18 @@ void gt_tree_floor_clear(gt_tree *t);
    off; a number: v.f64); kinds[i]: 1 = a tensor whose address is patched,
    2 = a number patched into the kernel scalars equal to it, 0 = neither.
    outs: buffer indices within the call (gt_buf.ci) of the tensors it returned.
-   NULL when the path cannot be keyed, the reason in gt_errmsg. */
+   cand: the key's candidate (gt_tree_keyed_note) or NULL; taken (freed) when
+   the save succeeds.  NULL when the path cannot be keyed, the reason in gt_errmsg. */
 gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
-                             const int *outs, int nout);
+                             const int *outs, int nout, gt_keyed *cand);
+/* After a body run of a key whose path cannot be saved yet (a segment
+   recorded in the call), a candidate: the path's values and the call's
+   numbers, which the save compares with its own to confirm `patch` slots at
+   once.  prev: the key's earlier candidate or NULL, freed.  NULL when the
+   call left no such path (some segment holds no graph), said in gt_errmsg.
+   A candidate is never launched; the tree frees it. */
+gt_keyed *gt_tree_keyed_note(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
+                             gt_keyed *prev);
 /* In a call begun with gt_tree_begin (inputs staged): patch the memoized
    path's inputs and scalars from ins, launch its graphs, make the output
    buffers of the call (to outb, when not NULL), end the call.  1: the path is gone (a trim) or needs

@@ -7,7 +7,12 @@
    A number matched on one call may be a coincidence (a 0 that is a flag, not
    the position), so such a match stays unconfirmed: a hit with the same value
    patches nothing, a hit with another value runs the body instead, and
-   gt_tree_keyed_confirm keeps the slots that followed the new value.  A hit
+   gt_tree_keyed_confirm keeps the slots that followed the new value.  The
+   key's body run before the save (its path recorded: nothing to save yet)
+   leaves a candidate (gt_tree_keyed_note: the path's values and the call's
+   numbers); a slot that followed the number from that call to the saving
+   one is confirmed at once, so a key whose `patch` number changes every
+   call stops running its body after its path recorded and replayed once.  A hit
    (gt_tree_keyed_run) patches, launches the path's graphs back to back and
    makes the call's output buffers at their planned addresses.
 
@@ -56,6 +61,7 @@ struct gt_keyed {
   kout *o;
   kpatch *p;
   gt_pathg pg;                   /* the path as one graph (fused) */
+  double *nums; int nnum;        /* a candidate (gt_tree_keyed_note): the call's numbers by position (NAN: not a number) */
   struct gt_keyed *next;
 };
 _Static_assert(sizeof(gt_keyed) % _Alignof(kseg) == 0 && sizeof(gt_node *) % _Alignof(kseg) == 0 &&
@@ -65,7 +71,14 @@ _Static_assert(sizeof(gt_keyed) % _Alignof(kseg) == 0 && sizeof(gt_node *) % _Al
 static void keyed_free(gt_keyed *k) {
   gt_pathg_free(&k->t->rt->be, &k->pg);
   for (int d = 0; d < k->npath; d++) free(k->s[d].vals);
-  free(k->p); free(k);
+  free(k->p); free(k->nums); free(k);
+}
+
+/* k out of its tree's list, and freed. */
+static void keyed_drop(gt_keyed *k) {
+  for (gt_keyed **pp = &k->t->keyed; *pp; pp = &(*pp)->next)
+    if (*pp == k) { *pp = k->next; break; }
+  keyed_free(k);
 }
 
 /* What k's path's graphs hold now, as this key's: after a body run of it. */
@@ -166,13 +179,9 @@ static int find_patches(gt_keyed *k, const gt_arg *ins, const uint8_t *kinds, in
   return GT_OK;
 }
 
-gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
-                             const int *outs, int nout) {
-  const gt_call_info *h = &t->hist[(t->calls - 1) % GT_HISTORY];
-  if (!t->nlastpath) { gt_fail(rt, "the call launched nothing"); return NULL; }
-  if (h->replays + h->updates != t->nlastpath) { gt_fail(rt, "not every segment replayed yet"); return NULL; }   /* (an update leaves the graph at the call's values too) */
-  for (int d = 0; d < t->nlastpath; d++)
-    if (!t->lastpath[d]->graph || !t->lastpath[d]->launches) { gt_fail(rt, "a segment holds no graph"); return NULL; }
+/* A gt_keyed for the tree's last call's path, its values snapshot (NULL:
+   out of host memory, said). */
+static gt_keyed *keyed_new(gt_runtime *rt, gt_tree *t, int nout) {
   int npath = t->nlastpath;
   gt_keyed *k = calloc(1, sizeof *k + npath * (sizeof *k->path + sizeof *k->s) + (nout ? nout : 1) * sizeof *k->o);
   if (!k) { gt_fail(rt, "out of host memory"); return NULL; }
@@ -183,7 +192,68 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   k->o = (kout *)(k->s + npath);
   memcpy(k->path, t->lastpath, k->npath * sizeof *k->path);
   for (int d = 0; d < k->npath; d++) k->s[d].nvals = -1;
-  if (snapshot(k)) goto oom;
+  if (snapshot(k)) { keyed_free(k); gt_fail(rt, "out of host memory"); return NULL; }
+  return k;
+}
+
+/* Whether every segment of the tree's last call holds a graph at the call's
+   values: replayed, or updated (an update leaves them too); records too when
+   rec (a candidate's). */
+static int path_graphed(gt_runtime *rt, gt_tree *t, int rec) {
+  const gt_call_info *h = &t->hist[(t->calls - 1) % GT_HISTORY];
+  if (!t->nlastpath) return gt_fail(rt, "the call launched nothing");
+  if (h->replays + h->updates + (rec ? h->records : 0) != t->nlastpath)
+    return gt_fail(rt, rec ? "not every segment has a graph yet" : "not every segment replayed yet");
+  for (int d = 0; d < t->nlastpath; d++)
+    if (!t->lastpath[d]->graph || !t->lastpath[d]->launches) return gt_fail(rt, "a segment holds no graph");
+  return GT_OK;
+}
+
+gt_keyed *gt_tree_keyed_note(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
+                             gt_keyed *prev) {
+  if (prev) keyed_drop(prev);
+  if (path_graphed(rt, t, 1)) return NULL;
+  gt_keyed *k = keyed_new(rt, t, 0);
+  if (!k) return NULL;
+  k->nums = malloc((size_t)(nin ? nin : 1) * sizeof *k->nums);
+  if (!k->nums) { keyed_free(k); gt_fail(rt, "out of host memory"); return NULL; }
+  for (int a = 0; a < nin; a++) k->nums[a] = kinds[a] == 2 ? ins[a].v.f64 : NAN;
+  k->nnum = nin;
+  k->next = t->keyed;                    /* (freed with the tree; a hit never launches a candidate) */
+  t->keyed = k;
+  t->keyed_free = keyed_free_all;
+  t->keyed_trim = keyed_trim_all;
+  return k;
+}
+
+/* k's unconfirmed scalar patches against candidate c (the key's body run
+   before, on the same path and graphs): a slot that held c's number then and
+   holds another number now, the call's, followed it (confirmed); one that
+   did not hold it is another value (dropped); an equal number tells nothing. */
+static void preconfirm(gt_keyed *k, const gt_keyed *c) {
+  if (c->npath != k->npath) return;
+  for (int d = 0; d < k->npath; d++)
+    if (c->path[d] != k->path[d] || c->s[d].key != k->s[d].key || c->s[d].nvals != k->s[d].nvals) return;
+  int w = 0;
+  for (int i = 0; i < k->np; i++) {
+    kpatch *p = &k->p[i];
+    if (p->kind == KP_SCALAR && !p->confirmed && p->in < c->nnum && c->nums[p->in] == c->nums[p->in]) {
+      uint64_t then = scalar_bits(c->nums[p->in], p->ptype);
+      if (then != scalar_bits(p->seen, p->ptype)) {
+        if (c->s[p->node].vals[p->slot] != then) continue;       /* it did not hold the number then */
+        p->confirmed = 1;
+      }
+    }
+    k->p[w++] = *p;
+  }
+  k->np = w;
+}
+
+gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
+                             const int *outs, int nout, gt_keyed *cand) {
+  if (path_graphed(rt, t, 0)) return NULL;
+  gt_keyed *k = keyed_new(rt, t, nout);
+  if (!k) return NULL;
   for (int i = 0; i < nout; i++) {
     gt_buf *b = gt_tree_buf_ptr(t, outs[i]);
     if (!b || b->gen != t->gen || b->seg >= k->npath) { keyed_free(k); gt_fail(rt, "an output is not a tensor of the call"); return NULL; }
@@ -193,6 +263,7 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   int st = find_patches(k, ins, kinds, nin);
   if (st == 1) { keyed_free(k); gt_fail(rt, "two tensor arguments share memory"); return NULL; }
   if (st) goto oom;
+  if (cand) { preconfirm(k, cand); keyed_drop(cand); }
   for (int d = 0; d < k->npath; d++) k->path[d]->keyed = 1;
   k->next = t->keyed;
   t->keyed = k;

@@ -283,15 +283,21 @@ local function settle(self, leaf, verifying, n, args, ...)
   local outs, cis = describe_outputs(self, args, n, ...)
   if not outs then leaf.refused = cis; refuse(self, leaf, cis); return ... end
   local ci = ffi.new("int[?]", math.max(#cis, 1), cis)
-  local k = C.gt_tree_keyed_save(rt, t, self._ins, self._kinds, n, ci, #cis)
+  local k = C.gt_tree_keyed_save(rt, t, self._ins, self._kinds, n, ci, #cis, leaf.kc or nil)
   if k == nil then
     local why = gt._errmsg()
-    if not why:match("^not every segment replayed") and not why:match("^the call launched nothing") then
+    if why:match("^not every segment replayed") then
+      -- (recorded in this call: the key's candidate, whose numbers the save
+      -- compares with its own to confirm `patch` slots at once)
+      local kc = C.gt_tree_keyed_note(rt, t, self._ins, self._kinds, n, leaf.kc or nil)
+      leaf.kc = kc ~= nil and kc
+    elseif not why:match("^the call launched nothing") then
       leaf.refused = why
       refuse(self, leaf, why)
     end
     return ...
   end
+  leaf.kc = false                                -- (the save took it)
   leaf.k, leaf.outs, leaf.outb = k, outs.n == 1 and outs[1] or outs, ffi.new("gt_buf*[?]", math.max(#cis, 1))
   return ...
 end
