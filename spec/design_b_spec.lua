@@ -718,8 +718,10 @@ describe("DESIGN 12: pitfalls kept out", function()
     end)
     local x = gt.ones { 256 }
     for i = 1, 6 do step(x, i % 2 == 0) end
+    collectgarbage(); collectgarbage()   -- (handles of earlier eager calls' tensors, unreachable, hold ordinary memory until collected)
     local s0, m0 = step:stats().pool, gt.memory()
     for i = 1, 200 do step(x, i % 2 == 0) end
+    collectgarbage(); collectgarbage()
     local s1, m1 = step:stats().pool, gt.memory()
     assert.are.same(s0, s1)
     assert.are.equal(m0, m1)
