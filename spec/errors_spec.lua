@@ -96,3 +96,121 @@ describe("errors at the user's line", function()
     end)
   end)
 end)
+
+-- ---------------------------------------------------------------------------
+-- Every argument error says what was expected and what was given, names the
+-- caller's line in this file (not lua/gt/*.lua), and leaves gt usable.
+describe("argument errors name the caller (session 23)", function()
+  -- err_of(fn) raised at this file's line `line`, and contains each of ...
+  local function at_line(line, err, ...)
+    assert.matches("^spec/errors_spec%.lua:" .. line .. ": ", err)
+    assert.falsy(err:find("lua/gt/", 1, true), err)
+    assert.falsy(err:find("bad argument #", 1, true), err)
+    assert.falsy(err:find("attempt to ", 1, true), err)
+    for _, s in ipairs { ... } do assert.truthy(err:find(s, 1, true), "'" .. s .. "' in: " .. err) end
+  end
+
+  local function a_tree()
+    local t = gt.tree(function(x) return ops.relu(x) end, { name = "session23" })
+    for _ = 1, 3 do t(gt.ones { 2 }) end
+    return t
+  end
+
+  it("tree:dot, tree:json and tree:report refuse a path that is not a string", function()
+    local t = a_tree()
+    local line, err = here(), err_of(function() local r = t:dot({}) return r end)
+    at_line(line, err, "tree:dot([path]): path must be a file name (a string), or nil for the text only, got a table")
+    line, err = here(), err_of(function() local r = t:json(true) return r end)
+    at_line(line, err, "tree:json([path]): path must be a file name (a string)", "got true")
+    line, err = here(), err_of(function() local r = t:report({}) return r end)
+    at_line(line, err, "tree:report([path]): path must be a file name (a string)", "got a table")
+    line, err = here(), err_of(function() local r = t:dot(5) return r end)
+    at_line(line, err, "tree:dot([path]): path must be a file name", "got 5")
+    line, err = here(), err_of(function() local r = gt.report.json(t, 5) return r end)
+    at_line(line, err, "gt.report.json(tree [, path]): path must be a file name", "got 5")
+    assert.is_nil(io.open("5", "rb"), "no file named 5 was written")
+    assert.truthy(t:dot():find("^digraph"))
+    assert.truthy(t:json():find("gtlua.tree/1", 1, true))
+    assert.truthy(t:report():find("<html", 1, true))
+  end)
+
+  it("tree:dot, tree:json and tree:report to a path that cannot be written name it, the reason and the caller", function()
+    local t = a_tree()
+    for _, m in ipairs { "dot", "json", "report" } do
+      local path = "/nonexistent_dir_session23/x." .. m
+      local line, err = here(), err_of(function() local r = t[m](t, path) return r end)
+      at_line(line, err, "tree:" .. m .. "([path]): cannot write " .. path, "No such file or directory")
+    end
+    assert.truthy(t:dot():find("^digraph"))
+  end)
+
+  it("tree:advise with options that are not a table, or an unknown option", function()
+    local t = a_tree()
+    local line, err = here(), err_of(function() local r = t:advise(5) return r end)
+    at_line(line, err, "tree:advise([opts]): options must be a table such as {measure = true}, or nil, got 5")
+    line, err = here(), err_of(function() local r = t:advise({ mesure = true }) return r end)
+    at_line(line, err, "tree:advise([opts]): unknown option 'mesure'")
+    line, err = here(), err_of(function() local r = t:advise({ measure = "yes" }) return r end)
+    at_line(line, err, "option measure must be true or false, got \"yes\"")
+    assert.is_table(t:advise().findings)
+    assert.is_table(t:advise({ measure = false }).findings)
+  end)
+
+  it("gt.compile, gt.load and gt.randn with options that are not a table", function()
+    local src = "__global__ void k23(float *y) { y[0] = 1; }"
+    local line, err = here(), err_of(function() local K = gt.compile(src, 5) return K end)
+    at_line(line, err, "gt.compile(src [, opts]): options must be a table (or nil), got 5")
+    line, err = here(), err_of(function() local K = gt.compile(src, { graf = false }) return K end)
+    at_line(line, err, "gt.compile(src [, opts]): unknown option 'graf'")
+    line, err = here(), err_of(function() local K = gt.compile(src, { name = 7 }) return K end)
+    at_line(line, err, "option name must be a string, got 7")
+    line, err = here(), err_of(function() local K = gt.load("kernels/elementwise.cu", "fast") return K end)
+    at_line(line, err, "gt.load(path [, opts]): options must be a table (or nil), got \"fast\"")
+    line, err = here(), err_of(function() local x = gt.randn({ 2 }, 5) return x end)
+    at_line(line, err, "gt.randn(shape [, {seed=, dtype=, scale=}]): options must be a table (or nil), got 5")
+    line, err = here(), err_of(function() local x = gt.randn({ 2 }, { seed = "a" }) return x end)
+    at_line(line, err, "option seed must be a number, got \"a\"")
+    line, err = here(), err_of(function() local x = gt.zeros({ 2 }, {}) return x end)
+    at_line(line, err, "dtype must be a string (f32, i32, i64 or u8), got a table")
+    assert.is_truthy(gt.compile(src, { name = "k23.cu", graph = true }).k23)
+    assert.are.equal(2, gt.randn({ 2 }, { seed = 3 }).numel)
+    assert.are.equal(2, gt.randn({ 2 }).numel)
+  end)
+
+  it("tree:floor with iters that is not a whole number >= 1", function()
+    local t = a_tree()
+    local line, err = here(), err_of(function() local c = t:floor("x") return c end)
+    at_line(line, err, "tree:floor(iters [, sync_each [, patch [, calls]]]): iters must be a whole number of steps, " ..
+      "1 or more, got \"x\"")
+    line, err = here(), err_of(function() local c = t:floor(0) return c end)
+    at_line(line, err, "iters must be a whole number of steps, 1 or more, got 0")
+    line, err = here(), err_of(function() local c = t:floor(3, "no") return c end)
+    at_line(line, err, "sync_each must be true or false, got \"no\"")
+    local cpu, step = t:floor(3)
+    assert.is_true(cpu >= 0 and step >= 0)
+  end)
+
+  it("gt.buckets.pow2 and gt.buckets.linear with a size that is not a number", function()
+    local line, err = here(), err_of(function() local b = gt.buckets.pow2("a") return b end)
+    at_line(line, err, "gt.buckets.pow2(max): max must be a number >= 1 (the largest bucket), got \"a\"")
+    line, err = here(), err_of(function() local b = gt.buckets.pow2(0) return b end)
+    at_line(line, err, "max must be a number >= 1", "got 0")
+    line, err = here(), err_of(function() local b = gt.buckets.linear(4, 2) return b end)
+    at_line(line, err, "gt.buckets.linear(step, max): max must be a number >= step (4), got 2")
+    assert.are.same({ 1, 2, 4, 8 }, gt.buckets.pow2(8))
+    assert.are.same({ 4, 8 }, gt.buckets.linear(4, 8))
+  end)
+
+  it("gt.full without a value, and t:fill with one that is not a number", function()
+    local line, err = here(), err_of(function() local x = gt.full({ 2 }) return x end)
+    at_line(line, err, "gt.full(shape, value [, dtype]): the fill value is missing: pass a number, got nil")
+    assert.falsy(err:find("fill_f32", 1, true), err)
+    line, err = here(), err_of(function() local x = gt.full({ 2 }, "1") return x end)
+    at_line(line, err, "the fill value must be a number, got \"1\"")
+    local x = gt.zeros { 2 }
+    line, err = here(), err_of(function() x:fill({}) end)
+    at_line(line, err, "t:fill(value): the fill value must be a number, got a table")
+    assert.are.same({ 3, 3 }, gt.full({ 2 }, 3):tolist())
+    assert.are.same({ 5, 5 }, x:fill(5):tolist())
+  end)
+end)

@@ -447,7 +447,23 @@ end }
 --- advise.tree(tree [, {measure = bool}]) -> { name, where, calls, nodes, launch, shapes, breaks, findings }
 --- measure (default: advise.relaunch, true at exit): relaunch the last path's graphs to time the device
 function M.tree(tree, opts)
-  if type(tree) ~= "table" or getmetatable(tree) ~= gt.Tree then error("gt.advise.tree: expected a tree", 2) end
+  if type(tree) ~= "table" or getmetatable(tree) ~= gt.Tree then
+    gt._error("gt.advise.tree: expected a tree (from gt.tree), got " .. gt._show(tree))
+  end
+  if opts ~= nil then
+    local what = "tree:advise([opts])"
+    if type(opts) ~= "table" then
+      gt._error(what .. ": options must be a table such as {measure = true}, or nil, got " .. gt._show(opts))
+    end
+    for k, v in pairs(opts) do
+      if k ~= "measure" then
+        gt._error(what .. ": unknown option " .. (type(k) == "string" and ("'" .. k .. "'") or gt._show(k)) ..
+          ": the one option is measure (true or false)")
+      elseif type(v) ~= "boolean" then
+        gt._error(what .. ": option measure must be true or false, got " .. gt._show(v))
+      end
+    end
+  end
   local s = tree:stats()
   local r = setmetatable({ name = s.name, where = s.where, calls = s.calls, nodes = s.nodes, recorded = s.recorded }, Findings)
   if s.nodes == 0 then

@@ -12,7 +12,9 @@ local M = {}
 
 --- gt.buckets.pow2(max) -> {1, 2, 4, ..., max}
 function M.pow2(max)
-  assert(type(max) == "number" and max >= 1, "gt.buckets.pow2(max): max must be >= 1")
+  if type(max) ~= "number" or max ~= max or max < 1 or max == math.huge then
+    gt._error("gt.buckets.pow2(max): max must be a number >= 1 (the largest bucket), got " .. gt._show(max))
+  end
   local r, s = {}, 1
   while s < max do r[#r + 1] = s; s = s * 2 end
   r[#r + 1] = max
@@ -21,8 +23,12 @@ end
 
 --- gt.buckets.linear(step, max) -> {step, 2*step, ..., max}
 function M.linear(step, max)
-  assert(type(step) == "number" and step >= 1 and type(max) == "number" and max >= step,
-         "gt.buckets.linear(step, max): need 1 <= step <= max")
+  if type(step) ~= "number" or step ~= step or step < 1 or step == math.huge then
+    gt._error("gt.buckets.linear(step, max): step must be a number >= 1, got " .. gt._show(step))
+  end
+  if type(max) ~= "number" or max ~= max or max < step or max == math.huge then
+    gt._error("gt.buckets.linear(step, max): max must be a number >= step (" .. gt._show(step) .. "), got " .. gt._show(max))
+  end
   local r, s = {}, step
   while s < max do r[#r + 1] = s; s = s + step end
   r[#r + 1] = max

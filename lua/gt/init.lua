@@ -136,6 +136,31 @@ function gt._error(msg, level)
   error(where .. msg, 0)
 end
 
+-- gt._show(v) -> v for a message: strings quoted, numbers as written, else its type
+-- ("a table"); what an argument error says it got.
+function gt._show(v)
+  local t = type(v)
+  if t == "string" then return string.format("%q (a string)", v) end
+  if t == "number" then
+    if v ~= v then return "nan" end
+    if v == math.huge or v == -math.huge then return v > 0 and "inf" or "-inf" end
+    local s = string.format("%.14g", v)
+    return tonumber(s) == v and s or string.format("%.17g", v)
+  end
+  if t == "boolean" or t == "nil" then return tostring(v) end
+  return "a " .. t
+end
+
+-- gt._opts(opts, what) -> opts, or {} for nil; raises at the user's line when opts is
+-- not a table (what: the call as the user wrote it, e.g. "gt.randn(shape [, opts])").
+function gt._opts(opts, what)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    gt._error(what .. ": options must be a table (or nil), got " .. gt._show(opts))
+  end
+  return opts
+end
+
 -- Raises the core's last failure at the user's line.
 function gt._fail() gt._error(gt._errmsg(), 2) end
 

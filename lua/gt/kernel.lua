@@ -473,11 +473,31 @@ end
 -- default its call's file:line: a gt.compile in a loop, or in a tree's body)
 -- gives the same kernels: kernels made anew each call would be new launches
 -- to the tree's keys, a new node every call.
+-- The options of gt.compile and gt.load, checked: a table (or nil) of name (a
+-- string), graph (a boolean) and options (compiler flags, a string); what: the call.
+local COMPILE_OPTS = { name = "string", graph = "boolean", options = "string" }
+local function compile_opts(opts, what, names)
+  opts = gt._opts(opts, what)
+  for k, v in pairs(opts) do
+    local want = COMPILE_OPTS[k]
+    if not want or (k == "name" and not names) then
+      error(what .. ": unknown option " .. (type(k) == "string" and ("'" .. k .. "'") or gt._show(k)) ..
+        ": the options are " .. (names and "name (a string), " or "") ..
+        "graph (true or false) and options (compiler flags, a string)")
+    end
+    if type(v) ~= want then
+      error(what .. ": option " .. k .. " must be " .. (want == "boolean" and "true or false" or "a string") ..
+        ", got " .. gt._show(v))
+    end
+  end
+  return opts
+end
+
 local compiled = {}
 --- gt.compile(src [, {name=, graph=, options=}]) -> { name = kernel, ... }
 function gt.compile(src, opts)
-  if type(src) ~= "string" then error("gt.compile expects kernel source text", 2) end
-  opts = opts or {}
+  if type(src) ~= "string" then error("gt.compile expects kernel source text, got " .. gt._show(src), 2) end
+  opts = compile_opts(opts, "gt.compile(src [, opts])", true)
   local chunk = opts.name
   if not chunk then                          -- the caller's file:line (past pcall and other C frames)
     local lv, info = 2, nil
@@ -531,12 +551,12 @@ end
 local loaded = {}
 --- gt.load(path [, opts]) -> kernels of a .cu file (relative to the cwd, else to GTLUA_HOME); cached
 function gt.load(path, opts)
-  if type(path) ~= "string" then error("gt.load expects a file path", 2) end
+  if type(path) ~= "string" then error("gt.load expects a file path, got " .. gt._show(path), 2) end
+  opts = compile_opts(opts, "gt.load(path [, opts])", false)
   local f, full = find_file(path)
   if not f then error("gt.load: cannot open '" .. path .. "' (looked here and under " .. gt.home() .. ")", 2) end
   local src = expand_includes(f:read("*a"), full, path)
   f:close()
-  opts = opts or {}
   local key = full .. "\0" .. tostring(opts.options) .. "\0" .. tostring(opts.graph) .. "\0" .. src
   if not loaded[key] then loaded[key] = compile(src, opts, path) end
   return loaded[key]

@@ -92,9 +92,11 @@ end
 
 --- report.dot(tree [, path]) -> Graphviz text: one node "n<id>" per tree node
 --- (label and counts), an edge per parent -> child; written to path if given.
-function M.dot(tree, path)
+function M.dot(tree, path, what)   -- (what: the call named in errors; tree:dot passes its own)
+  what = what or "gt.report.dot(tree [, path])"
+  C.check_path(path, what)
   local text = require("gt.report.dot").text(C.stats_of(tree, "dot"))
-  if path then C.write_file(path, text) end
+  if path then C.write_file(path, text, what) end
   return text
 end
 
@@ -125,10 +127,12 @@ end
 
 --- report.json(tree [, path]) -> JSON text of tree:stats() (fields at the top
 --- of this file); written to path if given.
-function M.json(tree, path)
+function M.json(tree, path, what)
+  what = what or "gt.report.json(tree [, path])"
+  C.check_path(path, what)
   local json = require "gt.json"
   local text = json.encode(json_shape(C.stats_of(tree, "json"), json), KEY_ORDER) .. "\n"
-  if path then C.write_file(path, text) end
+  if path then C.write_file(path, text, what) end
   return text
 end
 
@@ -137,13 +141,15 @@ end
 --- report.html(tree_or_list [, path]) -> one self-contained HTML page (inline
 --- CSS and SVG, no scripts, no network): per tree the advisor's findings, the
 --- tree as SVG, charts per node and over calls, and a table of nodes.
-function M.html(x, path)
+function M.html(x, path, what)
+  what = what or "gt.report.html(tree_or_list [, path])"
+  C.check_path(path, what)
   local trees = x
   if C.is_tree(x) then trees = { x }
-  elseif type(x) ~= "table" then error("gt.report.html: expected a tree or a list of trees", 2) end
-  for _, t in ipairs(trees) do if not C.is_tree(t) then error("gt.report.html: expected a tree or a list of trees", 2) end end
+  elseif type(x) ~= "table" then gt._error("gt.report.html: expected a tree or a list of trees, got " .. gt._show(x)) end
+  for _, t in ipairs(trees) do if not C.is_tree(t) then gt._error("gt.report.html: expected a tree or a list of trees") end end
   local text = require("gt.report.html").page(trees)
-  if path then C.write_file(path, text) end
+  if path then C.write_file(path, text, what) end
   return text
 end
 

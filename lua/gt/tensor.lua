@@ -40,7 +40,10 @@ gt.is_tensor = is_tensor
 
 local function dtype_of(dtype, level)
   local d = DT[dtype or "f32"]
-  if not d then error("unknown dtype '" .. tostring(dtype) .. "': use f32, i32, i64 or u8", level + 1) end
+  if not d then if type(dtype) ~= "string" then
+    error("dtype must be a string (f32, i32, i64 or u8), got " .. gt._show(dtype), level + 1)
+  end
+  error("unknown dtype '" .. dtype .. "': use f32, i32, i64 or u8", level + 1) end
   return d
 end
 
@@ -373,6 +376,14 @@ function gt.zeros(shape, dtype)
   return t
 end
 
+-- A fill value must be a number: else an error naming what (the call) and what it got.
+local function fill_value(v, what)
+  if type(v) ~= "number" then
+    error(what .. ": the fill value " .. (v == nil and "is missing: pass a number" or "must be a number") ..
+      ", got " .. gt._show(v))
+  end
+end
+
 local fillk
 local function fill(t, v, level)
   if v == 0 then
@@ -390,7 +401,10 @@ local function fill(t, v, level)
 end
 
 --- gt.full(shape, value [, dtype]), gt.ones(shape [, dtype])
-function gt.full(shape, v, dtype) return fill(new(shape, dtype, 2), v, 2) end
+function gt.full(shape, v, dtype)
+  fill_value(v, "gt.full(shape, value [, dtype])")
+  return fill(new(shape, dtype, 2), v, 2)
+end
 function gt.ones(shape, dtype) return fill(new(shape, dtype, 2), 1, 2) end
 
 -- Shape and flat values of a nested table.
@@ -443,8 +457,18 @@ local function next_u01(s)
 end
 
 --- gt.randn(shape [, {seed=, dtype=, scale=}]): normal values, deterministic per seed
+local RANDN_OPTS = { seed = "number", scale = "number", dtype = "string" }
 function gt.randn(shape, opts)
-  opts = opts or {}
+  opts = gt._opts(opts, "gt.randn(shape [, {seed=, dtype=, scale=}])")
+  for k, v in pairs(opts) do
+    local want = RANDN_OPTS[k]
+    if not want then
+      error("gt.randn(shape [, opts]): unknown option " .. (type(k) == "string" and ("'" .. k .. "'") or gt._show(k)) ..
+        ": the options are seed (a number), dtype (a string) and scale (a number)")
+    elseif type(v) ~= want then
+      error("gt.randn(shape [, opts]): option " .. k .. " must be a " .. want .. ", got " .. gt._show(v))
+    end
+  end
   local t = new(shape, opts.dtype, 2)
   local s = state
   if opts.seed then s = ffi.new("uint64_t[1]", 0x9E3779B97F4A7C15ULL + opts.seed * 0x100000001B3ULL) end
@@ -556,6 +580,7 @@ end
 function Tensor:fill(v)
   live(self, 2)
   if self._strides then error("fill of a non-contiguous view is not supported", 2) end
+  fill_value(v, "t:fill(value)")
   return fill(self, v, 2)
 end
 

@@ -773,12 +773,22 @@ end
 --- lists (n = their count where nils end them), each called once, whose paths
 --- (and patches) the steps then launch in turn
 function Tree:floor(iters, sync_each, patch, calls)
+  local what = "tree:floor(iters [, sync_each [, patch [, calls]]])"
+  if iters ~= nil and (type(iters) ~= "number" or iters < 1 or iters ~= math.floor(iters) or iters >= 2 ^ 31) then
+    gt._error(what .. ": iters must be a whole number of steps, 1 or more, got " .. gt._show(iters))
+  end
+  if sync_each ~= nil and type(sync_each) ~= "boolean" then
+    gt._error(what .. ": sync_each must be true or false, got " .. gt._show(sync_each))
+  end
+  if patch ~= nil and type(patch) ~= "boolean" then
+    gt._error(what .. ": patch must be true or false, got " .. gt._show(patch))
+  end
   local t = self._t
   C.gt_tree_floor_clear(t)               -- (marks a failed call left)
   if calls ~= nil then
-    if type(calls) ~= "table" or #calls == 0 then error("tree:floor: calls must be a list of argument lists", 2) end
+    if type(calls) ~= "table" or #calls == 0 then gt._error("tree:floor: calls must be a list of argument lists") end
     for i, a in ipairs(calls) do
-      if type(a) ~= "table" then error("tree:floor: calls[" .. i .. "] must be a list of arguments", 2) end
+      if type(a) ~= "table" then gt._error("tree:floor: calls[" .. i .. "] must be a list of arguments") end
       self(unpack(a, 1, a.n or #a))
       if C.gt_tree_floor_mark(rt, t) < 0 then C.gt_tree_floor_clear(t); error(gt._errmsg(), 2) end
     end
@@ -795,9 +805,9 @@ end
 function Tree:advise(opts) return require("gt.advise").tree(self, opts) end
 
 --- tree:dot([path]), tree:json([path]), tree:report(path): pictures (gt.report)
-function Tree:dot(path) return gt.report.dot(self, path) end
-function Tree:json(path) return gt.report.json(self, path) end
-function Tree:report(path) return gt.report.html(self, path) end
+function Tree:dot(path) return gt.report.dot(self, path, "tree:dot([path])") end
+function Tree:json(path) return gt.report.json(self, path, "tree:json([path])") end
+function Tree:report(path) return gt.report.html(self, path, "tree:report([path])") end
 
 --- tostring(tree): the tree drawn for a terminal
 function Tree:__tostring() return require("gt.report").draw(self) end

@@ -65,20 +65,29 @@ function M.walk(s, visit)
   for i, r in ipairs(s.roots) do go(r, "", i == #s.roots) end
 end
 
---- write_file(path, text): raises at the caller's caller (the user's
---- tree:dot(path) line) on failure.
-function M.write_file(path, text)
+--- check_path(path, what): path must be a file name (a string) or nil (no file:
+--- the text only); raises at the user's line naming what (e.g. "tree:dot(path)").
+function M.check_path(path, what)
+  if path ~= nil and type(path) ~= "string" then
+    gt._error(what .. ": path must be a file name (a string), or nil for the text only, got " .. gt._show(path))
+  end
+end
+
+--- write_file(path, text, what): writes text to path; a failure raises at the
+--- user's line (the tree:dot(path) line), naming what, the path and the reason.
+function M.write_file(path, text, what)
   local f, err = io.open(path, "wb")
-  if not f then error("gt.report: cannot write " .. tostring(err), 3) end
-  f:write(text)
-  f:close()
+  if not f then gt._error(what .. ": cannot write " .. tostring(err)) end
+  local ok, werr = f:write(text)
+  local cok, cerr = f:close()
+  if not ok or not cok then gt._error(what .. ": cannot write " .. path .. ": " .. tostring(werr or cerr)) end
 end
 
 function M.is_tree(x) return type(x) == "table" and getmetatable(x) == gt.Tree end
 
 --- stats_of(tree, fn) -> tree:stats(); raises at the user's line for a non-tree
 function M.stats_of(tree, fn)
-  if not M.is_tree(tree) then error("gt.report." .. fn .. ": expected a tree (from gt.tree)", 3) end
+  if not M.is_tree(tree) then gt._error("gt.report." .. fn .. ": expected a tree (from gt.tree), got " .. gt._show(tree)) end
   return tree:stats()
 end
 
