@@ -90,6 +90,29 @@ describe("the advisor", function()
     assert.truthy(mem.text:find("%d+ B") or mem.text:find("KiB"), mem.text)
   end)
 
+  it("lists each cut site after the same launches with its own count and its own advice", function()
+    local l = {}
+    local t = gt.tree(function(x, k)
+      local h = twice(x)
+      if k == 1 then l[1] = debug.getinfo(1, "l").currentline; h:item()
+      elseif k == 2 then l[2] = debug.getinfo(1, "l").currentline; gt.sync()
+      else l[3] = debug.getinfo(1, "l").currentline; gt.cut() end
+      return twice(h)
+    end)
+    for i = 1, 10 do t(gt.ones { 1 }, i <= 5 and 1 or i <= 8 and 2 or 3) end
+    local a = t:advise()
+    local item = finding(a, "advise_spec%.lua:" .. l[1] .. " item")
+    local sync = finding(a, "advise_spec%.lua:" .. l[2] .. " gt%.sync")
+    local cut = finding(a, "gt%.cut at advise_spec%.lua:" .. l[3])
+    assert.truthy(item and sync and cut, "three sites")
+    assert.truthy(item.text:find("5 visits", 1, true), item.text)
+    assert.truthy(sync.text:find("3 visits", 1, true), sync.text)
+    assert.truthy(cut.text:find("2 visits", 1, true), cut.text)
+    assert.truthy(sync.advice:find("Remove gt.sync", 1, true), sync.advice)
+    assert.truthy(cut.advice:find("split", 1, true), cut.advice)
+    assert.are.same({ 5, 3, 2 }, { a.breaks.sites[1].visits, a.breaks.sites[2].visits, a.breaks.sites[3].visits })
+  end)
+
   it("prints the findings of every tree at exit: gtlua --advise", function()
     if not S.BIN then return pending("GTLUA_BIN is not set (run inside gtlua)") end
     local status, out, err = S.gtlua("--advise examples/branchy.lua")

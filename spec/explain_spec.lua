@@ -91,6 +91,86 @@ describe("node.why, node.cut and node.shapes", function()
                       "explain_spec.lua:" .. lines[7] .. " host copy (copy)" }, { s.node[0].cut, s.node[1].cut, s.node[2].cut })
   end)
 
+  it("name in shapes the outputs the call returns (in order, one level into a table), not the last tensor made", function()
+    local t = gt.tree(function(a, b)
+      local y = gt.ops.add(a, b)
+      gt.ops.sum(y)                           -- made after y, not returned
+      return y
+    end)
+    t(gt.ones { 2, 3 }, gt.ones { 2, 3 })
+    assert.are.equal("a 2x3 f32, b 2x3 f32 -> 2x3 f32", t:stats().node[0].shapes)
+    local two = gt.tree(function(a) return gt.ops.relu(a), gt.ops.sum(a), 7 end)
+    two(gt.ones { 2, 3 })
+    assert.are.equal("a 2x3 f32 -> 2x3 f32, 2 f32", two:stats().node[0].shapes)
+    local tab = gt.tree(function(a) return { gt.ops.sum(a), logits = gt.ops.relu(a), n = 3 } end)
+    tab(gt.ones { 2, 3 })
+    assert.are.equal("a 2x3 f32 -> 2 f32, logits 2x3 f32", tab:stats().node[0].shapes)
+    local none = gt.tree(function(a) gt.ops.relu(a) end)
+    none(gt.ones { 2 })
+    assert.are.equal("a 2 f32 -> (no tensors returned)", none:stats().node[0].shapes)
+    -- a segment ended by a cut names the last tensor it made; the next segment's outputs are the call's results
+    local cut = gt.tree(function(x)
+      local h = scale_add(x, W)
+      local s = gt.ops.sum(h)
+      s:item()
+      return neg(h), s
+    end)
+    for _ = 1, 3 do cut(gt.zeros { 1, 4 }) end
+    local s = cut:stats()
+    assert.are.same({ "x 1x4 f32 -> 1 f32", "-> 1x4 f32, 1 f32" }, { s.node[0].shapes, s.node[1].shapes })
+  end)
+
+  it("list in node.cuts every site a segment ended at, with its visits, also after the same launches", function()
+    local l = {}
+    local t = gt.tree(function(x, k)
+      local h = scale_add(x, W)
+      if k == 1 then l[1] = here(); h:item()
+      elseif k == 2 then l[2] = here(); h:tolist()
+      elseif k == 3 then l[3] = here(); gt.cut()
+      else l[4] = here(); h:item() end          -- a second item line: the same API as the first
+      return neg(h)
+    end)
+    local x = gt.zeros { 1 }
+    -- (the second item line is told apart from the first once both were seen while the node still
+    -- warmed up or recorded: a replay knows its API, not its line; docs/DESIGN.md section 9)
+    local ks = { 1, 4, 2, 1, 3, 1, 2, 4, 1, 1, 2, 4, 3, 1, 1 }
+    for _, k in ipairs(ks) do t(x, k) end
+    local s = t:stats()
+    local n = s.node[0]
+    assert.are.equal(2, s.nodes)              -- one node before the cut, one after: the sites do not split nodes
+    assert.are.equal("explain_spec.lua:" .. l[1] .. " item", n.cut)   -- (node.cut: the first site, as before)
+    local f = "explain_spec.lua:"
+    assert.are.same({
+      { site = f .. l[1], reason = "item", cut = f .. l[1] .. " item", count = 7 },
+      { site = f .. l[4], reason = "item", cut = f .. l[4] .. " item", count = 3 },
+      { site = f .. l[2], reason = "tolist", cut = f .. l[2] .. " tolist", count = 3 },
+      { site = f .. l[3], reason = "gt.cut", cut = "gt.cut at " .. f .. l[3], count = 2 },
+    }, n.cuts)
+    assert.is_true(n.replays > 0)
+    assert.are.same({ { site = "return", reason = "return", cut = "return", count = #ks } }, s.node[1].cuts)
+    -- the pictures show every site with its count
+    report.color = false
+    local text = tostring(t)
+    assert.truthy(text:find("cuts: " .. f .. l[1] .. " item (7), ", 1, true), text)   -- (the line is cut to the terminal's width)
+    assert.truthy(t:dot():find("cuts: " .. f .. l[1] .. " item (7), " .. f .. l[4] .. " item (3)", 1, true))
+    assert.truthy(t:dot():find(f .. l[2] .. " tolist (3), gt.cut at " .. f .. l[3] .. " (2)", 1, true))
+    assert.are.equal(4, #json.decode(t:json()).node[1].cuts)
+    assert.truthy(t:report():find(f .. l[2] .. " tolist (3)", 1, true))
+  end)
+
+  it("count a replay's cut site without reading the stack (no debug.getinfo once the node replays)", function()
+    local t = gt.tree(function(x) local h = scale_add(x, W); h:item(); return neg(h) end)
+    local x = gt.zeros { 1 }
+    for _ = 1, 5 do t(x) end
+    local calls = 0
+    local getinfo = debug.getinfo
+    debug.getinfo = function(...) calls = calls + 1; return getinfo(...) end
+    for _ = 1, 20 do t(x) end
+    debug.getinfo = getinfo
+    assert.are.equal(0, calls)
+    assert.are.equal(25, t:stats().node[0].cuts[1].count)
+  end)
+
   it("name a node made because a static weight moved 'static <param> moved (<kernel>, ...)'", function()
     local w = gt.ones({ 4 }):static()
     local t = gt.tree(function(x) return scale_add(x, w) end)

@@ -210,6 +210,11 @@ typedef struct gt_pathg {
 } gt_pathg;
 enum { GT_PATHG_AFTER = 8, GT_PATHG_BUILDS = 4 };
 
+/* One site a node's segment ended at: its text as node.cut's ("model.lua:31
+   item"), its API (GT_CUT_*), its visits (explain.c). */
+typedef struct gt_cutsite { char *text; int api, count; } gt_cutsite;
+enum { GT_CUT_SITES = 8 };
+
 typedef struct gt_node {
   /* -- What a replay or a keyed hit reads or writes, together (see gt_tree) */
   gt_bgraph *graph;
@@ -219,6 +224,7 @@ typedef struct gt_node {
   uint64_t *plan;                    /* offsets of the segment's new buffers */
   uint64_t *argvals; int nargvals;   /* argument values the graph holds now */
   int visits, replays;
+  int cut_fast, cut_nlast;           /* explain.c: the API (GT_CUT_*) a replay counts at cuts[cut_last] without asking Lua (-1: none), and visits counted so (not yet in its count) */
   uint64_t last_call;
   uint64_t checkpoint_bytes;         /* pool bytes in use after the segment (every call's history reads its last node's) */
   uint64_t sfrees;                   /* gt_static_frees when asig was saved */
@@ -252,6 +258,10 @@ typedef struct gt_node {
   uint64_t planned_bytes, plan_end, reusable_bytes;
   /* explain.c: why the node exists, where its segment ended, its shapes */
   char *why, *cut, *shapes;
+  gt_cutsite *cuts; int ncuts;       /* every distinct site the segment ended at, in order of first visit (at most GT_CUT_SITES) */
+  int cut_other;                     /* visits that ended at sites past those */
+  int cut_last;                      /* the site counted last (cut_nlast's, and where stats.c counts a keyed hit's visit) */
+  int cut_ask;                       /* 1 + the API whose site Lua names this visit (gt_tree_note), 0: none */
   uint64_t kseq;                     /* hash of the kernels alone (no shapes, no grids) */
   uint64_t *statics; int nstatics;   /* static addresses in order of use */
   int why_sib;                       /* "new shape": the sibling compared with (-1: none) */
@@ -477,4 +487,5 @@ int gt_tree_rebuild_node(gt_tree *t, gt_node *n);
 /* -- Explaining nodes (explain.c) ----------------------------------------- */
 void gt_explain_node(gt_tree *t, gt_node *n);     /* at creation: why (shapes come later from Lua) */
 void gt_explain_free(gt_node *n);
+void gt_explain_count_cut(gt_tree *t, gt_node *n, int api, int ran);   /* a visit ended at api's site (off the one-increment path) */
 #endif

@@ -122,6 +122,72 @@ void gt_explain_free(gt_node *n) {
   free(n->why); free(n->cut); free(n->shapes); free(n->statics);
   n->why = n->cut = n->shapes = NULL;
   n->statics = NULL;
+  for (int i = 0; i < n->ncuts; i++) free(n->cuts[i].text);
+  free(n->cuts);
+  n->cuts = NULL;
+  n->ncuts = 0;
+}
+
+/* -- Cut sites: every distinct place a node's segment ended, with its visits --
+
+   A site is named by Lua (explain.lua's cut_site reads the stack: slow, and
+   debug.getinfo stops a LuaJIT trace), so a replay does not ask: it counts
+   the visit at the site it ended at last when the API that ended it (item,
+   tolist, gt.cut, ... known without the stack) is that site's and no other
+   site of the node has it (cut_fast; one increment, in gt_tree_flush).
+   Anything else asks Lua here: the first visit, warmups and records (so a
+   second site of the same API is found while a node is young), a visit
+   that ended at another API than last time; an eager visit counts at the
+   only site of its API without asking.  A replay's visit at a new line of
+   an API already seen at one line of the node is counted at that line. */
+
+static void fold_nlast(gt_node *n) {   /* the replays counted in cut_nlast into their site */
+  if (n->cut_nlast && n->cut_last < n->ncuts) n->cuts[n->cut_last].count += n->cut_nlast;
+  else n->cut_other += n->cut_nlast;
+  n->cut_nlast = 0;
+}
+
+/* The node's last counted site i (ncuts: the other sites): a replay may count there alone if its API is unique. */
+static void set_last(gt_node *n, int i) {
+  fold_nlast(n);
+  n->cut_last = i;
+  n->cut_fast = -1;
+  if (i >= n->ncuts) return;
+  int api = n->cuts[i].api;
+  for (int j = 0; j < n->ncuts; j++) if (j != i && n->cuts[j].api == api) return;
+  n->cut_fast = api;
+}
+
+void gt_explain_count_cut(gt_tree *t, gt_node *n, int api, int ran) {
+  (void)t;
+  n->cut_ask = 0;
+  if (ran == GT_V_REPLAY || ran == GT_V_EAGER || ran == GT_V_PLANNED) {
+    int found = -1, same = 0;
+    for (int i = 0; i < n->ncuts; i++) if (n->cuts[i].api == api) { found = i; same++; }
+    if (same == 1) {
+      set_last(n, found);
+      n->cuts[found].count++;
+      return;
+    }
+  }
+  n->cut_ask = 1 + api;                /* gt_tree_explain_wanted asks Lua for the site */
+}
+
+/* The visit that asked ended at site text (API n->cut_ask - 1): counted there. */
+static void count_site(gt_node *n, const char *text) {
+  int api = n->cut_ask - 1;
+  n->cut_ask = 0;
+  int i = 0;
+  while (i < n->ncuts && strcmp(n->cuts[i].text, text)) i++;
+  if (i == n->ncuts && n->ncuts < GT_CUT_SITES) {
+    gt_cutsite *c = realloc(n->cuts, (n->ncuts + 1) * sizeof *c);
+    char *d = c ? gt_strdup(text) : NULL;
+    if (c) n->cuts = c;
+    if (d) n->cuts[n->ncuts++] = (gt_cutsite){ d, api, 0 };
+  }
+  set_last(n, i);                      /* (i == ncuts: out of room, an "other site") */
+  if (i < n->ncuts) n->cuts[i].count++;
+  else n->cut_other++;
 }
 
 /* -- Notes from Lua ------------------------------------------------------- */
@@ -129,7 +195,11 @@ void gt_explain_free(gt_node *n) {
 int gt_tree_explain_wanted(gt_runtime *rt) {
   gt_tree *t = gt_active(rt);
   if (!t || !t->cur) return 0;
-  return (t->cur->cut ? 0 : 1) | (t->cur->shapes ? 0 : 2) | (t->cur->parent == &t->root ? 4 : 0);
+  const gt_node *n = t->cur;
+  int want = (n->cut && !n->cut_ask ? 0 : 1) | (n->shapes ? 0 : 2);
+  /* (4 alone asks nothing: 0, so a replayed first segment ending at the
+     return ends its call in gt_tree_return, with no explain round trip) */
+  return want ? want | (n->parent == &t->root ? 4 : 0) : 0;
 }
 
 /* The first word where a and b differ (the shape that changed), into out. */
@@ -167,6 +237,7 @@ void gt_tree_note(gt_runtime *rt, const char *cut, const char *shapes) {
   if (!t || !t->cur) return;
   gt_node *n = t->cur;
   if (cut && !n->cut) set_text(&n->cut, cut);
+  if (cut && n->cut_ask) count_site(n, cut);
   if (shapes && !n->shapes) {
     set_text(&n->shapes, shapes);
     if (n->shapes) explain_shape(t, n);

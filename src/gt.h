@@ -135,8 +135,9 @@ typedef struct gt_node_info {
   uint64_t reusable_bytes;     /* peak bytes an ideal plan (each tensor freed after its last use) would save */
   uint64_t last_call;          /* call number of the last visit */
   int keyed;                   /* on a memoized path of keyed calls */
-  const char *shapes;          /* "x 8x256 f32 -> 8x8 f32" (inputs of a first segment -> last tensor made), or NULL */
-  const char *cut;             /* where and why the segment ended: "model.lua:31 item", "return", or NULL */
+  const char *shapes;          /* "x 8x256 f32 -> 8x256 f32": a first segment's inputs -> the outputs (the call's results at a
+                                  return; the last tensor made at a cut), or NULL */
+  const char *cut;             /* where and why the segment ended first: "model.lua:31 item", "return", or NULL (every site: gt_tree_node_cut) */
   const char *why;             /* why the node exists: "first path", "new branch after [3]", ... */
 } gt_node_info;
 
@@ -270,7 +271,10 @@ gt_tree *gt_tree_active(gt_runtime *rt);          /* the tree whose call is runn
    segment of this call runs eagerly without nodes (a call beyond the last
    bucket), counted in eager and under that reason in the skips. */
 int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager);
-int gt_tree_flush(gt_runtime *rt);                /* end the segment: warm up, record, replay or run it */
+/* What ended a segment (a node counts its visits per cut site): a host read
+   by item, by tolist, another host read or copy, gt.sync, gt.cut, the return. */
+enum { GT_CUT_OTHER = 0, GT_CUT_ITEM, GT_CUT_TOLIST, GT_CUT_HOST, GT_CUT_SYNC, GT_CUT_CUT, GT_CUT_RETURN };
+int gt_tree_flush(gt_runtime *rt, int cut);       /* end the segment (cut: GT_CUT_*): warm up, record, replay or run it */
 int gt_tree_end(gt_runtime *rt);                  /* end the call (flushes) */
 /* gt_tree_begin returning the call's generation (0: it failed, the message set). */
 int32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager);
@@ -304,12 +308,18 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond 
 int gt_tree_stats(gt_tree *t, gt_tree_info *out);
 int gt_tree_node(gt_tree *t, int id, gt_node_info *out); /* id 0..nodes-1 */
 int gt_tree_child(gt_tree *t, int id, int k);             /* k-th child of node id (-1: roots); -1 if none */
+/* The i-th distinct site node id's segment ended at ("model.lua:31 item",
+   "gt.cut at model.lua:12", "return"; past 8 of them one "other
+   sites" entry) and the visits that ended there; GT_ERR past the end. */
+int gt_tree_node_cut(gt_tree *t, int id, int i, const char **site, int *count);
 int gt_tree_skip_reason(gt_tree *t, int i, const char **reason, int *count); /* i-th skip reason; GT_ERR past the end */
 int gt_tree_history(gt_tree *t, int i, gt_call_info *out); /* i-th of the remembered calls, oldest first; GT_ERR past the end */
 int gt_tree_warnings(gt_tree *t, const char **last);     /* warnings so far, the last one's text */
 /* Explaining nodes: after gt_tree_flush, what the visited node still lacks
-   (1: its cut, 2: its shapes; 4 is added for a first segment; 0 outside a call or when nothing was visited);
-   gt_tree_note fills them (NULL leaves one as it is). */
+   (1: its cut site, on a first visit and whenever the visit's site is not
+   known to the node yet; 2: its shapes; 4 is added for a first segment; 0
+   outside a call or when nothing was visited); gt_tree_note fills them (NULL
+   leaves one as it is; a cut site counts the visit at that site). */
 int gt_tree_explain_wanted(gt_runtime *rt);
 void gt_tree_note(gt_runtime *rt, const char *cut, const char *shapes);
 /* The floor: the last call's graphs launched back to back from C, no tree

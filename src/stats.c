@@ -190,3 +190,23 @@ int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, in
   floorpath_free(&last);
   return st == GT_OK ? np : GT_ERR;
 }
+
+int gt_tree_node_cut(gt_tree *t, int id, int i, const char **site, int *count) {
+  if (id < 0 || id >= t->nnodes || i < 0) return GT_ERR;
+  const gt_node *n = t->nodes[id];
+  int other = n->cut_other + (n->cut_last >= n->ncuts ? n->cut_nlast : 0);
+  if (i > n->ncuts || (i == n->ncuts && !other)) return GT_ERR;
+  if (i == n->ncuts) { *site = "other sites"; *count = other; return GT_OK; }
+  int c = n->cuts[i].count;
+  if (i == n->cut_last) {
+    /* plus the replays counted at it since it became the last, and visits no
+       flush counted (a keyed hit launches its path without segment ends) */
+    int sum = other;
+    for (int j = 0; j < n->ncuts; j++) sum += n->cuts[j].count;
+    sum += n->cut_nlast;
+    c += n->cut_nlast + (n->visits > sum ? n->visits - sum : 0);
+  }
+  *site = n->cuts[i].text;
+  *count = c;
+  return GT_OK;
+}

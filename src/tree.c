@@ -455,6 +455,7 @@ static gt_node *new_node(gt_tree *t, gt_node *parent, gt_segkey key) {
   n->depth = parent->depth + 1;
   n->key = key.full;
   n->key_nostatic = key.nostatic;
+  n->cut_fast = -1;                   /* (its first visit asks Lua for its cut site) */
   n->nlaunch = t->q.n;
   const gt_kernel *k = ungraphable(&t->q);
   if (k) {
@@ -587,7 +588,7 @@ static int next_segment(gt_tree *t) {
 
 /* Ends the segment being queued: its node from the cursor (the replay path)
    or by key, the visit chosen, run, and the cursor advanced. */
-int gt_tree_flush(gt_runtime *rt) {
+int gt_tree_flush(gt_runtime *rt, int cut) {
   gt_tree *t = rt->active;           /* (the lane's launches are queued below only if the visit reads them) */
   if (!t) return GT_OK;
   int first = t->segstart[t->depth];
@@ -636,6 +637,10 @@ int gt_tree_flush(gt_runtime *rt) {
     }
     return GT_ERR;
   }
+  /* the visit counted at its cut site: a replay at the site it ended at
+     last, with that site's API the only one of its kind, is one increment */
+  if (ran == GT_V_REPLAY && n->cut_fast == cut) n->cut_nlast++;
+  else gt_explain_count_cut(t, n, cut, ran);
   return advance(t, parent, n, ran);
 }
 
@@ -661,7 +666,7 @@ void gt_tree_finish_call(gt_tree *t) {
 int gt_tree_end(gt_runtime *rt) {
   gt_tree *t = rt->active;        /* (gt_tree_flush queues the lane's launches if it must) */
   if (!t) return GT_OK;
-  int st = gt_tree_flush(rt);
+  int st = gt_tree_flush(rt, GT_CUT_RETURN);
   if (st == GT_OK) st = gt_tree_launch_pending(t);
   if (st != GT_OK) { gt_tree_abort(rt); return GT_ERR; }
   gt_tree_finish_call(t);
@@ -675,7 +680,7 @@ int32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager) {
 int gt_tree_return(gt_runtime *rt, int nwarn) {
   gt_tree *t = rt->active;        /* (gt_tree_flush queues the lane's launches if it must) */
   if (!t) return 0;
-  if (gt_tree_flush(rt) || gt_tree_launch_pending(t)) return GT_ERR;
+  if (gt_tree_flush(rt, GT_CUT_RETURN) || gt_tree_launch_pending(t)) return GT_ERR;
   /* the first call (of the first few) to replay through the lane after one
      that did not: LuaJIT's traces formed on the recording calls' path */
   int jit = t->lane_call && !t->lane_prev && t->jit_flushes < GT_JIT_FLUSHES ? 16 : 0;

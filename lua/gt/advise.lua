@@ -12,7 +12,8 @@
 -- 2. Shapes: the input shapes of the first segments (node.shapes) and their
 --    visits give the histogram per input dimension; a bucket set is chosen
 --    from it (fewest buckets whose padding stays under 10 %).
--- 3. What breaks the graphs: every cut site (node.cut) with its visits, a
+-- 3. What breaks the graphs: every cut site (node.cuts: each node's sites,
+--    two after the same launches apart) with its visits, a
 --    gt.cond suggestion where an item() picks among branches, non-graphable
 --    kernels (node.skip) and what gt.scope would give back (reusable_bytes).
 -- Each finding is { q = 1|2|3, title, text, advice, level = "ok"|"warn"|"info" }.
@@ -329,14 +330,22 @@ function M.breaks(s)
   for id = 0, s.nodes - 1 do
     local n = s.node[id]
     if n then
-      if n.cut and n.cut ~= "return" then
-        local e = sites[n.cut]
-        if not e then e = { site = n.cut, visits = 0, nodes = {}, kids = 0 }; sites[n.cut] = e; order[#order + 1] = n.cut end
-        e.visits = e.visits + n.visits
-        e.nodes[#e.nodes + 1] = id
-        local below = 0                       -- calls that ended right after it took an empty branch
-        for _, c in ipairs(n.children) do below = below + s.node[c].visits end
-        e.kids = max(e.kids, #n.children + (n.visits > below and 1 or 0))
+      local below = 0                         -- calls that ended right after it took an empty branch
+      for _, c in ipairs(n.children) do below = below + s.node[c].visits end
+      local cuts = n.cuts or (n.cut and { { cut = n.cut, count = n.visits } }) or {}   -- (a table from before node.cuts)
+      for _, c in ipairs(cuts) do
+        if c.cut ~= "return" then
+          local key = c.cut == "other sites" and ("other sites of [" .. id .. "]") or c.cut
+          local e = sites[key]
+          if not e then
+            e = { site = key, reason = c.reason, visits = 0, nodes = {}, kids = 0 }
+            sites[key] = e
+            order[#order + 1] = key
+          end
+          e.visits = e.visits + c.count
+          e.nodes[#e.nodes + 1] = id
+          e.kids = max(e.kids, #n.children + (n.visits > below and 1 or 0))
+        end
       end
       if n.skip then
         local e = skips[n.skip] or { reason = n.skip, visits = 0, nodes = {} }
@@ -367,11 +376,13 @@ end
 
 local function cut_finding(s, e)
   local f = { q = 3, title = "Graph break at " .. e.site, level = "info" }
-  local api = e.site:match("%S+ (.*)$") or e.site
+  local api = e.reason or (e.site:match("^gt%.cut at") and "gt.cut") or e.site:match("%S+ (.*)$") or e.site
   f.text = format("The segment ends at %s: %d visits over %d node%s (%s); each visit is one more graph launch%s.",
     e.site, e.visits, #e.nodes, #e.nodes == 1 and "" or "s", ids_text(e.nodes),
     (api == "item" or api == "tolist" or api == "gt.sync") and " and a wait for the device" or "")
-  if api == "item" and e.kids > 1 then
+  if api == "other" then
+    f.advice = "More than 8 sites end this node's segment: read values back in fewer places, or after the call."
+  elseif api == "item" and e.kids > 1 then
     f.level = "warn"
     f.advice = format("The value read back picks among %d branches: compute the condition as a one-element tensor and use " ..
       "gt.cond(p, then_fn, else_fn): one graph per step, no sync.", e.kids)

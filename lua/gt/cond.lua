@@ -31,9 +31,9 @@ local function body_sync(what, level)
 end
 
 local flush = gt._flush
-gt._flush = function(level, reason)
+gt._flush = function(level, reason, cut)
   if depth > 0 then body_sync("a segment end (gt.cut, gt.sync or a host read)", level + 1) end
-  return flush(level + 1, reason)
+  return flush(level + 1, reason, cut)
 end
 local sync, cut = gt.sync, gt.cut
 function gt.sync()
@@ -146,7 +146,7 @@ local function run_device(site, fn) run_in(site, fn, true) end
 -- The host's branch inside a tree call: the segment ends here, p is read.
 local function host_point(level)
   gt._note_sync("gt.cond (host branch)", level + 1)
-  flush(level + 1)
+  flush(level + 1, nil, C.GT_CUT_HOST)
 end
 
 -- -- gt.cond ---------------------------------------------------------------

@@ -186,7 +186,9 @@ tree:stats() -> a plain table
       reusable_bytes (what freeing each tensor after its last use would save),
       record_us, instantiate_us, replay_cpu_us (mean), gpu_us (mean),
       planned_bytes, checkpoint_bytes, last_call,
-      shapes ("x 8x256 f32 -> 8x8 f32"), cut ("model.lua:31 item" | "gt.cut at model.lua:12" | "return"),
+      shapes ("x 8x256 f32 -> 8x256 f32": inputs -> the call's results, or the last tensor made at a cut),
+      cut ("model.lua:31 item" | "gt.cut at model.lua:12" | "return": the first site),
+      cuts ({{site = "model.lua:31", reason = "item", cut = "model.lua:31 item", count}}: every site),
       why ("first path" | "new branch after [3]" | "new shape 16x256 (sibling [4] has 8x256)"
            | "static W moved (linear_f32, sibling [0])")}} }    -- ids from 0
   gpu_us: from a node's first 8 launches and one in 256 (every launch

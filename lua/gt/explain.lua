@@ -2,8 +2,10 @@
 --
 -- The C core knows the launches; Lua knows the user's line, the API that cut
 -- the segment, and tensor shapes.  gt._flush asks the core what the node it
--- just visited lacks (gt_tree_explain_wanted) and this module answers: only
--- on a node's first visit, so replays pay one FFI call per segment.
+-- just visited lacks (gt_tree_explain_wanted) and this module answers: on a
+-- node's first visit (and, for the cut site, on visits the core cannot count
+-- by the API alone: warmups, records, an API other than last time), so
+-- replays pay one FFI call per segment.
 local gt = require "gt"
 local C, rt = gt._C, gt._rt
 local getmetatable, type, pairs, concat = getmetatable, type, pairs, table.concat
@@ -77,8 +79,30 @@ local function inputs_text(tree)
   return concat(parts, ", ")
 end
 
--- The segment's last tensor made (its output, as a rule).
-local function output_text(tree)
+-- The segment's outputs.  At the call's end (results: the body's results,
+-- results.n of them): the tensors the call returns, in order, and those one
+-- level into a returned plain table (its list part, then its named fields as
+-- "name 2x3 f32").  At a cut, where what later segments will read is not
+-- known yet: the last tensor the segment made.
+local function results_text(results)
+  local parts = {}
+  for i = 1, results.n do
+    local x = results[i]
+    if gt.is_tensor(x) then parts[#parts + 1] = tensor_text(x)
+    elseif type(x) == "table" and getmetatable(x) == nil then
+      local n, keys = #x, {}
+      for j = 1, n do if gt.is_tensor(x[j]) then parts[#parts + 1] = tensor_text(x[j]) end end
+      for k, v in pairs(x) do
+        if gt.is_tensor(v) and not (type(k) == "number" and k >= 1 and k <= n and k % 1 == 0) then keys[#keys + 1] = k end
+      end
+      table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+      for _, k in ipairs(keys) do parts[#parts + 1] = tostring(k) .. " " .. tensor_text(x[k]) end
+    end
+  end
+  return #parts > 0 and concat(parts, ", ") or "(no tensors returned)"
+end
+local function output_text(tree, results)
+  if results then return results_text(results) end
   local last = gt._last_made
   if last[0] > 0 and C.gt_tree_nbufs(tree._t) > (tree._seg0 or 0) then
     return gt._shape_str(gt._shapes[last[0]]) .. " " .. gt._dtype_of_code[last[1]]
@@ -87,14 +111,15 @@ local function output_text(tree)
 end
 
 -- want: gt_tree_explain_wanted's bits; level: the caller of gt._flush's caller;
--- reason: "return" at the end of the call, nil at a sync point (read off the stack).
-function gt._explain(want, level, reason)
+-- reason: "return" at the end of the call, nil at a sync point (read off the stack);
+-- results: at the end of the call, the body's results ({n = count, ...}).
+function gt._explain(want, level, reason, results)
   local tree = gt._active
   local cut = band(want, 1) ~= 0 and (reason or cut_site()) or nil
   local shapes
   if band(want, 2) ~= 0 and tree then
     local ins = band(want, 4) ~= 0 and inputs_text(tree) or ""
-    shapes = (ins ~= "" and (ins .. " ") or "") .. "-> " .. output_text(tree)
+    shapes = (ins ~= "" and (ins .. " ") or "") .. "-> " .. output_text(tree, results)
   end
   C.gt_tree_note(rt, cut, shapes)
 end

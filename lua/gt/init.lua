@@ -187,13 +187,13 @@ require("gt.tree")
 
 --- gt.sync(): ends the segment in a tree call, then waits for the device.
 function gt.sync()
-  if C.gt_tree_active(rt) ~= nil then gt._note_sync("gt.sync", 2); gt._flush(3) end
+  if C.gt_tree_active(rt) ~= nil then gt._note_sync("gt.sync", 2); gt._flush(3, nil, C.GT_CUT_SYNC) end
   if C.gt_sync(rt) ~= 0 then gt._fail() end
 end
 
 --- gt.cut(): ends the current segment of a tree call (a no-op outside one).
 function gt.cut()
-  if C.gt_tree_active(rt) ~= nil then gt._flush(3) end
+  if C.gt_tree_active(rt) ~= nil then gt._flush(3, nil, C.GT_CUT_CUT) end
 end
 
 require("gt.cond")   -- gt.cond, gt.loop (wraps gt.sync and gt._flush: no syncs inside a body)

@@ -42,10 +42,13 @@
 --     checkpoint_bytes  live pool bytes in the node's checkpoint
 --     reusable_bytes    what freeing each temporary after its last use would save (gt.scope)
 --     last_call         the call number of the node's last visit
---     shapes            "x 8x256 f32 -> 8x8 f32": a first segment's tensor inputs -> its last tensor made
+--     shapes            "x 8x256 f32 -> 8x256 f32": a first segment's tensor inputs -> the node's outputs (the
+--                       tensors the call returns, for a segment ended by the return; the last tensor made, at a cut)
 --     why               why the node exists: "first path", "new branch after [3]",
 --                       "new shape 16x256 (sibling [4] has 8x256)", "static W of linear_f32 moved (sibling [0])"
---     cut               where and why its segment ended: "model.lua:31 item", "model.lua:12 gt.cut", "return"
+--     cut               where and why its segment ended (first): "model.lua:31 item", "gt.cut at model.lua:12", "return"
+--     cuts              every distinct site it ended at, in order: { site = "model.lua:31", reason = "item",
+--                       cut = "model.lua:31 item", count = visits } (past 8 sites: one "other sites" entry)
 local gt = require "gt"
 local C = require "gt.report.common"
 local units = require "gt.units"
@@ -105,7 +108,8 @@ end
 local KEY_ORDER = { "format", "id", "name", "where", "parent", "depth", "children", "label", "kernels", "calls",
   "nodes", "recorded", "visits", "warmups", "replays", "eager", "updates", "fused", "skip", "skipped", "skips", "pool",
   "reserved", "in_use", "high_water", "record_us", "instantiate_us", "replay_cpu_us", "gpu_us", "planned_bytes",
-  "checkpoint_bytes", "reusable_bytes", "last_call", "shapes", "why", "cut", "roots", "node" }
+  "checkpoint_bytes", "reusable_bytes", "last_call", "cuts", "site", "reason", "count", "shapes", "why", "cut",
+  "roots", "node" }
 
 -- The stats table reshaped for JSON: node as an array by id, nulls kept.
 local function json_shape(s, json)
@@ -118,6 +122,7 @@ local function json_shape(s, json)
     local n, c = s.node[id], {}
     for k, v in pairs(n) do c[k] = v end
     c.children = json.array({ unpack(n.children) })
+    if n.cuts then c.cuts = json.array({ unpack(n.cuts) }) end
     for _, k in ipairs { "parent", "skip", "shapes", "why", "cut" } do if c[k] == nil then c[k] = json.null end end
     nodes[#nodes + 1] = c
   end

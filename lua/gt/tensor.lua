@@ -353,11 +353,13 @@ function Tensor:is_stale() return self._gen ~= self._b.gen_now[0] end
 
 -- A sync point: in a tree call, the segment ends first.  what: the host
 -- read or write it is (a keyed tree cannot replay a path holding one).
+local CUT = { item = C.GT_CUT_ITEM, tolist = C.GT_CUT_TOLIST }   -- (what ended a segment, gt.h; else GT_CUT_HOST)
+local CUT_HOST = C.GT_CUT_HOST
 local function sync_point(level, what)
   if gt._in_body then gt._in_body(what, level + 1) end   -- inside a gt.cond/gt.loop body: an error (cond.lua)
   if C.gt_tree_active(rt) ~= nil then
     gt._note_sync(what, level + 1)
-    gt._flush(level + 1)
+    gt._flush(level + 1, nil, CUT[what] or CUT_HOST)
   end
 end
 

@@ -54,8 +54,10 @@ end
 -- Which memory a graph may reuse comes from explicit releases alone
 -- (gt.scope, t:free()), never from what Lua's collector has seen.
 -- reason: "return" at the end of a call; nil at a sync point (gt.explain reads the stack).
-local function flush(level, reason)
-  local r = C.gt_tree_flush(rt)
+-- cut: what ended the segment (gt.h's GT_CUT_*; nil: another sync point): a
+-- node counts its visits per cut site, and a replay knows its site by it.
+local function flush(level, reason, cut)
+  local r = C.gt_tree_flush(rt, cut or 0)
   if r ~= 0 then
     local msg = gt._errmsg()
     abort()
@@ -500,7 +502,9 @@ end
 -- (One call into the core when nothing needs explaining: in a step whose
 -- end runs in the interpreter every call into C costs.)
 local HOTLOOP = tonumber(os.getenv("GTLUA_JIT_HOTLOOP")) or 56   -- LuaJIT's default
-local function end_call(self)
+-- (n, r1, r2: the body's results, the rest in extra[1..n-2]: a new node's outputs.)
+local extra = {}
+local function end_call(self, n, r1, r2)
   local r = C.gt_tree_return(rt, self._nwarn)
   if r == 0 then gt._active = nil; return end
   if r >= 16 then                                 -- the first replays through the lane (gt.h's gt_tree_return)
@@ -521,7 +525,7 @@ local function end_call(self)
     gt._error(msg)                  -- (the line that called the tree: the body has returned)
   end
   if r >= 8 then                                  -- a node's first visit: its cut and shapes
-    gt._explain(r - 8, 3, "return")
+    gt._explain(r - 8, 3, "return", { n = n, r1, r2, unpack(extra, 1, n - 2) })
     gt._active = nil
     if C.gt_tree_end(rt) ~= 0 then gt._error(gt._errmsg()) end
     if C.gt_tree_warnings(self._t, nil) == self._nwarn then return end
@@ -557,7 +561,6 @@ end
 -- The end of a call whose body has returned (host.run calls it after the
 -- body): ok false passes the body's error on; results past the second are
 -- in extra[1..n-2].
-local extra = {}
 local function anchor_extra(self, n)
   for i = 1, n - 2 do anchor(self, extra[i]) end
 end
@@ -570,7 +573,7 @@ local function end_body(self, ok, n, r1, r2)
     if self._wb then pcall(write_back, self) end
     error(r1, 0)
   end
-  end_call(self)
+  end_call(self, n, r1, r2)
   if self._wb then write_back(self) end
   if n >= 1 then anchor(self, r1) end
   if n >= 2 then anchor(self, r2) end
@@ -690,6 +693,26 @@ local function skip_table(t)
   return r
 end
 
+-- Every distinct site node id's segment ended at, in order of first visit:
+-- { site = "model.lua:31", reason = "item", cut = "model.lua:31 item", count = visits }
+-- (cut as node.cut writes it; reason "return" at the call's end, "other" for
+-- the visits past the first 8 sites).
+local function cut_sites(t, id, site, count)
+  local list, i = {}, 0
+  while C.gt_tree_node_cut(t, id, i, site, count) == 0 do
+    local text = ffi.string(site[0])
+    local at, reason = text:match("^gt%.cut at (.*)$"), "gt.cut"
+    if not at then at, reason = text:match("^(.*:%-?%d+) (.+)$") end      -- "file:line reason"
+    if not at then at, reason = text:match("^(%S+) (.+)$") end
+    if text == "return" then at, reason = "return", "return"
+    elseif text == "other sites" then at, reason = "other sites", "other"
+    elseif not at then at, reason = text, text end
+    list[#list + 1] = { site = at, reason = reason, cut = text, count = count[0] }
+    i = i + 1
+  end
+  return list
+end
+
 --- tree:stats() -> the plain table of DESIGN.md section 9
 function Tree:stats()
   local s = ffi.new("gt_tree_info")
@@ -702,6 +725,7 @@ function Tree:stats()
     node = {},
   }
   local ni = ffi.new("gt_node_info")
+  local site, count = ffi.new("const char*[1]"), ffi.new("int[1]")
   for id = 0, s.nodes - 1 do
     C.gt_tree_node(self._t, id, ni)
     local kids, k = {}, 0
@@ -722,6 +746,7 @@ function Tree:stats()
       last_call = tonumber(ni.last_call),
       shapes = ni.shapes ~= nil and ffi.string(ni.shapes) or nil, cut = ni.cut ~= nil and ffi.string(ni.cut) or nil,
       why = ni.why ~= nil and ffi.string(ni.why) or nil,
+      cuts = cut_sites(self._t, id, site, count),
     }
   end
   if self._keyed then

@@ -122,4 +122,24 @@ function M.most_replays(s)
   return m
 end
 
+--- cut_sites(n) -> where a node's segment ended when that was more than one
+--- site: every site with its visits, "a.lua:5 item (6), a.lua:6 tolist (3)"
+--- (node.cuts); nil for one site or none (node.cut says it)
+function M.cut_sites(n)
+  local cuts = n.cuts
+  if not cuts or #cuts < 2 then return nil end
+  local parts = {}
+  for i, c in ipairs(cuts) do parts[i] = format("%s (%d)", c.cut, c.count) end
+  return concat(parts, ", ")
+end
+
+--- cut_text(n, sep) -> sep and where the segment ended, "" at a plain return:
+--- "cut at a.lua:5 item", "gt.cut at a.lua:12", "cuts: a.lua:5 item (6), ..."
+function M.cut_text(n, sep)
+  local many = M.cut_sites(n)
+  if many then return sep .. "cuts: " .. many end
+  if not n.cut or n.cut == "return" then return "" end
+  return sep .. (n.cut:match("^gt%.cut at") and n.cut or "cut at " .. n.cut)
+end
+
 return M

@@ -12,7 +12,7 @@ local function quoted(s)
 end
 
 local function node_label(n)
-  local cut = n.cut and n.cut ~= "return" and (n.cut:match("^gt%.cut at") and "\n" .. n.cut or "\ncut at " .. n.cut) or ""
+  local cut = C.cut_text(n, "\n")
   return format("[%d] %s\n%s\n%s%s\nvisits %d  replays %d  warmups %d\n%s%s, planned %s", n.id, n.label,
     n.shapes or "", n.why or "", cut, n.visits, n.replays, n.warmups, C.state(n), n.skip and (": " .. n.skip) or "",
     bytes(n.planned_bytes))

@@ -61,10 +61,9 @@ local function node_line(n, prefix, last, paint)
 end
 
 -- Under a node: its shapes, why it exists, and where its segment was cut
--- (unless at the return), so that siblings that differ only by shape differ here.
+-- (unless at the return; every site with its visits when more than one), so that siblings that differ only by shape differ here.
 local function explain_line(n)
-  local cut = n.cut and n.cut ~= "return" and (n.cut:match("^gt%.cut at") and "; " .. n.cut or "; cut at " .. n.cut) or ""
-  return format("%s; %s%s", n.shapes or "?", n.why or "?", cut)
+  return format("%s; %s%s", n.shapes or "?", n.why or "?", C.cut_text(n, "; "))
 end
 
 local function no_nodes(s, raised)

@@ -214,6 +214,7 @@ local TABLE_COLS = {
 local function cell(n, key)
   if key == "state" then return state(n) .. (n.skip and (": " .. n.skip) or "") end
   if key == "records" then return tostring(C.records(n)) end
+  if key == "cut" and C.cut_sites(n) then return C.cut_sites(n) end   -- (every site with its visits)
   local v = n[key]
   if v == nil then return "–" end
   if key:match("_us$") then return plain_us(v) end

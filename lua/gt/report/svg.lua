@@ -26,7 +26,7 @@ local CONTENT_W = M.CONTENT_W
 local function node_tip(n)
   return format("[%d] %s\nshapes: %s\nwhy: %s\ncut: %s\nstate: %s%s\nvisits %d: %d replays, %d records, %d warmups, %d updates, %d eager\n" ..
     "kernels %d, depth %d, last call %d\nrecord %s, instantiate %s, replay cpu %s (mean), gpu %s (mean)\n" ..
-    "planned %s, checkpoint %s, reusable %s", n.id, n.label, n.shapes or "?", n.why or "?", n.cut or "?", state(n),
+    "planned %s, checkpoint %s, reusable %s", n.id, n.label, n.shapes or "?", n.why or "?", C.cut_sites(n) or n.cut or "?", state(n),
     n.skip and (" (" .. n.skip .. ")") or "", n.visits, n.replays, C.records(n), n.warmups, n.updates, n.eager, n.kernels,
     n.depth, n.last_call or 0, plain_us(n.record_us), plain_us(n.instantiate_us), plain_us(n.replay_cpu_us),
     plain_us(n.gpu_us), bytes(n.planned_bytes), bytes(n.checkpoint_bytes), bytes(n.reusable_bytes))
@@ -132,7 +132,8 @@ local function rows(s, most, most_visits)
       local px, py = x_of(n.parent) + 6, y_of(n.parent) + RH
       edges[#edges + 1] = edge(n, most_visits, format("M%d %d V%d H%d", px, py, y + RH / 2, x))
     end
-    local cut = n.cut and n.cut ~= "return" and (" · cut: " .. n.cut) or ""
+    local many = C.cut_sites(n)
+    local cut = many and (" · cuts: " .. many) or n.cut and n.cut ~= "return" and (" · cut: " .. n.cut) or ""
     nodes[#nodes + 1] = node_box(n, x, y, w, RH, most, {
       fit(format("[%d] %s  ·  %s", id, n.label, n.shapes or ""), w - 16, 7.2),
       fit(format("%s%s · %s, %s · %s · planned %s", n.why or "", cut, plural(n.visits, "visit"), plural(n.replays, "replay"),
