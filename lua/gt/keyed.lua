@@ -116,6 +116,12 @@ local function walk_args(self, node, n, a1, a2, a3, a4, rest)
   return node
 end
 
+-- leaf -> the key's candidate (gt_tree_keyed_note), until its path is saved;
+-- not a field of the leaf (a hit reads the leaf's few fields) nor of the tree
+-- (every tree's table has one layout).  Weak keys: a leaf goes with its tree,
+-- which frees the candidate.
+local CANDS = setmetatable({}, { __mode = "k" })
+
 local function key_text(self, ...)
   local parts = {}
   for i = 1, select("#", self._key(...)) do parts[i] = tostring((select(i, self._key(...)))) end
@@ -283,21 +289,22 @@ local function settle(self, leaf, verifying, n, args, ...)
   local outs, cis = describe_outputs(self, args, n, ...)
   if not outs then leaf.refused = cis; refuse(self, leaf, cis); return ... end
   local ci = ffi.new("int[?]", math.max(#cis, 1), cis)
-  local k = C.gt_tree_keyed_save(rt, t, self._ins, self._kinds, n, ci, #cis, leaf.kc or nil)
+  local cands = CANDS
+  local k = C.gt_tree_keyed_save(rt, t, self._ins, self._kinds, n, ci, #cis, cands[leaf])
   if k == nil then
     local why = gt._errmsg()
     if why:match("^not every segment replayed") then
       -- (recorded in this call: the key's candidate, whose numbers the save
       -- compares with its own to confirm `patch` slots at once)
-      local kc = C.gt_tree_keyed_note(rt, t, self._ins, self._kinds, n, leaf.kc or nil)
-      leaf.kc = kc ~= nil and kc
+      local kc = C.gt_tree_keyed_note(rt, t, self._ins, self._kinds, n, cands[leaf])
+      cands[leaf] = kc ~= nil and kc or nil
     elseif not why:match("^the call launched nothing") then
       leaf.refused = why
       refuse(self, leaf, why)
     end
     return ...
   end
-  leaf.kc = false                                -- (the save took it)
+  cands[leaf] = nil                              -- (the save took it)
   leaf.k, leaf.outs, leaf.outb = k, outs.n == 1 and outs[1] or outs, ffi.new("gt_buf*[?]", math.max(#cis, 1))
   return ...
 end
