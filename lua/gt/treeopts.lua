@@ -3,19 +3,8 @@
 -- did-you-mean).  Returns a function check(opts, fail) -> opts, fail(msg) raising at the user's line.
 local INT_MAX = 2147483647
 
--- v for a message: strings quoted, numbers as written (1.5, 4294967296, inf, nan).
-local function show(v)
-  local t = type(v)
-  if t == "string" then return string.format("%q (a string)", v) end
-  if t == "number" then
-    if v ~= v then return "nan" end
-    if v == math.huge or v == -math.huge then return v > 0 and "inf" or "-inf" end
-    local s = string.format("%.14g", v)
-    return tonumber(s) == v and s or string.format("%.17g", v)
-  end
-  if t == "boolean" or t == "nil" then return tostring(v) end
-  return "a " .. t
-end
+-- v for a message: strings quoted, numbers as written (1.5, 4294967296, inf, nan): gt._show.
+local show = require("gt")._show
 
 local function whole(v, lo, hi)
   return type(v) == "number" and v == math.floor(v) and v >= lo and v <= hi
