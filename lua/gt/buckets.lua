@@ -29,6 +29,10 @@ function M.linear(step, max)
   if type(max) ~= "number" or max ~= max or max < step or max == math.huge then
     gt._error("gt.buckets.linear(step, max): max must be a number >= step (" .. gt._show(step) .. "), got " .. gt._show(max))
   end
+  if max / step > 2 ^ 20 then
+    gt._error("gt.buckets.linear(step, max): " .. gt._show(max) .. " / " .. gt._show(step) ..
+      " is more than 2^20 buckets (each is its own recording): use a larger step or gt.buckets.pow2(max)")
+  end
   local r, s = {}, step
   while s < max do r[#r + 1] = s; s = s + step end
   r[#r + 1] = max

@@ -409,12 +409,16 @@ end
 
 --- K.name:config(grid, block [, smem_bytes]) -> f(args...), a cheap bound launcher
 function Kernel:config(grid, block, smem)
+  if getmetatable(self) ~= Kernel then
+    gt._error("K.name:config(grid, block [, smem]): call it with a colon on a kernel (K.name:config(...)), got " ..
+      gt._show(self) .. " for the kernel")
+  end
   local gx, gy, gz = dims(grid, "grid", self.name, 2)
   local bx, by, bz = dims(block, "block", self.name, 2)
   smem = smem or 0
   if type(smem) ~= "number" or smem < 0 or smem > 2 ^ 32 - 1 or smem ~= math.floor(smem) then
     error("kernel '" .. self.name .. "': shared memory must be a whole number of bytes in 0..4294967295 " ..
-      "(the device allows far less), got " .. tostring(smem), 2)
+      "(the device allows far less), got " .. gt._show(smem), 2)
   end
   return bound(self._k, self._factory, gx, gy, gz, bx, by, bz, smem)
 end

@@ -509,7 +509,7 @@ end
 
 local function check_eps(op, eps, default)
   if eps == nil then return default end
-  if type(eps) ~= "number" then fail(3, op, "eps must be a number, got %s", describe(eps)) end
+  if type(eps) ~= "number" or eps ~= eps then fail(3, op, "eps must be a number, got %s", eps ~= eps and "nan" or describe(eps)) end
   return eps
 end
 

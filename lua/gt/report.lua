@@ -58,7 +58,10 @@ local max = math.max
 
 local M = { color = nil }
 
-M.raised = C.raised
+function M.raised(tree)
+  if not C.is_tree(tree) then gt._error("gt.report.raised(tree): expected a tree (from gt.tree), got " .. gt._show(tree)) end
+  return C.raised(tree)
+end
 
 -- -- Terminal drawing ----------------------------------------------------------
 
@@ -84,6 +87,7 @@ end
 --- per node, under it a line of its shapes, why it exists and its cut (unless
 --- explain = false), and one more under a node that is skipped, with the reason.
 function M.draw(tree, opts)
+  if opts ~= nil then gt._opts(opts, "gt.report.draw(tree [, {color = bool, explain = bool}])") end
   local s = C.stats_of(tree, "draw")
   local color = opts and opts.color
   if color == nil then color = use_color() end

@@ -84,9 +84,9 @@ local function size_ok(d) return type(d) == "number" and d >= 0 and d == floor(d
 
 -- The id of a shape (a table of sizes, or one number); raises on a bad one.
 local function shape_id_slow(shape, level)
-  if type(shape) ~= "table" then
+  if type(shape) ~= "table" or getmetatable(shape) ~= nil then
     if type(shape) == "number" then shape = { shape }
-    else error("a shape is a table of sizes, e.g. {8, 256}", level + 1) end
+    else error("a shape is a table of sizes, e.g. {8, 256}, got " .. gt._show(shape), level + 1) end
   end
   local node, n = trie, 1
   for i = 1, #shape do
@@ -342,14 +342,24 @@ function gt._dead_copy(x)
   return y
 end
 
+-- A method's receiver that is not a tensor (`t.view(s)`, a dot for the colon).
+local function not_tensor(t, level)
+  local name = debug.getinfo(level, "n")
+  name = name and name.name or "method"
+  error("t:" .. name .. "(...): call it with a colon on a tensor (t:" .. name .. "(...)), got " ..
+    gt._show(t) .. " for the tensor", level + 1)
+end
+gt._not_tensor = not_tensor
+
 local function live(t, level)
+  if not istype(TT, t) then not_tensor(t, level + 1) end
   local b = t._b
   if t._gen ~= b.gen_now[0] then stale_error(t, level + 1) end
   return b
 end
 
 --- t:is_stale() -> true when a later tree call has reused its memory
-function Tensor:is_stale() return self._gen ~= self._b.gen_now[0] end
+function Tensor:is_stale() if not istype(TT, self) then not_tensor(self, 2) end return self._gen ~= self._b.gen_now[0] end
 
 -- A sync point: in a tree call, the segment ends first.  what: the host
 -- read or write it is (a keyed tree cannot replay a path holding one).
@@ -441,7 +451,9 @@ end
 --- gt.from(nested_table_or_number [, dtype])
 function gt.from(tbl, dtype)
   if type(tbl) == "number" then tbl = { tbl } end
-  if type(tbl) ~= "table" then error("gt.from expects a (nested) table of numbers", 2) end
+  if type(tbl) ~= "table" or getmetatable(tbl) ~= nil then
+    error("gt.from expects a (nested) table of numbers, got " .. gt._show(tbl), 2)
+  end
   local shape, vals = flatten(tbl, 1)
   local t = new(shape, dtype, 2)
   write_values(t, vals, 2)
@@ -476,7 +488,8 @@ function gt.randn(shape, opts)
   if opts.seed then s = ffi.new("uint64_t[1]", 0x9E3779B97F4A7C15ULL + opts.seed * 0x100000001B3ULL) end
   local n, scale = t.numel, opts.scale or 1
   local d = DT[t.dtype]
-  local host = d.ct(n)
+  local okh, host = pcall(d.ct, math.max(n, 1))
+  if not okh then error("gt.randn: " .. n .. " values do not fit in host memory (they are made on the host first)", 2) end
   for i = 0, n - 1, 2 do
     local u1, u2 = next_u01(s), next_u01(s)
     local r = math.sqrt(-2 * math.log(u1))
@@ -593,6 +606,7 @@ function Tensor:view(shape)
   if type(shape) ~= "table" then error("view expects a shape table", 2) end
   local s, known, hole = {}, 1, nil
   for i = 1, #shape do
+    if type(shape[i]) ~= "number" then error("view: size " .. i .. " is " .. gt._show(shape[i]) .. ", not a number", 2) end
     if shape[i] == -1 then
       if hole then error("view: only one size may be -1", 2) end
       hole = i
@@ -611,10 +625,11 @@ end
 function Tensor:narrow(dim, start, len)
   live(self, 2)
   local shape = self._shape
-  if type(dim) ~= "number" or dim ~= floor(dim) or dim < 1 or dim > #shape then error("narrow: dim " .. tostring(dim) .. " out of 1.." .. #shape, 2) end
+  if type(dim) ~= "number" or dim ~= floor(dim) or dim < 1 or dim > #shape then error("narrow: dim " .. gt._show(dim) .. " out of 1.." .. #shape, 2) end
   if type(start) ~= "number" or type(len) ~= "number" or start ~= floor(start) or len ~= floor(len) or
      start < 1 or len < 0 or start + len - 1 > shape[dim] then
-    error("narrow: " .. tostring(start) .. "+" .. tostring(len) .. " outside dim " .. dim .. " of size " .. shape[dim], 2)
+    error("narrow: start " .. gt._show(start) .. ", len " .. gt._show(len) .. " outside dim " .. dim .. " of size " ..
+      shape[dim] .. " (start: a whole number from 1, len: a whole number >= 0, start + len - 1 <= the size)", 2)
   end
   local d = DT_OF[self._dt]
   local st = self._strides
@@ -632,8 +647,8 @@ function Tensor:narrow(dim, start, len)
 end
 
 --- t:contiguous() -> t itself when contiguous, else a contiguous copy
-function Tensor:contiguous() if self._strides then return self:clone() end return self end
-function Tensor:is_contiguous() return self._strides == nil end
+function Tensor:contiguous() if not istype(TT, self) then not_tensor(self, 2) end if self._strides then return self:clone() end return self end
+function Tensor:is_contiguous() if not istype(TT, self) then not_tensor(self, 2) end return self._strides == nil end
 
 --- t:static() marks a weight: keyed by address in trees; returns t
 function Tensor:static()
@@ -799,8 +814,17 @@ function gt.scope(fn, ...)
   return host_results(spill, ok, n, r1, r2)   -- an error, or more than two results
 end
 
-function Tensor:dim() return #SHAPES[self._sid] end
-function Tensor:size(d) if d then return self._shape[d] end local s = {} for i, v in ipairs(self._shape) do s[i] = v end return s end
+function Tensor:dim() if not istype(TT, self) then not_tensor(self, 2) end return #SHAPES[self._sid] end
+function Tensor:size(d)
+  if not istype(TT, self) then not_tensor(self, 2) end
+  if d ~= nil then
+    local n = #SHAPES[self._sid]
+    if type(d) ~= "number" or d ~= floor(d) or d < 1 or d > n then
+      error("t:size([d]): d must be a dimension in 1.." .. n .. " of this " .. shape_str(self._shape) ..
+        " tensor, got " .. gt._show(d), 2)
+    end
+    return self._shape[d]
+  end local s = {} for i, v in ipairs(self._shape) do s[i] = v end return s end
 
 -- -- Printing -------------------------------------------------------------
 
@@ -813,6 +837,7 @@ end
 
 -- values shown like a tensor library: at most 6 per dim, "..." between
 function Tensor:__tostring()
+  if not istype(TT, self) then not_tensor(self, 2) end
   local tail = "[gt." .. self.dtype .. " " .. shape_str(self._shape) .. " " .. gt.backend()
   if self:is_stale() then return tail .. ", stale]" end
   local ok, flat = pcall(read_flat, self, 1)

@@ -713,8 +713,18 @@ local function cut_sites(t, id, site, count)
   return list
 end
 
+-- A tree method's receiver must be a tree: `tree.stats()` (a dot for the colon) raises here,
+-- at the user's line, instead of passing nil to the core.
+local function me(self, name)
+  if getmetatable(self) ~= Tree then
+    gt._error("tree:" .. name .. "(...): call it with a colon on a tree from gt.tree (tree:" .. name ..
+      "(...)), got " .. gt._show(self) .. " for the tree", 2)
+  end
+end
+
 --- tree:stats() -> the plain table of DESIGN.md section 9
 function Tree:stats()
+  me(self, "stats")
   local s = ffi.new("gt_tree_info")
   C.gt_tree_stats(self._t, s)
   local r = {
@@ -769,6 +779,7 @@ end
 --- tree:history() -> the last calls (up to 1024), oldest first: { call, warmups,
 --- records, replays, eager, updates, cpu_us, in_use, reserved } each
 function Tree:history()
+  me(self, "history")
   local r, ci, i = {}, ffi.new("gt_call_info"), 0
   while C.gt_tree_history(self._t, i, ci) == 0 do
     r[#r + 1] = { call = ci.call, warmups = ci.warmups, records = ci.records, replays = ci.replays, eager = ci.eager,
@@ -782,9 +793,10 @@ end
 --- tree:trim([keep = 0]) -> graphs dropped: frees the graphs and memory of
 --- all but the keep most recently used recordings (they record again when visited)
 function Tree:trim(keep)
+  me(self, "trim")
   keep = keep or 0
   if type(keep) ~= "number" or keep < 0 or keep ~= math.floor(keep) or keep >= 2 ^ 31 then
-    gt._error("tree:trim(keep): keep must be a whole number of graphs to keep, 0 or more, got " .. tostring(keep))
+    gt._error("tree:trim(keep): keep must be a whole number of graphs to keep, 0 or more, got " .. gt._show(keep))
   end
   local n = C.gt_tree_trim(rt, self._t, keep)
   if n < 0 then error(gt._errmsg(), 2) end
@@ -798,6 +810,7 @@ end
 --- lists (n = their count where nils end them), each called once, whose paths
 --- (and patches) the steps then launch in turn
 function Tree:floor(iters, sync_each, patch, calls)
+  me(self, "floor")
   local what = "tree:floor(iters [, sync_each [, patch [, calls]]])"
   if iters ~= nil and (type(iters) ~= "number" or iters < 1 or iters ~= math.floor(iters) or iters >= 2 ^ 31) then
     gt._error(what .. ": iters must be a whole number of steps, 1 or more, got " .. gt._show(iters))
@@ -827,12 +840,12 @@ end
 
 
 --- tree:advise([{measure = true}]) -> the advisor's findings for this tree (gt.advise; gtlua --advise prints them)
-function Tree:advise(opts) return require("gt.advise").tree(self, opts) end
+function Tree:advise(opts) me(self, "advise"); return require("gt.advise").tree(self, opts) end
 
 --- tree:dot([path]), tree:json([path]), tree:report(path): pictures (gt.report)
-function Tree:dot(path) return gt.report.dot(self, path, "tree:dot([path])") end
-function Tree:json(path) return gt.report.json(self, path, "tree:json([path])") end
-function Tree:report(path) return gt.report.html(self, path, "tree:report([path])") end
+function Tree:dot(path) me(self, "dot"); return gt.report.dot(self, path, "tree:dot([path])") end
+function Tree:json(path) me(self, "json"); return gt.report.json(self, path, "tree:json([path])") end
+function Tree:report(path) me(self, "report"); return gt.report.html(self, path, "tree:report([path])") end
 
 --- tostring(tree): the tree drawn for a terminal
-function Tree:__tostring() return require("gt.report").draw(self) end
+function Tree:__tostring() me(self, "__tostring"); return require("gt.report").draw(self) end
