@@ -230,7 +230,7 @@ int gt_cursor_save(gt_tree *t, gt_node *n, int first) {
   gt_rsig *rs = malloc((t->nrels ? t->nrels : 1) * sizeof *rs);
   gt_arg *qa = malloc((q->nargs ? q->nargs : 1) * sizeof *qa);
   if (!as || !bs || !rs || !qa) { free(as); free(bs); free(rs); free(qa); return gt_fail(t->rt, "out of host memory"); }
-  memcpy(qa, q->args, q->nargs * sizeof *qa);
+  if (q->nargs) memcpy(qa, q->args, q->nargs * sizeof *qa);   /* (an empty queue may have no array) */
   uint32_t nseen = 0, ser = next_serial();
   for (int i = 0; i < q->nargs; i++) as[i] = q->args[i].buf ? arg_sig(t, &q->args[i], 0, ser, &nseen, &t->kfirst, &t->kfirstcap) : (gt_asig){ 0 };
   for (int i = 0; i < q->n; i++)

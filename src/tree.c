@@ -258,7 +258,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
   }
   if (gt_plan_node(t, n, first)) { free(oldplan); return GT_ERR; }
   if (update && (!oldplan || oldend != n->plan_end || oldnck != n->nckpt ||
-                 memcmp(oldplan, n->plan, n->nnew * sizeof *oldplan)))
+                 (n->nnew && memcmp(oldplan, n->plan, n->nnew * sizeof *oldplan))))
     drop_below(t, n);
   free(oldplan);
   gt_gnode *g = NULL;
@@ -289,7 +289,7 @@ static int record(gt_tree *t, gt_node *n, int first, int update) {
   free(n->launches);
   n->launches = malloc((t->q.n ? t->q.n : 1) * sizeof *n->launches);
   if (!n->launches) return gt_fail(t->rt, "out of host memory");
-  memcpy(n->launches, t->q.l, t->q.n * sizeof *n->launches);
+  if (t->q.n) memcpy(n->launches, t->q.l, t->q.n * sizeof *n->launches);   /* (an empty queue may have no array) */
   if (gt_cursor_save(t, n, first)) return GT_ERR;
   if (gt_tree_launch_graph(t, n)) return GT_ERR;
   n->instantiate_us = t2 - t1;
