@@ -169,6 +169,12 @@ struct gt_runtime {
   int watch_hit[16], watching;          /* watching: slots in use */
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
   gt_lane lane;              /* lane.c: the replay lane of the active call */
+  int (*launch_pending)(struct gt_tree *t);  /* tree.c's gt_tree_launch_pending, set by gt_tree_new (gt_pending:
+                                                runtime.c's syncs and host copies do not call up into tree.c) */
+  void (*lane_close)(struct gt_runtime *rt);  /* lane.c's gt_lane_close and gt_lane_start, set by gt_tree_new: */
+  void (*lane_start)(struct gt_tree *t);      /* the cursor (key.c) closes the lane on a miss and reopens it on
+                                                 a switched prediction without calling up into lane.c, which
+                                                 asks the cursor to number its external inputs */
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
@@ -334,7 +340,7 @@ struct gt_tree {
   void (*floor_free)(struct gt_tree *t);   /* frees them (stats.c sets it: the tree does not call up into stats.c) */
 };
 
-/* keyed.c: a path's one graph (gt_pathg).  ok: it holds what path p's
+/* pathg.c: a path's one graph (gt_pathg).  ok: it holds what path p's
    np graphs hold now; note: p was just launched segment by segment (counts,
    drops a stale graph, builds one when due); drop: the graph goes (its
    device memory with it); free: everything goes. */
@@ -346,7 +352,7 @@ void gt_pathg_free(gt_backend *be, gt_pathg *o);
    or as one graph): before anything that needs them to have run. */
 int gt_tree_launch_pending(gt_tree *t);
 static inline int gt_pending(gt_runtime *rt) {
-  return rt->active && rt->active->npend ? gt_tree_launch_pending(rt->active) : GT_OK;
+  return rt->active && rt->active->npend ? rt->launch_pending(rt->active) : GT_OK;
 }
 
 

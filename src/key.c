@@ -153,7 +153,7 @@ int gt_cursor_lazy(gt_tree *t, const gt_node *n, int i) {
   for (int j = 0; j < l->nargs; j++)
     if (s[j].role == GT_ROLE_EXTERNAL && !gt_cursor_arg(t, &a[j], &s[j], was[j], &dirty)) {
       t->cmiss = 1;
-      gt_lane_close(t->rt);
+      t->rt->lane_close(t->rt);
       return 0;
     }
   note_dirty(t, i, dirty, 0);
@@ -183,14 +183,14 @@ void gt_cursor_start(gt_tree *t, gt_node *parent) {
 static void switch_cand(gt_tree *t, int i) {
   gt_node *p = t->cand->parent, *miss = t->cand;
   t->cmiss = 1;
-  gt_lane_close(t->rt);
+  t->rt->lane_close(t->rt);
   for (int k = 0; k < p->nkids; k++) {
     gt_node *c = p->kids[k];
     if (c == miss || c->nsig <= i) continue;
     restart(t);
     int j = 0;
     while (j <= i && match_at(t, c, j)) j++;
-    if (j > i) { t->cand = c; t->cmiss = 0; gt_lane_start(t); return; }   /* (the lane follows the new prediction) */
+    if (j > i) { t->cand = c; t->cmiss = 0; t->rt->lane_start(t); return; }   /* (the lane follows the new prediction) */
   }
 }
 
@@ -270,6 +270,7 @@ static void fx_init(fx *f) {
   static gt_runtime rt;   /* (the lane's count of lazy launches: none) */
   free(f->t.kfirst); free(f->t.cfirst);
   memset(f, 0, sizeof *f);
+  rt.lane_close = gt_lane_close, rt.lane_start = gt_lane_start;   /* (gt_tree_new's) */
   f->t.rt = &rt;
   f->t.gen = 7;
   f->t.segstart = f->segstart;

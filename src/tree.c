@@ -21,6 +21,9 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   gt_tree *t = calloc(1, sizeof *t);
   if (!t) { gt_fail(rt, "out of host memory"); return NULL; }
   t->rt = rt;
+  rt->launch_pending = gt_tree_launch_pending;     /* (gt_pending's: runtime.c does not call up into tree.c) */
+  rt->lane_close = gt_lane_close;                  /* (the cursor's: key.c does not call up into lane.c) */
+  rt->lane_start = gt_lane_start;
   t->opts = *opts;
   t->name = gt_strdup(opts->name && *opts->name ? opts->name : "tree");
   t->where = gt_strdup(opts->where);
