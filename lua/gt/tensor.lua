@@ -349,7 +349,6 @@ local function not_tensor(t, level)
   error("t:" .. name .. "(...): call it with a colon on a tensor (t:" .. name .. "(...)), got " ..
     gt._show(t) .. " for the tensor", level + 1)
 end
-gt._not_tensor = not_tensor
 
 local function live(t, level)
   if not istype(TT, t) then not_tensor(t, level + 1) end
