@@ -182,6 +182,8 @@ void gt_buf_retain(gt_buf *b);
 void gt_buf_unref(gt_buf *b);                      /* the core's reference */
 extern const int32_t gt_released_gen;              /* what a released buffer's gen_now points at */
 extern uint64_t gt_static_frees;                   /* static buffers' structs freed so far */
+/* 1 when a static buffer freed after the first `since` of them lay in [addr, addr+bytes) (or may have: the log reaches back 256 frees). */
+int gt_static_freed_since(uint64_t since, uint64_t addr, uint64_t bytes);
 int32_t gt_gen_next(void);                         /* a new generation, unique in the process (until 2^32 calls) */
 void gt_buf_settle(gt_runtime *rt);                /* what gt_buf_release/gt_buf_free deferred in a tree call */
 void gt_buf_return(gt_runtime *rt, gt_buf *b);     /* b's ordinary memory back to the allocator (after the queue, in a call) */
@@ -286,6 +288,7 @@ struct gt_tree {
   int npend;                         /* replayed segments whose graphs are not launched yet: the last npend of path */
   int depth;
   int eager_call;                    /* this call runs every segment eagerly, without nodes */
+  int ran;                           /* something of this call ran on the device, or was launched (gt_tree_discard) */
   int cur_planned;                   /* the node visited last followed a plan (children may record) */
   int nbufs, nrels, npath, npatched, nlastpath;   /* (the arrays below) */
   gt_call_info at_begin;             /* counters when the call began */

@@ -333,42 +333,63 @@ int gt_tree_floor_mark(gt_runtime *rt, gt_tree *t);   /* the marks so far, or GT
 void gt_tree_floor_clear(gt_tree *t);
 
 /* -- Keyed calls -------------------------------------------------------- */
+/* A `patch` number as the body sees it on a call that memoizes a path: its
+   value v and e, its expression's index in the call's trace; call: the
+   trace it belongs to (lua/gt/trace.lua). */
+typedef struct gt_traced { double v; int32_t e, call; } gt_traced;
+/* One step of a trace: GT_TX_ARG (argument a, 0-based, as a number),
+   GT_TX_CONST (c), or an operation on earlier steps a (and b), as Lua
+   computes it on numbers (a comparison: 1 or 0). */
+enum { GT_TX_ARG = 0, GT_TX_CONST, GT_TX_ADD, GT_TX_SUB, GT_TX_MUL, GT_TX_DIV, GT_TX_MOD, GT_TX_POW, GT_TX_UNM,
+       GT_TX_FLOOR, GT_TX_CEIL, GT_TX_ABS, GT_TX_SQRT, GT_TX_LT, GT_TX_LE, GT_TX_EQ };
+typedef struct gt_texpr { int32_t op, a, b; double c; } gt_texpr;
+/* A kernel scalar that a traced number reached: parameter param of launch
+   launch of segment seg of the call, step expr of the trace.  seg -1: a
+   guard instead, a comparison the body made (step expr, GT_TX_LT/LE/EQ,
+   gave param, 0 or 1): a hit whose numbers give the other answer runs the
+   body. */
+typedef struct gt_tslot { int32_t seg, launch, param, expr; } gt_tslot;
+/* Where the next launch of the active call goes: its index in the segment
+   being queued, the segment's ordinal in the call in *seg (-1: no call). */
+int gt_tree_next_launch(gt_runtime *rt, int32_t *seg);
 /* Memoizes the path of the tree's last call (every segment replayed) for
    keyed calls.  ins: the call's arguments by position (a tensor: buf and
    off; a number: v.f64); kinds[i]: 1 = a tensor whose address is patched,
-   2 = a number patched into the kernel scalars equal to it, 0 = neither.
-   outs: buffer indices within the call (gt_buf.ci) of the tensors it returned.
-   cand: the key's candidate (gt_tree_keyed_note) or NULL; taken (freed) when
-   the save succeeds.  NULL when the path cannot be keyed, the reason in gt_errmsg. */
+   2 = a `patch` number, 0 = neither.  outs: buffer indices within the call
+   (gt_buf.ci) of the tensors it returned.  ex, nex and sl, nsl: the call's
+   trace (its steps, and the kernel scalars its numbers reached): a hit
+   evaluates each step with its own numbers and patches those scalars; every
+   other scalar is the path's.  NULL when the path cannot be keyed, the
+   reason in gt_errmsg. */
 gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
-                             const int *outs, int nout, gt_keyed *cand);
-/* After a body run of a key whose path cannot be saved yet (a segment
-   recorded in the call), a candidate: the path's values and the call's
-   numbers, which the save compares with its own to confirm `patch` slots at
-   once.  prev: the key's earlier candidate or NULL, freed.  NULL when the
-   call left no such path (some segment holds no graph), said in gt_errmsg.
-   A candidate is never launched; the tree frees it. */
-gt_keyed *gt_tree_keyed_note(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
-                             gt_keyed *prev);
+                             const int *outs, int nout, const gt_texpr *ex, int nex, const gt_tslot *sl, int nsl);
+/* Whether every segment of the tree's last call holds a graph (replayed or
+   recorded): the next call of its key can be traced and memoized. */
+int gt_tree_keyed_ready(gt_tree *t);
 /* In a call begun with gt_tree_begin (inputs staged): patch the memoized
    path's inputs and scalars from ins, launch its graphs, make the output
-   buffers of the call (to outb, when not NULL), end the call.  1: the path is gone (a trim) or needs
-   more than a patch: run the body in the same call instead.  GT_ERR on failure. */
+   buffers of the call (to outb, when not NULL), end the call.  1: the path is
+   gone (a trim), a static buffer it reads was freed, a patched scalar is not
+   what its parameter takes (the body raises eager's error), or it needs more
+   than a patch: run the body in the same call instead.  GT_ERR on failure. */
 int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb);
 /* A keyed call whose inputs need no staging, in one call: begins the tree's
    call, then as gt_tree_keyed_run.  outb (k's output count, the order of
    gt_tree_keyed_save's outs) receives the output buffers of a replay.  1: the
    call has begun and its body must run; GT_ERR: nothing is left begun. */
 int gt_tree_keyed_call(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb);
-/* -1 when the tree's last call took k's path, else the first segment (0-based) where it did not. */
-int gt_tree_keyed_differs(gt_tree *t, gt_keyed *k);
-/* After a body run (same key, same path, ins as for run): settles which kernel
-   scalars follow the `patch` numbers.  GT_ERR if the call took another path. */
-int gt_tree_keyed_confirm(gt_runtime *rt, gt_keyed *k, const gt_arg *ins);
-/* After a body run of k's key that took k's path (verify): GT_OK when its
-   graphs hold what k replays (k's values, ins's patches), else GT_ERR naming
-   the first launch and argument that differ. */
+/* After a body run of k's key (verify): GT_OK when what the body launched
+   is what k replays with ins (the same launches, each argument's role, k's
+   values and ins's patches), segment by segment, whichever nodes hold them;
+   1 when it is, on other nodes than k's (the runtime keyed it anew: save
+   the path again); GT_ERR naming the first segment, launch and argument
+   that differ. */
 int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins);
+/* A body run of a traced call failed before anything ran on the device
+   (every segment so far replayed, its graph not launched yet): the call is
+   dropped without running anything, as if never made; 1 when so, 0 when
+   something ran already (abort it as usual). */
+int gt_tree_discard(gt_runtime *rt);
 
 /* -- Device-side branches (cond.c) --------------------------------------- */
 /* Entries of the launch queue that give it structure: IF p {then} [ELSE

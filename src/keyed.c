@@ -1,20 +1,21 @@
 /* keyed.c - keyed calls: a memoized path replayed without running the Lua body.
 
    After a call whose every segment replayed, gt_tree_keyed_save remembers its
-   path and finds, in the recorded argument values of its graphs, where the
-   call's inputs went: tensor addresses (patched on a hit: new inputs, staged
-   copies) and the numbers listed in `patch` (kernel scalars equal to them).
-   A number matched on one call may be a coincidence (a 0 that is a flag, not
-   the position), so such a match stays unconfirmed: a hit with the same value
-   patches nothing, a hit with another value runs the body instead, and
-   gt_tree_keyed_confirm keeps the slots that followed the new value.  The
-   key's body run before the save (its path recorded: nothing to save yet)
-   leaves a candidate (gt_tree_keyed_note: the path's values and the call's
-   numbers); a slot that followed the number from that call to the saving
-   one is confirmed at once, so a key whose `patch` number changes every
-   call stops running its body after its path recorded and replayed once.  A hit
-   (gt_tree_keyed_run) patches, launches the path's graphs back to back and
-   makes the call's output buffers at their planned addresses.
+   path and what of the call's inputs its graphs hold: tensor addresses
+   (found in the recorded argument values: a view's address range is the
+   argument's alone, so nothing is a coincidence; patched on a hit: new
+   inputs, staged copies) and the kernel scalars that the `patch` numbers
+   reached, which the call traced (lua/gt/trace.lua: each scalar with the
+   expression that computed it from the numbers).  Every other scalar is the
+   path's own.  A hit (gt_tree_keyed_run) evaluates the trace with its own
+   numbers, checks each value against its parameter's type as a launch does,
+   patches, launches the path's graphs back to back and makes the call's
+   output buffers at their planned addresses.  A path that reads a tensor
+   that is no argument, not made in the call and not static (a captured
+   tensor, another tree's output) is not saved: only the body sees which
+   tensor it reads.  A static buffer a path reads that is freed (its address
+   may be another buffer's by now) sends the next call through the body;
+   freeing one it does not read costs it nothing.
 
    A path of several segments is also built, once its hits have needed no
    patch for a while, into one graph of all its launches (fused: each
@@ -34,10 +35,9 @@
 enum { KP_ADDR = 1, KP_COPY, KP_SCALAR };
 
 typedef struct kpatch {
-  int node, launch, slot, in, kind, confirmed;
+  int node, launch, slot, in, kind;  /* in: KP_ADDR/KP_COPY: the input; KP_SCALAR: the trace's step */
   int64_t delta;                 /* KP_ADDR/KP_COPY: slot value - the input's address */
   uint8_t ptype;                 /* KP_SCALAR: the kernel parameter's type */
-  double seen;                   /* KP_SCALAR: the input's value when matched */
   int write;                     /* KP_ADDR/KP_COPY: the launch writes into the input (gt_buf.wgen) */
 } kpatch;
 
@@ -60,8 +60,9 @@ struct gt_keyed {
   kseg *s;
   kout *o;
   kpatch *p;
+  gt_texpr *ex; double *ev; int nex;   /* the trace's steps, and their values on this hit */
+  int32_t *guard; int nguard, gcap;   /* comparisons the body made: step, answer (pairs) */
   gt_pathg pg;                   /* the path as one graph (fused) */
-  double *nums; int nnum;        /* a candidate (gt_tree_keyed_note): the call's numbers by position (NAN: not a number) */
   struct gt_keyed *next;
 };
 _Static_assert(sizeof(gt_keyed) % _Alignof(kseg) == 0 && sizeof(gt_node *) % _Alignof(kseg) == 0 &&
@@ -71,14 +72,7 @@ _Static_assert(sizeof(gt_keyed) % _Alignof(kseg) == 0 && sizeof(gt_node *) % _Al
 static void keyed_free(gt_keyed *k) {
   gt_pathg_free(&k->t->rt->be, &k->pg);
   for (int d = 0; d < k->npath; d++) free(k->s[d].vals);
-  free(k->p); free(k->nums); free(k);
-}
-
-/* k out of its tree's list, and freed. */
-static void keyed_drop(gt_keyed *k) {
-  for (gt_keyed **pp = &k->t->keyed; *pp; pp = &(*pp)->next)
-    if (*pp == k) { *pp = k->next; break; }
-  keyed_free(k);
+  free(k->p); free(k->ex); free(k->ev); free(k->guard); free(k);
 }
 
 /* What k's path's graphs hold now, as this key's: after a body run of it. */
@@ -105,7 +99,8 @@ static void keyed_free_all(gt_tree *t) {
 
 static void keyed_trim_all(gt_tree *t);
 
-/* A number as the bits a kernel scalar of type ptype holds (as gt_launch stores it). */
+/* A number as the bits a kernel scalar of type ptype holds (as gt_launch
+   stores it), once scalar_ok said it fits. */
 static uint64_t scalar_bits(double v, int ptype) {
   union { float f; uint32_t u; } f32;
   union { double d; uint64_t u; } f64;
@@ -120,9 +115,49 @@ static uint64_t scalar_bits(double v, int ptype) {
   }
 }
 
-/* Patch p's value for this call's arguments ins. */
-static uint64_t patch_value(const kpatch *p, const gt_arg *ins) {
-  return p->kind == KP_SCALAR ? scalar_bits(ins[p->in].v.f64, p->ptype)
+/* Whether a launch takes v for a parameter of type ptype (kernel.lua's
+   checks: an integer parameter takes a whole number in its range). */
+static int scalar_ok(double v, int ptype) {
+  switch (ptype) {
+  case GT_P_I32: return v == floor(v) && v >= -2147483648.0 && v < 2147483648.0;
+  case GT_P_U32: return v == floor(v) && v >= 0 && v < 4294967296.0;
+  case GT_P_I64: return v == floor(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+  case GT_P_U64: return v == floor(v) && v >= 0 && v < 18446744073709551616.0;
+  default: return 1;
+  }
+}
+
+/* The trace's steps evaluated with this call's numbers (as Lua computes them). */
+static void trace_eval(gt_keyed *k, const gt_arg *ins) {
+  for (int i = 0; i < k->nex; i++) {
+    const gt_texpr *e = &k->ex[i];
+    double x = e->a >= 0 && e->a < i ? k->ev[e->a] : 0, y = e->b >= 0 && e->b < i ? k->ev[e->b] : 0, v;
+    switch (e->op) {
+    case GT_TX_ARG: v = ins[e->a].v.f64; break;
+    case GT_TX_CONST: v = e->c; break;
+    case GT_TX_ADD: v = x + y; break;
+    case GT_TX_SUB: v = x - y; break;
+    case GT_TX_MUL: v = x * y; break;
+    case GT_TX_DIV: v = x / y; break;
+    case GT_TX_MOD: v = x - floor(x / y) * y; break;
+    case GT_TX_POW: v = pow(x, y); break;
+    case GT_TX_UNM: v = -x; break;
+    case GT_TX_FLOOR: v = floor(x); break;
+    case GT_TX_CEIL: v = ceil(x); break;
+    case GT_TX_ABS: v = fabs(x); break;
+    case GT_TX_SQRT: v = sqrt(x); break;
+    case GT_TX_LT: v = x < y; break;
+    case GT_TX_LE: v = x <= y; break;
+    case GT_TX_EQ: v = x == y; break;
+    default: v = NAN; break;
+    }
+    k->ev[i] = v;
+  }
+}
+
+/* Patch p's value for this call's arguments ins (the trace evaluated). */
+static uint64_t patch_value(const gt_keyed *k, const kpatch *p, const gt_arg *ins) {
+  return p->kind == KP_SCALAR ? scalar_bits(k->ev[p->in], p->ptype)
                               : ins[p->in].buf->addr + (uint64_t)ins[p->in].off + (uint64_t)p->delta;
 }
 
@@ -141,42 +176,77 @@ static int add_patch(gt_keyed *k, kpatch p) {
   return GT_OK;
 }
 
-/* Where slot value v came from among the call's inputs: -1 if from none, -2
-   if from two tensors that share memory (which one cannot be told). */
-static int input_of(uint64_t v, int ptr, int ptype, const gt_arg *ins, const uint8_t *kinds, int nin) {
+/* Which of the call's tensor inputs holds address v: -1 if none, -2 if two
+   (tensors that share memory: which one cannot be told). */
+static int input_of(uint64_t v, const gt_arg *ins, const uint8_t *kinds, int nin) {
   int found = -1;
   for (int a = 0; a < nin; a++) {
-    if (ptr && kinds[a] == 1 && ins[a].buf) {
-      uint64_t lo = ins[a].buf->addr + (uint64_t)ins[a].off, hi = lo + (uint64_t)ins[a].nbytes;
-      if (v >= lo && (v < hi || v == lo)) { if (found >= 0) return -2; found = a; }
-    } else if (!ptr && kinds[a] == 2 && scalar_bits(ins[a].v.f64, ptype) == v &&
-               (ptype == GT_P_F32 || ptype == GT_P_F64 || ins[a].v.f64 == floor(ins[a].v.f64)))
-      return a;                  /* a number flows unchanged into an integer parameter only when it is whole */
+    if (kinds[a] != 1 || !ins[a].buf) continue;
+    uint64_t lo = ins[a].buf->addr + (uint64_t)ins[a].off, hi = lo + (uint64_t)ins[a].nbytes;
+    if (v >= lo && (v < hi || v == lo)) { if (found >= 0) return -2; found = a; }
   }
   return found;
 }
 
-static int find_patches(gt_keyed *k, const gt_arg *ins, const uint8_t *kinds, int nin) {
+/* The addresses of the call's tensor inputs in the path's graphs: patches.
+   GT_ERR with the reason when an address is two inputs', or a launch reads
+   an external tensor that is no input (a captured one). */
+static int find_inputs(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, const uint8_t *kinds, int nin) {
   for (int d = 0; d < k->npath; d++) {
     gt_node *n = k->path[d];
     for (int i = 0; i < n->nlaunch; i++) {
       const gt_qlaunch *l = &n->launches[i];
       for (int j = 0; j < l->nargs; j++) {
-        int slot = l->arg0 + j, ptr = is_pointer(l, j);
-        if (!ptr && l->kind != GT_GN_KERNEL) continue;
-        int pt = ptr ? 0 : l->k->ptype[j];
+        int slot = l->arg0 + j;
+        if (!is_pointer(l, j)) continue;
         uint64_t v = n->argvals[slot];
-        int a = input_of(v, ptr, pt, ins, kinds, nin);
-        if (a == -2) return 1;
-        if (a < 0) continue;
-        kpatch p = { d, i, slot, a, ptr ? (patchable(l) ? KP_ADDR : KP_COPY) : KP_SCALAR, 0, 0, (uint8_t)pt, 0, 0 };
-        if (ptr) p.delta = (int64_t)(v - (ins[a].buf->addr + (uint64_t)ins[a].off)), p.write = gt_launch_writes(l, j);
-        else p.seen = ins[a].v.f64;
-        if (add_patch(k, p)) return GT_ERR;
+        int a = input_of(v, ins, kinds, nin);
+        if (a == -2) return gt_fail(rt, "two tensor arguments share memory");
+        if (a < 0) {
+          if (n->asig && i < n->nsig && slot < n->nargvals && n->asig[slot].role == GT_ROLE_EXTERNAL)
+            return gt_fail(rt, "segment %d, launch %d (%s) reads%s%s%s a tensor that is not an argument of the call, "
+                           "not made in it and not static: a captured tensor (mark it :static() if it stays, "
+                           "or pass it as an argument)", d + 1, i + 1, gt_launch_what(l),
+                           l->kind == GT_GN_KERNEL ? " through '" : "", l->kind == GT_GN_KERNEL ? l->k->pname[j] : "",
+                           l->kind == GT_GN_KERNEL ? "'" : "");
+          continue;
+        }
+        kpatch p = { d, i, slot, a, patchable(l) ? KP_ADDR : KP_COPY, 0, 0, 0 };
+        p.delta = (int64_t)(v - (ins[a].buf->addr + (uint64_t)ins[a].off));
+        p.write = gt_launch_writes(l, j);
+        if (add_patch(k, p)) return gt_fail(rt, "out of host memory");
       }
     }
   }
   return GT_OK;
+}
+
+/* The kernel scalars the trace reached, as patches. */
+static int find_traced(gt_runtime *rt, gt_keyed *k, const gt_tslot *sl, int nsl) {
+  for (int s = 0; s < nsl; s++) {
+    const gt_tslot *x = &sl[s];
+    if (x->seg == -1) {                          /* a guard */
+      if (x->expr < 0 || x->expr >= k->nex || k->ex[x->expr].op < GT_TX_LT || k->ex[x->expr].op > GT_TX_EQ) return gt_fail(rt, "the call's trace is malformed");
+      if (GT_GROW(k->guard, k->gcap, 2 * k->nguard + 2)) return gt_fail(rt, "out of host memory");
+      k->guard[2 * k->nguard] = x->expr;
+      k->guard[2 * k->nguard + 1] = x->param;
+      k->nguard++;
+      continue;
+    }
+    const gt_node *n = x->seg >= 0 && x->seg < k->npath ? k->path[x->seg] : NULL;
+    const gt_qlaunch *l = n && x->launch >= 0 && x->launch < n->nlaunch ? &n->launches[x->launch] : NULL;
+    if (!l || l->kind != GT_GN_KERNEL || x->param < 0 || x->param >= l->nargs || is_pointer(l, x->param) ||
+        x->expr < 0 || x->expr >= k->nex)
+      return gt_fail(rt, "a traced `patch` number reached a launch the path does not hold");
+    kpatch p = { x->seg, x->launch, l->arg0 + x->param, x->expr, KP_SCALAR, 0, l->k->ptype[x->param], 0 };
+    if (add_patch(k, p)) return gt_fail(rt, "out of host memory");
+  }
+  return GT_OK;
+}
+
+static int by_slot(const void *a, const void *b) {
+  const kpatch *x = a, *y = b;
+  return x->node != y->node ? (x->node < y->node ? -1 : 1) : x->slot != y->slot ? (x->slot < y->slot ? -1 : 1) : 0;
 }
 
 /* A gt_keyed for the tree's last call's path, its values snapshot (NULL:
@@ -198,7 +268,7 @@ static gt_keyed *keyed_new(gt_runtime *rt, gt_tree *t, int nout) {
 
 /* Whether every segment of the tree's last call holds a graph at the call's
    values: replayed, or updated (an update leaves them too); records too when
-   rec (a candidate's). */
+   rec. */
 static int path_graphed(gt_runtime *rt, gt_tree *t, int rec) {
   const gt_call_info *h = &t->hist[(t->calls - 1) % GT_HISTORY];
   if (!t->nlastpath) return gt_fail(rt, "the call launched nothing");
@@ -209,48 +279,10 @@ static int path_graphed(gt_runtime *rt, gt_tree *t, int rec) {
   return GT_OK;
 }
 
-gt_keyed *gt_tree_keyed_note(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
-                             gt_keyed *prev) {
-  if (prev) keyed_drop(prev);
-  if (path_graphed(rt, t, 1)) return NULL;
-  gt_keyed *k = keyed_new(rt, t, 0);
-  if (!k) return NULL;
-  k->nums = malloc((size_t)(nin ? nin : 1) * sizeof *k->nums);
-  if (!k->nums) { keyed_free(k); gt_fail(rt, "out of host memory"); return NULL; }
-  for (int a = 0; a < nin; a++) k->nums[a] = kinds[a] == 2 ? ins[a].v.f64 : NAN;
-  k->nnum = nin;
-  k->next = t->keyed;                    /* (freed with the tree; a hit never launches a candidate) */
-  t->keyed = k;
-  t->keyed_free = keyed_free_all;
-  t->keyed_trim = keyed_trim_all;
-  return k;
-}
-
-/* k's unconfirmed scalar patches against candidate c (the key's body run
-   before, on the same path and graphs): a slot that held c's number then and
-   holds another number now, the call's, followed it (confirmed); one that
-   did not hold it is another value (dropped); an equal number tells nothing. */
-static void preconfirm(gt_keyed *k, const gt_keyed *c) {
-  if (c->npath != k->npath) return;
-  for (int d = 0; d < k->npath; d++)
-    if (c->path[d] != k->path[d] || c->s[d].key != k->s[d].key || c->s[d].nvals != k->s[d].nvals) return;
-  int w = 0;
-  for (int i = 0; i < k->np; i++) {
-    kpatch *p = &k->p[i];
-    if (p->kind == KP_SCALAR && !p->confirmed && p->in < c->nnum && c->nums[p->in] == c->nums[p->in]) {
-      uint64_t then = scalar_bits(c->nums[p->in], p->ptype);
-      if (then != scalar_bits(p->seen, p->ptype)) {
-        if (c->s[p->node].vals[p->slot] != then) continue;       /* it did not hold the number then */
-        p->confirmed = 1;
-      }
-    }
-    k->p[w++] = *p;
-  }
-  k->np = w;
-}
+int gt_tree_keyed_ready(gt_tree *t) { return t->calls > 0 && path_graphed(t->rt, t, 1) == GT_OK; }
 
 gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
-                             const int *outs, int nout, gt_keyed *cand) {
+                             const int *outs, int nout, const gt_texpr *ex, int nex, const gt_tslot *sl, int nsl) {
   if (path_graphed(rt, t, 0)) return NULL;
   gt_keyed *k = keyed_new(rt, t, nout);
   if (!k) return NULL;
@@ -260,45 +292,27 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
     k->o[i] = (kout){ outs[i], b->seg, b->idx, b->bytes };
   }
   k->no = nout;
-  int st = find_patches(k, ins, kinds, nin);
-  if (st == 1) { keyed_free(k); gt_fail(rt, "two tensor arguments share memory"); return NULL; }
-  if (st) goto oom;
-  if (cand) { preconfirm(k, cand); keyed_drop(cand); }
+  for (int i = 0; i < nex; i++)             /* (steps refer to arguments and earlier steps only) */
+    if ((ex[i].op == GT_TX_ARG && (ex[i].a < 0 || ex[i].a >= nin || kinds[ex[i].a] != 2)) ||
+        (ex[i].op > GT_TX_CONST && (ex[i].a < 0 || ex[i].a >= i || ex[i].op > GT_TX_EQ ||
+                                    ((ex[i].op < GT_TX_UNM || ex[i].op >= GT_TX_LT) && (ex[i].b < 0 || ex[i].b >= i))))) {
+      keyed_free(k);
+      gt_fail(rt, "the call's trace is malformed at step %d", i + 1);
+      return NULL;
+    }
+  k->nex = nex;
+  k->ex = malloc((size_t)(nex ? nex : 1) * sizeof *k->ex);
+  k->ev = malloc((size_t)(nex ? nex : 1) * sizeof *k->ev);
+  if (!k->ex || !k->ev) { keyed_free(k); gt_fail(rt, "out of host memory"); return NULL; }
+  if (nex) memcpy(k->ex, ex, (size_t)nex * sizeof *ex);
+  if (find_inputs(rt, k, ins, kinds, nin) || find_traced(rt, k, sl, nsl)) { keyed_free(k); return NULL; }
+  if (k->np > 1) qsort(k->p, (size_t)k->np, sizeof *k->p, by_slot);
   for (int d = 0; d < k->npath; d++) k->path[d]->keyed = 1;
   k->next = t->keyed;
   t->keyed = k;
   t->keyed_free = keyed_free_all;
   t->keyed_trim = keyed_trim_all;
   return k;
-oom:
-  keyed_free(k);
-  gt_fail(rt, "out of host memory");
-  return NULL;
-}
-
-int gt_tree_keyed_differs(gt_tree *t, gt_keyed *k) {
-  int n = t->nlastpath < k->npath ? t->nlastpath : k->npath;
-  for (int d = 0; d < n; d++) if (t->lastpath[d] != k->path[d]) return d;
-  return t->nlastpath == k->npath ? -1 : n;
-}
-
-/* After a body run of k's key that took k's path: an unconfirmed scalar slot
-   that followed the input's new value is the input's; one that did not, is not. */
-int gt_tree_keyed_confirm(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
-  (void)rt;
-  if (gt_tree_keyed_differs(k->t, k) >= 0 || snapshot(k)) return GT_ERR;   /* what the graphs bake in now */
-  int w = 0;
-  for (int i = 0; i < k->np; i++) {
-    kpatch *p = &k->p[i];
-    uint64_t now = scalar_bits(ins[p->in].v.f64, p->ptype);
-    if (p->kind == KP_SCALAR && !p->confirmed && now != scalar_bits(p->seen, p->ptype)) {
-      if (k->path[p->node]->argvals[p->slot] != now) continue;   /* it kept its value: baked, not patched */
-      p->confirmed = 1;
-    }
-    k->p[w++] = *p;
-  }
-  k->np = w;
-  return GT_OK;
 }
 
 /* A value as a message shows it: an address in hex, a scalar as its type reads. */
@@ -313,31 +327,64 @@ static void show_value(char *buf, size_t len, uint64_t v, int ptr, int ptype) {
   else snprintf(buf, len, "%llu", (unsigned long long)v);
 }
 
+/* Argument a of launch i of node m (what the body launched) against the same
+   argument of k's node n, whose value the hit would give is want: 0 when
+   they agree (a scalar's bits, a tensor's role and identity: the address
+   of an external or static one, a buffer of the call by its place). */
+static int same_arg(const gt_node *m, const gt_node *n, int slot, uint64_t want, int ptr) {
+  uint64_t now = m->argvals[slot];
+  if (!ptr || m == n) return now == want;
+  const gt_asig *x = m->asig && slot < m->nargvals ? &m->asig[slot] : NULL, *y = n->asig && slot < n->nargvals ? &n->asig[slot] : NULL;
+  if (!x || !y || x->role != y->role || x->off != y->off || x->nbytes != y->nbytes) return 0;
+  if (x->role == GT_ROLE_INTERNAL || x->role == GT_ROLE_PATH) return x->id == y->id;
+  return now == want;
+}
+
 int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
+  gt_tree *t = k->t;
+  if (t->nlastpath != k->npath)
+    return gt_fail(rt, "took another path than the memoized one: %d segments where it has %d", t->nlastpath, k->npath);
+  trace_eval(k, ins);
+  int moved = 0;
+  for (int i = 0; i < k->nguard; i++)          /* a hit would not have taken the path: memoize it again */
+    if (k->ev[k->guard[2 * i]] != k->guard[2 * i + 1]) moved = 1;
   for (int d = 0, j = 0; d < k->npath; d++) {
-    const gt_node *n = k->path[d];
-    if (n->nargvals != k->s[d].nvals) return gt_fail(rt, "segment %d was recorded again with other launches", d + 1);
+    const gt_node *n = k->path[d], *m = t->lastpath[d];
+    if (m != n) {
+      moved = 1;
+      if (m->nlaunch != n->nlaunch || m->nargvals != k->s[d].nvals || !m->launches)
+        return gt_fail(rt, "took another path than the memoized one: its segment %d differs (%d launches where it has %d)",
+                       d + 1, m->nlaunch, n->nlaunch);
+    } else if (n->nargvals != k->s[d].nvals)
+      return gt_fail(rt, "took another path than the memoized one: its segment %d was recorded again with other launches", d + 1);
     for (int i = 0; i < n->nlaunch; i++) {
-      const gt_qlaunch *l = &n->launches[i];
+      const gt_qlaunch *l = &n->launches[i], *lm = &m->launches[i];
+      if (lm->kind != l->kind || lm->k != l->k || lm->nargs != l->nargs || memcmp(lm->grid, l->grid, sizeof l->grid) ||
+          memcmp(lm->block, l->block, sizeof l->block) || lm->smem != l->smem || lm->bytes != l->bytes)
+        return gt_fail(rt, "took another path than the memoized one: its segment %d differs (launch %d is %s where it has %s)", d + 1, i + 1,
+                       gt_launch_what(lm), gt_launch_what(l));
       for (int a = 0; a < l->nargs; a++) {
-        int slot = l->arg0 + a, skip = 0;
+        int slot = l->arg0 + a;
         uint64_t want = k->s[d].vals[slot];
         for (; j < k->np && (k->p[j].node < d || (k->p[j].node == d && k->p[j].slot < slot)); j++) {}
         for (int q = j; q < k->np && k->p[q].node == d && k->p[q].slot == slot; q++) {
-          if (k->p[q].kind == KP_SCALAR && !k->p[q].confirmed) skip = 1;   /* gt_tree_keyed_confirm settles it */
-          else want = patch_value(&k->p[q], ins);
+          if (k->p[q].kind == KP_SCALAR && !scalar_ok(k->ev[k->p[q].in], k->p[q].ptype))
+            return gt_fail(rt, "launched other values than the memoized path: segment %d, launch %d (%s): argument %d would be %.17g, which its type cannot hold",
+                           d + 1, i + 1, gt_launch_what(l), a + 1, k->ev[k->p[q].in]);
+          want = patch_value(k, &k->p[q], ins);
         }
-        if (skip || n->argvals[slot] == want) continue;
-        int ptr = is_pointer(l, a), pt = !ptr && l->kind == GT_GN_KERNEL ? l->k->ptype[a] : GT_P_U64;
+        int ptr = is_pointer(l, a);
+        if (same_arg(m, n, slot, want, ptr)) continue;
+        int pt = !ptr && l->kind == GT_GN_KERNEL ? l->k->ptype[a] : GT_P_U64;
         char was[48], now[48];
         show_value(was, sizeof was, want, ptr, pt);
-        show_value(now, sizeof now, n->argvals[slot], ptr, pt);
-        return gt_fail(rt, "segment %d, launch %d (%s): argument %d is %s where the memoized path has %s",
+        show_value(now, sizeof now, m->argvals[slot], ptr, pt);
+        return gt_fail(rt, "launched other values than the memoized path: segment %d, launch %d (%s): argument %d is %s where the memoized path has %s",
                        d + 1, i + 1, gt_launch_what(l), a + 1, now, was);
       }
     }
   }
-  return GT_OK;
+  return moved;
 }
 
 /* A trim that dropped graphs: the one graphs go too, with their device
@@ -390,7 +437,7 @@ static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi
     while (j < k->np && k->p[j].node == d) {
       int i = k->p[j].launch, dirty = 0, st = GT_OK;
       for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) {
-        uint64_t v = patch_value(&k->p[j], ins);
+        uint64_t v = patch_value(k, &k->p[j], ins);
         if (n->argvals[k->p[j].slot] != v) n->argvals[k->p[j].slot] = v, dirty = 1;
       }
       if (!dirty) continue;
@@ -403,7 +450,7 @@ static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi
       const gt_qlaunch *l = &n->launches[i];
       uint64_t want[GT_MAX_PARAMS], *have = n->argvals + l->arg0;
       memcpy(want, k->s[d].vals + l->arg0, l->nargs * sizeof *want);
-      for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) want[k->p[j].slot - l->arg0] = patch_value(&k->p[j], ins);
+      for (; j < k->np && k->p[j].node == d && k->p[j].launch == i; j++) want[k->p[j].slot - l->arg0] = patch_value(k, &k->p[j], ins);
       if (!memcmp(want, have, l->nargs * sizeof *want)) continue;
       memcpy(have, want, l->nargs * sizeof *want);
       if (!patchable(l)) { rebuild = 1; continue; }
@@ -418,27 +465,48 @@ static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi
   return rebuild;
 }
 
+/* Whether the static buffers node n reads are the ones its graph holds: no
+   static buffer freed since n's statics were compared (n->sfrees), or none
+   of those freed lay where n reads one (then n's statics are kept again). */
+static int statics_kept(gt_node *n) {
+  if (n->sfrees == gt_static_frees) return 1;
+  if (!n->asig || !n->argvals) return 0;
+  for (int i = 0; i < n->nsig && i < n->nlaunch; i++) {
+    const gt_qlaunch *l = &n->launches[i];
+    for (int j = 0; j < l->nargs; j++) {
+      int slot = l->arg0 + j;
+      if (slot < n->nargvals && n->asig[slot].role == GT_ROLE_STATIC &&
+          gt_static_freed_since(n->sfrees, n->argvals[slot], (uint64_t)n->asig[slot].nbytes))
+        return 0;
+    }
+  }
+  n->sfrees = gt_static_frees;
+  return 1;
+}
+
 int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {
   gt_tree *t = k->t;
   if (rt->active != t) return gt_fail(rt, "keyed run outside its tree's call");
   int clean = 1;
   for (int d = 0; d < k->npath; d++) {         /* first the checks: nothing runs unless all can be patched */
-    const gt_node *n = k->path[d];
+    gt_node *n = k->path[d];
     const kseg *g = &k->s[d];
     if (!n->graph || n->key != g->key || n->nargvals != g->nvals) return 1;
-    /* a static buffer freed since the node's statics were last compared: the
-       graph may hold its address, now another buffer's (the body runs; its
-       segments compare the statics again) */
-    if (n->sfrees != gt_static_frees) return 1;
+    /* a static buffer it reads freed: the graph may hold its address, now
+       another buffer's (the body runs; its segments compare the statics again) */
+    if (!statics_kept(n)) return 1;
     if (n->gver != k->s[d].gv) {                 /* another key's body, or a plain call, patched it since */
       clean = 0;
       if (!rebuildable(n)) return 1;
     }
   }
+  if (k->nex) trace_eval(k, ins);
+  for (int i = 0; i < k->nguard; i++)          /* a comparison the body made answers otherwise: its path may differ */
+    if (k->ev[k->guard[2 * i]] != k->guard[2 * i + 1]) return 1;
   for (int i = 0; i < k->np; i++) {
     const kpatch *p = &k->p[i];
-    uint64_t v = patch_value(p, ins);
-    if (p->kind == KP_SCALAR && !p->confirmed && v != k->s[p->node].vals[p->slot]) return 1;   /* (maybe not the input's) */
+    if (p->kind == KP_SCALAR && !scalar_ok(k->ev[p->in], p->ptype)) return 1;   /* (the body's launch raises eager's error) */
+    uint64_t v = patch_value(k, p, ins);
     if (v == k->path[p->node]->argvals[p->slot]) continue;
     if (p->kind == KP_COPY && !rebuildable(k->path[p->node])) return 1;     /* (a copy at other addresses: a rebuild) */
     clean = 0;

@@ -253,12 +253,29 @@ static void return_memory(gt_buf *b) {
 
 uint64_t gt_static_frees;
 
+/* The last static buffers freed, by gt_static_frees after each: what a keyed
+   path checks its statics against (keyed.c). */
+enum { FREED_LOG = 256 };
+static struct { uint64_t lo, hi; } freed_log[FREED_LOG];
+
+int gt_static_freed_since(uint64_t since, uint64_t addr, uint64_t bytes) {
+  if (gt_static_frees - since > FREED_LOG) return 1;      /* (the log no longer reaches back so far) */
+  uint64_t end = addr + (bytes ? bytes : 1);
+  for (uint64_t e = since + 1; e <= gt_static_frees; e++) {
+    const uint64_t lo = freed_log[e % FREED_LOG].lo, hi = freed_log[e % FREED_LOG].hi;
+    if (addr < hi && lo < end) return 1;
+  }
+  return 0;
+}
+
 void gt_buf_unref(gt_buf *b) {
   if ((b->flags & GT_BUF_SLAB) || --b->refs > 0) return;
   if (b->tree) gt_tree_unref(b->tree);
   else return_memory(b);
   if (b->flags & GT_BUF_STATIC) {                     /* the struct may come back as another buffer (key.c) */
     gt_static_frees++;
+    freed_log[gt_static_frees % FREED_LOG].lo = b->addr;
+    freed_log[gt_static_frees % FREED_LOG].hi = b->addr + (b->bytes ? b->bytes : 1);
     if (g_rt) g_rt->lane.n = 0;                       /* the replay lane closes (lane.c: it trusted the statics kept) */
   }
   free(b);

@@ -157,6 +157,7 @@ int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   t->nrels = 0;
   t->eager_call = 0;
   t->npend = 0;
+  t->ran = 0;
   t->calls++;
   t->at_begin = (gt_call_info){ t->calls, t->warmups, t->records, t->replays, t->eager, t->updates, 0, 0, 0 };
   t->begin_us = always || timed_call(t->calls) ? gt_fast_us() : -1;
@@ -212,6 +213,7 @@ static int gpu_events(gt_backend *be, gt_node *n) {
 
 int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
   gt_backend *be = &t->rt->be;
+  t->ran = 1;
   if (!t->rt->profile) {
     if (n->gev_pending) gt_node_gpu_harvest(be, n);
     int timed = !n->gev_pending && gpu_sampled(n) && gpu_events(be, n) && be->event_record(be, n->gev[0]) == GT_BOK;
@@ -233,6 +235,7 @@ int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
 
 static int run_eager(gt_tree *t, gt_node *n) {
   gt_backend *be = &t->rt->be;
+  t->ran = 1;
   double t0 = t->rt->profile ? gt_now_us() : 0;
   int at;
   if (gt_cond_run_queue(be, &t->q, &at) != GT_BOK) {   /* a cond is decided on the host here */
@@ -421,6 +424,7 @@ int gt_tree_launch_pending(gt_tree *t) {
   gt_pathg *pg = &p[np - 1]->pg;
   gt_backend *be = &t->rt->be;
   int whole = np == t->npath && np > 1;
+  t->ran = 1;
   if (whole && gt_pathg_ok(pg, p, np)) {
     if (be->graph_launch(be, pg->g) != GT_BOK) return gt_fail_be(t->rt, "graph launch");
     t->pfused++;
@@ -714,6 +718,20 @@ void gt_tree_abort(gt_runtime *rt) {
   t->gen = gt_gen_next();                         /* every tensor of the failed call is stale now */
   t->nlastpath = 0;
   rt->active = NULL;
+}
+
+int gt_tree_discard(gt_runtime *rt) {
+  gt_tree *t = rt->active;
+  if (!t || t->ran || t->rt->profile) return 0;
+  t->npend = 0;                      /* (replayed segments whose graphs never launch) */
+  gt_tree_abort(rt);
+  return 1;
+}
+
+int gt_tree_next_launch(gt_runtime *rt, int32_t *seg) {
+  gt_tree *t = rt->active;
+  *seg = t ? t->depth : -1;
+  return t ? t->q.n + rt->lane.lazy : 0;
 }
 
 /* A Lua error in the call's body: what the body queued since its last

@@ -3,6 +3,7 @@ local ffi = require "ffi"
 
 local gt = require "gt"
 local C, rt = gt._C, gt._rt
+local floor = math.floor     -- (the original: gt.trace wraps math.floor for traced numbers)
 local PTR_IN, PTR_OUT = 1, 2
 local SCALAR = { [3] = "i32", [4] = "u32", [5] = "i64", [6] = "u64", [7] = "f32", [8] = "f64", [9] = "bool" }
 local INTEGER = { i32 = true, u32 = true, i64 = true, u64 = true }
@@ -66,6 +67,22 @@ local function arg_error(k, i, v, level)
   error(("%s expects an integer in %s, got %s"):format(where, r[3], tostring(v)), level + 1)
 end
 
+-- A traced `patch` number v (gt.trace) for scalar parameter i of kernel k:
+-- its value, checked as a number would be (eager's error when it does not
+-- fit), noted as the scalar the launch about to be queued reads (a lean
+-- state's is fixed for its op: the path is refused instead).
+local trace = require "gt.trace"
+local is_traced = trace.is_traced
+local function traced_arg(k, i, v, lean)
+  local x = trace.value(v)
+  local st = SCALAR[k.ptype[i - 1]]
+  local r = RANGE[st]
+  if not st then arg_error(k, i, v, 4) end               -- (a tensor parameter)
+  if r and (x ~= floor(x) or x < r[1] or x >= r[2]) then arg_error(k, i, x, 4) end
+  if lean then return trace.concrete(v, "given to kernel '" .. ffi.string(k.name) .. "' through an op") end
+  return trace.slot(i, v)
+end
+
 -- The Lua source that checks argument i of kernel k and stores it: a tensor
 -- as its handle in tensors[i-1] (the core checks that it is live, contiguous
 -- and of the dtype; later: only checked, the caller stores it), a scalar in
@@ -79,21 +96,21 @@ local function arg_code(k, i, s, later)
   local st = SCALAR[pt]
   if st == "bool" then
     return ("do local v = a%d; if v == true then v = 1 elseif v == false or v == nil then v = 0 " ..
-      "elseif type(v) ~= 'number' then fail(%d, v) end; %s.v.u64 = v ~= 0 and 1 or 0 end"):format(i, i, s)
+      "elseif type(v) ~= 'number' then v = fail(%d, v) end; %s.v.u64 = v ~= 0 and 1 or 0 end"):format(i, i, s)
   elseif st == "i32" or st == "u32" then   -- an integer in range: one guard
-    return ("do local v = a%d; if type(v) ~= 'number' or tobit(v)%s ~= v then fail(%d, v) end; %s.v.%s = v end")
+    return ("do local v = a%d; if type(v) ~= 'number' or tobit(v)%s ~= v then v = fail(%d, v) end; %s.v.%s = v end")
       :format(i, st == "u32" and " % 4294967296" or "", i, s, FIELD[st])
   elseif INTEGER[st] then
     local r = RANGE[st]
     -- (a 64-bit one also takes LuaJIT's 64-bit integers, 3LL or 3ULL, exactly)
     local wide = FIELD[st] == "i64" or FIELD[st] == "u64"
     return ("do local v = a%d; if %stype(v) ~= 'number' or v ~= floor(v) or v < %.17g or v >= %.17g " ..
-      "then fail(%d, v) end; %s.v.%s = v end"):format(i,
+      "then v = fail(%d, v) end; %s.v.%s = v end"):format(i,
       wide and ("type(v) == 'cdata' and (ffi.istype('int64_t', v) or ffi.istype('uint64_t', v))%s then %s.v.%s = v elseif ")
         :format(FIELD[st] == "u64" and " and not (ffi.istype('int64_t', v) and v < 0)" or "", s, FIELD[st]) or "",
       r[1], r[2], i, s, FIELD[st])
   end
-  return ("do local v = a%d; if type(v) ~= 'number' then fail(%d, v) end; %s.v.%s = v end"):format(i, i, s, FIELD[st])
+  return ("do local v = a%d; if type(v) ~= 'number' then v = fail(%d, v) end; %s.v.%s = v end"):format(i, i, s, FIELD[st])
 end
 
 -- Arguments past a kernel's parameters that a launcher takes in, to count
@@ -185,15 +202,18 @@ end
 -- helpers (floor, istype, type, tobit, select), ffi, n (the arrays' size),
 -- extra (compile_launcher's fourth argument) and lean, lean_status
 -- (gt_launch_lean and gt_lean_status).
-local function compile_launcher(k, name, src, extra)
+local function compile_launcher(k, name, src, extra, lean)
   local n = math.max(k.nparams, 1)
   local args, tensors = ffi.new("gt_arg[?]", n), ffi.new("const gt_tensor *[?]", n)
-  local function fail(i, v) arg_error(k, i, v, 3) end
+  local function fail(i, v)
+    if is_traced(v) then return traced_arg(k, i, v, lean) end
+    arg_error(k, i, v, 3)
+  end
   local function raise() error(gt._errmsg(), 3) end
   local head = "local rt, args, tensors, T, fail, floor, istype, type, raise, count_error, launch, tobit, select, " ..
     "ffi, n, extra, lean, lean_status, L, lane_buf = ...\n"
   local f = assert(loadstring(head .. src, name))
-  return f(rt, args, tensors, ffi.typeof("gt_tensor"), fail, math.floor, ffi.istype, type, raise, count_error_of(k),
+  return f(rt, args, tensors, ffi.typeof("gt_tensor"), fail, floor, ffi.istype, type, raise, count_error_of(k),
            C.gt_launch_tensors, bit.tobit, select, ffi, n, extra, C.gt_launch_lean, C.gt_lean_status, LANE,
            gt._lane_buf)
 end
@@ -364,7 +384,7 @@ local function make_lean(k)
     body .. "end\n" ..
     "local function state(" .. table.concat(params, ", ") .. ")\n" ..
     "local st = S()\nlocal args = st.args\n" .. table.concat(fixed, "\n") .. "\nreturn st end\n" ..
-    "return run, state", S)
+    "return run, state", S, true)
 end
 
 local CFG = ffi.typeof("gt_launchcfg")

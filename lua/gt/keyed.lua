@@ -1,9 +1,11 @@
 -- gt.keyed: keyed calls (DESIGN section 5).  gt.tree(fn, {key = f, patch = {i, ...}, verify = n})
 -- declares that the path a call takes depends only on f(...) (plus the
 -- arguments' shapes and dtypes, static tensors' addresses and the scalar
--- arguments not listed in patch).  Once a key's path has replayed, a call
--- with that key checks those guards, patches input addresses and the patch
--- numbers, and launches the path's graphs from C without running the body.
+-- arguments not listed in patch, by their bits).  Once a key's path has
+-- replayed, the next call of the key runs the body with its `patch` numbers
+-- traced (gt.trace) and memoizes the path; later calls with that key check
+-- those guards, patch input addresses and the scalars the traced numbers
+-- reached, and launch the path's graphs from C without running the body.
 local ffi = require "ffi"
 local bit = require "bit"
 local gt = require "gt"
@@ -16,16 +18,27 @@ local band = bit.band
 local STATIC, STAGING, RELEASED, SLAB = C.GT_BUF_STATIC, C.GT_BUF_STAGING, C.GT_BUF_RELEASED, C.GT_BUF_SLAB
 local TT = ffi.typeof("gt_tensor")
 local anchor = gt._anchor
+local trace = require "gt.trace"
+local is_traced, tonumber = trace.is_traced, trace.tonumber0
 
 local M = {}
 
 -- Keys of the memo trie for what is not a plain value.
-local NIL, NAN, TENSOR, PATCHED, STAGED = {}, {}, {}, {}, {}
+local NIL, NEGZERO, TENSOR, PATCHED, STAGED = {}, {}, {}, {}, {}
 local SHARES = setmetatable({}, { __index = function(t, j) local k = {}; t[j] = k; return k end })
--- (SHARES[j]: this tensor argument views argument j's buffer)
+-- (SHARES[j]: this tensor argument views argument j's buffer, then its offset from argument j's)
+
+-- A NaN by its bits (its payload and sign): numbers are keys by their bits.
+local NB = ffi.new("union { double d; uint64_t u; }")
+local function nan_key(k)
+  NB.d = k
+  return "nan " .. tostring(NB.u)
+end
 
 local function child(node, k)
-  if k == nil then k = NIL elseif k ~= k then k = NAN end
+  if k == nil then k = NIL
+  elseif k == 0 then if 1 / k < 0 then k = NEGZERO end         -- (-0.0 and 0.0: two keys; false, "": not 0)
+  elseif k ~= k then k = nan_key(k) end
   local c = node[k]
   if not c then c = {}; node[k] = c end
   return c
@@ -65,20 +78,26 @@ local function walk_arg(self, node, i, x)
     -- where it uses it, as eager code
     if x._gen ~= b.gen_now[0] then return nil, false end
     if x._vid ~= 0 then return nil, "a non-contiguous tensor argument" end
-    if self._copy or b.tree == self._t then          -- staged: a path of its own (its outputs may be staged views)
+    local staged = self._copy or b.tree == self._t
+    if staged then                                   -- staged: a path of its own (its outputs may be staged views)
       self._kstage = true
       node = child(node, STAGED)
     end
     node = child(child(node, TENSOR), x._sid * 16 + x._dt)   -- shape and dtype: interned, one key
-    if band(b.flags, STATIC) ~= 0 then
+    local static = band(b.flags, STATIC) ~= 0
+    if static then
       node = child(node, tonumber(ffi.cast("uintptr_t", b)) + x._off)   -- a static tensor: by address
-      return node
+      -- (staged, the path reads its copy, patched as an input's)
+      if not staged then return node end
     end
-    -- arguments that share a buffer are another path (the recording's edges
-    -- and the core's inputs assumed otherwise; gt_tree_keyed_save refuses a
-    -- path whose arguments share memory)
+    -- arguments that share a buffer are another path, by how they lie (the
+    -- recording's edges and the core's inputs assumed otherwise;
+    -- gt_tree_keyed_save refuses a path whose arguments share memory)
     for j = 1, i - 1 do
-      if self._kinds[j - 1] == 1 and self._ins[j - 1].buf == b then node = child(node, SHARES[j]) break end
+      if self._kinds[j - 1] == 1 and self._ins[j - 1].buf == b then
+        node = child(child(node, SHARES[j]), x._off - tonumber(self._ins[j - 1].off))
+        break
+      end
     end
     a.buf, a.off, a.nbytes = b, x._off, x._nb
     self._kinds[i - 1] = 1
@@ -116,12 +135,6 @@ local function walk_args(self, node, n, a1, a2, a3, a4, rest)
   return node
 end
 
--- leaf -> the key's candidate (gt_tree_keyed_note), until its path is saved;
--- not a field of the leaf (a hit reads the leaf's few fields) nor of the tree
--- (every tree's table has one layout).  Weak keys: a leaf goes with its tree,
--- which frees the candidate.
-local CANDS = setmetatable({}, { __mode = "k" })
-
 local function key_text(self, ...)
   local parts = {}
   for i = 1, select("#", self._key(...)) do parts[i] = tostring((select(i, self._key(...)))) end
@@ -144,7 +157,8 @@ end
 
 -- After a call that ran the body: what each result is, for rebuilding them
 -- on a hit.  Returns the descriptors and the core's output list, or nil and why.
-local function describe_outputs(self, args, n, ...)
+-- traced[r]: result r was a traced number (trace.results): the argument it is, or false.
+local function describe_outputs(self, args, n, traced, ...)
   local outs, cis = {}, {}
   for r = 1, select("#", ...) do
     local y = select(r, ...)
@@ -182,6 +196,10 @@ local function describe_outputs(self, args, n, ...)
       o = o or { kind = "value", v = y }
     elseif type(y) == "table" and getmetatable(y) == nil then
       return nil, "it returns a table"
+    elseif traced and traced[r] ~= nil then          -- a traced number: the call's own argument, else its own value
+      local i = traced[r]
+      if not i then return nil, "it returns a number computed from a `patch` argument" end
+      o = { kind = "arg", i = i }
     else
       -- an argument returned as is (a `patch` number, say) is this call's
       for i = 1, n do if y ~= nil and rawequal(args[i], y) then o = { kind = "arg", i = i } break end end
@@ -249,8 +267,9 @@ local function fill_staged(self, staged, n)
   end
 end
 
--- After a body run of leaf's key: memoize, verify or confirm.
-local function settle(self, leaf, verifying, n, args, ...)
+-- After a body run of leaf's key: memoize (tr: the call's trace), or
+-- verify (the body's launches against the memoized path's).
+local function settle(self, leaf, verifying, tr, n, args, ...)
   fill_staged(self, self._staged, n)
   local t, st = self._t, self._kstats
   if self._sync then leaf.refused = self._sync; leaf.k = nil; refuse(self, leaf, self._sync); return ... end
@@ -262,54 +281,119 @@ local function settle(self, leaf, verifying, n, args, ...)
       return ...
     end
   end
-  if leaf.k then
-    local d = C.gt_tree_keyed_differs(t, leaf.k)
-    if d >= 0 then
+  if tr and tr.refused then leaf.refused, leaf.k = tr.refused, nil; refuse(self, leaf, tr.refused); return ... end
+  if verifying then
+    local r = C.gt_tree_keyed_check(rt, leaf.k, self._ins)
+    if r < 0 then
       leaf.k = nil                               -- (a key caught lying is memoized afresh)
-      if verifying then
-        gt._error(("tree '%s' (%s): keyed call with key %s took another path than the memoized one: its segment %d differs" ..
-          " (the key must decide the path; add what decides it to key)"):format(self.name, self.where,
-          key_text(self, unpack(args, 1, n)), d + 1))
-      end
-    else
-      if verifying then
-        if C.gt_tree_keyed_check(rt, leaf.k, self._ins) ~= 0 then
-          leaf.k = nil
-          gt._error(("tree '%s' (%s): keyed call with key %s launched other values than the memoized path: %s" ..
-            " (the key must decide every number and tensor the body gives its kernels; add what decides it to key," ..
-            " or pass it as an argument: a tensor argument's address and a `patch` number are patched)")
-            :format(self.name, self.where, key_text(self, unpack(args, 1, n)), gt._errmsg()))
-        end
-        st.verified = st.verified + 1
-      end
-      if C.gt_tree_keyed_confirm(rt, leaf.k, self._ins) ~= 0 then leaf.k = nil end
-      return ...
+      gt._error(("tree '%s' (%s): keyed call with key %s %s" ..
+        " (the key must decide the path and every number and tensor the body gives its kernels; add what" ..
+        " decides it to key, or pass it as an argument: a tensor argument's address and a `patch` number are patched)")
+        :format(self.name, self.where, key_text(self, unpack(args, 1, n)), gt._errmsg()))
     end
+    st.verified = st.verified + 1
+    if r == 1 then leaf.k, leaf.ready = nil, true end   -- (the same launches on nodes the runtime keyed anew: saved again)
+    return ...
   end
-  local outs, cis = describe_outputs(self, args, n, ...)
-  if not outs then leaf.refused = cis; refuse(self, leaf, cis); return ... end
+  local outs, cis = describe_outputs(self, args, n, tr and tr.results, ...)
+  if not outs then leaf.refused, leaf.k = cis, nil; refuse(self, leaf, cis); return ... end
+  if not tr then                                 -- traced next time, once every segment holds a graph
+    leaf.ready = C.gt_tree_keyed_ready(t) ~= 0
+    return ...
+  end
   local ci = ffi.new("int[?]", math.max(#cis, 1), cis)
-  local cands = CANDS
-  local k = C.gt_tree_keyed_save(rt, t, self._ins, self._kinds, n, ci, #cis, cands[leaf])
+  local ex, nex, sl, nsl = trace.arrays(tr)
+  local k = C.gt_tree_keyed_save(rt, t, self._ins, self._kinds, n, ci, #cis, ex, nex, sl, nsl)
   if k == nil then
     local why = gt._errmsg()
-    if why:match("^not every segment replayed") then
-      -- (recorded in this call: the key's candidate, whose numbers the save
-      -- compares with its own to confirm `patch` slots at once)
-      local kc = C.gt_tree_keyed_note(rt, t, self._ins, self._kinds, n, cands[leaf])
-      cands[leaf] = kc ~= nil and kc or nil
+    leaf.k = nil
+    if why:match("^not every segment replayed") then leaf.ready = C.gt_tree_keyed_ready(t) ~= 0
     elseif not why:match("^the call launched nothing") then
       leaf.refused = why
       refuse(self, leaf, why)
     end
     return ...
   end
-  cands[leaf] = nil                              -- (the save took it)
   leaf.k, leaf.outs, leaf.outb = k, outs.n == 1 and outs[1] or outs, ffi.new("gt_buf*[?]", math.max(#cis, 1))
   return ...
 end
 
+-- A traced body run's results: a traced number as its value (tr.results[r]:
+-- the argument it is, or false), in tables too.
+local function plain(tr, depth, x)
+  if is_traced(x) then return trace.value(x), true end
+  if depth < 8 and type(x) == "table" and getmetatable(x) == nil then
+    for k, v in pairs(x) do if is_traced(v) then x[k] = plain(tr, depth + 1, v) elseif type(v) == "table" then plain(tr, depth + 1, v) end end
+  end
+  return x, false
+end
+local function results(tr, ok, ...)
+  local nr = select("#", ...)
+  local r = { n = nr, ok = ok, ... }
+  if not ok then return r end
+  for i = 1, nr do
+    local x = r[i]
+    local y, was = plain(tr, 0, x)
+    if was then
+      tr.results = tr.results or {}
+      tr.results[i] = trace.arg_index(tr, x) or false
+      r[i] = y
+    end
+  end
+  return r
+end
+
+-- args (a table of the call's n arguments) with each `patch` number traced.
+local function traced_args(self, n, args)
+  local patch, r = self._patch, {}
+  for i = 1, n do
+    local x = args[i]
+    if patch[i] and type(x) == "number" then x = trace.arg(i, x) end
+    r[i] = x
+  end
+  return r
+end
+
+local DISCARDED = trace.DISCARDED
+
+-- A body run of leaf's key with its `patch` numbers traced, then settle:
+-- begun (the call has begun: self._body, on the staged inputs if any) or
+-- not (self._run begins it; mode: its eager argument).  A body that raised
+-- before anything ran on the device (a use of a traced number that raises:
+-- a `for` limit, a function that wants a number) leaves nothing of that
+-- call: the call runs again with plain numbers, and the key is refused (if
+-- it raises again, the error is the body's own).
+local function traced_run(self, leaf, begun, mode, n, a1, a2, a3, a4, rest)
+  local args = packed(n, a1, a2, a3, a4, rest)
+  local tr = trace.begin()
+  local ta = traced_args(self, n, begun and self._staged or args)
+  self._tracing = true
+  local function go()
+    if begun then return self._body(self, n, ta[1], ta[2], ta[3], ta[4], n > 4 and ta or nil) end
+    return self._run(self, mode, n, ta[1], ta[2], ta[3], ta[4], n > 4 and ta or nil)
+  end
+  local r = results(tr, pcall(go))
+  self._tracing = false
+  trace.finish()
+  if r.ok then return settle(self, leaf, false, tr, n, args, unpack(r, 1, r.n)) end
+  local err = r[1]
+  if getmetatable(err) ~= DISCARDED then error(err, 0) end
+  local why = ("the body cannot take a traced `patch` number: %s"):format((tostring(err.err):gsub("^[^:]*:%d+: ", "")))
+  local out = { n = 0 }
+  out = (function(...) return { n = select("#", ...), ... } end)(self._run(self, mode, n, a1, a2, a3, a4, rest))
+  leaf.refused, leaf.k = why, nil
+  refuse(self, leaf, why)
+  return unpack(out, 1, out.n)
+end
+
 local verify_all = os.getenv("GTLUA_VERIFY_KEYS") == "1"
+
+-- Whether the call has a `patch` number (walk_args's kinds).
+local function has_patched(self, n)
+  local kinds = self._kinds
+  for i = 0, n - 1 do if kinds[i] == 2 then return true end end
+  return false
+end
 
 -- A keyed call; pad: its inputs are padded to their bucket (a bucketed call
 -- below the bucket's size), for the body (tree.lua's run: nil pads, false
@@ -343,7 +427,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
     if r < 0 then gt._error(gt._errmsg()) end
     self._enter(self, C.gt_tree_gen(self._t))                      -- begun: run the body
     st.misses = st.misses + 1
-    return settle(self, leaf, false, n, packed(n, a1, a2, a3, a4, rest), self._body(self, n, a1, a2, a3, a4, rest))
+    return traced_run(self, leaf, true, mode, n, a1, a2, a3, a4, rest)
   end
   if k and not verifying then
     local gen = C.gt_tree_call(rt, self._t, nil)
@@ -363,14 +447,13 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
     end
     if r < 0 then self._abort(); gt._error(gt._errmsg()) end
     st.misses = st.misses + 1                      -- a patch needs the body: run it in this call
-    local args = packed(n, a1, a2, a3, a4, rest)
-    if staged then
-      return settle(self, leaf, false, n, args, self._body(self, n, staged[1], staged[2], staged[3], staged[4], n > 4 and staged or nil))
-    end
-    return settle(self, leaf, false, n, args, self._body(self, n, a1, a2, a3, a4, rest))
+    return traced_run(self, leaf, true, mode, n, a1, a2, a3, a4, rest)
   end
   if not k then st.misses = st.misses + 1 end
-  return settle(self, leaf, verifying, n, packed(n, a1, a2, a3, a4, rest), self._run(self, mode, n, a1, a2, a3, a4, rest))
+  if not verifying and (leaf.ready or not has_patched(self, n)) then   -- (nothing to trace: no risk in tracing)
+    return traced_run(self, leaf, false, mode, n, a1, a2, a3, a4, rest)
+  end
+  return settle(self, leaf, verifying, nil, n, packed(n, a1, a2, a3, a4, rest), self._run(self, mode, n, a1, a2, a3, a4, rest))
 end
 
 --- Called by gt.tree when opts.key (or patch/verify) is given.

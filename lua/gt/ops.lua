@@ -239,10 +239,13 @@ local launch_copy = elementwise("elementwise", "copy_f32")
 
 -- a + b or a * b: b a tensor of a's shape, a tensor of a's last dimension
 -- (repeated over the rows, as a bias), or a number.
+-- (a number: a `patch` number traced by a keyed call too, gt.trace)
+local is_traced = require("gt.trace").is_traced
+local function isnum(x) return type(x) == "number" or is_traced(x) end
 local function binary(op, a, b, launch_same, launch_rows)
-  if type(a) == "number" then a, b = b, a end
+  if isnum(a) then a, b = b, a end
   local as = check(op, "a", a, "f32", 3)
-  if type(b) == "number" then
+  if isnum(b) then
     local n = NUMEL[a._sid]
     local y = new_sid(a._sid, F32, 3)
     local s, t = 1, b                     -- add: x + b
@@ -276,8 +279,8 @@ end
 
 --- ops.axpby(a, x, b, y) -> y, after y = a*x + b*y in place.
 function ops.axpby(a, x, b, y)
-  if type(a) ~= "number" then fail(2, "axpby", "a must be a number, got %s", describe(a)) end
-  if type(b) ~= "number" then fail(2, "axpby", "b must be a number, got %s", describe(b)) end
+  if not isnum(a) then fail(2, "axpby", "a must be a number, got %s", describe(a)) end
+  if not isnum(b) then fail(2, "axpby", "b must be a number, got %s", describe(b)) end
   local xs, ys = check("axpby", "x", x), check("axpby", "y", y)
   if not same_shape(xs, ys) then
     fail(2, "axpby", "x is %s but y is %s: shapes differ", shape_str(xs), shape_str(ys))

@@ -4,6 +4,7 @@ local bit = require "bit"
 
 local gt = require "gt"
 local C, rt, is_tensor = gt._C, gt._rt, gt.is_tensor
+local DISCARDED, tonumber = require("gt.trace").DISCARDED, require("gt.trace").tonumber0
 local STAGING, RELEASED = C.GT_BUF_STAGING, C.GT_BUF_RELEASED
 local select, getmetatable, type, pairs = select, getmetatable, type, pairs
 local huge = math.huge
@@ -200,7 +201,7 @@ function gt.tree(fn, opts)
                               -- tree's replays left it each op: 1.8 kB of garbage a 32-op call)
                               _keyed = false, _key = false, _patch = false, _verify = false, _memo = false,
                               _nins = 0, _kstats = false, _keyed_call = false, _kstage = false, _ins = false,
-                              _kinds = false, _kwarned = false, _buckets = false, _prep = false, _breal = false,
+                              _kinds = false, _kwarned = false, _tracing = false, _buckets = false, _prep = false, _breal = false,
                               _bn = false, _bucket_call = false, _bpad = false, _pnames = false,
                               _warn_shapes = opts.warn_shapes == false and huge or (opts.warn_shapes or 8) }, Tree)
   if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
@@ -566,6 +567,12 @@ local function anchor_extra(self, n)
 end
 local function end_body(self, ok, n, r1, r2)
   if not ok then
+    if self._tracing and C.gt_tree_discard(rt) == 1 then   -- (a traced keyed call: it runs again, keyed.lua)
+      gt._active = nil
+      self._in1, self._in2, self._in3, self._in4 = false, false, false, false
+      self._wb = false
+      error(setmetatable({ err = r1 }, DISCARDED), 0)
+    end
     C.gt_tree_abort_run(rt)          -- (what the body launched before its error runs, as outside a tree)
     gt._active = nil
     self._in1, self._in2, self._in3, self._in4 = false, false, false, false
