@@ -352,7 +352,13 @@ int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
     const gt_node *n = k->path[d], *m = t->lastpath[d];
     if (m != n) {
       moved = 1;
-      if (m->nlaunch != n->nlaunch || m->nargvals != k->s[d].nvals || !m->launches)
+      /* a node visited without a recording (its first visit): its key, which
+         hashes what a graph bakes in, says whether it is the same segment */
+      if (!m->launches || !m->argvals) {
+        if (m->key == k->s[d].key) continue;
+        return gt_fail(rt, "took another path than the memoized one: its segment %d differs", d + 1);
+      }
+      if (m->nlaunch != n->nlaunch || m->nargvals != k->s[d].nvals)
         return gt_fail(rt, "took another path than the memoized one: its segment %d differs (%d launches where it has %d)",
                        d + 1, m->nlaunch, n->nlaunch);
     } else if (n->nargvals != k->s[d].nvals)
