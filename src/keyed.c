@@ -315,6 +315,25 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   return k;
 }
 
+/* Whether the static buffers node n reads are the ones its graph holds: no
+   static buffer freed since n's statics were compared (n->sfrees), or none
+   of those freed lay where n reads one (then n's statics are kept again). */
+static int statics_kept(gt_node *n) {
+  if (n->sfrees == gt_static_frees) return 1;
+  if (!n->asig || !n->argvals) return 0;
+  for (int i = 0; i < n->nsig && i < n->nlaunch; i++) {
+    const gt_qlaunch *l = &n->launches[i];
+    for (int j = 0; j < l->nargs; j++) {
+      int slot = l->arg0 + j;
+      if (slot < n->nargvals && n->asig[slot].role == GT_ROLE_STATIC &&
+          gt_static_freed_since(n->sfrees, n->argvals[slot], (uint64_t)n->asig[slot].nbytes))
+        return 0;
+    }
+  }
+  n->sfrees = gt_static_frees;
+  return 1;
+}
+
 /* A value as a message shows it: an address in hex, a scalar as its type reads. */
 static void show_value(char *buf, size_t len, uint64_t v, int ptr, int ptype) {
   union { uint32_t u; float f; } f32 = { .u = (uint32_t)v };
@@ -347,7 +366,8 @@ int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
   trace_eval(k, ins);
   int moved = 0;
   for (int i = 0; i < k->nguard; i++)          /* a hit would not have taken the path: memoize it again */
-    if (k->ev[k->guard[2 * i]] != k->guard[2 * i + 1]) moved = 1;
+    if (k->ev[k->guard[2 * i]] != k->guard[2 * i + 1]) return 1;
+  for (int d = 0; d < k->npath; d++) if (!statics_kept(k->path[d])) return 1;   /* (likewise) */
   for (int d = 0, j = 0; d < k->npath; d++) {
     const gt_node *n = k->path[d], *m = t->lastpath[d];
     if (m != n) {
@@ -361,7 +381,8 @@ int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
       if (m->nlaunch != n->nlaunch || m->nargvals != k->s[d].nvals)
         return gt_fail(rt, "took another path than the memoized one: its segment %d differs (%d launches where it has %d)",
                        d + 1, m->nlaunch, n->nlaunch);
-    } else if (n->nargvals != k->s[d].nvals)
+    } else if (n->key != k->s[d].key) return 1;   /* updated in place since (another static): a hit would not take it */
+    else if (n->nargvals != k->s[d].nvals)
       return gt_fail(rt, "took another path than the memoized one: its segment %d was recorded again with other launches", d + 1);
     for (int i = 0; i < n->nlaunch; i++) {
       const gt_qlaunch *l = &n->launches[i], *lm = &m->launches[i];
@@ -469,25 +490,6 @@ static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi
   *pi = j;
   k->s[d].gv = n->gver;
   return rebuild;
-}
-
-/* Whether the static buffers node n reads are the ones its graph holds: no
-   static buffer freed since n's statics were compared (n->sfrees), or none
-   of those freed lay where n reads one (then n's statics are kept again). */
-static int statics_kept(gt_node *n) {
-  if (n->sfrees == gt_static_frees) return 1;
-  if (!n->asig || !n->argvals) return 0;
-  for (int i = 0; i < n->nsig && i < n->nlaunch; i++) {
-    const gt_qlaunch *l = &n->launches[i];
-    for (int j = 0; j < l->nargs; j++) {
-      int slot = l->arg0 + j;
-      if (slot < n->nargvals && n->asig[slot].role == GT_ROLE_STATIC &&
-          gt_static_freed_since(n->sfrees, n->argvals[slot], (uint64_t)n->asig[slot].nbytes))
-        return 0;
-    }
-  }
-  n->sfrees = gt_static_frees;
-  return 1;
 }
 
 int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {
