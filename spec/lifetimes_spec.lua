@@ -407,6 +407,58 @@ describe("lifetimes", function()
     for _ = 1, 3 do step(gt.from { 1, 2 }) end
   end)
 
+  it("names an eager scope's and a tree call's scope site after the collector ran, and after the call", function()
+    local leak, inner
+    local function body(x)
+      return gt.scope(function() leak = axpb(x, 2, 0); return axpb(x, 1, 0) end)
+    end
+    local step = gt.tree(body)
+    for _, f in ipairs { body, step, step, step } do
+      f(gt.from { 1, 2 })
+      collectgarbage(); collectgarbage()            -- (the scope's closure is garbage now, the call is over)
+      local ok, err = pcall(leak.tolist, leak)
+      assert.is_false(ok)
+      assert.matches("released by gt.scope at [^;]*lifetimes_spec.lua:%d+; return it from the scope", err)
+    end
+    inner = gt.from { 1 }
+    inner:free()
+    collectgarbage()
+    assert.matches("released by :free%(%) at [^;]*lifetimes_spec.lua:%d+; :clone%(%) it", select(2, pcall(inner.tolist, inner)))
+  end)
+
+  it("holds no scope's closure past its call: dropped trees are collected, eager scopes do not grow memory", function()
+    -- a closure per step (the README's idiom) capturing 2 KB: released_by held each closure by buffer address
+    local W, b = gt.randn({ 16, 16 }, { seed = 1 }):static(), gt.zeros { 16 }:static()
+    local h = gt.randn { 4, 16 }
+    local function steps(n)
+      for _ = 1, n do
+        local big = {}
+        for k = 1, 256 do big[k] = k end
+        h = gt.scope(function() local _ = big; return ops.gelu(ops.linear(h, W, b)) end)
+      end
+    end
+    steps(200)
+    collectgarbage(); collectgarbage()
+    local before = collectgarbage("count")
+    steps(3000)
+    collectgarbage(); collectgarbage()
+    assert.is_true(collectgarbage("count") - before < 256, collectgarbage("count") - before)   -- (KiB; was +4 MiB)
+    -- trees made and dropped, each released by a scope that captured it: eager, and inside a tree call
+    local alive = setmetatable({}, { __mode = "k" })
+    local outer = gt.tree(function(x, t) return gt.scope(function() local _ = t; return ops.relu(axpb(x, 1, 0)) end) end)
+    for i = 1, 200 do
+      local t = gt.tree(function(x) return ops.relu(x) end)
+      alive[t] = true
+      gt.scope(function() local a = t(h); return ops.relu(ops.relu(a)) end)
+      if i % 2 == 0 then outer(h, { t }) end
+    end
+    outer(h, {})
+    collectgarbage(); collectgarbage(); collectgarbage()
+    local n = 0
+    for _ in pairs(alive) do n = n + 1 end
+    assert.are.equal(0, n)
+  end)
+
   it("gives what a failed inner scope made to the scope around it, in eager code as in a tree call", function()
     local leak
     local function body(x)

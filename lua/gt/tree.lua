@@ -187,7 +187,7 @@ function gt.tree(fn, opts)
   local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, finalizer(held)), _held = held,
                               _copy = opts.copy_inputs and true or false, _nwarn = 0,
                               _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
-                              _gen = 0, _seg0 = 0, _wbl = false,
+                              _gen = 0, _seg0 = 0, _wbl = false, _scopes = { n = 0, gen = 0 },
                               -- (every field a call sets, here from the start: a table that grows
                               -- in its first calls is rehashed, and the traces that formed on it differ)
                               _in1 = false, _in2 = false, _in3 = false, _in4 = false, _inn = 0, _resumes = 0,
