@@ -229,7 +229,11 @@ tree:floor([iters = 100] [, sync_each = true] [, patch = false] [, calls]) -> cp
   patches: how many a step repeats (0 without patch).  calls: a list of
   argument lists, e.g. {{x, 1}, {x, 2}}; each is called once, and the steps
   then launch their paths in turn (each with its own patches and values), as
-  a model that cycles through them would.]],
+  a model that cycles through them would (they are calls: what the tree's
+  calls before returned goes stale).  The steps change no value anyone can
+  read: what the graphs write (the last call's tensors, inputs and static
+  buffers its kernels write) is copied aside first and put back after, in
+  device memory (else host memory) of that size.  Not inside a tree call.]],
   ["tree:dot"] = [[
 tree:dot([path]) -> Graphviz text (written to path when given)
   One box per node (label, visits, replays, warmups, state, planned bytes),

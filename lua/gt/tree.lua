@@ -808,7 +808,9 @@ end
 --- benchmark floor); patch: each step first repeats the kernel-node patches the
 --- last call made (patches: how many a step repeats); calls: a list of argument
 --- lists (n = their count where nils end them), each called once, whose paths
---- (and patches) the steps then launch in turn
+--- (and patches) the steps then launch in turn.  What the graphs write is
+--- copied aside before the steps and back after (stats.c): the floor changes
+--- no value a tensor reads
 function Tree:floor(iters, sync_each, patch, calls)
   me(self, "floor")
   local what = "tree:floor(iters [, sync_each [, patch [, calls]]])"
