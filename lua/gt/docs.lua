@@ -213,7 +213,9 @@ tree:trim([keep = 0]) -> graphs dropped
   used recordings; a dropped node records again when it is visited.  The
   last call's outputs stay valid if every segment of its path replayed (or
   recorded) and keeps its graph; otherwise they read stale from then on
-  (:clone() what you need first).]],
+  (:clone() what you need first).  Inside another tree's call the memory
+  goes once that call's launches queued before the trim have run (they read
+  what they would have read in eager code).]],
   ["tree:history"] = [[
 tree:history() -> the last calls (up to 1024), oldest first
   { call, warmups, records, replays, eager, updates, cpu_us, in_use, reserved }
