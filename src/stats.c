@@ -181,7 +181,6 @@ static int floor_spans(const gt_floorpath *paths, int npaths, gt_kept *k) {
   for (int f = 0; f < npaths; f++)
     for (int i = 0; i < paths[f].npath; i++) {
       const gt_node *n = paths[f].path[i];
-      if (!n->qargs || n->nsig != n->nlaunch) return GT_ERR;   /* (a recorded graph has its recording) */
       for (int l = 0; l < n->nlaunch; l++) if (written_spans(n, &n->launches[l], k, &cap)) return GT_ERR;
     }
   if (k->n) qsort(k->s, k->n, sizeof *k->s, cmp_span);
@@ -249,6 +248,8 @@ static int floor_paths(gt_runtime *rt, gt_tree *t, gt_floorpath *last, gt_floorp
     for (int i = 0; i < (*paths)[f].npath; i++)
       if (!(*paths)[f].path[i]->graph)
         return gt_fail(rt, "tree '%s': a path of the floor did not replay every segment", t->name);
+      else if (!(*paths)[f].path[i]->qargs || (*paths)[f].path[i]->nsig != (*paths)[f].path[i]->nlaunch)
+        return gt_fail(rt, "tree '%s': a segment of the floor's path has no recording of what it writes", t->name);
   return GT_OK;
 }
 
