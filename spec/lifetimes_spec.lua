@@ -407,6 +407,58 @@ describe("lifetimes", function()
     for _ = 1, 3 do step(gt.from { 1, 2 }) end
   end)
 
+  it("names an eager scope's and a tree call's scope site after the collector ran, and after the call", function()
+    local leak, inner
+    local function body(x)
+      return gt.scope(function() leak = axpb(x, 2, 0); return axpb(x, 1, 0) end)
+    end
+    local step = gt.tree(body)
+    for _, f in ipairs { body, step, step, step } do
+      f(gt.from { 1, 2 })
+      collectgarbage(); collectgarbage()            -- (the scope's closure is garbage now, the call is over)
+      local ok, err = pcall(leak.tolist, leak)
+      assert.is_false(ok)
+      assert.matches("released by gt.scope at [^;]*lifetimes_spec.lua:%d+; return it from the scope", err)
+    end
+    inner = gt.from { 1 }
+    inner:free()
+    collectgarbage()
+    assert.matches("released by :free%(%) at [^;]*lifetimes_spec.lua:%d+; :clone%(%) it", select(2, pcall(inner.tolist, inner)))
+  end)
+
+  it("holds no scope's closure past its call: dropped trees are collected, eager scopes do not grow memory", function()
+    -- a closure per step (the README's idiom) capturing 2 KB: released_by held each closure by buffer address
+    local W, b = gt.randn({ 16, 16 }, { seed = 1 }):static(), gt.zeros { 16 }:static()
+    local h = gt.randn { 4, 16 }
+    local function steps(n)
+      for _ = 1, n do
+        local big = {}
+        for k = 1, 256 do big[k] = k end
+        h = gt.scope(function() local _ = big; return ops.gelu(ops.linear(h, W, b)) end)
+      end
+    end
+    steps(200)
+    collectgarbage(); collectgarbage()
+    local before = collectgarbage("count")
+    steps(3000)
+    collectgarbage(); collectgarbage()
+    assert.is_true(collectgarbage("count") - before < 256, collectgarbage("count") - before)   -- (KiB; was +4 MiB)
+    -- trees made and dropped, each released by a scope that captured it: eager, and inside a tree call
+    local alive = setmetatable({}, { __mode = "k" })
+    local outer = gt.tree(function(x, t) return gt.scope(function() local _ = t; return ops.relu(axpb(x, 1, 0)) end) end)
+    for i = 1, 200 do
+      local t = gt.tree(function(x) return ops.relu(x) end)
+      alive[t] = true
+      gt.scope(function() local a = t(h); return ops.relu(ops.relu(a)) end)
+      if i % 2 == 0 then outer(h, { t }) end
+    end
+    outer(h, {})
+    collectgarbage(); collectgarbage(); collectgarbage()
+    local n = 0
+    for _ in pairs(alive) do n = n + 1 end
+    assert.are.equal(0, n)
+  end)
+
   it("gives what a failed inner scope made to the scope around it, in eager code as in a tree call", function()
     local leak
     local function body(x)
@@ -587,5 +639,78 @@ describe("lifetimes", function()
     assert.are.same(1, s.calls)
     assert.are.same(3, s.eager)
     assert.are.same(3, s.skips["beyond buckets"])
+  end)
+end)
+
+-- A release takes effect in queue order everywhere: memory that a tree call's
+-- queued launches (or its replayed segments not launched yet) read is given
+-- back once they have run, whoever releases it during the call.
+describe("releases in queue order", function()
+  local N = 4096                      -- (16 KiB a tensor: more than a granule of the pool)
+  local function ones() return gt.full({ N }, 1) end
+  local function all(t, v)
+    local l = t:tolist()
+    for i = 1, #l, 511 do if l[i] ~= v then return false end end
+    return l[#l] == v
+  end
+
+  it("B:trim() inside tree A's call: A's launches queued before it read B's output as it was", function()
+    local B = gt.tree(function(x) return axpb(x, 2, 0) end, { name = "B" })
+    local A = gt.tree(function(y, x)
+      local z = ops.add(y, y)           -- queued (and on replays: a graph not launched yet)
+      gt.cut()
+      local w = axpb(x, 1, 0)
+      B:trim(0)                         -- B's pool goes: y with it, once z is computed
+      return ops.add(z, w)
+    end, { name = "A" })
+    local x = ones()
+    for call = 1, 5 do
+      local yb = B(x)
+      local r = A(yb, x)
+      assert.is_true(all(r, 5), "call " .. call)
+      assert.matches("lost its memory to tree:trim%(%)", select(2, pcall(yb.tolist, yb)))
+    end
+    assert.is_true(A:stats().replays > 0)
+    -- read after the trim in eager order: it raises there, as eager code would
+    local late = gt.tree(function(y) B:trim(0); return ops.add(y, y) end, { name = "late" })
+    local yb = B(x)
+    assert.error_matches(function() late(yb) end, "lost its memory to tree:trim%(%)")
+  end)
+
+  it("a tree collected during another tree's call keeps its memory until that call's launches have run", function()
+    local holder = {}
+    local function fresh_output(x)      -- B is garbage once its output is
+      local B = gt.tree(function(v) return axpb(v, 2, 0) end)
+      return B(x)
+    end
+    local A = gt.tree(function(x)
+      local z = ops.add(holder.y, x)    -- queued: reads B's output
+      holder.y = nil
+      collectgarbage(); collectgarbage(); collectgarbage()   -- B's finalizer runs inside the call
+      return ops.mul(z, 1)
+    end)
+    local x = ones()
+    for call = 1, 4 do
+      holder.y = fresh_output(x)
+      assert.is_true(all(A(x), 3), "call " .. call)
+    end
+  end)
+
+  it("an ordinary tensor whose last handle goes during a segment that follows a replayed one", function()
+    local holder = {}
+    local step = gt.tree(function(x, branch)
+      local a = axpb(x, 1, 0)
+      gt.cut()                          -- the first segment replays: its graph launches at the next segment's end
+      local b = ops.add(a, holder.w)    -- queued: reads w
+      if branch then b = axpb(b, 1, 0) end   -- a new node the first time: not a replay
+      holder.w = nil
+      collectgarbage(); collectgarbage()   -- w's struct goes only once b's launch has run
+      return b
+    end)
+    local x = ones()
+    for call = 1, 6 do
+      holder.w = gt.full({ N }, call)
+      assert.is_true(all(step(x, call >= 4), 1 + call), "call " .. call)
+    end
   end)
 end)

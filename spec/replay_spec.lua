@@ -375,7 +375,7 @@ describe("tree:floor", function()
     assert.is_true(cpu > 0 and stepus > 0)
     assert.are.equal(1, np)
     assert.are.equal(0, select(3, step:floor(5, true)))   -- without patch: none
-    assert.are.same(f(x, 2):tolist(), y:tolist())          -- the floor ran the graph at s = 2: y holds it
+    assert.are.same(f(x, 2):tolist(), y:tolist())          -- the last call's output, as before the floors
     step(x, 2)                                             -- the graph holds 2 already: nothing patched
     assert.are.equal(0, select(3, step:floor(5, false, true)))
     -- a keyed hit's patches count the same way
@@ -397,7 +397,7 @@ describe("tree:floor", function()
     local cpu, stepus, np = step:floor(5, true, true, { { x, 2 }, { x, 1 } })
     assert.is_true(cpu > 0 and stepus > 0)
     assert.are.equal(1, np)
-    assert.are.same(f(x, 2):tolist(), seen:tolist())       -- the last step ran at s = 2
+    assert.are.same(f(x, 1):tolist(), seen:tolist())       -- what the steps wrote is put back: the last call's
     assert.are.same(f(x, 1):tolist(), step(x, 1):tolist())   -- the replay patches back to 1
     assert.are.same(f(x, 2):tolist(), step(x, 2):tolist())
     -- two routes: two paths, nothing patched
@@ -414,5 +414,47 @@ describe("tree:floor", function()
     assert.are.equal(3, route:stats().nodes)
     assert.has_error(function() route:floor(4, true, false, {}) end,
       "tree:floor: calls must be a list of argument lists")
+  end)
+
+  it("changes nothing anyone can read: outputs, tensors kept from the call, inputs and statics its kernels write", function()
+    local K = gt.compile([[
+__global__ void shift(float *y, const float *x, float s, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i] + s; }
+__global__ void bump(float *acc, float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) { acc[i] += x[i]; x[i] += 1; } }]], { name = "floor_keeps.cu" })
+    local acc = gt.zeros { 4 }:static()                    -- a step's state, as a KV cache is
+    local kept = {}
+    local function body(x, v, s)
+      local y = gt.tensor(x.shape)
+      K.shift(1, 32, y, x, s, x.numel)
+      kept.t = gt.ops.mul(y, 10)                           -- made by the call, not returned
+      K.bump(1, 32, acc, v, v.numel)                       -- writes a static and an input
+      return y
+    end
+    for _, opts in ipairs { {}, { key = function() return 0 end, patch = { 3 } } } do
+      local step = gt.tree(body, opts)
+      local x, v = gt.zeros { 4 }, gt.zeros { 4 }
+      local y
+      for i = 1, 5 do y = step(x, v, i == 5 and 2 or 20) end
+      assert.are.same({ 2, 2, 2, 2 }, y:tolist())
+      x:fill(18)                                           -- the input changed since: a relaunch would write 20
+      local before = { acc:tolist(), v:tolist(), kept.t:tolist() }
+      step:floor(7)
+      step:floor(3, false, true)
+      assert.is_false(y:is_stale())
+      assert.are.same({ 2, 2, 2, 2 }, y:tolist())
+      assert.are.same(before, { acc:tolist(), v:tolist(), kept.t:tolist() })
+      assert.are.same({ 18, 18, 18, 18 }, x:tolist())
+      assert.are.same({ 21, 21, 21, 21 }, step(x, v, 3):tolist())   -- and the next call is right
+    end
+  end)
+
+  it("refuses to run inside a tree call", function()
+    local inner = gt.tree(function(x) return gt.ops.relu(x) end)
+    local x = gt.zeros { 4 }
+    for _ = 1, 3 do inner(x) end
+    local outer = gt.tree(function(v) local y = gt.ops.relu(v); inner:floor(2); return y end)
+    assert.error_matches(function() outer(x) end,
+      "tree 'inner': tree:floor inside a call of tree 'outer'; measure the floor outside tree calls")
   end)
 end)

@@ -140,6 +140,55 @@ describe("print(tree)", function()
     assert.truthy(text:find("…", 1, true))
   end)
 
+  it("draws a 5000-segment chain in linear size: indentation stops at C.CAP levels, a … line says the depth", function()
+    local deep = gt.tree(function(x)
+      for _ = 1, 5000 do x = axpb(x, 1, 0); gt.cut() end
+      return x
+    end)
+    deep(gt.zeros{ 4 })
+    local text = tostring(deep)
+    -- (indenting every level drew 75 MB: each line as wide as its depth)
+    assert.is_true(#text < 2 * 1024 * 1024, #text)
+    local ls = lines(text)
+    for _, l in ipairs(ls) do assert.is_true(width(l) <= 80, l) end
+    assert.truthy(text:find("└─ [4999] axpb", 1, true))
+    local cap = require("gt.report.common").CAP
+    -- one marker where the chain passes the cap; below it each node is drawn under its parent
+    assert.are.equal(1, count(text, "… depth"))
+    assert.truthy(text:find("… depth " .. (cap + 1) .. ", below %[" .. cap .. "%]; deeper ones also in this column"))
+    local col = {}
+    for _, l in ipairs(ls) do
+      local pre, id = l:match("^(.-)└─ %[(%d+)%]")
+      if id then col[tonumber(id)] = width(pre) end
+    end
+    for id = 0, cap do assert.are.equal(3 * id, col[id]) end
+    for id = cap + 1, 4999 do assert.are.equal(3 * cap, col[id]) end
+    -- the other pictures are as long as the tree is large, no more
+    assert.is_true(#deep:dot() < 2 * 1024 * 1024)
+    assert.is_true(#deep:json() < 8 * 1024 * 1024)
+    local html = deep:report()
+    assert.is_true(#html < 16 * 1024 * 1024, #html)
+    assert.are.equal(5000, count(html, '<g class="node"'))
+  end)
+
+  it("marks where a deep drawing goes back out of the capped levels, and each sibling there", function()
+    local cap = require("gt.report.common").CAP
+    local t = gt.tree(function(x, k)
+      for i = 1, cap + 4 do x = axpb(x, 1, 0, i == k and K.axpb_b or K.axpb); gt.cut() end
+      return x
+    end)
+    local x = gt.zeros{ 4 }
+    t(x, 0); t(x, 2); t(x, cap + 3)
+    local text = tostring(t)
+    for _, l in ipairs(lines(text)) do assert.is_true(width(l) <= 80, l) end
+    -- into the capped levels on the first path; a sibling there (the third call's branch) named with
+    -- its parent; back out to [0]'s other child (the second call's branch); in again on its path
+    assert.truthy(text:find("… depth " .. (cap + 1) .. ", below %[" .. cap .. "%]; deeper ones also in this column"))
+    assert.truthy(text:find("… depth " .. (cap + 2) .. ", below %[" .. (cap + 1) .. "%]\n"))
+    assert.truthy(text:find("… depth 1, below %[0%]\n"))
+    assert.are.equal(4, count(text, "… depth"))
+  end)
+
   it("says so when a tree has no calls yet, or calls without launches", function()
     local idle = gt.tree(function(x) return x end)
     assert.truthy(tostring(idle):match("\n%(no calls yet%)$"))

@@ -169,6 +169,7 @@ struct gt_runtime {
   int watch_hit[16], watching;          /* watching: slots in use */
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
   gt_lane lane;              /* lane.c: the replay lane of the active call */
+  struct gt_tree **tlater; int ntlater, tlatercap;   /* tree.c: other trees whose memory waits for the active call's queue (gt_tree.deferred) */
   int (*launch_pending)(struct gt_tree *t);  /* tree.c's gt_tree_launch_pending, set by gt_tree_new (gt_pending:
                                                 runtime.c's syncs and host copies do not call up into tree.c) */
   void (*lane_close)(struct gt_runtime *rt);  /* lane.c's gt_lane_close and gt_lane_start, set by gt_tree_new: */
@@ -330,6 +331,8 @@ struct gt_tree {
   char eager_why[64];               /* the eager call's skip reason, counted per segment (flush_eager_call) */
   int32_t failed_gen;
   int32_t trimmed_gen;               /* the generation whose outputs a trim invalidated (gt_tree_trim) */
+  int deferred;                      /* GT_DEFER_*: what waits in rt->tlater for another tree's call to settle */
+  uint64_t shrink_end;               /* GT_DEFER_SHRINK: the pool's end to keep */
   gt_buf **stage; int stagecap, pinnedcap;       /* staging slots (ordinary memory) */
   uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
   void (*keyed_free)(struct gt_tree *t);  /* frees them (keyed.c sets it: the tree does not call up into keyed.c) */
@@ -342,6 +345,11 @@ struct gt_tree {
   struct gt_floorpath *fpaths; int nfpaths, fpathcap;   /* stats.c: the paths a floor launches in turn */
   void (*floor_free)(struct gt_tree *t);   /* frees them (stats.c sets it: the tree does not call up into stats.c) */
 };
+
+/* A trim or a free of a tree during another tree's call (gt_tree.deferred):
+   its pool may hold what the call's queued launches read, so the memory goes
+   when they have run (tree.c's settle). */
+enum { GT_DEFER_NONE = 0, GT_DEFER_SHRINK, GT_DEFER_FREE };
 
 /* pathg.c: a path's one graph (gt_pathg).  ok: it holds what path p's
    np graphs hold now; note: p was just launched segment by segment (counts,

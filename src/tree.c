@@ -66,12 +66,59 @@ static void free_node(gt_tree *t, gt_node *n) {
   free(n->kids); free(n->label); free(n->skip); free(n);
 }
 
-/* Lua's tree object was collected: graphs, nodes and memory go now; the
-   struct itself stays while tensors still point at it (they are stale from
-   now on: a new generation), and goes with the last (gt_tree_unref). */
+/* -- Releases in queue order ------------------------------------------------
+   During a call of tree A, another tree B's memory may be read by A's
+   queued launches (B's output passed to A) and by A's replayed segments not
+   launched yet: B:trim() and B's collection (gt_tree_free) release it only
+   once those have run.  What they would release waits in rt->tlater (the
+   tree struct kept by a reference) until A's call settles, as a buffer
+   released during a call waits in rt->later; B's tensors go stale at once,
+   as in eager code. */
+
+static void free_now(gt_tree *t);
+
+/* What t's memory waits for (GT_DEFER_*), t listed once.  GT_ERR when out of host memory. */
+static int defer_tree(gt_runtime *rt, gt_tree *t, int what) {
+  if (!t->deferred) {
+    if (GT_GROW(rt->tlater, rt->tlatercap, rt->ntlater + 1)) return GT_ERR;
+    t->refs++;
+    rt->tlater[rt->ntlater++] = t;
+  }
+  if (what > t->deferred) t->deferred = what;
+  return GT_OK;
+}
+
+/* The active call's queued launches have run (or been dropped), its
+   replayed segments are launched: what waited for them goes. */
+static void settle(gt_runtime *rt) {
+  gt_buf_settle(rt);
+  while (rt->ntlater) {
+    gt_tree *t = rt->tlater[--rt->ntlater];
+    int what = t->deferred;
+    t->deferred = GT_DEFER_NONE;
+    if (what == GT_DEFER_FREE) free_now(t);
+    else if (what == GT_DEFER_SHRINK) gt_pool_shrink(&t->pool, t->shrink_end);   /* (decommitting syncs the device) */
+    gt_tree_unref(t);
+  }
+}
+
+/* Lua's tree object was collected: graphs, nodes and memory go now (during
+   another tree's call, once its queue has run: settle); the struct itself
+   stays while tensors still point at it (they are stale from now on: a new
+   generation), and goes with the last (gt_tree_unref). */
 void gt_tree_free(gt_tree *t) {
   gt_runtime *rt = t->rt;
   if (rt->active == t) gt_tree_abort(rt);
+  if (rt->active) {
+    t->closed = 1;
+    t->gen = gt_gen_next();
+    defer_tree(rt, t, GT_DEFER_FREE);   /* (out of host memory: never freed rather than freed early) */
+    return;
+  }
+  free_now(t);
+}
+
+static void free_now(gt_tree *t) {
   t->closed = 1;
   t->gen = gt_gen_next();
   release_call_bufs(t);
@@ -432,7 +479,9 @@ int gt_tree_launch_pending(gt_tree *t) {
     for (int i = 0; i < np; i++) if (gt_tree_launch_graph(t, p[i])) return GT_ERR;
     if (whole) gt_pathg_note(be, pg, p, np);
   }
-  gt_buf_settle(t->rt);
+  /* what was released waits for the launches still queued too (before a
+     segment's visit, they read its buffers: the visit settles after them) */
+  if (!t->q.n && !t->rt->lane.lazy) settle(t->rt);
   return GT_OK;
 }
 
@@ -588,7 +637,7 @@ static int next_segment(gt_tree *t) {
   t->segstart[t->depth] = t->nbufs;
   t->nrels = 0;
   gt_queue_clear(&t->q);
-  if (!t->npend) gt_buf_settle(t->rt);   /* (memory released in the segment waits for its graph's launch) */
+  if (!t->npend) settle(t->rt);   /* (memory released in the segment waits for its graph's launch) */
   gt_lane_start(t);
   return GT_OK;
 }
@@ -667,7 +716,7 @@ void gt_tree_finish_call(gt_tree *t) {
   note_call(t);
   gt_lane_close(t->rt);
   t->rt->active = NULL;
-  gt_buf_settle(t->rt);
+  settle(t->rt);
 }
 
 int gt_tree_end(gt_runtime *rt) {
@@ -711,7 +760,7 @@ void gt_tree_abort(gt_runtime *rt) {
   rt->lane.lazy = 0;                 /* (dropped with the queue) */
   gt_queue_clear(&t->q);
   gt_tree_launch_pending(t);         /* (the segments before the error ran, as they would have at their ends) */
-  gt_buf_settle(rt);
+  settle(rt);
   t->nrels = 0;
   note_call(t);
   t->failed_gen = t->gen;
@@ -790,6 +839,10 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
   for (int d = 0; d < t->nlastpath && kept; d++) kept = t->lastpath[d]->graph != NULL;
   gt_pool_clear(&t->pool);
   if (!kept) { t->trimmed_gen = t->gen; t->gen = gt_gen_next(); }
-  gt_pool_shrink(&t->pool, end);
+  /* in another tree's call, its queued launches may read this pool (an
+     output of this tree passed to it): the memory goes once they have run */
+  t->shrink_end = end;
+  if (!rt->active) gt_pool_shrink(&t->pool, end);
+  else if (defer_tree(rt, t, GT_DEFER_SHRINK)) return gt_fail(rt, "out of host memory");
   return dropped;
 }

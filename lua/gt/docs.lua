@@ -213,7 +213,9 @@ tree:trim([keep = 0]) -> graphs dropped
   used recordings; a dropped node records again when it is visited.  The
   last call's outputs stay valid if every segment of its path replayed (or
   recorded) and keeps its graph; otherwise they read stale from then on
-  (:clone() what you need first).]],
+  (:clone() what you need first).  Inside another tree's call the memory
+  goes once that call's launches queued before the trim have run (they read
+  what they would have read in eager code).]],
   ["tree:history"] = [[
 tree:history() -> the last calls (up to 1024), oldest first
   { call, warmups, records, replays, eager, updates, cpu_us, in_use, reserved }
@@ -229,7 +231,11 @@ tree:floor([iters = 100] [, sync_each = true] [, patch = false] [, calls]) -> cp
   patches: how many a step repeats (0 without patch).  calls: a list of
   argument lists, e.g. {{x, 1}, {x, 2}}; each is called once, and the steps
   then launch their paths in turn (each with its own patches and values), as
-  a model that cycles through them would.]],
+  a model that cycles through them would (they are calls: what the tree's
+  calls before returned goes stale).  The steps change no value anyone can
+  read: what the graphs write (the last call's tensors, inputs and static
+  buffers its kernels write) is copied aside first and put back after, in
+  device memory (else host memory) of that size.  Not inside a tree call.]],
   ["tree:dot"] = [[
 tree:dot([path]) -> Graphviz text (written to path when given)
   One box per node (label, visits, replays, warmups, state, planned bytes),

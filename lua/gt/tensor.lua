@@ -252,39 +252,65 @@ local function new(shape, dtype, level)
   return new_sid(shape_id(shape, level + 1), d, level + 1)
 end
 
--- Where each released buffer was released: a gt.scope's function or a
--- ":free() at file:line" string, keyed by the buffer struct's address
--- (shared by every view; a tree's buffer structs are reused call to call,
--- so the table stays as small as the structs are few).
-local released_by = {}
-
--- The functions of gt.scope calls that released tree buffers, by the id the
--- core keeps on each buffer (b.site); weak both ways, so a scope made per call
--- (a closure) does not accumulate.
--- The last RECENT sites are also held strongly (a ring), so that what a
--- recent scope released names it whenever the collector runs (with the
--- weak tables alone, a message said "a gt.scope" once the closure of an
--- inline scope had been collected).
+-- Where each released buffer was released: its struct's site (b.site),
+--   > 0  a gt.scope of a tree call, by its function: SITES[id] (weak both
+--        ways; the tree holds the functions of its latest call's scopes,
+--        tree._scopes, for as long as that call's buffers can be read);
+--   < 0  a text, TEXTS[-id]: "gt.scope at a.lua:12" for a scope outside
+--        tree calls, ":free() at a.lua:30" (interned: one entry per place in
+--        the source, however many buffers or closures released there);
+--   0    another release.
+-- Nothing holds a scope's closure past the call it ran in: a closure made
+-- per step (gt.scope(function() ... end)) and what it captures (a tree, a
+-- weight) are collected as they would be without gt.scope.
 local SITES, SITE_OF, nsites = setmetatable({}, { __mode = "v" }), setmetatable({}, { __mode = "k" }), 0
-local RECENT, recent = 256, {}
 local function site_id(fn)
   local id = SITE_OF[fn]
   if id then return id end
   nsites = nsites < 2 ^ 31 - 1 and nsites + 1 or 1
   SITES[nsites], SITE_OF[fn] = fn, nsites
-  recent[nsites % RECENT + 1] = fn
   return nsites
 end
 
-local RELEASED, KEEP = C.GT_BUF_RELEASED, C.GT_BUF_KEEP
-local function addr(b) return tonumber(ffi.cast("uintptr_t", b)) end
+local TEXTS, TEXT_ID, ntexts = {}, {}, 0
+local function text_id(text)
+  local id = TEXT_ID[text]
+  if id then return id end
+  ntexts = ntexts + 1
+  TEXTS[ntexts], TEXT_ID[text] = text, -ntexts
+  return -ntexts
+end
 
+local function scope_text(fn)
+  local i = debug.getinfo(fn, "S")
+  return "gt.scope at " .. i.short_src .. ":" .. i.linedefined
+end
+
+-- The site of an eager scope's releases (its text, once per function).
+local EAGER_SITE = setmetatable({}, { __mode = "k" })
+local function eager_site(fn)
+  local id = EAGER_SITE[fn]
+  if not id then id = text_id(scope_text(fn)); EAGER_SITE[fn] = id end
+  return id
+end
+
+-- A site that stays readable after its call's scopes are gone (a buffer that
+-- outlives the call: the caller's tensor released as its staged copy was).
+local function lasting(site)
+  if site <= 0 then return site end
+  local fn = SITES[site]
+  return text_id(fn and scope_text(fn) or "a gt.scope")
+end
+
+local RELEASED, KEEP = C.GT_BUF_RELEASED, C.GT_BUF_KEEP
+
+-- The message's "released by ..." and what to do, for a site.
 local function site_text(site)
-  if type(site) == "function" then
-    local i = debug.getinfo(site, "S")
-    return "gt.scope at " .. i.short_src .. ":" .. i.linedefined, "return it from the scope or :clone() it"
-  end
-  return site or "a release", ":clone() it before releasing it to keep the values"
+  local by
+  if site > 0 then by = SITES[site] and scope_text(SITES[site]) or "a gt.scope"
+  elseif site < 0 then by = TEXTS[-site] end
+  if by and by:find("gt.scope", 1, true) then return by, "return it from the scope or :clone() it" end
+  return by or "a release", ":clone() it before releasing it to keep the values"
 end
 
 -- x released as y was (the caller's tensor whose staged copy y the body
@@ -293,8 +319,7 @@ function gt._release_as(x, y)
   local b = x._b
   if band(b.flags, RELEASED) ~= 0 or x._gen ~= b.gen_now[0] then return end
   if C.gt_buf_free(rt, b) ~= 0 then return end
-  b.site = y._b.site
-  released_by[addr(b)] = released_by[addr(y._b)]
+  b.site = lasting(y._b.site)
 end
 
 -- Staleness: one integer compare.
@@ -302,7 +327,7 @@ local function stale_error(t, level)
   local b = t._b
   local what = "tensor " .. t.dtype .. " " .. shape_str(t._shape)
   if band(b.flags, RELEASED) ~= 0 and b.gen == t._gen then
-    local by, advice = site_text(b.site ~= 0 and (SITES[b.site] or "a gt.scope") or released_by[addr(b)])
+    local by, advice = site_text(b.site)
     error(what .. " was released by " .. by .. "; " .. advice, level + 1)
   end
   if b.tree ~= nil then
@@ -335,8 +360,7 @@ function gt._dead_copy(x)
   local b = x._b
   local a = ffi.new("gt_buf[1]")
   local d = a + 0
-  d.flags, d.gen, d.gen_now, d.site, d.bytes = RELEASED, x._gen, DEAD_GEN, b.site, b.bytes
-  released_by[addr(d)] = released_by[addr(b)]
+  d.flags, d.gen, d.gen_now, d.site, d.bytes = RELEASED, x._gen, DEAD_GEN, lasting(b.site), b.bytes
   local y = TT(d, x._off, x._nb, x._gen, x._sid, x._dt, x._vid)
   dead_of[y] = a
   return y
@@ -665,7 +689,7 @@ function Tensor:free()
   local b = live(self, 2)
   if C.gt_buf_free(rt, b) ~= 0 then gt._fail(2) end
   local i = debug.getinfo(2, "Sl")
-  released_by[addr(b)] = ":free() at " .. (i and (i.short_src .. ":" .. (i.currentline or 0)) or "?")
+  b.site = text_id(":free() at " .. (i and (i.short_src .. ":" .. (i.currentline or 0)) or "?"))
 end
 
 -- Marks x (a tensor, or tensors in a plain table) as returned from a
@@ -703,7 +727,7 @@ local function settle(b, fn)
   if band(f, KEEP) ~= 0 then return true end
   if band(f, RELEASED) == 0 then
     C.gt_buf_free(rt, b)
-    released_by[addr(b)] = fn
+    b.site = eager_site(fn)
   end
   return false
 end
@@ -799,6 +823,12 @@ function gt.scope(fn, ...)
       if n >= 1 then keep_in(r1, t, first) end
       if n >= 2 then keep_in(r2, t, first) end
       for i = 1, n - 2 do keep_in(spill[i], t, first) end
+      local sc = tree._scopes                -- (the call's scope functions, held while its buffers are: SITES)
+      if sc.gen ~= tree._gen then            -- (a new call: the last one's go; a long list is dropped whole)
+        if sc.n > 64 then sc = {}; tree._scopes = sc end
+        sc.gen, sc.n = tree._gen, 0
+      end
+      if sc[sc.n] ~= fn then sc.n = sc.n + 1; sc[sc.n] = fn end
       if C.gt_tree_scope_end(rt, first, site_id(fn)) ~= 0 then ok, n, r1 = false, 1, gt._errmsg() end
     end
   else

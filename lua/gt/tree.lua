@@ -188,7 +188,7 @@ function gt.tree(fn, opts)
   local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, finalizer(held)), _held = held,
                               _copy = opts.copy_inputs and true or false, _nwarn = 0,
                               _out = ffi.new("gt_buf*[1]"), opts = opts, _nroots = 0, _shapes = {},
-                              _gen = 0, _seg0 = 0, _wbl = false,
+                              _gen = 0, _seg0 = 0, _wbl = false, _scopes = { n = 0, gen = 0 },
                               -- (every field a call sets, here from the start: a table that grows
                               -- in its first calls is rehashed, and the traces that formed on it differ)
                               _in1 = false, _in2 = false, _in3 = false, _in4 = false, _inn = 0, _resumes = 0,
@@ -815,7 +815,9 @@ end
 --- benchmark floor); patch: each step first repeats the kernel-node patches the
 --- last call made (patches: how many a step repeats); calls: a list of argument
 --- lists (n = their count where nils end them), each called once, whose paths
---- (and patches) the steps then launch in turn
+--- (and patches) the steps then launch in turn.  What the graphs write is
+--- copied aside before the steps and back after (stats.c): the floor changes
+--- no value a tensor reads
 function Tree:floor(iters, sync_each, patch, calls)
   me(self, "floor")
   local what = "tree:floor(iters [, sync_each [, patch [, calls]]])"

@@ -54,15 +54,55 @@ function M.node_ids(s)
   return ids
 end
 
---- walk(s, visit): calls visit(node, prefix, last) in drawing order (depth
---- first from the roots); prefix: the tree lines left of the node's branch.
+--- CAP: the levels of indentation drawn.  A node deeper than CAP levels is
+--- drawn at the column of level CAP, so a deep tree's lines stay as wide as
+--- a shallow one's (a 5000-segment chain is 5000 lines, not 5000 indents).
+M.CAP = 6
+
+--- walk(s, visit): calls visit(node, prefix, last, level, prev) in drawing
+--- order (depth first from the roots); prefix: the tree lines left of the
+--- node's branch (at most CAP levels of them); last: the node is its
+--- parent's last child; level: its depth in the tree; prev: the node visited
+--- before it (nil for the first).  No recursion (a tree 10^5 deep walks) and
+--- no prefix longer than CAP levels (the walk is linear in the nodes).
 function M.walk(s, visit)
-  local function go(id, prefix, last)
-    local n = s.node[id]
-    visit(n, prefix, last)
-    for i, c in ipairs(n.children) do go(c, prefix .. (last and "   " or "│  "), i == #n.children) end
+  local CAP = M.CAP
+  local stack, n = {}, 0
+  for i = #s.roots, 1, -1 do
+    n = n + 1
+    stack[n] = { s.roots[i], "", i == #s.roots, 0 }
   end
-  for i, r in ipairs(s.roots) do go(r, "", i == #s.roots) end
+  local prev
+  while n > 0 do
+    local e = stack[n]
+    stack[n] = nil
+    n = n - 1
+    local node = s.node[e[1]]
+    local prefix, last, level = e[2], e[3], e[4]
+    visit(node, prefix, last, level, prev)
+    prev = node
+    local kids = node.children
+    local sub = level < CAP and prefix .. (last and "   " or "│  ") or prefix
+    for i = #kids, 1, -1 do
+      n = n + 1
+      stack[n] = { kids[i], sub, i == #kids, level + 1 }
+    end
+  end
+end
+
+--- capped(level) -> whether a node at that level is drawn at level CAP's column
+function M.capped(level) return level ~= nil and level > M.CAP end
+
+--- marker(node, level, prev, prev_level) -> the "… depth N, below [P]" line a
+--- drawing puts before a node where the drawing goes into, within or out of
+--- the levels past CAP other than from a node to its child, or nil.
+function M.marker(node, level, prev, prev_level)
+  local here, before = M.capped(level), M.capped(prev_level)
+  if not here and not before then return nil end
+  if before and prev and prev.id == node.parent then return nil end
+  local where = node.parent and format("… depth %d, below [%d]", level, node.parent) or format("… depth %d", level)
+  if here and not before then where = where .. "; deeper ones also in this column" end
+  return where
 end
 
 --- check_path(path, what): path must be a file name (a string) or nil (no file:

@@ -46,8 +46,10 @@ local function column_header()
   return concat(h)
 end
 
-local function node_line(n, prefix, last, paint)
-  local branch = prefix .. (last and "└─ " or "├─ ")
+-- A node's line: its branch (a node past C.CAP levels: "└─ " in the column
+-- of level CAP, under its parent), id, label, counters and state.
+local function node_line(n, prefix, last, capped, paint)
+  local branch = prefix .. ((last or capped) and "└─ " or "├─ ")
   local head = "[" .. n.id .. "] "
   local label = truncate(n.label, max(LEFT - 1 - width(branch .. head), 4))
   local cells = {}
@@ -84,9 +86,16 @@ function M.text(s, o)
     return concat(out, "\n")
   end
   out[#out + 1] = paint(column_header(), "dim")
-  C.walk(s, function(n, prefix, last)
-    out[#out + 1] = node_line(n, prefix, last, paint)
-    local under = prefix .. (last and "   " or "│  ") .. (#n.children > 0 and "│  " or "   ")
+  local prev_level
+  C.walk(s, function(n, prefix, last, level, prev)
+    local capped = C.capped(level)
+    local mark = C.marker(n, level, prev, prev_level)
+    prev_level = level
+    if mark then out[#out + 1] = paint(truncate(prefix .. mark, WIDTH), "dim") end
+    out[#out + 1] = node_line(n, prefix, last, capped, paint)
+    -- (the stem under a node leads to its children: none where they are drawn in its own column)
+    local stem = #n.children > 0 and level < C.CAP and "│  " or "   "
+    local under = prefix .. ((last or capped) and "   " or "│  ") .. stem
     local room = WIDTH - width(under)
     if o.explain then out[#out + 1] = paint(under, "dim") .. paint(truncate(explain_line(n), room), "cyan") end
     if n.skip then out[#out + 1] = paint(under, "dim") .. paint(truncate("eager: " .. n.skip, room), "red") end

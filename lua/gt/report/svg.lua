@@ -59,20 +59,26 @@ end
 local NW, NH, HGAP, VGAP, MARGIN = 176, 72, 18, 40, 12
 
 -- A tidy layered layout: leaves take consecutive slots left to right, a
--- parent sits centred over its first and last child; y is the depth.
+-- parent sits centred over its first and last child; y is the depth.  (No
+-- recursion: a chain 10^5 segments deep lays out.)
 local function layout(s)
   local pos, slot = {}, 0
-  local function place(id)
-    local n = s.node[id]
-    if #n.children == 0 then
-      pos[id] = slot
-      slot = slot + 1
+  local stack, n = {}, 0
+  for i = #s.roots, 1, -1 do n = n + 1; stack[n] = { s.roots[i], false } end
+  while n > 0 do
+    local e = stack[n]
+    local id, kids = e[1], s.node[e[1]].children
+    if #kids == 0 then
+      pos[id], slot = slot, slot + 1
+      stack[n], n = nil, n - 1
+    elseif e[2] then                        -- (its children are placed)
+      pos[id] = (pos[kids[1]] + pos[kids[#kids]]) / 2
+      stack[n], n = nil, n - 1
     else
-      for _, c in ipairs(n.children) do place(c) end
-      pos[id] = (pos[n.children[1]] + pos[n.children[#n.children]]) / 2
+      e[2] = true
+      for i = #kids, 1, -1 do n = n + 1; stack[n] = { kids[i], false } end
     end
   end
-  for _, r in ipairs(s.roots) do place(r) end
   return pos, slot
 end
 
@@ -113,17 +119,20 @@ local function top_down(s, pos, slots, most, most_visits)
 end
 
 -- Indented rows: depth to the right, one node per row in drawing order.
-local RH, RGAP = 44, 8
+-- At least 420 px of every row are the node's box: past the depth that
+-- leaves (a deep chain), rows stay in that column, the box saying its depth.
+local RH, RGAP, BOX_MIN = 44, 8, 420
 local function rows(s, most, most_visits)
-  local order, deepest = {}, 0
-  C.walk(s, function(n) order[#order + 1] = n.id; deepest = max(deepest, n.depth) end)
+  local order, level, deepest = {}, {}, 0
+  C.walk(s, function(n, _, _, lv) order[#order + 1] = n.id; level[n.id] = lv; deepest = max(deepest, lv) end)
   local width = CONTENT_W - 14                        -- the .box padding and border
-  local indent = deepest > 0 and min(24, floor((width - 2 * MARGIN - 420) / deepest)) or 24
-  indent = max(indent, 6)
+  local room = width - 2 * MARGIN - BOX_MIN
+  local indent = max(deepest > 0 and min(24, floor(room / deepest)) or 24, 6)
+  local cap = floor(room / indent)                    -- the deepest level drawn indented
   local row, edges, nodes = {}, {}, {}
   for i, id in ipairs(order) do row[id] = i - 1 end
   local function y_of(id) return MARGIN + row[id] * (RH + RGAP) end
-  local function x_of(id) return MARGIN + s.node[id].depth * indent end
+  local function x_of(id) return MARGIN + min(level[id], cap) * indent end
   for _, id in ipairs(order) do
     local n = s.node[id]
     local x, y = x_of(id), y_of(id)
@@ -134,8 +143,9 @@ local function rows(s, most, most_visits)
     end
     local many = C.cut_sites(n)
     local cut = many and (" · cuts: " .. many) or n.cut and n.cut ~= "return" and (" · cut: " .. n.cut) or ""
+    local depth = level[id] > cap and format("depth %d · ", level[id]) or ""
     nodes[#nodes + 1] = node_box(n, x, y, w, RH, most, {
-      fit(format("[%d] %s  ·  %s", id, n.label, n.shapes or ""), w - 16, 7.2),
+      fit(format("[%d] %s%s  ·  %s", id, depth, n.label, n.shapes or ""), w - 16, 7.2),
       fit(format("%s%s · %s, %s · %s · planned %s", n.why or "", cut, plural(n.visits, "visit"), plural(n.replays, "replay"),
         state(n), bytes(n.planned_bytes)), w - 16),
     })
