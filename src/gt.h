@@ -363,6 +363,8 @@ int gt_tree_next_launch(gt_runtime *rt, int32_t *seg);
    reason in gt_errmsg. */
 gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
                              const int *outs, int nout, const gt_texpr *ex, int nex, const gt_tslot *sl, int nsl);
+/* A memoized path no key replays any more (another saved for its key): freed. */
+void gt_tree_keyed_drop(gt_keyed *k);
 /* Whether every segment of the tree's last call holds a graph (replayed or
    recorded): the next call of its key can be traced and memoized. */
 int gt_tree_keyed_ready(gt_tree *t);

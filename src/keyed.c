@@ -75,6 +75,13 @@ static void keyed_free(gt_keyed *k) {
   free(k->p); free(k->ex); free(k->ev); free(k->guard); free(k);
 }
 
+void gt_tree_keyed_drop(gt_keyed *k) {
+  if (!k) return;
+  for (gt_keyed **pp = &k->t->keyed; *pp; pp = &(*pp)->next)
+    if (*pp == k) { *pp = k->next; break; }
+  keyed_free(k);
+}
+
 /* What k's path's graphs hold now, as this key's: after a body run of it. */
 static int snapshot(gt_keyed *k) {
   for (int d = 0; d < k->npath; d++) {

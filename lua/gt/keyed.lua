@@ -267,36 +267,41 @@ local function fill_staged(self, staged, n)
   end
 end
 
+-- leaf's memoized path goes (another takes its place, or none).
+local function drop(leaf)
+  if leaf.k then C.gt_tree_keyed_drop(leaf.k); leaf.k = nil end
+end
+
 -- After a body run of leaf's key: memoize (tr: the call's trace), or
 -- verify (the body's launches against the memoized path's).
 local function settle(self, leaf, verifying, tr, n, args, ...)
   fill_staged(self, self._staged, n)
   local t, st = self._t, self._kstats
-  if self._sync then leaf.refused = self._sync; leaf.k = nil; refuse(self, leaf, self._sync); return ... end
+  if self._sync then leaf.refused = self._sync; drop(leaf); refuse(self, leaf, self._sync); return ... end
   for i = 1, n do                                -- a hit would not release it (the body frees an input)
     local a = args[i]
     if is_tensor(a) and band(a._b.flags, RELEASED) ~= 0 then
-      leaf.refused, leaf.k = "it releases an argument", nil
+      leaf.refused = "it releases an argument"; drop(leaf)
       refuse(self, leaf, leaf.refused)
       return ...
     end
   end
-  if tr and tr.refused then leaf.refused, leaf.k = tr.refused, nil; refuse(self, leaf, tr.refused); return ... end
+  if tr and tr.refused then leaf.refused = tr.refused; drop(leaf); refuse(self, leaf, tr.refused); return ... end
   if verifying then
     local r = C.gt_tree_keyed_check(rt, leaf.k, self._ins)
     if r < 0 then
-      leaf.k = nil                               -- (a key caught lying is memoized afresh)
+      drop(leaf)                                 -- (a key caught lying is memoized afresh)
       gt._error(("tree '%s' (%s): keyed call with key %s %s" ..
         " (the key must decide the path and every number and tensor the body gives its kernels; add what" ..
         " decides it to key, or pass it as an argument: a tensor argument's address and a `patch` number are patched)")
         :format(self.name, self.where, key_text(self, unpack(args, 1, n)), gt._errmsg()))
     end
     st.verified = st.verified + 1
-    if r == 1 then leaf.k, leaf.ready = nil, true end   -- (the same launches on nodes the runtime keyed anew: saved again)
+    if r == 1 then drop(leaf); leaf.ready = true end   -- (the same launches on nodes the runtime keyed anew: saved again)
     return ...
   end
   local outs, cis = describe_outputs(self, args, n, tr and tr.results, ...)
-  if not outs then leaf.refused, leaf.k = cis, nil; refuse(self, leaf, cis); return ... end
+  if not outs then leaf.refused = cis; drop(leaf); refuse(self, leaf, cis); return ... end
   if not tr then                                 -- traced next time, once every segment holds a graph
     leaf.ready = C.gt_tree_keyed_ready(t) ~= 0
     return ...
@@ -306,7 +311,7 @@ local function settle(self, leaf, verifying, tr, n, args, ...)
   local k = C.gt_tree_keyed_save(rt, t, self._ins, self._kinds, n, ci, #cis, ex, nex, sl, nsl)
   if k == nil then
     local why = gt._errmsg()
-    leaf.k = nil
+    drop(leaf)
     if why:match("^not every segment replayed") then leaf.ready = C.gt_tree_keyed_ready(t) ~= 0
     elseif not why:match("^the call launched nothing") then
       leaf.refused = why
@@ -314,6 +319,7 @@ local function settle(self, leaf, verifying, tr, n, args, ...)
     end
     return ...
   end
+  drop(leaf)
   leaf.k, leaf.outs, leaf.outb = k, outs.n == 1 and outs[1] or outs, ffi.new("gt_buf*[?]", math.max(#cis, 1))
   return ...
 end
@@ -381,7 +387,8 @@ local function traced_run(self, leaf, begun, mode, n, a1, a2, a3, a4, rest)
   local why = ("the body cannot take a traced `patch` number: %s"):format((tostring(err.err):gsub("^[^:]*:%d+: ", "")))
   local out = { n = 0 }
   out = (function(...) return { n = select("#", ...), ... } end)(self._run(self, mode, n, a1, a2, a3, a4, rest))
-  leaf.refused, leaf.k = why, nil
+  leaf.refused = why
+  drop(leaf)
   refuse(self, leaf, why)
   return unpack(out, 1, out.n)
 end
