@@ -382,6 +382,10 @@ int gt_cond_support(gt_runtime *rt);
    the condition for IF, WHILE and a WHILE's END, else NULL; max: a WHILE's
    iteration bound, 0 = none).  Returns the entry's queue position, GT_ERR on failure. */
 int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, uint64_t max, int site);
+/* A body raised: queues the END of every structure still open from position at
+   (gt_cond_mark's result for its IF or WHILE), innermost first; an open WHILE
+   runs its body at most once.  Nothing open (or no call): nothing done. */
+int gt_cond_close(gt_runtime *rt, int at);
 /* A gt.cond/gt.loop call's place ("gt.cond at model.lua:12") for messages: its id (>= 1) for gt_cond_mark, or GT_ERR. */
 int gt_cond_site(gt_runtime *rt, const char *where);
 /* 1 when a launch queued at or after position from writes bytes [off, off+nbytes) of p, else 0. */
