@@ -293,6 +293,9 @@ void gt_tree_abort_run(gt_runtime *rt);           /* a Lua error in the body: th
    (src stride chunk) into chunks of padded bytes, zero-filling the rest; *out
    is a new buffer over the slot, valid for this call. */
 int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out);
+/* The same, the rest filled with the esz-byte element at fill (NULL: zeros). */
+int gt_tree_stage_pad(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded,
+                      const void *fill, int esz, gt_buf **out);
 /* An input of the call that lives in a staging slot (a previous call's staged
    tensor fed back): no input of this call is staged over it. */
 void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b);
