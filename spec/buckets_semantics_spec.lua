@@ -86,6 +86,14 @@ describe("gt.bucket", function()
     assert.nodes(step, 2)                             -- the real size is a patched scalar: the path stays
     assert.truthy(step:stats().replays >= 5)
   end)
+
+  it("gives a keyed tree's hits the real size its key memoized (the key holds the arguments' real shapes)", function()
+    local step = gt.tree(mean_rows, { key = function() return 1 end, buckets = { dim = 1, sizes = { 4, 8 }, narrow = {} } })
+    for _ = 1, 4 do
+      for _, n in ipairs { 3, 5, 6, 2 } do assert.tensor_near(mean_rows(rows(n)):tolist(), step(rows(n)), 1e-6) end
+    end
+    assert.truthy(step:stats().keyed.hits >= 4)
+  end)
 end)
 
 describe("buckets' pad value", function()
