@@ -76,8 +76,9 @@ local function main(argv)
     source = "random weights"
   end
   local m = gpt.new(cfg, w)
-  local step = gt.tree(m.step, { name = "decode", buckets = { dim = 1, sizes = cfg.buckets }, warn_shapes = false })
-  local keyed = gt.tree(m.step, { name = "decode-keyed", buckets = { dim = 1, sizes = cfg.buckets }, warn_shapes = false,
+  local buckets = { dim = 1, sizes = cfg.buckets, narrow = { 1, 2 } }      -- tok and logits: one row a sequence
+  local step = gt.tree(m.step, { name = "decode", buckets = buckets, warn_shapes = false })
+  local keyed = gt.tree(m.step, { name = "decode-keyed", buckets = buckets, warn_shapes = false,
                                   key = function() return 0 end, patch = { 2, 3 } })
   print(("gpt decode: backend %s, %s config: %d layers, hidden %d, %d heads, vocab %d, context %d, eot %d; %s; %d kernels a step")
     :format(gt.backend(), o.weights and "file" or size, cfg.layers, cfg.hidden, cfg.heads, cfg.vocab, cfg.ctx,

@@ -44,4 +44,4 @@ end
 
 print(("backend %s, %d steps, batch sizes 1..64, %d layers of %d"):format(gt.backend(), steps, L, H))
 run("no buckets", { name = "plain" })
-run("pow2 buckets", { name = "bucketed", buckets = { dim = 1, sizes = gt.buckets.pow2(64) } })
+run("pow2 buckets", { name = "bucketed", buckets = { dim = 1, sizes = gt.buckets.pow2(64), narrow = { 1 } } })

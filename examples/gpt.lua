@@ -4,7 +4,7 @@
 --
 --   local gpt = dofile("examples/gpt.lua")
 --   local m = gpt.new(gpt.TINY)                 -- random weights (or gpt.load(path))
---   local step = gt.tree(m.step, { buckets = { dim = 1, sizes = m.cfg.buckets } })
+--   local step = gt.tree(m.step, { buckets = { dim = 1, sizes = m.cfg.buckets, narrow = { 1, 2 } } })
 --   local tok, logits = step(ids, pos, live)    -- ids i32 {B}; pos 0-based; live 0|1
 --
 -- A step embeds one token per sequence at position pos, runs the layers

@@ -108,6 +108,7 @@ api { name = "gt.loop", f = gt.loop, n = 3, args = function() return { gt.zeros(
       tree = true, ok = { {}, set("function"), set("nil", "{}", "{1,2}", "{'a'}", "tree") } }  -- opts: a table, max unset
 api { name = "gt.sync", f = gt.sync, n = 1, args = function() return {} end, tree = true, ok = { ALL } }
 api { name = "gt.cut", f = gt.cut, n = 1, args = function() return {} end, tree = true, ok = { ALL } }
+api { name = "gt.bucket", f = gt.bucket, n = 1, args = function() return { 1 } end, tree = true, ok = { set("nil") } }
 api { name = "gt.profile", f = gt.profile, n = 1, args = function() return { false } end, ok = { ALL } }
 api { name = "gt.help", f = function(x) local p = print; print = function() end   -- luacheck: ignore 121
         local ok, e = pcall(gt.help, x); print = p; if not ok then error(e, 0) end end, n = 1, args = function() return { gt.zeros } end, ok = { ALL } }

@@ -73,6 +73,41 @@ int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, ui
 }
 
 
+/* A body's Lua raised (and the user's pcall may catch it): every structure
+   still open from queue position at (its IF or WHILE) gets its END, innermost
+   first, so the queue nests again and the call goes on as eager code does.
+   What the body queued before the error stays in it, as eager code ran it:
+   an open loop runs that body at most once (eager code's loop stops at the
+   pass that raised). */
+int gt_cond_close(gt_runtime *rt, int at) {
+  gt_tree *t = gt_active(rt);
+  if (!t || at < 0 || at >= t->q.n || !gt_kind_is_begin(t->q.l[at].kind)) return GT_OK;
+  int n = t->q.n, top = 0;
+  int *open = malloc((size_t)(n - at) * sizeof *open);
+  if (!open) return gt_fail(rt, "out of host memory");
+  for (int i = at; i < n; i++) {
+    int k = t->q.l[i].kind;
+    if (gt_kind_is_begin(k)) open[top++] = i;
+    else if (k == GT_GN_END && top) top--;
+  }
+  int st = GT_OK;
+  while (top && st == GT_OK) {
+    gt_qlaunch *b = &t->q.l[open[--top]];
+    gt_qlaunch l = { .kind = GT_COND_END };
+    gt_arg a = { 0 };
+    if (b->kind == GT_GN_WHILE) {      /* END p, as gt.loop queues it, bounded to the one pass */
+      b->bytes = 1;
+      a = t->q.args[b->arg0];
+      l.nargs = 1;
+      l.value = b->value;
+      l.bytes = 1;
+    }
+    st = gt_submit(rt, &l, &a);
+  }
+  free(open);
+  return st;
+}
+
 /* -- Tensors made in a body and read where it may not have run ------------ */
 
 /* Whether a launch in q's entries (from, to) writes buffer b. */

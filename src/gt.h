@@ -293,6 +293,9 @@ void gt_tree_abort_run(gt_runtime *rt);           /* a Lua error in the body: th
    (src stride chunk) into chunks of padded bytes, zero-filling the rest; *out
    is a new buffer over the slot, valid for this call. */
 int gt_tree_stage(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out);
+/* The same, the rest filled with the esz-byte element at fill (NULL: zeros). */
+int gt_tree_stage_pad(gt_runtime *rt, int slot, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded,
+                      const void *fill, int esz, gt_buf **out);
 /* An input of the call that lives in a staging slot (a previous call's staged
    tensor fed back): no input of this call is staged over it. */
 void gt_tree_stage_pin(gt_runtime *rt, gt_buf *b);
@@ -405,6 +408,10 @@ int gt_cond_support(gt_runtime *rt);
    the condition for IF, WHILE and a WHILE's END, else NULL; max: a WHILE's
    iteration bound, 0 = none).  Returns the entry's queue position, GT_ERR on failure. */
 int gt_cond_mark(gt_runtime *rt, int what, gt_buf *p, int64_t off, int dtype, uint64_t max, int site);
+/* A body raised: queues the END of every structure still open from position at
+   (gt_cond_mark's result for its IF or WHILE), innermost first; an open WHILE
+   runs its body at most once.  Nothing open (or no call): nothing done. */
+int gt_cond_close(gt_runtime *rt, int at);
 /* A gt.cond/gt.loop call's place ("gt.cond at model.lua:12") for messages: its id (>= 1) for gt_cond_mark, or GT_ERR. */
 int gt_cond_site(gt_runtime *rt, const char *where);
 /* 1 when a launch queued at or after position from writes bytes [off, off+nbytes) of p, else 0. */

@@ -111,8 +111,10 @@ static int stage_slot(gt_tree *t, int k) {
 }
 
 /* Copies an input into the call's k-th staging slot (ordinary memory the
-   tree owns): outer chunks of chunk bytes, each padded with zeros to padded bytes. */
-int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {
+   tree owns): outer chunks of chunk bytes, each padded to padded bytes with
+   zeros, or with the esz-byte element at fill (buckets' pad value). */
+int gt_tree_stage_pad(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded,
+                      const void *fill, int esz, gt_buf **out) {
   gt_tree *t = gt_active(rt);
   if (!t) return gt_fail(rt, "staging outside a tree call");
   if (padded < chunk) padded = chunk;
@@ -129,7 +131,16 @@ int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t out
     if (!m) return GT_ERR;
   }
   gt_backend *be = &rt->be;
-  if (padded > chunk && be->memset8(be, m->addr, 0, need) != GT_BOK) return gt_fail_be(rt, NULL);
+  if (fill && esz > 0 && padded > chunk && (padded - chunk) % (uint64_t)esz == 0) {   /* the pad value, element by element */
+    uint64_t tail = padded - chunk;
+    unsigned char *h = malloc(tail);
+    if (!h) return gt_fail(rt, "out of host memory");
+    for (uint64_t j = 0; j < tail; j += (uint64_t)esz) memcpy(h + j, fill, (size_t)esz);
+    int st = GT_BOK;
+    for (uint64_t i = 0; i < outer && st == GT_BOK; i++) st = be->htod(be, m->addr + i * padded + chunk, h, tail);
+    free(h);
+    if (st != GT_BOK) return gt_fail_be(rt, NULL);
+  } else if (padded > chunk && be->memset8(be, m->addr, 0, need) != GT_BOK) return gt_fail_be(rt, NULL);
   for (uint64_t i = 0; i < outer; i++)
     if (chunk && be->dtod(be, m->addr + i * padded, src->addr + off + i * chunk, chunk) != GT_BOK) return gt_fail_be(rt, NULL);
   gt_buf *b = calloc(1, sizeof *b);
@@ -145,4 +156,8 @@ int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t out
   b->relseg = -1;
   *out = b;
   return GT_OK;
+}
+
+int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {
+  return gt_tree_stage_pad(rt, k, src, off, outer, chunk, padded, NULL, 0, out);
 }

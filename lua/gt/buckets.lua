@@ -53,22 +53,47 @@ local function check_spec(b, i)
     end
     sizes[k] = v
   end
-  return { dim = dim, sizes = sizes, arg = b.arg or i, of = {} }
+  return { dim = dim, sizes = sizes, arg = b.arg or i, of = {}, pad = b.pad or 0, fills = {},
+           n = false, p = false }          -- (n, p: this call's real and padded sizes, for gt.bucket)
 end
 
 local function bucket_of(sizes, n)
   for _, s in ipairs(sizes) do if s >= n then return s end end
 end
 
--- Pads tensor x along dim to p entries into staging slot `slot` (zero-filled).
-local function pad(self, x, dim, p, slot)
-  local b = x._b
+-- The pad value of spec sp for input x (argument i) as one element of x's
+-- dtype (cached per dtype), or nil for zeros; an error when x's dtype cannot hold it.
+local LIMITS = { i32 = { -2 ^ 31, 2 ^ 31 - 1 }, i64 = { -2 ^ 63, 2 ^ 63 - 1024 }, u8 = { 0, 255 } }
+local function pad_fill(sp, x, i)
+  local v, dt = sp.pad, x.dtype
+  if v == 0 and 1 / v > 0 then return nil end      -- (+0: zeros; -0.0 has a bit of its own)
+  local h = sp.fills[dt]
+  if h then return h end
+  local lim = LIMITS[dt]
+  if lim and (v ~= math.floor(v) or v < lim[1] or v > lim[2]) then
+    gt._error(("buckets: pad = %s cannot be held by the %s elements of argument %d; give that input a bucket " ..
+      "spec of its own (arg = %d) with a pad it can hold"):format(gt._show(v), dt, i, i))
+  end
+  if lim and v == 0 then return nil end
+  h = gt._dtypes[dt].ct(1)
+  h[0] = v
+  sp.fills[dt] = h
+  return h
+end
+
+-- Pads tensor x (argument i) along dim to p entries into staging slot `slot`
+-- (filled with spec sp's pad value).
+local function pad(self, x, sp, i, p, slot)
+  local b, dim = x._b, sp.dim
   if x._strides then gt._error("a non-contiguous view as a bucketed input: :clone() it first") end
   local shape, esz = x._shape, gt._dtypes[x.dtype].size
   local outer, inner = 1, esz
-  for i = 1, dim - 1 do outer = outer * shape[i] end
-  for i = dim + 1, #shape do inner = inner * shape[i] end
-  if C.gt_tree_stage(rt, slot, b, x._off, outer, shape[dim] * inner, p * inner, self._out) ~= 0 then gt._error(gt._errmsg()) end
+  for d = 1, dim - 1 do outer = outer * shape[d] end
+  for d = dim + 1, #shape do inner = inner * shape[d] end
+  local fill = pad_fill(sp, x, i)
+  if C.gt_tree_stage_pad(rt, slot, b, x._off, outer, shape[dim] * inner, p * inner, fill, esz, self._out) ~= 0 then
+    gt._error(gt._errmsg())
+  end
   local s = {}
   for i = 1, #shape do s[i] = shape[i] end
   s[dim] = p
@@ -144,7 +169,7 @@ local function prep(self, n, a1, a2, a3, a4, rest)
     alias_of(pads, x, i)                      -- (two padded inputs over one memory: refused)
     local m = x._shape[sp.dim]
     local p = bucket_of(sp.sizes, m)
-    local px = pad(self, x, sp.dim, p, slot)
+    local px = pad(self, x, sp, i, p, slot)
     note_padded(self._bn, sp.dim, p, m)
     slot = slot + 1
     padded[vkey] = px
@@ -190,17 +215,35 @@ end
 
 local unstage_res = gt._unstage_res
 
--- (only the call's own tensors: a static or outside tensor returned is the
--- caller's as it is).  Each padded dimension (self._bn: {dim, p, n} per
--- spec that padded this call) is narrowed back where the result has the
--- padded size along it.
-local function narrow_one(self, x)
+-- -- Narrowing the results back ---------------------------------------------
+-- Only the call's own tensors are narrowed (a static or outside tensor
+-- returned is the caller's as it is), along each padded dimension (self._bn:
+-- {dim, p, n} per spec that padded this call) where the result has the
+-- padded size, and only those the rule covers (specs.narrow): result
+-- positions (a set), a function(i, t, k), or nil: every such result, with
+-- one warning per tree naming them (a result can have the bucket's size by
+-- coincidence, and the tree cannot tell it from a batched one).
+
+local function describe(x) return "a " .. x.dtype .. " " .. gt._shape_str(x._shape) .. " tensor" end
+
+-- Whether result i (k: its key in a table result) x, padded along a dim, is narrowed.
+local function covered(specs, i, x, k)
+  local rule = specs.narrow
+  if rule == nil then return true end
+  if type(rule) == "table" then return rule[i] == true end
+  return rule(i, x, k) and true or false
+end
+
+local function narrow_one(self, x, i, k)
   if is_tensor(x) and x._b.tree == self._t and not x:is_stale() then
-    local bn, y = self._bn, x
-    for i = 1, #bn do
-      local c = bn[i]
+    local bn, y, specs = self._bn, x, self._buckets
+    local decided = nil
+    for j = 1, #bn do
+      local c = bn[j]
       local s = y._shape
       if #s >= c.dim and s[c.dim] == c.p and c.p ~= c.n then
+        if decided == nil then decided = covered(specs, i, x, k) end
+        if not decided then break end
         if c.other then
           gt._error(("buckets: a result has the padded size %d along dim %d, to which inputs of %d and %d were padded " ..
             "in this call: which size it has cannot be told; give those inputs buckets of their own sizes, or " ..
@@ -209,44 +252,69 @@ local function narrow_one(self, x)
         y = y:narrow(c.dim, 1, c.n)
       end
     end
-    if y ~= x then return gt._anchor(self, y) end
+    if y ~= x then
+      if specs.narrow == nil and not specs.warned then      -- (the default rule: noted for the warning)
+        local noted = specs.noted or {}
+        specs.noted = noted
+        noted[#noted + 1] = ("result %d%s (%s, narrowed to %s)"):format(i, k ~= nil and ("[" .. gt._show(k) .. "]") or "",
+          describe(x), gt._shape_str(y._shape))
+      end
+      return gt._anchor(self, y)
+    end
   end
   return x
 end
 
--- Result x narrowed back (a tensor, or tensors in plain tables); one on
+-- Result i, x, narrowed back (a tensor, or tensors in plain tables); one on
 -- the padded copy of an input is then the caller's tensor (tree.lua's unstage_res).
-local function narrow_deep(self, x, depth)
-  if type(x) == "table" and getmetatable(x) == nil then
-    local c = {}
-    for k, v in pairs(x) do c[k] = depth < 8 and narrow_deep(self, v, depth + 1) or v end
-    return c
+local function narrow_deep(self, x, i, depth)
+  local c = {}
+  for k, v in pairs(x) do
+    if depth < 8 and type(v) == "table" and getmetatable(v) == nil then c[k] = narrow_deep(self, v, i, depth + 1)
+    else c[k] = narrow_one(self, v, i, k) end
   end
-  return narrow_one(self, x)
+  return c
 end
-local function narrow_res(self, x)
+local function narrow_res(self, x, i)
   local wbl = self._wbl
   if type(x) == "table" and getmetatable(x) == nil then
-    local c = narrow_deep(self, x, 1)
+    local c = narrow_deep(self, x, i, 1)
     if wbl then unstage_res(wbl, c) end
     return c
   end
-  local y = narrow_one(self, x)
+  local y = narrow_one(self, x, i, nil)
   if wbl then y = unstage_res(wbl, y) end
   return y
+end
+
+-- The default rule narrowed results by size: said once per tree.
+local function warn_default(self)
+  local specs = self._buckets
+  local noted = specs.noted
+  specs.noted, specs.warned = nil, true
+  gt.on_warning(("tree '%s' (%s): buckets narrowed %s back to the call's real size, because each has a " ..
+    "bucket's padded size along a padded dim; a result that has that size by coincidence (a per-feature " ..
+    "vector as long as the bucket) would be narrowed too. Say which results are batched with buckets = " ..
+    "{..., narrow = {1, ...}} (result positions) or narrow = function(i, t, k) ... end, which also ends this " ..
+    "warning (given once)"):format(self.name, self.where, table.concat(noted, ", ")))
 end
 
 -- A padded call's nres results (r1, r2, or all of them in rest) narrowed back.
 local function narrow_results(self, nres, r1, r2, rest)
   if nres == 0 then return end
+  local specs = self._buckets
   if not rest then
     if nres == 1 then
-      local y = narrow_res(self, r1)
+      local y = narrow_res(self, r1, 1)
+      if specs.noted then warn_default(self) end
       return y
     end
-    return narrow_res(self, r1), narrow_res(self, r2)
+    local y1, y2 = narrow_res(self, r1, 1), narrow_res(self, r2, 2)
+    if specs.noted then warn_default(self) end
+    return y1, y2
   end
-  for i = 1, nres do rest[i] = narrow_res(self, rest[i]) end
+  for i = 1, nres do rest[i] = narrow_res(self, rest[i], i) end
+  if specs.noted then warn_default(self) end
   return unpack(rest, 1, nres)
 end
 
@@ -301,10 +369,249 @@ local function beyond_other(self, na, a1, a2, a3, a4, rest)
   return false
 end
 
+-- The sizes of the specs after the first for this call (sp.n, sp.p: real
+-- and padded; nil n when the spec's argument has no tensor to pad).
+local function other_sizes(specs, na, a1, a2, a3, a4, rest)
+  for k = 2, #specs do
+    local sp = specs[k]
+    local x = sp.arg and sp.arg <= na and gt._arg_at(sp.arg, a1, a2, a3, a4, rest)
+    local m
+    if is_tensor(x) then
+      if #x._shape >= sp.dim then m = x._shape[sp.dim] end
+    elseif type(x) == "table" and getmetatable(x) == nil then
+      for _, t in pairs(x) do
+        if is_tensor(t) and paddable(t) and #t._shape >= sp.dim then m = t._shape[sp.dim] break end
+      end
+    end
+    sp.n, sp.p = m or false, m and (bucket_of(sp.sizes, m) or m) or false
+  end
+end
+
+-- -- gt.bucket -------------------------------------------------------------
+
+local verifying = false   -- while verify runs the body eagerly: {dim, n} per spec (gt.bucket gives n, n)
+
+-- The spec of dim (nil: the first) among specs (a list of {dim, ...}), or an error.
+local function spec_for(specs, dim, name)
+  if dim == nil then return specs[1] end
+  for k = 1, #specs do if specs[k].dim == dim then return specs[k] end end
+  local dims = {}
+  for k = 1, #specs do dims[#dims + 1] = tostring(specs[k].dim) end
+  gt._error(("gt.bucket(%d): tree '%s' buckets dim %s, not %d; ask for one of those (gt.bucket() is the first)")
+    :format(dim, name, table.concat(dims, ", "), dim), 3)
+end
+
+--- (gt.bucket's answer, tree.lua) -> real, padded along dim in the bucketed call now running, or nil
+function M._sizes(dim)
+  local a = gt._active
+  local specs = a and a._buckets
+  if specs then
+    local sp = spec_for(specs, dim, a.name)
+    if not sp.n then return nil end
+    return sp.n, sp.p
+  end
+  if verifying then
+    local sp = spec_for(verifying, dim, verifying.name)
+    if not sp.n then return nil end
+    return sp.n, sp.n
+  end
+  return nil
+end
+
+-- -- verify: every n-th padded call also runs the body unpadded, eagerly ------
+
+-- The bytes of every live tensor argument (and tensor in a table argument),
+-- per buffer: what the eager run writes into them is undone before the
+-- padded call runs on them.
+local function snapshot(args, na)
+  local by, list = {}, {}
+  local function note(x)
+    if not is_tensor(x) or x._gen ~= x._b.gen_now[0] then return end
+    local lo, hi = span(x)
+    local key = tostring(ffi.cast("uintptr_t", x._b))
+    local e = by[key]
+    if e then e.lo, e.hi = math.min(e.lo, lo), math.max(e.hi, hi)
+    else e = { b = x._b, lo = lo, hi = hi, x = x }; by[key] = e; list[#list + 1] = e end
+  end
+  for i = 1, na do
+    local x = args[i]
+    if type(x) == "table" and getmetatable(x) == nil then for _, t in pairs(x) do note(t) end else note(x) end
+  end
+  for _, e in ipairs(list) do
+    if e.hi > e.lo then
+      e.copy = gt.tensor({ e.hi - e.lo }, "u8")
+      if C.gt_buf_copy(rt, e.copy._b, 0, e.b, e.lo, e.hi - e.lo) ~= 0 then gt._error(gt._errmsg()) end
+    end
+  end
+  return list
+end
+local function restore(list)
+  for _, e in ipairs(list) do
+    if e.copy and C.gt_buf_copy(rt, e.b, e.lo, e.copy._b, 0, e.hi - e.lo) ~= 0 then gt._error(gt._errmsg()) end
+  end
+end
+
+-- A result as values that outlive the inputs' restore: tensors cloned
+-- (UNREAD with the reason when one cannot be read), tables copied.
+local UNREAD = {}
+local function kept(x, depth)
+  if is_tensor(x) then
+    local ok, c = pcall(x.clone, x)
+    if ok then return c end
+    return { [UNREAD] = tostring(c) }
+  end
+  if type(x) == "table" and getmetatable(x) == nil and depth < 8 then
+    local c = {}
+    for k, v in pairs(x) do c[k] = kept(v, depth + 1) end
+    return c
+  end
+  return x
+end
+local function kept_all(...)
+  local r = { n = select("#", ...), ... }
+  for i = 1, r.n do r[i] = kept(r[i], 1) end
+  return r
+end
+
+local function flat(t)
+  local out = {}
+  local function walk(v) if type(v) == "table" then for _, w in ipairs(v) do walk(w) end else out[#out + 1] = tonumber(v) end end
+  walk(t:tolist())
+  return out
+end
+
+-- Element j (1-based, row-major) of shape as "[i1, i2, ...]".
+local function index_of(shape, j)
+  local idx, r = {}, j - 1
+  for d = #shape, 1, -1 do
+    local s = shape[d]
+    idx[d] = s > 0 and (r % s) + 1 or 1
+    r = s > 0 and math.floor(r / s) or 0
+  end
+  return "[" .. table.concat(idx, ", ") .. "]"
+end
+
+local TOL = 1e-5   -- f32 results: equal within TOL * max(1, |a|, |b|)
+
+-- An element of a dtype for a message: an f32 with the fewest digits that
+-- give it back.
+local F32 = ffi.new("float[1]")
+local function show_elem(v, int)
+  if int or v ~= v or v == math.huge or v == -math.huge then return gt._show(v) end
+  for digits = 6, 9 do
+    local s = ("%." .. digits .. "g"):format(v)
+    F32[0] = tonumber(s)
+    if F32[0] == v then return s end
+  end
+  return gt._show(v)
+end
+
+-- What differs between the unpadded eager value a and the padded call's b
+-- (what: "result 1", "result 1.key"), or nil.
+local function differs(what, a, b, depth)
+  if type(a) == "table" and a[UNREAD] then return nil end          -- (eager code could not read it either)
+  if is_tensor(a) ~= is_tensor(b) or (not is_tensor(a) and type(a) ~= type(b)) then
+    return ("%s is %s unpadded but %s from the padded call"):format(what, is_tensor(a) and describe(a) or gt._show(a),
+      is_tensor(b) and describe(b) or gt._show(b))
+  end
+  if is_tensor(a) then
+    if a.dtype ~= b.dtype or gt._shape_str(a._shape) ~= gt._shape_str(b._shape) then
+      return ("%s is %s unpadded but %s from the padded call (narrowed by the rule, or left as it is)"):format(
+        what, describe(a), describe(b))
+    end
+    local ok, vb = pcall(flat, b)
+    if not ok then return ("%s cannot be read from the padded call: %s"):format(what, tostring(vb)) end
+    local va, int = flat(a), gt._dtypes[a.dtype].int
+    for j = 1, #va do
+      local x, y = va[j], vb[j]
+      local same = x == y or (x ~= x and y ~= y) or
+        (not int and math.abs(x - y) <= TOL * math.max(1, math.abs(x), math.abs(y)))
+      if not same then
+        return ("%s's element %s is %s unpadded but %s from the padded call"):format(what, index_of(a._shape, j),
+          show_elem(x, int), show_elem(y, int))
+      end
+    end
+    return nil
+  end
+  if type(a) == "table" and getmetatable(a) == nil and depth < 8 then
+    for k, v in pairs(a) do
+      local d = differs(what .. "[" .. gt._show(k) .. "]", v, b[k], depth + 1)
+      if d then return d end
+    end
+    for k, v in pairs(b) do
+      if a[k] == nil then return differs(what .. "[" .. gt._show(k) .. "]", nil, v, depth + 1) end
+    end
+    return nil
+  end
+  if type(a) == "number" then
+    if a == b or (a ~= a and b ~= b) then return nil end
+    return ("%s is %s unpadded but %s from the padded call"):format(what, gt._show(a), gt._show(b))
+  end
+  if type(a) == "string" or type(a) == "boolean" then
+    if a == b then return nil end
+    return ("%s is %s unpadded but %s from the padded call"):format(what, gt._show(a), gt._show(b))
+  end
+  return nil                                    -- (functions, userdata: made anew by each run)
+end
+
+-- Raises when the padded call's results (got) differ from the eager run's (want).
+local function compare(self, want, got)
+  local d
+  if want.n ~= got.n then
+    d = ("the body returned %d results unpadded but %d from the padded call"):format(want.n, got.n)
+  end
+  for i = 1, want.n do
+    if d then break end
+    d = differs("result " .. i, want[i], got[i], 1)
+  end
+  if not d then return end
+  local pads = {}
+  for _, c in ipairs(self._bn) do
+    if c.p ~= c.n then pads[#pads + 1] = ("dim %d: %d padded to %d"):format(c.dim, c.n, c.p) end
+  end
+  gt._error(("tree '%s' (%s): buckets verify: %s (%s): the results depend on the padding. Give kernels the real " ..
+    "size (local n = gt.bucket()), pad with a value that leaves them unchanged (buckets = {..., pad = -math.huge} " ..
+    "before a max), or narrow only the batched results (narrow = {...})"):format(self.name, self.where, d,
+    table.concat(pads, "; ")))
+end
+
+local function packed_results(...) return { n = select("#", ...), ... } end
+
+-- A verified call: the body eagerly on the real inputs (their bytes
+-- restored after it), then the padded call; its results are returned
+-- when they match (compare), each narrowed as the rule says.
+local function verified(self, padded_call, na, a1, a2, a3, a4, rest)
+  local specs = self._buckets
+  local args = gt._packed(na, a1, a2, a3, a4, rest)
+  local list = snapshot(args, na)
+  local sizes = { name = self.name }
+  for k = 1, #specs do sizes[k] = { dim = specs[k].dim, n = specs[k].n } end
+  local before = verifying
+  verifying = sizes
+  local ok, want = pcall(function() return kept_all(self.fn(unpack(args, 1, na))) end)
+  verifying = before
+  restore(list)
+  if not ok then error(want, 0) end
+  local got = packed_results(padded_call(self, na, a1, a2, a3, a4, rest))
+  specs.verified = specs.verified + 1
+  compare(self, want, got)
+  return unpack(got, 1, got.n)
+end
+
+-- -- Calls -----------------------------------------------------------------
+
+local function padded_plain(self, na, a1, a2, a3, a4, rest)
+  return narrow_all(self, self._run(self, nil, na, a1, a2, a3, a4, rest))
+end
+local function padded_keyed(self, na, a1, a2, a3, a4, rest)
+  return narrow_all(self, self:_keyed_call(true, na, a1, a2, a3, a4, rest))
+end
+
 -- A call (its arguments: n, a1..a4, rest, as tree.lua's spread takes them).
 local function bucket_call(self, na, a1, a2, a3, a4, rest)
   -- the real size: the first bucketed input's size along its dim
-  local first = self._buckets[1]
+  local specs = self._buckets
+  local first = specs[1]
   local n
   if is_tensor(a1) and (first.arg == 1 or (first.arg == nil and band(a1._b.flags, STATIC) == 0)) then
     n = SHAPES[a1._sid][first.dim]                                    -- the usual case, without a loop
@@ -314,16 +621,27 @@ local function bucket_call(self, na, a1, a2, a3, a4, rest)
   -- the bucket of n, remembered (a loop on every call would stop the caller's trace)
   local p = first.of[n]
   if p == nil then p = bucket_of(first.sizes, n) or false; first.of[n] = p end
+  first.n, first.p = n, p or n                                        -- (gt.bucket's answer in this call)
+  local several = #specs > 1
+  if several then other_sizes(specs, na, a1, a2, a3, a4, rest) end
   if not p then return self._run(self, "beyond buckets", na, a1, a2, a3, a4, rest) end   -- a call of the tree all the same, run eagerly
   self._breal[1], self._bpad = n, p
-  if #self._buckets > 1 and beyond_other(self, na, a1, a2, a3, a4, rest) then
+  if several and beyond_other(self, na, a1, a2, a3, a4, rest) then
+    for k = 1, #specs do specs[k].p = specs[k].n end                  -- (nothing is padded)
     return self._run(self, "beyond buckets", na, a1, a2, a3, a4, rest)
   end
   local bn = self._bn                    -- (the dims this call pads: prep notes them)
   for i = #bn, 1, -1 do bn[i] = nil end
   -- already at the bucket's size: nothing to pad or to narrow (the inputs are
   -- used where they are, as in a tree without buckets)
-  local exact = p == n and #self._buckets == 1
+  local exact = p == n and not several
+  if specs.verify and not exact then     -- every verify-th call that pads
+    local c = specs.calls + 1
+    specs.calls = c
+    if c % specs.verify == 0 then
+      return verified(self, self._keyed and padded_keyed or padded_plain, na, a1, a2, a3, a4, rest)
+    end
+  end
   if self._keyed then                    -- a keyed call of the bucket's path (keyed.lua pads with prep)
     if exact then return self:_keyed_call(false, na, a1, a2, a3, a4, rest) end
     return narrow_all(self, self:_keyed_call(true, na, a1, a2, a3, a4, rest))
@@ -332,12 +650,23 @@ local function bucket_call(self, na, a1, a2, a3, a4, rest)
   return narrow_all(self, self._run(self, nil, na, a1, a2, a3, a4, rest))
 end
 
--- Called by gt.tree when opts.buckets is given.
+-- Called by gt.tree when opts.buckets is given (checked by gt.treeopts).
 function M._attach(tree, spec, _)
   local specs = {}
   if spec.sizes then specs[1] = check_spec(spec, nil)
   else for i, b in ipairs(spec) do specs[i] = check_spec(b, i) end end
   if #specs == 0 then error("gt.tree: buckets is empty", 3) end
+  local rule = spec.narrow
+  if type(rule) == "table" then
+    local set = {}
+    for _, i in ipairs(rule) do set[i] = true end
+    rule = set
+  end
+  -- (narrow: nil, a set of result positions or a function; verify: every
+  -- how many padded calls; calls: padded calls so far; noted, warned: the
+  -- default rule's warning)
+  specs.narrow, specs.verify, specs.calls, specs.verified = rule, spec.verify, 0, 0
+  specs.noted, specs.warned = nil, false
   tree._buckets, tree._prep, tree._breal, tree._bn = specs, prep, {}, {}
   tree._bucket_call = bucket_call
 end

@@ -54,10 +54,9 @@ end
 -- LuaJIT cannot compile a return across the frame of its own pcall (the
 -- trace aborts, "return to lower frame"), and after a few aborts the end of
 -- the body ran in the interpreter on every call.  dev: a device-side body (ndev counts them).
-local spill = {}        -- (gt.host.run's results past the second: a body's are dropped)
+local spill = {}        -- (gt.host.run's results past the second)
 local ndev = 0          -- device-side bodies being queued (their nesting)
-local function body_end(dev, ok, n, err)
-  for i = 1, n - 2 do spill[i] = nil end
+local function body_end(dev, ok, _, err)
   if dev then ndev = ndev - 1 end
   sites[depth] = nil
   depth = depth - 1
@@ -65,13 +64,20 @@ local function body_end(dev, ok, n, err)
   if not ok then error(err, 0) end
 end
 local hrun = require("gt.host").run
+-- fn run as a body: ok, n, r1, r2 (results past the second in spill; with
+-- an error false, 1, the error).
 local function run_in(site, fn, dev)
   if dev then ndev = ndev + 1 end
   enter(site)
-  local ok, _, err = hrun(spill, body_end, dev, fn)
-  if not ok then error(err, 0) end
+  return hrun(spill, body_end, dev, fn)
 end
-local function run_body(site, fn) run_in(site, fn, false) end
+
+-- A body's n results (r1, r2, the rest in spill) in a list of their own.
+local function collect(n, r1, r2)
+  local r = { n = n, r1, r2 }
+  for i = 3, n do r[i] = spill[i - 2]; spill[i - 2] = nil end
+  return r
+end
 
 -- -- Checks ------------------------------------------------------------------
 
@@ -141,7 +147,6 @@ local function device(need_else, level)
   end
   return false
 end
-local function run_device(site, fn) run_in(site, fn, true) end
 
 -- The host's branch inside a tree call: the segment ends here, p is read.
 local function host_point(level)
@@ -149,11 +154,90 @@ local function host_point(level)
   flush(level + 1, nil, C.GT_CUT_HOST)
 end
 
+-- -- Results -------------------------------------------------------------
+-- gt.cond returns what its bodies return, as torch.cond does: tensors, the
+-- same number from both bodies with the same shapes and dtypes.  They are
+-- new tensors in every mode: outside a tree the taken body's results are
+-- cloned; in a tree both bodies copy theirs into the same result tensors
+-- (made in the then body, after its launches), so the device's way fills them.
+
+local function plural(n, what) return n .. " " .. what .. (n == 1 and "" or "s") end
+
+local function describe(x) return "a " .. x.dtype .. " " .. gt._shape_str(x._shape) .. " tensor" end
+
+-- Results r of body `which` must be tensors that can be copied on the
+-- device: nil, or what is wrong.
+local function bad_results(which, r)
+  for i = 1, r.n do
+    local x = r[i]
+    if not gt.is_tensor(x) then
+      return ("gt.cond: %s's result %d is %s; a body returns tensors (gt.cond returns the taken body's, as " ..
+        "torch.cond does) or nothing"):format(which, i, x == nil and "nil" or "a " .. type(x))
+    end
+    if x._strides then
+      return ("gt.cond: %s's result %d is a non-contiguous view (%s); return a contiguous tensor (gt.cond copies " ..
+        "each result on the device, and a view along a later dimension is copied through the host)"):format(
+        which, i, describe(x))
+    end
+  end
+end
+
+-- A body that may not run (no else_fn; a loop's) returned n values.
+local function returns_none(which, n)
+  if which == "body_fn" then
+    return ("gt.loop: body_fn returns %s; a loop's body returns nothing (gt.loop returns nothing): write what " ..
+      "the passes compute into tensors made before the loop (z:copy(ops.add(z, 1)))"):format(plural(n, "value"))
+  end
+  return ("gt.cond: then_fn returns %s but there is no else_fn: when p is false no body runs, so gt.cond with " ..
+    "one body returns nothing; give an else_fn that returns tensors of the same shapes and dtypes, or write " ..
+    "into a tensor made before the gt.cond (y:copy(...)) and return nothing"):format(plural(n, "value"))
+end
+
+-- Both bodies' results: the same count, shapes and dtypes (nil), or what differs.
+local function differ(a, b)
+  if a.n ~= b.n then
+    return ("gt.cond: then_fn returns %s and else_fn %d: both bodies return the same number of tensors, with the " ..
+      "same shapes and dtypes (gt.cond returns the taken body's)"):format(plural(a.n, "tensor"), b.n)
+  end
+  for i = 1, a.n do
+    local x, y = a[i], b[i]
+    if x.dtype ~= y.dtype or gt._shape_str(x._shape) ~= gt._shape_str(y._shape) then
+      return ("gt.cond: result %d is %s from then_fn but %s from else_fn: both bodies return tensors of the " ..
+        "same shapes and dtypes"):format(i, describe(x), describe(y))
+    end
+  end
+end
+
+local NONE = { n = 0 }
+
+-- A device-side body's results r copied into out (made here when nil: the
+-- then body's), queued inside the body (its copies run only on its way).
+-- ok, out; or false and the error.
+local function copy_results(site, r, out)
+  local ok, _, err = run_in(site, function()
+    if not out then
+      out = { n = r.n }
+      for i = 1, r.n do out[i] = gt.tensor(r[i]._shape, r[i].dtype) end
+    end
+    for i = 1, r.n do out[i]:copy(r[i]) end
+  end, true)
+  if not ok then return false, err end
+  return true, out
+end
+
+-- The cond's entries from at closed, then err raised (level: 0 for a body's
+-- own error, as it is; else at gt.cond's caller).
+local function close_raise(at, err, level)
+  C.gt_cond_close(rt, at)
+  error(err, level == 0 and 0 or level + 1)
+end
+
 -- -- gt.cond ---------------------------------------------------------------
 
---- gt.cond(p, then_fn [, else_fn]): runs then_fn when the one-element tensor
---- p is nonzero, else else_fn; in a tree call both are recorded into one
---- conditional node and the device decides (no cut, no sync)
+--- gt.cond(p, then_fn [, else_fn]) -> the taken body's results: runs then_fn
+--- when the one-element tensor p is nonzero, else else_fn; in a tree call both
+--- are recorded into one conditional node and the device decides (no cut, no
+--- sync).  Bodies return tensors (the same number, shapes and dtypes) or nothing.
 local nconds = 0   -- gt.cond calls so far (a loop pass that ran one may write p in a branch it did not take)
 function gt.cond(p, then_fn, else_fn)
   nconds = nconds + 1
@@ -163,18 +247,51 @@ function gt.cond(p, then_fn, else_fn)
   local site = site_of("gt.cond", 2)
   if not gt._active or not device(else_fn ~= nil, 2) then
     if gt._active then host_point(2) end
-    local f = read(p, 2) and then_fn or else_fn
-    if f then run_body(site, f) end
-    return
+    local yes = read(p, 2)
+    local f = yes and then_fn or else_fn
+    if not f then return end
+    local ok, n, r1, r2 = run_in(site, f, false)
+    if not ok then error(r1, 0) end
+    if n == 0 then return end
+    local r = collect(n, r1, r2)
+    local which = yes and "then_fn" or "else_fn"
+    local bad = not else_fn and returns_none(which, n) or bad_results(which, r)
+    if bad then error(bad, 2) end
+    for i = 1, n do r[i] = r[i]:clone() end
+    return unpack(r, 1, n)
   end
   local code = CODE[p.dtype]
-  if C.gt_cond_mark(rt, IF, p._b, p._off, code, 0, site_id(site)) < 0 then error(gt._errmsg(), 2) end
-  run_device(site, then_fn)
-  if else_fn then
-    if C.gt_cond_mark(rt, ELSE, nil, 0, 0, 0, 0) < 0 then error(gt._errmsg(), 2) end
-    run_device(site, else_fn)
+  local at = C.gt_cond_mark(rt, IF, p._b, p._off, code, 0, site_id(site))
+  if at < 0 then error(gt._errmsg(), 2) end
+  -- (from here an error closes the cond's entries before it is raised: when
+  -- the user's pcall catches it, the call goes on as eager code does)
+  local ok, n, r1, r2 = run_in(site, then_fn, true)
+  if not ok then close_raise(at, r1, 0) end
+  local out, a
+  if n > 0 then
+    a = collect(n, r1, r2)
+    local bad = not else_fn and returns_none("then_fn", n) or bad_results("then_fn", a)
+    if bad then close_raise(at, bad, 2) end
+    ok, out = copy_results(site, a, nil)
+    if not ok then close_raise(at, out, 0) end
   end
-  if C.gt_cond_mark(rt, END, nil, 0, 0, 0, 0) < 0 then error(gt._errmsg(), 2) end
+  if else_fn then
+    if C.gt_cond_mark(rt, ELSE, nil, 0, 0, 0, 0) < 0 then close_raise(at, gt._errmsg(), 2) end
+    ok, n, r1, r2 = run_in(site, else_fn, true)
+    if not ok then close_raise(at, r1, 0) end
+    if n > 0 or out then
+      local b = n > 0 and collect(n, r1, r2) or NONE
+      local bad = bad_results("else_fn", b) or differ(a or NONE, b)
+      if bad then close_raise(at, bad, 2) end
+      if out then
+        local err
+        ok, err = copy_results(site, b, out)
+        if not ok then close_raise(at, err, 0) end
+      end
+    end
+  end
+  if C.gt_cond_mark(rt, END, nil, 0, 0, 0, 0) < 0 then close_raise(at, gt._errmsg(), 2) end
+  if out then return unpack(out, 1, out.n) end
 end
 
 -- -- gt.loop ---------------------------------------------------------------
@@ -185,6 +302,16 @@ local function never_writes(site, level)
 end
 
 local nwatch = 0   -- eager loops running (each watches its p)
+
+-- One pass of a loop run on the host: a body returns nothing.
+local function run_loop_body(site, body, level)
+  local ok, n, err = run_in(site, body, false)
+  if not ok then error(err, 0) end
+  if n > 0 then
+    for i = 1, n - 2 do spill[i] = nil end
+    error(returns_none("body_fn", n), level + 1)
+  end
+end
 
 -- Outside a tree: p is read before each pass; without max, a pass that
 -- did not write p raises (the loop could not end), unless it ran a gt.cond:
@@ -198,7 +325,7 @@ local function eager_loop(p, body, max, site)
     local i = 0
     while (not max or i < max) and read(p, 4) do
       local c0 = nconds
-      run_body(site, body)
+      run_loop_body(site, body, 5)
       i = i + 1
       if not max and not watch(true) and nconds == c0 then never_writes(site, 4) end
     end
@@ -216,7 +343,7 @@ local function host_loop(p, body, max, site)
     host_point(3)
     if (max and i >= max) or not read(p, 3) then return end
     local c0 = nconds
-    run_body(site, body)
+    run_loop_body(site, body, 3)
     if not max and nconds == c0 and C.gt_cond_writes(rt, 0, p._b, p._off, SIZE[p.dtype]) == 0 then never_writes(site, 3) end
     i = i + 1
   end
@@ -239,9 +366,19 @@ function gt.loop(p, body, opts)
   local code = CODE[p.dtype]
   local at = C.gt_cond_mark(rt, WHILE, p._b, p._off, code, max or 0, site_id(site))
   if at < 0 then error(gt._errmsg(), 2) end
-  run_device(site, body)
-  if not max and C.gt_cond_writes(rt, at + 1, p._b, p._off, SIZE[p.dtype]) == 0 then never_writes(site, 2) end
-  if C.gt_cond_mark(rt, END, p._b, p._off, code, max or 0, 0) < 0 then error(gt._errmsg(), 2) end
+  -- (an error from here closes the loop's entries first, bounded to the one
+  -- pass: eager code's loop stops at the pass that raised)
+  local ok, n, err = run_in(site, body, true)
+  if not ok then close_raise(at, err, 0) end
+  if n > 0 then
+    for i = 1, n - 2 do spill[i] = nil end
+    close_raise(at, returns_none("body_fn", n), 2)
+  end
+  if not max and C.gt_cond_writes(rt, at + 1, p._b, p._off, SIZE[p.dtype]) == 0 then
+    C.gt_cond_close(rt, at)
+    never_writes(site, 2)
+  end
+  if C.gt_cond_mark(rt, END, p._b, p._off, code, max or 0, 0) < 0 then close_raise(at, gt._errmsg(), 2) end
 end
 
 --- gt.cond_nodes() -> true when tree calls record gt.cond/gt.loop as conditional nodes

@@ -26,7 +26,7 @@ gt: CUDA graph trees scripted from Lua (require "gt"; preloaded by gtlua).
   branches  gt.cond(p, then_fn [, else_fn]), gt.loop(p, body_fn [, {max = n}]) decided on the device
   lifetimes gt.scope; t:free()
   looking   print(tree), gt.profile, gt.help
-  misc      gt.backend gt.device gt.clock gt.memory; gt.buckets.pow2 linear
+  misc      gt.backend gt.device gt.clock gt.memory; gt.buckets.pow2 linear; gt.bucket
 gt.help("name") for one of them; gt.help() lists every name.]],
 
   -- tensors
@@ -156,7 +156,7 @@ gt.tree(fn [, opts]) -> tree, a callable graph tree over fn
     max_recordings = 64   graphs the tree may hold
     on_limit = "eager"    past the limit: run new paths eagerly, or "error"
     copy_inputs = false   copy every tensor input into the pool first (what the call writes into one goes back after it)
-    buckets = {dim =, sizes =}   pad inputs to a few sizes (gt.buckets.pow2)
+    buckets = {dim =, sizes = [, pad =], narrow =, verify =}   pad inputs to a few sizes (?gt.buckets)
     warn_shapes = 8       warn when a tree sees more input shapes than that (false: never)
     key = function(...) return k end, patch = {i, ...}, verify = n   keyed calls
   Any other name, or a value of the wrong kind, raises naming the option.
@@ -258,16 +258,21 @@ print(tree), tostring(tree) -> the tree drawn for a terminal
 
   -- device-side branches
   ["gt.cond"] = [[
-gt.cond(p, then_fn [, else_fn]): then_fn() when p is nonzero, else else_fn()
+gt.cond(p, then_fn [, else_fn]) -> the taken body's results: then_fn() when p is nonzero, else else_fn()
   p: a one-element tensor (f32, i32, i64 or u8) that kernels write. In a tree
   call both bodies are recorded once into a conditional node of the same
   graph: no cut, no host sync, the device picks the body at replay. Outside a
   tree (and in warmups) p is read on the host and one body runs: the same
   results. Bodies launch kernels and may nest conds and loops, but must not
   read the device on the host (item, tolist, host copies, gt.cut, gt.sync
-  raise). Write results into tensors made before the cond (y:copy(...)): a
-  tensor made in a body is only valid after it if both ways write it. Nothing
-  is returned. Without conditional nodes (a driver before CUDA 12.4, or 12.8
+  raise). With both bodies, each returns the same number of tensors with the
+  same shapes and dtypes (else an error naming what differs), and gt.cond
+  returns the taken one's, as torch.cond does: new tensors (in a tree both
+  bodies copy theirs into the same results). With one body nothing is
+  returned (values raise): write into tensors made before the cond
+  (y:copy(...)); a tensor made in a body is only valid after it if both ways
+  write it. An error in a body that a pcall catches closes the cond: the call
+  goes on. Without conditional nodes (a driver before CUDA 12.4, or 12.8
   for an else body; GTLUA_NO_COND=1) a tree call branches on the host: a
   sync, and a child node per way (one warning says so). See gt.cond_nodes().]],
   ["gt.loop"] = [[
@@ -275,7 +280,10 @@ gt.loop(p, body_fn [, {max = n}]): body_fn() while p is nonzero, at most n times
   p as for gt.cond, checked before each pass. The body must write p (a kernel
   that computes the condition) unless max is given; a body that never writes
   it raises. In a tree call the loop is one conditional WHILE node, the pass
-  count decided on the device. Outside a tree p is read (a sync) per pass.]],
+  count decided on the device. Outside a tree p is read (a sync) per pass.
+  The body returns nothing (values raise): it writes tensors made before the
+  loop (z:copy(ops.add(z, 1))). An error in the body that a pcall catches
+  ends the loop at that pass, as eager code's loop ends.]],
   ["gt.cond_nodes"] = [[
 gt.cond_nodes() -> ok [, why]
   true when tree calls record gt.cond and gt.loop as conditional graph nodes
@@ -368,10 +376,26 @@ gt.ops.embedding(ids, table) -> rows of table
   -- buckets
   ["gt.buckets"] = [[
 gt.buckets: sizes for gt.tree's buckets option, so few recordings serve many shapes.
-  gt.tree(fn, {buckets = {dim = 1, sizes = gt.buckets.pow2(64)}})
-  External inputs are padded along dim to the next size (zero-filled), the
-  bucket's path runs, outputs are narrowed back; larger than the last: eager.
+  gt.tree(fn, {buckets = {dim = 1, sizes = gt.buckets.pow2(64), narrow = {1}}})
+  External inputs are padded along dim to the next size (with pad, 0 by
+  default: pad = -math.huge before a max), the bucket's path runs on them;
+  larger than the last: eager. The body sees the padded size; gt.bucket()
+  gives it the real one. Results listed in narrow (positions, or a
+  function(i, t, k) -> bool) are narrowed back where they have the padded
+  size; without narrow every such result is, with one warning naming them.
+  verify = n: every n-th padded call also runs the body unpadded, eagerly,
+  and raises naming the first result that differs.
+  A list of specs pads several dims or arguments (arg = i): buckets =
+  {{dim = 1, sizes = ...}, {dim = 2, sizes = ...}, narrow = {...}}.
   gt.buckets.pow2(max), gt.buckets.linear(step, max)]],
+  ["gt.bucket"] = [[
+gt.bucket([dim]) -> real, padded
+  In a call of a tree with buckets: the real size of the call's bucketed
+  inputs along dim (default: the first spec's) and the size they are padded
+  to (the same when the call pads nothing: at a bucket's size, beyond the
+  last, in verify's eager run); nil outside such a call. Plain numbers: pass
+  the real size to a kernel as a scalar (patched, the path stays).
+  local n = gt.bucket() or x.shape[1]   -- runs eagerly too]],
   ["gt.buckets.pow2"] = [[
 gt.buckets.pow2(max) -> {1, 2, 4, ..., max}]],
   ["gt.buckets.linear"] = [[

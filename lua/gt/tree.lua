@@ -212,6 +212,20 @@ function gt.tree(fn, opts)
   return self
 end
 
+--- gt.bucket([dim]) -> real, padded: inside a call of a tree with buckets, the
+--- real size of the call's bucketed inputs along dim (default: the first
+--- spec's dim) and the size they are padded to (the same number when the call
+--- pads nothing: at a bucket's size, beyond the last bucket, verify's eager
+--- run); nil outside such a call (eager code: `local n = gt.bucket() or x.shape[1]`)
+function gt.bucket(dim)
+  if dim ~= nil and (type(dim) ~= "number" or dim < 1 or dim ~= math.floor(dim) or dim >= 2 ^ 31) then
+    gt._error("gt.bucket([dim]): dim must be a bucketed dimension (a whole number >= 1), got " .. gt._show(dim))
+  end
+  local b = rawget(gt, "buckets")            -- (loaded by every tree with buckets)
+  if not b then return nil end
+  return b._sizes(dim)
+end
+
 -- -- Calls ---------------------------------------------------------------
 
 -- A tensor input that lives in this tree's pool (an output of its previous
@@ -766,6 +780,7 @@ function Tree:stats()
       cuts = cut_sites(self._t, id, site, count),
     }
   end
+  if self._buckets then r.buckets = { verified = self._buckets.verified } end
   if self._keyed then
     local c = self._kstats
     local refused = {}

@@ -65,16 +65,43 @@ local function check_patch(v, bad, fail)
   end
 end
 
-local SPEC_KEYS = { dim = true, sizes = true, arg = true }
+local SPEC_KEYS = { dim = true, sizes = true, arg = true, pad = true }
+local TOP_KEYS = { narrow = true, verify = true }   -- the buckets table's own (one spec's table, or the list's)
 
-local function check_bucket(b, where, bad, fail)
-  if type(b) ~= "table" then bad(where, b, "a table {dim = d, sizes = {...}} (e.g. sizes = gt.buckets.pow2(64))") end
-  for k in pairs(b) do
-    if not SPEC_KEYS[k] then
-      fail("gt.tree: option " .. where .. " has the unknown key " .. show(k) ..
-        "; a bucket spec is {dim = d (1-based, default 1), sizes = {...} [, arg = i (the argument to pad)]}")
+-- narrow and verify, on the buckets table (where: "buckets").
+local function check_top(b, where, bad)
+  local rule = b.narrow
+  if rule ~= nil and type(rule) ~= "function" then
+    local ok = type(rule) == "table" and getmetatable(rule) == nil
+    for k, i in pairs(ok and rule or {}) do ok = ok and whole(k, 1, #rule) and whole(i, 1, INT_MAX) end
+    if not ok then
+      bad(where .. ".narrow", rule, "a list of result positions (e.g. {1, 3}: those results are narrowed back) " ..
+        "or a function(i, t, k) returning whether result i (t, at key k in a table result) is")
     end
   end
+  if b.verify ~= nil and not whole(b.verify, 1, INT_MAX) then
+    bad(where .. ".verify", b.verify, "a whole number >= 1 (every n-th padded call also runs the body eagerly " ..
+      "without padding and compares the results)")
+  end
+end
+
+local function check_bucket(b, where, bad, fail, top)
+  if type(b) ~= "table" then bad(where, b, "a table {dim = d, sizes = {...}} (e.g. sizes = gt.buckets.pow2(64))") end
+  for k in pairs(b) do
+    if TOP_KEYS[k] and not top then
+      fail("gt.tree: option " .. where .. " has the key " .. show(k) .. ", which belongs to the buckets table " ..
+        "itself: buckets = { {dim = ...}, {dim = ...}, " .. k .. " = ... }")
+    end
+    if not SPEC_KEYS[k] and not (top and TOP_KEYS[k]) then
+      fail("gt.tree: option " .. where .. " has the unknown key " .. show(k) ..
+        "; a bucket spec is {dim = d (1-based, default 1), sizes = {...} [, arg = i (the argument to pad)]" ..
+        " [, pad = v (the pad value, 0 by default)]}, and the buckets table may say narrow = {...} and verify = n")
+    end
+  end
+  if b.pad ~= nil and type(b.pad) ~= "number" then
+    bad(where .. ".pad", b.pad, "a number (what the padding holds, 0 by default; -math.huge before a max)")
+  end
+  if top then check_top(b, where, bad) end
   if b.dim ~= nil and not whole(b.dim, 1, INT_MAX) then bad(where .. ".dim", b.dim, "a dimension: a whole number >= 1 (1-based)") end
   if b.arg ~= nil then
     local _, allowed = position(b.arg)
@@ -94,12 +121,16 @@ end
 
 local function check_buckets(v, bad, fail)
   if type(v) ~= "table" then bad("buckets", v, "{dim = d, sizes = {...}} or a list of them") end
-  if v.sizes ~= nil or v.dim ~= nil or v.arg ~= nil then return check_bucket(v, "buckets", bad, fail) end
+  if v.sizes ~= nil or v.dim ~= nil or v.arg ~= nil or v.pad ~= nil then return check_bucket(v, "buckets", bad, fail, true) end
   if #v == 0 then bad("buckets", v, "{dim = d, sizes = {...}} or a non-empty list of them") end
   for k in pairs(v) do
-    if not whole(k, 1, #v) then fail("gt.tree: option buckets must be {dim = d, sizes = {...}} or a list of them; it has the key " .. show(k)) end
+    if not whole(k, 1, #v) and not TOP_KEYS[k] then
+      fail("gt.tree: option buckets must be {dim = d, sizes = {...}} or a list of them (with narrow = {...}, " ..
+        "verify = n); it has the key " .. show(k))
+    end
   end
-  for i, b in ipairs(v) do check_bucket(b, "buckets[" .. i .. "]", bad, fail) end
+  for i, b in ipairs(v) do check_bucket(b, "buckets[" .. i .. "]", bad, fail, false) end
+  check_top(v, "buckets", bad)
 end
 
 local NAMES = { "name", "warmup", "max_recordings", "on_limit", "copy_inputs", "buckets", "warn_shapes", "key", "patch", "verify" }

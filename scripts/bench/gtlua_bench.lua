@@ -168,7 +168,7 @@ function M.scenarios(cfg, m)
       fn = chain, args = at_size, variants = nb, kernels = cfg.layers, keyed = { key = one }, siblings = true },
     { name = "shapes+buckets", label = format("shapes with buckets = pow2(%d)", cfg.batches[nb]),
       fn = chain, args = at_size, variants = nb, kernels = cfg.layers,
-      opts = { buckets = { dim = 1, sizes = gt.buckets.pow2(cfg.batches[nb]) } } },
+      opts = { buckets = { dim = 1, sizes = gt.buckets.pow2(cfg.batches[nb]), narrow = { 1 } } } },
   }
   for _, n in ipairs(cfg.grow) do
     list[#list + 1] = { name = "grow-" .. n, grow = n, label = format("chain of %d linear+relu kernels", n),
@@ -196,7 +196,7 @@ function M.decode_scenarios(cfg)
     local ids
     local sc = { name = "decode-" .. B, batch = B, variants = 1,
       label = format("GPT decode step, batch %d", B), kernels = 0,   -- both refined by setup
-      opts = { buckets = { dim = 1, sizes = { 1, 2, 4, 8, 16 } } },
+      opts = { buckets = { dim = 1, sizes = { 1, 2, 4, 8, 16 }, narrow = { 1 } } },
       fn = function(x, pos) local _, logits = gm.step(x, pos, 1); return logits end,
       args = function(i) return ids, (i - 1) % d.ctx end,
       -- keyed: the same buckets, the position patched
