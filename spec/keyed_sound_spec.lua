@@ -161,12 +161,14 @@ describe("keyed calls are never wrong #keyed", function()
     end
   end)
 
+  local function divide(x, d)
+    local y = gt.tensor(x.shape)
+    K.divf(1, 32, y, x, d, x.numel)
+    return y
+  end
+
   it("case 4: -0.0 and 0.0 are two keys (numbers key by their bits)", function()
-    local function body(x, d)
-      local y = gt.tensor(x.shape)
-      K.divf(1, 32, y, x, d, x.numel)
-      return y
-    end
+    local body = divide
     local step = gt.tree(body, { key = function(_, d) return d end })
     local x = gt.full({ 4 }, 1)
     same_as_eager(step, body, { { x, 0.0 }, { x, 0.0 }, { x, 0.0 }, { x, 0.0 }, { x, -0.0 }, { x, -0.0 }, { x, 0.0 }, { x, -0.0 } })
@@ -176,11 +178,7 @@ describe("keyed calls are never wrong #keyed", function()
   end)
 
   it("case 4: -0.0 as a patch number reaches the kernel with its sign", function()
-    local function body(x, d)
-      local y = gt.tensor(x.shape)
-      K.divf(1, 32, y, x, d, x.numel)
-      return y
-    end
+    local body = divide
     local step = gt.tree(body, { key = function() return 1 end, patch = { 2 } })
     local x = gt.full({ 4 }, 1)
     same_as_eager(step, body, { { x, 1 }, { x, 2 }, { x, 3 }, { x, -0.0 }, { x, 0.0 }, { x, -0.0 } })
