@@ -259,7 +259,11 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
     gt_fail(rt, "%s: %s", chunkname, why);
     return NULL;
   }
-  if (nk == 0) { gt_fail(rt, "%s: no __global__ function found", chunkname); return NULL; }
+  if (nk == 0) {
+    gt_fail(rt, "%s: no __global__ function found: a kernel is a `__global__ void name(...)` function, and each one "
+            "becomes K.name; mark the kernels __global__ (a __device__ function is a helper the kernels call)", chunkname);
+    return NULL;
+  }
   size_t arena = 0;
   for (int i = 0; i < nk; i++) arena += 256 + ks[i].np * (3 + 2 * sizeof(char *) + 256);
   gt_module *m = calloc(1, sizeof *m);
