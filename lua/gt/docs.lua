@@ -190,7 +190,9 @@ tree:stats() -> a plain table
       cut ("model.lua:31 item" | "gt.cut at model.lua:12" | "return": the first site),
       cuts ({{site = "model.lua:31", reason = "item", cut = "model.lua:31 item", count}}: every site),
       why ("first path" | "new branch after [3]" | "new shape 16x256 (sibling [4] has 8x256)"
-           | "static W moved (linear_f32, sibling [0])")}} }    -- ids from 0
+           | "static W moved (linear_f32, sibling [0])"),
+      shared, shared_with (a new branch: its leading launches that sibling shared_with
+           begins with too, a host branch without gt.cut(); 0 and nil: none)}} }    -- ids from 0
   gpu_us: from a node's first 8 launches and one in 256 (every launch
   with gt.profile(true)).  A keyed tree also has
   keyed = {hits, misses, verified, refused = {[reason] = count}, fused}
