@@ -17,7 +17,8 @@ __global__ void scale_shift(float *y, const float *x, float a, float b, int n) {
 }]]
 
 -- Weights are static (their address never changes, which recorded graphs rely
--- on).  linear's W is {in, out}: y = x @ W + b (PyTorch's nn.Linear stores {out, in}).
+-- on).  linear's W is {in, out}: y = x @ W + b (PyTorch's nn.Linear stores {out, in}:
+-- gt.ops.transpose(W), or W:t(), gives linear's layout).
 local function weight(seed, k, n) return gt.randn({ k, n }, { seed = seed, scale = 1 / math.sqrt(k) }):static() end
 local W1, Wa, Wb, W2 = weight(1, d, d), weight(2, d, d), weight(3, d, d), weight(4, d, 10)
 local b1, b2 = gt.zeros({ d }):static(), gt.zeros({ 10 }):static()

@@ -131,6 +131,7 @@ api { name = "gt.ops.axpby", f = ops.axpby, n = 4, args = function() return { 1,
       ok = { nums(), {}, nums(), {} } }
 api { name = "gt.ops.copy", f = ops.copy, n = 2, args = function() return { t22(), t22() } end, tree = true, ok = {} }
 api { name = "gt.ops.matmul", f = ops.matmul, n = 2, args = function() return { t22(), t22() } end, tree = true, ok = {} }
+api { name = "gt.ops.transpose", f = ops.transpose, n = 1, args = function() return { t22() } end, tree = true, ok = {} }
 api { name = "gt.ops.linear", f = ops.linear, n = 4, args = function() return { t22(), t22(), gt.zeros({ 2 }) } end,
       tree = true, ok = { set("3-d"), {}, set("nil"), set("nil") } }
 api { name = "gt.ops.layernorm", f = ops.layernorm, n = 4,
@@ -166,6 +167,7 @@ local recv_any = set("3-d", "i32", "strided")   -- any live tensor is a receiver
 -- what a tensor knows without its memory: a freed or stale one answers too
 local meta = set("3-d", "i32", "strided", "stale", "freed")
 method("clone", 1, function() return { t22() } end, { recv_any })
+method("t", 1, function() return { t22() } end, { {} })
 method("contiguous", 1, function() return { t22() } end, { meta })   -- (itself, or a copy of a strided one)
 method("is_contiguous", 1, function() return { t22() } end, { meta })
 method("is_stale", 1, function() return { t22() } end, { meta })

@@ -650,6 +650,16 @@ end
 function Tensor:contiguous() if not istype(TT, self) then not_tensor(self, 2) end if self._strides then return self:clone() end return self end
 function Tensor:is_contiguous() if not istype(TT, self) then not_tensor(self, 2) end return self._strides == nil end
 
+--- t:t() -> the transpose of a 2-D f32 tensor, a new tensor (gt.ops.transpose(t))
+function Tensor:t()
+  if not istype(TT, self) then not_tensor(self, 2) end
+  local n = #SHAPES[self._sid]
+  if n ~= 2 then
+    error("t:t(): the tensor must be 2-D (a matrix), got " .. gt._show(self) .. (n > 2 and "; :view() it as 2-D first" or ""), 2)
+  end
+  return gt.ops.transpose(self)
+end
+
 --- t:static() marks a weight: keyed by address in trees; returns t
 function Tensor:static()
   local b = live(self, 2)
