@@ -26,6 +26,7 @@ typedef void (*gt_cpu_entry)(gt_cpu_ctx *c, void **args);
 /* -- CUDA surface ------------------------------------------------------- */
 #include <assert.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -138,7 +138,11 @@ gt.compile(src [, {name =, graph = true, options =}]) -> { kernel_name = kernel,
   name: the file name in messages; graph = false: the kernels never go into a
   graph (segments that launch them run eagerly, counted as skips);
   options: extra compiler options (NVRTC on cuda, the host compiler on cpu).
-  A compile error raises with the compiler's log.
+  A compile error raises with the compiler's log. Device code only, on both
+  backends alike: a host header (<vector>, <iostream>, ...) or a std:: name
+  raises (NVRTC has no C++ standard library); <cstdint>, <cmath>, <cstdio>,
+  <cfloat>, <climits>, <cstddef>, <cassert>, <cstdlib>, <cstring> may be
+  included for what device code has of them.
   local K = gt.compile[[ __global__ void k(float *y, int n) { ... } ]]]=],
   ["gt.load"] = [[
 gt.load(path [, opts]) -> the kernels of a .cu file, as gt.compile returns them

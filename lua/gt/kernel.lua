@@ -460,11 +460,11 @@ local function compile(src, opts, chunk)
     local msg = gt._errmsg()
     if opts.at then          -- a source string named by its gt.compile's file:line: its own lines said as such
       local esc = chunk:gsub("%p", "%%%0")
-      -- (the message is raised at that same file:line: "chunk: " leading it would say it twice)
-      if msg:sub(1, #chunk + 2) == chunk .. ": " then msg = msg:sub(#chunk + 3) end
       msg = msg:gsub(esc .. ":(%d+):(%d+):", chunk .. ": kernel source line %1:%2:")
                :gsub(esc .. ":(%d+):", chunk .. ": kernel source line %1:")
                :gsub(esc .. "%((%d+)%)", chunk .. ": kernel source line %1")        -- (NVRTC's form)
+      -- (the message is raised at that same file:line: "chunk: " leading it would say it twice)
+      if msg:sub(1, #chunk + 2) == chunk .. ": " then msg = msg:sub(#chunk + 3) end
     end
     error(msg, 3)
   end
