@@ -34,14 +34,15 @@ trap 'rm -f "$out"' EXIT
 cpass=0 cfail=1
 if [ -x "$TESTBIN" ]; then
   "$TESTBIN" > "$out" 2>&1
-  set -- $(awk '/^C tests: [0-9]+ passed, [0-9]+ failed$/ { p = $3; f = $5 }
+  set -- $(awk 'match($0, /C tests: [0-9]+ passed, [0-9]+ failed/) { split(substr($0, RSTART, RLENGTH), w, " ");
+                  p = w[3]; f = w[5] }
                 END { print (p == "" ? 0 : p), (f == "" ? 1 : f), (p == "" ? 0 : 1) }' "$out")
   cpass=$1 cfail=$2
   if [ "$3" = 0 ]; then
     tail -n 40 "$out"
     echo "C tests: $TESTBIN ended without its summary line (it crashed?)"
   elif [ "$cfail" != 0 ]; then
-    grep -v '^C tests: ' "$out"
+    sed 's/C tests: [0-9]* passed, [0-9]* failed//' "$out" | grep -v '^$'
   fi
 else
   echo "C tests: $TESTBIN is missing (make builds it)"

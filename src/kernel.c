@@ -749,5 +749,16 @@ void gt_test_kernel(void) {
   GT_CHECK(ks[2].np == 0);
   GT_CHECK(parse_kernels("__global__ void bad(float **p) {}", ks, 8, &n, err) == GT_ERR && strstr(err, "pointer to a pointer"));
   GT_CHECK(parse_kernels("__global__ void bad(half h) {}", ks, 8, &n, err) == GT_ERR && strstr(err, "'h'"));
+  /* what NVRTC compiles: a device C header blanked, a host header or a std:: name refused at its line */
+  const char *ok = "#include <cmath>\n// std::vector\n__global__ void k(float *y) { y[0] = sqrtf(\"std::x\"[0]); }\n";
+  char out[256];
+  strcpy(out, ok);
+  GT_CHECK(check_portable(NULL, ok, out, "a.cu") == GT_OK && !strncmp(out, "                \n// std::vector", 30));
+  strcpy(out, "x\n  #  include <vector>\n");
+  GT_CHECK(check_portable(NULL, out, out, "a.cu") == GT_ERR && strstr(gt_errmsg(NULL), "a.cu:2: #include <vector>: NVRTC"));
+  strcpy(out, "#line 7 \"h.cuh\"\n__device__ int f() { return std::min(1, 2); }\n");
+  GT_CHECK(check_portable(NULL, out, out, "a.cu") == GT_ERR && strstr(gt_errmsg(NULL), "h.cuh:7: std::min: NVRTC"));
+  strcpy(out, "#include <cuda_fp16.h>\n__device__ int mystd::x;\n");
+  GT_CHECK(check_portable(NULL, out, out, "a.cu") == GT_OK && out[0] == '#');
 }
 #endif

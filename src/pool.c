@@ -314,7 +314,7 @@ static void gt_test_pool_growing(void) {
   GT_CHECK(gt_pool_init_growing(&p, &be, NULL, err) == GT_OK && p.growing == 1);
   p.first = 8ull << 30;
   GT_CHECK(gt_pool_alloc(&p, 100, NULL, &a, err) == GT_OK && p.reserve == 4096);
-  GT_CHECK(gt_pool_alloc(&p, 5ull << 30, NULL, &a, err) == GT_ERR && strstr(err, "request of 5368709120 bytes"));
+  GT_CHECK(gt_pool_alloc(&p, 5ull << 30, NULL, &a, err) == GT_ERR && strstr(err, "request of 5.0 GiB"));
   gt_pool_destroy(&p);
   GT_CHECK(t_ranges == 0 && t_live == 0);
 }
@@ -349,5 +349,9 @@ void gt_test_pool(void) {
   GT_CHECK(iv3[0].off == 0 && iv3[1].off == 1024 && p.n == 2);
   gt_pool_destroy(&p);
   gt_test_pool_growing();
+  char u[GT_BYTES_LEN];                                 /* the sizes messages give, in units */
+  GT_CHECK(!strcmp(gt_bytes(512, u), "512 B") && !strcmp(gt_bytes(8192, u), "8.0 KiB"));
+  GT_CHECK(!strcmp(gt_bytes(3ull << 19, u), "1.5 MiB") && !strcmp(gt_bytes(2ull << 30, u), "2.0 GiB"));
+  GT_CHECK(!strcmp(gt_bytes(4ull << 40, u), "4.0 TiB") && !strcmp(gt_bytes(0, u), "0 B"));
 }
 #endif
