@@ -62,9 +62,11 @@ run: deps
 	$(BUILD)/gtlua examples/quickstart.lua
 
 # The C checks, then the specs inside gtlua (scripts/test.sh; .busted's default
-# task); GTLUA_BACKEND picks the backend, BUSTED the busted script.
+# task); GTLUA_BACKEND picks the backend, BUSTED the busted script.  The build
+# is silent (-s: compiler messages only), so that the log holds what test.sh
+# prints: failures, skips and the closing "N passed, N failed".
 test: deps
-	@$(MAKE) --no-print-directory all $(BUILD)/gtlua-test
+	@$(MAKE) -s --no-print-directory all $(BUILD)/gtlua-test
 	@sh scripts/test.sh
 
 # C-level unit tests (pool, planner, key hash), compiled with -DGT_TEST.

@@ -128,6 +128,11 @@ local function main(argv)
     print(("  keyed %10.1f tokens/s  %8.1f host us/step"):format(rate(kd), kd.host_us))
     print("  sequence 1: " .. table.concat(t.tokens[1], " "))
   end
+  if gt.backend() == "cpu" then
+    print("cpu backend: kernels run on the host as they are launched, so eager, tree and keyed steps run the same")
+    print("  kernels and their rates differ by host bookkeeping and this machine's noise; what the tree saves a GPU")
+    print("  (one graph launch a step instead of a launch per kernel) shows there: README.md, A real model")
+  end
   print(step)
   local s, ks = step:stats(), keyed:stats()
   local kk = ks.keyed or {}

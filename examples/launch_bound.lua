@@ -1,5 +1,7 @@
 -- launch_bound.lua: the advisor's two poles: a chain of many small kernels (launch-bound in eager)
--- and a few large matmuls (device-bound: a tree gains little).
+-- and a few large matmuls (device-bound: a tree gains little).  The verdict is a GPU's: on the
+-- cpu backend kernels run on the host as they are launched, and the advisor says so, with what
+-- it measures there (the kernels' time, an eager launch's host cost, the steps).
 --
 --   gtlua --advise examples/launch_bound.lua       the verdict, with numbers, per tree
 --   gtlua --report=lb.html examples/launch_bound.lua
@@ -31,3 +33,7 @@ for _ = 1, 8 do matmuls(m) end
 gt.sync()
 print(chain)
 print(matmuls)
+if not cuda then
+  print("cpu backend: which tree is launch-bound shows on a GPU (kernels run here as they are launched);")
+  print("  gtlua --advise examples/launch_bound.lua says what this backend measures")
+end

@@ -53,3 +53,23 @@ __global__ void linear_f32(float *Y, const float *X, const float *W, const float
 __global__ void matmul_f32(float *Y, const float *A, const float *B, int M, int N, int K) {
   gt_tiled(Y, A, B, A, M, N, K, 0, 0);
 }
+
+// Y = X^T: X [R,C], Y [C,R].  16x16 blocks over a grid of ceil(C/16) x
+// ceil(R/16), grid-strided like gt_tiled; each tile goes through shared memory
+// (a column of padding keeps the transposed read off one bank), so that both
+// the read of X and the write of Y are along rows.
+__global__ void transpose_f32(float *Y, const float *X, int R, int C) {
+  __shared__ float t[GT_TILE][GT_TILE + 1];
+  int tx = threadIdx.x, ty = threadIdx.y;
+  int tiles_r = (R + GT_TILE - 1) / GT_TILE, tiles_c = (C + GT_TILE - 1) / GT_TILE;
+  for (int tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
+    for (int tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
+      int r = tr * GT_TILE + ty, c = tc * GT_TILE + tx;
+      if (r < R && c < C) t[ty][tx] = X[(long long)r * C + c];
+      __syncthreads();
+      int yr = tc * GT_TILE + ty, yc = tr * GT_TILE + tx;     // Y[yr][yc] = X[yc][yr] = t[tx][ty]
+      if (yr < C && yc < R) Y[(long long)yr * R + yc] = t[tx][ty];
+      __syncthreads();
+    }
+  }
+}

@@ -1,14 +1,19 @@
 #!/bin/sh
 # test.sh: the C unit tests, then the Busted specs inside gtlua (a task of
-# .busted); prints one closing line "N passed, N failed" and fails when
-# anything failed.
+# .busted).  It prints only what needs a look: each failure (the C tests'
+# failing checks; a failed spec with where and its message), each skipped
+# spec with its reason, and one closing line "N passed, N failed" (the C
+# checks and the specs together); it fails when anything failed.
 #   GTLUA_BACKEND=cpu|cuda picks the backend (auto by default): cpu runs the
 #     task `default`, cuda the task `gpu` (the #gpu specs too);
 #   TEST_BROWSER=1 adds the #browser specs; BUSTED_ARGS adds Busted options
-#     (e.g. --tags=tree, or --run=slow);
+#     (e.g. --tags=tree, or --run=slow) or spec files;
 #   BUSTED names the busted script (default: busted on the PATH).
-# Busted reports in TAP (one "ok N - name" or "not ok N - name" line a spec,
-# then the plan "1..N"); a run without its plan line crashed, and counts as a failure.
+# Busted reports in TAP through scripts/tap.lua (one "ok N - name" or "not ok
+# N - name" line a spec, "ok N - # SKIP name: reason" for a skipped one, then
+# the plan "1..N"); a run without its plan line crashed: its last lines are
+# shown and it counts as a failure, as do C tests that end without their
+# "C tests: N passed, M failed" line.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${GTLUA_BIN_UNDER_TEST:-build/gtlua}
@@ -25,23 +30,39 @@ fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-# The C tests end with the line "C tests: N passed, M failed".
+# The C tests print their failing checks, then "C tests: N passed, M failed".
 cpass=0 cfail=1
 if [ -x "$TESTBIN" ]; then
-  "$TESTBIN" 2>&1 | tee "$out"
-  set -- $(awk '/^C tests:/ { p = $3; f = $5 } END { print (p == "" ? 0 : p), (f == "" ? 1 : f) }' "$out")
+  "$TESTBIN" > "$out" 2>&1
+  set -- $(awk 'match($0, /C tests: [0-9]+ passed, [0-9]+ failed/) { split(substr($0, RSTART, RLENGTH), w, " ");
+                  p = w[3]; f = w[5] }
+                END { print (p == "" ? 0 : p), (f == "" ? 1 : f), (p == "" ? 0 : 1) }' "$out")
   cpass=$1 cfail=$2
+  if [ "$3" = 0 ]; then
+    tail -n 40 "$out"
+    echo "C tests: $TESTBIN ended without its summary line (it crashed?)"
+  elif [ "$cfail" != 0 ]; then
+    sed 's/C tests: [0-9]* passed, [0-9]* failed//' "$out" | grep -v '^$'
+  fi
 else
   echo "C tests: $TESTBIN is missing (make builds it)"
 fi
 
-echo "backend: $backend (.busted task: $task${exclude:+, $exclude})"
 # shellcheck disable=SC2086
-$BIN "$BUSTED" --run="$task" $exclude --output=TAP ${BUSTED_ARGS:-} 2>&1 | tee "$out"
-set -- $(awk '/^ok [0-9]+ - # SKIP/ { s++; next } /^ok [0-9]/ { p++ } /^not ok [0-9]/ { f++ }
+$BIN "$BUSTED" --run="$task" $exclude --output=scripts/tap.lua ${BUSTED_ARGS:-} > "$out" 2>&1
+# failures with their "# " lines, and skips
+awk '/^not ok [0-9]+ - / { shown = 1; print; next }
+     shown && /^# / { print; next }
+     { shown = 0 }
+     /^ok [0-9]+ - # SKIP / { sub(/^ok [0-9]+ - # SKIP /, "skipped: "); print }' "$out"
+set -- $(awk '/^ok [0-9]+ - # SKIP / { s++; next } /^ok [0-9]+ - / { p++ } /^not ok [0-9]+ - / { f++ }
               /^1\.\.[0-9]+$/ { plan = 1 } END { print p + 0, f + 0, s + 0, plan + 0 }' "$out")
-ok=$1 bad=$2 pending=$3
-if [ "$4" = 0 ]; then bad=$((bad + 1)); echo "busted ended without its TAP plan line (it crashed?)"; fi
-echo "specs: $ok passed, $bad failed, $pending pending"
+ok=$1 bad=$2
+if [ "$4" = 0 ]; then            # what it printed after its last result (at most 40 lines), then the verdict
+  bad=$((bad + 1))
+  awk '/^(not )?ok [0-9]+ - / { n = 0; inres = 1; next } inres && /^# / { next } { inres = 0; l[++n] = $0 }
+       END { for (i = (n > 40 ? n - 39 : 1); i <= n; i++) print l[i] }' "$out"
+  echo "busted ended without its TAP plan line (it crashed?)"
+fi
 echo "$((cpass + ok)) passed, $((cfail + bad)) failed"
 [ $((cfail + bad)) -eq 0 ]

@@ -258,4 +258,35 @@ end)
     assert.equal(1, status2)
     assert.truthy(out2:find("1 success / 1 failure", 1, true), out2)
   end)
+
+  it("make test's runner (scripts/test.sh) prints only failures, skips with their reason, and one closing total", function()
+    -- a stand-in for the C tests (one failing check) and spec/fixtures/quiet_suite.lua for the specs
+    local fake = tmpfile('#!/bin/sh\necho "check failed: src/x.c:12: 1 == 2"\necho "C tests: 5 passed, 1 failed"\n')
+    os.execute("chmod +x " .. shq(fake))
+    local busted = os.getenv("GTLUA_BUSTED") or "/usr/bin/busted"
+    local env = "GTLUA_BIN_UNDER_TEST=" .. shq(BIN) .. " GTLUA_TEST_BIN=" .. shq(fake) .. " BUSTED=" .. shq(busted) ..
+      " BUSTED_ARGS=spec/fixtures/quiet_suite.lua"
+    local status, out, err = S.sh(env .. " sh scripts/test.sh")
+    local cstatus, cout = S.sh(env .. " QUIET_SUITE_CRASH=1 sh scripts/test.sh")
+    os.remove(fake)
+    assert.equal(1, status, err)
+    assert.equal("", err)
+    local lines = {}
+    for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.equal("7 passed, 3 failed", lines[#lines], out)        -- the C checks and the specs in one total, last
+    assert.equal("check failed: src/x.c:12: 1 == 2", lines[1], out)
+    assert.truthy(out:find("not ok 2 - quiet suite fails\n# spec/fixtures/quiet_suite.lua @ 10\n", 1, true), out)
+    assert.truthy(out:find("not ok 4 - quiet suite raises\n", 1, true), out)
+    assert.truthy(out:find("boom in a spec", 1, true), out)
+    assert.truthy(out:find("\nskipped: quiet suite is pending: [^\n]*needs a widget\n"), out)
+    for _, noise in ipairs { "stray", "^ok ", "\nok ", "1%.%.", "passed, 0 failed", "specs:", "backend:", "C tests:" } do
+      assert.falsy(out:find(noise), noise .. " in:\n" .. out)
+    end
+    local totals = select(2, out:gsub("%d+ passed, %d+ failed", ""))
+    assert.equal(1, totals, out)
+    -- a run that ends without its plan crashed: what it printed after its last result, and one more failure
+    assert.equal(1, cstatus)
+    local tail = "\nlast words\nbusted ended without its TAP plan line (it crashed?)\n6 passed, 4 failed\n"
+    assert.equal(tail, cout:sub(-#tail), cout)
+  end)
 end)

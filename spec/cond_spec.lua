@@ -234,7 +234,8 @@ describe("gt.cond and gt.loop refuse", function()
       assert.matches("a tensor made in the else body of gt%.cond at .*cond_spec%.lua:%d+ is read after it by " ..
         "[%w_]+ %(launch %d+%), but the then body does not write it", err)
       ok, err = pcall(only_then, x)
-      assert.matches("made in the then body of gt%.cond at .*cond_spec%.lua:%d+ is read after it .* there is no else body", err)
+      assert.matches("made in the then body of gt%.cond at .*cond_spec%.lua:%d+ is read after it .* the cond has no else " ..
+        "body to write it: .* Make the tensor before gt%.cond and write into it in the body", err)
       ok, err = pcall(loop, x)
       assert.matches("a tensor made in the body of gt%.loop at .*cond_spec%.lua:%d+ is read after the loop", err)
     end

@@ -112,6 +112,7 @@ describe("dynamic shapes", function()
     end
     local step = gt.tree(body, { buckets = { dim = 1, sizes = { 4, 8 } } })
     local keyed = gt.tree(body, { buckets = { dim = 1, sizes = { 4, 8 } }, key = function() return 1 end })
+    local warned, restore = capture_warnings()
     for _, t in ipairs { step, keyed } do
       for _ = 1, 4 do
         for _, other in ipairs { function(x) return x:view { 3 } end, function(x) return { x } end,
@@ -125,6 +126,11 @@ describe("dynamic shapes", function()
         end
       end
     end
+    restore()
+    -- the keyed tree runs its body for a table argument and for two arguments over one memory, saying so once each
+    assert.are.equal(2, #warned, table.concat(warned, "\n"))
+    assert.matches("a keyed call's path cannot be replayed without its body: a table argument", warned[1], 1, true)
+    assert.matches("two tensor arguments share memory", warned[2], 1, true)
     -- two padded views over overlapping memory cannot share a copy: refused, naming the line
     local base = gt.from { 1, 2, 3, 4 }
     local ok, err = pcall(step, base:narrow(1, 1, 3), base:narrow(1, 2, 3))

@@ -239,6 +239,69 @@ describe("gt.load", function()
   end)
 end)
 
+-- The cpu backend compiles with the host's C++ compiler, NVRTC with no include path and no C++
+-- standard library: what one refuses the other must refuse too, and what device code has works on both.
+describe("kernel sources NVRTC compiles", function()
+  local NVRTC = "NVRTC (the compiler of the cuda backend) has no C++ standard library"
+
+  it("refuses host-only headers and std:: names on every backend, naming the line and what device code has", function()
+    for _, c in ipairs {
+      { "#include <vector>\n__global__ void k(float *y) { y[0] = 1; }", 1, "#include <vector>: " },
+      { "// a kernel\n#include <iostream>\n__global__ void k(float *y) { y[0] = 1; }", 2, "#include <iostream>: " },
+      { "#include <string>\n__global__ void k(float *y) { y[0] = 1; }", 1, "#include <string>: " },
+      { "__global__ void k(float *y) {\n  std::vector<float> v(3, 2.0f); y[0] = v[1];\n}", 2, "std::vector: " },
+      { "__global__ void k(float *y) { std::string s(\"ab\"); y[0] = s.size(); }", 1, "std::string: " },
+      { "__global__ void k(float *y) { std::map<int, float> m; y[0] = m.size(); }", 1, "std::map: " },
+      { "__global__ void k(float *y) { y[0] = std :: min(y[1], y[2]); }", 1, "std::min: " },
+    } do
+      local line = debug.getinfo(1, "l").currentline + 1
+      local ok, err = pcall(gt.compile, c[1])
+      assert.is_false(ok, c[1])
+      assert.truthy(err:find("^spec/kernels_spec%.lua:" .. line .. ": kernel source line " .. c[2] .. ": "), err)
+      assert.truthy(err:find(c[3] .. NVRTC, 1, true), err)
+      assert.truthy(err:find("so a GPU would refuse this kernel, and gtlua refuses it on every backend", 1, true), err)
+      assert.truthy(err:find("int32_t", 1, true), err)                   -- what to write instead
+      assert.are.equal(1, select(2, err:gsub("kernels_spec%.lua:", "")), err)
+    end
+  end)
+
+  it("compiles and runs what CUDA device code has: <cstdint>, <cmath>-style math, limits, templates, printf", function()
+    local K = gt.compile [[
+// std::vector in a comment, and "std::string" in a string, are not code
+#include <cstdint>
+#include <cmath>
+#include <math.h>
+#include <climits>
+#include <cfloat>
+#include <cstdio>
+template <class T> __device__ T sq(T v) { return v * v; }
+__global__ void k(float *y, const char *tag, int n) {
+  int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  uint64_t big = UINT64_MAX;
+  if (i < n) y[i] = sq(sqrtf((float)i)) + fminf(expf(0.0f), 2.0f) + (INT_MAX > 0) + (big > 0) + FLT_EPSILON * 0;
+  if (n < 0) printf("never %s\n", "std::string");
+}]]
+    local y = gt.zeros { 5 }
+    K.k(1, 32, y, gt.zeros({ 1 }, "u8"), 5)
+    assert.are.same({ 3, 4, 5, 6, 7 }, y:tolist())
+  end)
+
+  it("names an inlined header's own line, and leaves CUDA's headers to the compilers", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir -p '" .. dir .. "'")
+    local function spit(name, text) local f = assert(io.open(dir .. "/" .. name, "w")); f:write(text); f:close() end
+    spit("host.cuh", "// line 1\n// line 2\n#include <algorithm>\n")
+    spit("main.cu", '#include "host.cuh"\n__global__ void k(float *y) { y[0] = 1; }\n')
+    local ok, err = pcall(gt.load, dir .. "/main.cu")
+    os.execute("rm -rf '" .. dir .. "'")
+    assert.is_false(ok)
+    assert.truthy(err:find("host.cuh:3: #include <algorithm>: " .. NVRTC, 1, true), err)
+    local ok2, err2 = pcall(gt.compile, "#include <cuda_fp16.h>\n__global__ void k(float *y) { y[0] = 1; }")
+    if not ok2 then assert.falsy(err2:find(NVRTC, 1, true), err2) end   -- (not refused here: the compilers decide)
+  end)
+end)
+
 describe("kernel errors", function()
   local K = gt.compile [[
     __global__ void saxpy(float *y, const float *x, float a, int n) {

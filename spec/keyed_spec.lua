@@ -181,6 +181,8 @@ describe("keyed calls", function()
   end)
 
   it("keeps one tensor passed as two arguments apart from two tensors (another path)", function()
+    local warned, old = {}, gt.on_warning
+    gt.on_warning = function(m) warned[#warned + 1] = m end
     local step = gt.tree(function(a, b)
       ops.axpby(1, a, 2, b)                                           -- b = a + 2b, in place
       return ops.add(a, b)
@@ -203,6 +205,11 @@ describe("keyed calls", function()
       local a = gt.randn({ 4 }, { seed = 90 + i })
       assert.has_no.errors(function() v(a, i > 4 and a or gt.randn({ 4 }, { seed = 99 + i })) end)
     end
+    gt.on_warning = old
+    -- each tree says once that the shared pair runs the body
+    assert.are.equal(2, #warned, table.concat(warned, "\n"))
+    assert.matches("tree 'step' .*two tensor arguments share memory; the body runs", warned[1])
+    assert.matches("tree 'v' .*two tensor arguments share memory; the body runs", warned[2])
   end)
 
   it("raises for a released or overwritten tensor argument on a hit, as any call does, and goes on", function()

@@ -235,6 +235,58 @@ describe("gt.ops.linear", function()
   end)
 end)
 
+-- PyTorch weights: nn.Linear keeps W {out, in} (y = x @ W^T); gt.ops.linear takes {in, out}.
+describe("gt.ops.transpose and PyTorch's weight layout", function()
+  local function ref_t(xf, R, C)
+    local y = {}
+    for r = 0, R - 1 do for c = 0, C - 1 do y[c * R + r + 1] = xf[r * C + c + 1] end end
+    return y
+  end
+
+  -- sizes below a tile, across tiles, one row or column, and empty
+  for _, s in ipairs { { 1, 1 }, { 1, 5 }, { 7, 1 }, { 16, 16 }, { 37, 21 }, { 3, 100 }, { 0, 4 } } do
+    it(("transposes %dx%d, and t:t() is the same"):format(s[1], s[2]), function()
+      local x, xf = randn { s[1], s[2] }
+      local y = ops.transpose(x)
+      assert.are.same({ s[2], s[1] }, y.shape)
+      equal_list(ref_t(xf, s[1], s[2]), y, "transpose")
+      equal_list(ref_t(xf, s[1], s[2]), x:t(), "t:t()")
+      equal_list(xf, y:t(), "transposed twice")
+    end)
+  end
+
+  it("takes a PyTorch nn.Linear weight {out, in} through W:t(), and hints at the layout when it is passed as is", function()
+    local M, K, N = 5, 37, 10                        -- batch, in, out
+    local x, xf = randn { M, K }
+    local Wt, wtf = randn { N, K }                   -- PyTorch's {out, in}
+    local b, bf = randn { N }
+    near(ref_matmul(xf, ref_t(wtf, N, K), bf, M, K, N), ops.linear(x, Wt:t():static(), b), 1e-5, "linear with W:t()")
+    local err = error_of(ops.linear, x, Wt, b)
+    assert.truthy(err:find("gt.ops.linear: x is 5x37 but W is 10x37: inner dimensions differ; W is {in, out} " ..
+      "(y = x @ W), and this W looks like PyTorch's nn.Linear {out, in} layout (its last dimension is x's): pass " ..
+      "gt.ops.transpose(W) (or W:t()), once, outside the step", 1, true), err)
+    local other = error_of(ops.linear, x, gt.zeros { 4, 9 })
+    assert.truthy(other:find("W is {in, out} (y = x @ W) (a PyTorch nn.Linear weight, {out, in}, goes in as " ..
+      "gt.ops.transpose(W) or W:t())", 1, true), other)
+  end)
+
+  it("runs in a tree: recorded once, replayed, the same values as eagerly", function()
+    local step = gt.tree(function(w, x) return ops.linear(x, ops.transpose(w)) end)
+    local w, x = randn { 6, 19 }, randn { 3, 19 }
+    local want = flat(ops.linear(x, w:t()))
+    for _ = 1, 5 do equal_list(want, step(w, x), "tree") end
+    assert.are.equal(1, step:stats().recorded)
+    assert.is_true(step:stats().replays >= 3)
+  end)
+
+  it("refuses what is not a 2-D f32 tensor, naming it", function()
+    assert.matches("gt.ops.transpose: x must be 2-D {R, C} (a matrix), got 2x3x4 (3-D): :view() it as 2-D first",
+      error_of(ops.transpose, gt.zeros { 2, 3, 4 }), 1, true)
+    assert.matches("gt.ops.transpose: x must be f32, got i32 2x2", error_of(ops.transpose, gt.zeros({ 2, 2 }, "i32")), 1, true)
+    assert.matches("t:t(): the tensor must be 2-D (a matrix), got a tensor 4 f32", error_of(function() return gt.zeros { 4 }:t() end), 1, true)
+  end)
+end)
+
 -- -- Rows ----------------------------------------------------------------------------------
 
 describe("gt.ops row ops", function()

@@ -110,8 +110,11 @@ api { name = "gt.sync", f = gt.sync, n = 1, args = function() return {} end, tre
 api { name = "gt.cut", f = gt.cut, n = 1, args = function() return {} end, tree = true, ok = { ALL } }
 api { name = "gt.bucket", f = gt.bucket, n = 1, args = function() return { 1 } end, tree = true, ok = { set("nil") } }
 api { name = "gt.profile", f = gt.profile, n = 1, args = function() return { false } end, ok = { ALL } }
-api { name = "gt.help", f = function(x) local p = print; print = function() end   -- luacheck: ignore 121
-        local ok, e = pcall(gt.help, x); print = p; if not ok then error(e, 0) end end, n = 1, args = function() return { gt.zeros } end, ok = { ALL } }
+-- (gt.help writes its text to io.stdout: the sweep's calls write into a sink)
+local SINK = { write = function(self) return self end, flush = function() end }
+api { name = "gt.help", f = function(x) local out = io.stdout; io.stdout = SINK
+        local ok, e = pcall(gt.help, x); io.stdout = out; if not ok then error(e, 0) end end, n = 1,
+      args = function() return { gt.zeros } end, ok = { ALL } }
 for _, name in ipairs { "backend", "clock", "compile_counts", "cond_nodes", "device", "home", "memory" } do
   api { name = "gt." .. name, f = gt[name], n = 1, args = function() return {} end, ok = { ALL } }
 end
@@ -129,6 +132,7 @@ api { name = "gt.ops.axpby", f = ops.axpby, n = 4, args = function() return { 1,
       ok = { nums(), {}, nums(), {} } }
 api { name = "gt.ops.copy", f = ops.copy, n = 2, args = function() return { t22(), t22() } end, tree = true, ok = {} }
 api { name = "gt.ops.matmul", f = ops.matmul, n = 2, args = function() return { t22(), t22() } end, tree = true, ok = {} }
+api { name = "gt.ops.transpose", f = ops.transpose, n = 1, args = function() return { t22() } end, tree = true, ok = {} }
 api { name = "gt.ops.linear", f = ops.linear, n = 4, args = function() return { t22(), t22(), gt.zeros({ 2 }) } end,
       tree = true, ok = { set("3-d"), {}, set("nil"), set("nil") } }
 api { name = "gt.ops.layernorm", f = ops.layernorm, n = 4,
@@ -164,6 +168,7 @@ local recv_any = set("3-d", "i32", "strided")   -- any live tensor is a receiver
 -- what a tensor knows without its memory: a freed or stale one answers too
 local meta = set("3-d", "i32", "strided", "stale", "freed")
 method("clone", 1, function() return { t22() } end, { recv_any })
+method("t", 1, function() return { t22() } end, { {} })
 method("contiguous", 1, function() return { t22() } end, { meta })   -- (itself, or a copy of a strided one)
 method("is_contiguous", 1, function() return { t22() } end, { meta })
 method("is_stale", 1, function() return { t22() } end, { meta })

@@ -456,7 +456,8 @@ describe("a tree", function()
     local inner = gt.tree(function(x) return axpb(x, 1, 1) end)
     local outer = gt.tree(function(x) return inner(x) end)
     assert.has_error(function() outer(gt.from{ 1 }) end,
-      "tree 'inner' was called inside a call of tree 'outer': tree calls cannot nest")
+      "tree 'inner' was called inside a call of tree 'outer': tree calls cannot nest. In a call of 'outer', call the " ..
+      "plain function that 'inner' wraps (its kernels then join the graphs of 'outer'), or call 'inner' before or after 'outer'")
     assert.tensor_near({ 2 }, inner(gt.from{ 1 }))
   end)
 

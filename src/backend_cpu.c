@@ -194,12 +194,15 @@ static uint64_t mem_available(void) {
    has available fails here instead, as cuMemCreate does on a GPU. */
 static int cpu_commit(gt_backend *b, uint64_t addr, size_t bytes) {
   uint64_t avail = bytes >= ((size_t)64 << 20) ? mem_available() : 0;
-  if (avail && bytes > avail)
-    return cpu_fail(b, GT_BOOM, "cpu: committing %zu bytes at 0x%llx failed: the machine has %llu bytes available; "
-                    "free memory or use smaller tensors.", bytes, (unsigned long long)addr, (unsigned long long)avail);
+  if (avail && bytes > avail) {
+    char b1[GT_BYTES_LEN], b2[GT_BYTES_LEN];
+    return cpu_fail(b, GT_BOOM, "cpu: committing %s at 0x%llx failed: the machine has %s available; "
+                    "free memory or use smaller tensors.", gt_bytes(bytes, b1), (unsigned long long)addr, gt_bytes(avail, b2));
+  }
   if (mprotect((void *)(uintptr_t)addr, bytes, PROT_READ | PROT_WRITE) == 0) return GT_BOK;
-  return cpu_fail(b, GT_BOOM, "cpu: committing %zu bytes at 0x%llx failed (%s); free memory or use a smaller pool.",
-                  bytes, (unsigned long long)addr, strerror(errno));
+  char b1[GT_BYTES_LEN];
+  return cpu_fail(b, GT_BOOM, "cpu: committing %s at 0x%llx failed (%s); free memory or use a smaller pool.",
+                  gt_bytes(bytes, b1), (unsigned long long)addr, strerror(errno));
 }
 
 static int cpu_decommit(gt_backend *b, uint64_t addr, size_t bytes) {

@@ -171,11 +171,11 @@ int gt_cond_check(gt_tree *t) {
           st = gt_fail(t->rt, "a tensor made in %s of %s is read in the other body by %s (launch %d), where it holds "
                        "nothing. Make it before gt.cond", body, site_name(q->l[mark].made), what, i + 1);
         else if (sib < 0 || !writes_in(q, sib, close[sib], b))
-          st = gt_fail(t->rt, "a tensor made in %s of %s is read after it by %s (launch %d), but %s does not write "
-                       "it: when the device takes the other way it holds nothing. Make the tensor before gt.cond "
-                       "and write into it in both bodies (y:copy(ops.mul(x, 2)), not y = ops.mul(x, 2))", body,
-                       site_name(q->l[mark].made), what, i + 1,
-                       sib < 0 ? "there is no else body that" : k == GT_GN_ELSE ? "the then body" : "the else body");
+          st = gt_fail(t->rt, "a tensor made in %s of %s is read after it by %s (launch %d), but %s: when the device "
+                       "takes the other way it holds nothing. Make the tensor before gt.cond and write into it in %s "
+                       "(y:copy(ops.mul(x, 2)), not y = ops.mul(x, 2))", body, site_name(q->l[mark].made), what, i + 1,
+                       sib < 0 ? "the cond has no else body to write it" : k == GT_GN_ELSE ? "the then body does not write it"
+                       : "the else body does not write it", sib < 0 ? "the body" : "both bodies");
         if (st != GT_OK) break;
       }
     }

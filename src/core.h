@@ -272,6 +272,8 @@ typedef struct gt_node {
   int cut_last;                      /* the site counted last (cut_nlast's, and where stats.c counts a keyed hit's visit) */
   int cut_ask;                       /* 1 + the API whose site Lua names this visit (gt_tree_note), 0: none */
   uint64_t kseq;                     /* hash of the kernels alone (no shapes, no grids) */
+  uint32_t *kinds; int nkinds;       /* each launch's kind and kernel id, in order (a new branch's shared launches) */
+  int shared, shared_with;           /* a new branch: its leading launches that sibling shared_with has too (-1: none) */
   uint64_t *statics; int nstatics;   /* static addresses in order of use */
   int why_sib;                       /* "new shape": the sibling compared with (-1: none) */
 } gt_node;

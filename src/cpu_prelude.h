@@ -26,6 +26,7 @@ typedef void (*gt_cpu_entry)(gt_cpu_ctx *c, void **args);
 /* -- CUDA surface ------------------------------------------------------- */
 #include <assert.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -227,6 +228,10 @@ template <class... P> struct gt_entry_<void (*)(P...)> {
       for (unsigned y = 0; y < c->bdim.y; y++)
         for (unsigned x = 0; x < c->bdim.x; x++) {
           c->tid.x = x; c->tid.y = y; c->tid.z = z;
+          /* the stores happen before each thread's body runs: a fault in it
+             reports this thread (the compiler could otherwise keep x in a
+             register and store tid once, after the loop) */
+          __asm__ __volatile__("" : : "m"(c->tid));
           K(std::get<I>(v)...);
         }
   }

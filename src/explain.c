@@ -30,6 +30,9 @@ static void summarize(gt_tree *t, gt_node *n) {
     for (int j = 0; j < l->nargs; j++) if (q->args[l->arg0 + j].buf && is_static(t, q->args[l->arg0 + j].buf)) ns++;
   }
   n->kseq = h;
+  n->kinds = q->n ? malloc(q->n * sizeof *n->kinds) : NULL;
+  n->nkinds = n->kinds ? q->n : 0;                  /* (out of host memory: no shared launches are found) */
+  for (int i = 0; i < n->nkinds; i++) n->kinds[i] = (uint32_t)q->l[i].kind << 24 ^ (q->l[i].k ? (uint32_t)q->l[i].k->id : 0);
   n->statics = ns ? malloc(ns * sizeof *n->statics) : NULL;
   if (!n->statics) return;
   for (int i = 0; i < q->n; i++) {
@@ -84,11 +87,23 @@ static char *make_label(const gt_queue *q) {
   return gt_strdup(buf);
 }
 
+/* A new branch's leading launches that a sibling has too (same kinds and
+   kernels): the sibling with the most, into n->shared and n->shared_with. */
+static void shared_launches(gt_node *n, const gt_node *p) {
+  for (int i = 0; i < p->nkids; i++) {
+    const gt_node *s = p->kids[i];
+    int k = 0;
+    while (k < n->nkinds && k < s->nkinds && n->kinds[k] == s->kinds[k]) k++;
+    if (k > n->shared) n->shared = k, n->shared_with = s->id;
+  }
+}
+
 void gt_explain_node(gt_tree *t, gt_node *n) {
   n->label = make_label(&t->q);
   gt_node *p = n->parent;
   char why[256];
   n->why_sib = -1;
+  n->shared = 0, n->shared_with = -1;
   summarize(t, n);
   gt_node *topo = NULL, *same = NULL;
   for (int i = 0; i < p->nkids; i++) {
@@ -110,6 +125,7 @@ void gt_explain_node(gt_tree *t, gt_node *n) {
     n->why_sib = same->id;
     snprintf(why, sizeof why, "new shape (sibling [%d])", same->id);
   } else if (p->nkids > 0) {
+    shared_launches(n, p);
     if (p->id < 0) snprintf(why, sizeof why, "new branch at the start (first segments: %d before)", p->nkids);
     else snprintf(why, sizeof why, "new branch after [%d]", p->id);
   } else if (p->id < 0 || (p->why && !strcmp(p->why, "first path"))) {
@@ -119,9 +135,10 @@ void gt_explain_node(gt_tree *t, gt_node *n) {
 }
 
 void gt_explain_free(gt_node *n) {
-  free(n->why); free(n->cut); free(n->shapes); free(n->statics);
+  free(n->why); free(n->cut); free(n->shapes); free(n->statics); free(n->kinds);
   n->why = n->cut = n->shapes = NULL;
   n->statics = NULL;
+  n->kinds = NULL, n->nkinds = 0;
   for (int i = 0; i < n->ncuts; i++) free(n->cuts[i].text);
   free(n->cuts);
   n->cuts = NULL;

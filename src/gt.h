@@ -139,6 +139,8 @@ typedef struct gt_node_info {
                                   return; the last tensor made at a cut), or NULL */
   const char *cut;             /* where and why the segment ended first: "model.lua:31 item", "return", or NULL (every site: gt_tree_node_cut) */
   const char *why;             /* why the node exists: "first path", "new branch after [3]", ... */
+  int shared, shared_with;     /* a new branch: the leading launches it has as sibling shared_with has them (the
+                                  paths part after them: a host branch without gt.cut); 0 and -1: none */
 } gt_node_info;
 
 /* One call of a tree, for charts over calls (the last GT_HISTORY calls). */

@@ -181,7 +181,8 @@ static int parse_kernels(const char *src, ksig_t *ks, int cap, int *nk, char *er
 /* -- Modules ------------------------------------------------------------- */
 
 /* What every kernel source may use on both backends without includes: NVRTC
-   has no <stdint.h> or <math.h> constants.  (C++ allows repeating a typedef.) */
+   has no <stdint.h>, <limits.h>, <float.h> or <math.h> constants (the cpu
+   backend's prelude includes the host's headers).  (C++ allows repeating a typedef.) */
 static const char common_prelude[] =
   "#ifdef __CUDACC_RTC__\n"
   "typedef signed char int8_t; typedef unsigned char uint8_t; typedef short int16_t;\n"
@@ -190,7 +191,122 @@ static const char common_prelude[] =
   "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
   "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
   "#ifndef FLT_MAX\n#define FLT_MAX 3.402823466e+38f\n#endif\n"
+  "#ifndef INT_MAX\n#define INT_MAX 2147483647\n#define INT_MIN (-INT_MAX - 1)\n#define UINT_MAX 4294967295u\n#endif\n"
+  "#ifndef INT32_MAX\n#define INT32_MAX 2147483647\n#define INT32_MIN (-INT32_MAX - 1)\n#define UINT32_MAX 4294967295u\n"
+  "#define INT64_MAX 9223372036854775807ll\n#define INT64_MIN (-INT64_MAX - 1)\n#define UINT64_MAX 18446744073709551615ull\n#endif\n"
+  "#ifndef FLT_MIN\n#define FLT_MIN 1.175494351e-38f\n#define FLT_EPSILON 1.192092896e-07f\n"
+  "#define DBL_MAX 1.7976931348623158e+308\n#define DBL_MIN 2.2250738585072014e-308\n"
+  "#define DBL_EPSILON 2.2204460492503131e-16\n#endif\n"
   "#endif\n";
+
+/* -- What NVRTC compiles ------------------------------------------------- */
+
+/* NVRTC is given no include path and has no C++ standard library: it opens no
+   <header> and knows no std:: name.  The cpu backend compiles with the host's
+   C++ compiler, which has both, so a kernel could run there and fail on a GPU;
+   both backends therefore check a source the same way.  An #include of a C
+   header whose device surface both compilers have without a file (the
+   fixed-width types, the math functions, printf, assert, memcpy, malloc, the
+   limits macros: common_prelude and the cpu prelude give them) is blanked;
+   CUDA's own headers (cuda_*.h, cuda/...) are left to the compilers; any
+   other <header> and any std:: name is refused. */
+static const char *const device_headers[] = {
+  "cstdint", "stdint.h", "cmath", "math.h", "cstdio", "stdio.h", "cfloat", "float.h", "climits", "limits.h",
+  "cstddef", "stddef.h", "cassert", "assert.h", "cstdlib", "stdlib.h", "cstring", "string.h", NULL
+};
+static const char device_has[] = "Kernels have what CUDA device code has: fixed-width integers (int32_t, ...), the "
+  "math functions (sqrtf, expf, fminf, ...), printf, assert, memcpy and templates; <cstdint>, <cmath>, <cstdio>, "
+  "<cfloat>, <climits>, <cstddef>, <cassert>, <cstdlib> and <cstring> (or their .h forms) may be included for them";
+
+/* The file and line a stripped line at s + at (line of src) is in: #line
+   directives (gt.load's inlined includes) move them.  file: chunk's or one
+   named there (at most cap bytes). */
+static void track_line(const char *src, const char *s, int *line, char *file, size_t cap) {
+  const char *p = s;
+  while (*p == ' ' || *p == '\t') p++;
+  if (*p != '#') return;
+  for (p++; *p == ' ' || *p == '\t'; p++) {}
+  if (strncmp(p, "line", 4) || is_id(p[4])) return;
+  char *end;
+  long n = strtol(p + 4, &end, 10);
+  if (end == p + 4) return;
+  *line = (int)n - 1;                                  /* (the next line is n) */
+  const char *q = src + (end - s);                     /* the name's text is blank in s: read it from src */
+  while (*q == ' ') q++;
+  if (*q != '"') return;
+  size_t k = 0;
+  for (q++; *q && *q != '"' && *q != '\n' && k + 1 < cap; q++) file[k++] = *q == '\\' && q[1] ? *++q : *q;
+  file[k] = 0;
+}
+
+/* A std:: name on the stripped line s (up to its end), or NULL; its identifier in name. */
+static const char *std_name(const char *s, const char *eol, char *name, size_t cap) {
+  for (const char *p = s; p + 3 <= eol; p++) {
+    if (strncmp(p, "std", 3) || (p > s && (is_id(p[-1]) || p[-1] == '.')) || is_id(p[3])) continue;
+    const char *q = p + 3;
+    while (q < eol && (*q == ' ' || *q == '\t')) q++;
+    if (q + 2 > eol || q[0] != ':' || q[1] != ':') continue;
+    for (q += 2; q < eol && (*q == ' ' || *q == '\t'); q++) {}
+    size_t k = 0;
+    while (q < eol && is_id(*q) && k + 1 < cap) name[k++] = *q++;
+    name[k] = 0;
+    return p;
+  }
+  return NULL;
+}
+
+/* The <name> of an #include on the stripped line s, or NULL (length in *len). */
+static const char *angle_include(const char *s, size_t *len) {
+  const char *p = s;
+  while (*p == ' ' || *p == '\t') p++;
+  if (*p != '#') return NULL;
+  for (p++; *p == ' ' || *p == '\t'; p++) {}
+  if (strncmp(p, "include", 7)) return NULL;
+  for (p += 7; *p == ' ' || *p == '\t'; p++) {}
+  if (*p != '<') return NULL;
+  const char *e = strchr(p, '>');
+  const char *nl = strchr(p, '\n');
+  if (!e || (nl && e > nl)) return NULL;
+  *len = (size_t)(e - p - 1);
+  return p + 1;
+}
+
+static int is_device_header(const char *name, size_t len) {
+  for (int i = 0; device_headers[i]; i++)
+    if (strlen(device_headers[i]) == len && !strncmp(device_headers[i], name, len)) return 1;
+  return 0;
+}
+
+/* Checks src as NVRTC would take it (see above), blanking in out (a copy of
+   src) the includes both compilers serve; GT_ERR with rt's message. */
+static int check_portable(gt_runtime *rt, const char *src, char *out, const char *chunk) {
+  char *s = strip_comments(src);
+  if (!s) return gt_fail(rt, "out of host memory");
+  char file[256], name[64];
+  snprintf(file, sizeof file, "%s", chunk);
+  int line = 1, st = GT_OK;
+  for (char *l = s; *l && st == GT_OK; line++) {
+    char *eol = strchr(l, '\n');
+    if (!eol) eol = l + strlen(l);
+    size_t len;
+    const char *h = angle_include(l, &len);
+    track_line(src + (l - s), l, &line, file, sizeof file);
+    if (h && is_device_header(h, len)) memset(out + (l - s), ' ', (size_t)(eol - l));
+    else if (h && strncmp(h, "cuda", 4))
+      st = gt_fail(rt, "%s:%d: #include <%.*s>: NVRTC (the compiler of the cuda backend) has no C++ standard "
+                        "library and opens no host header, so a GPU would refuse this kernel, and gtlua refuses it on "
+                        "every backend. %s", file, line, (int)len, h, device_has);
+    else if (!h && std_name(l, eol, name, sizeof name))
+      st = gt_fail(rt, "%s:%d: std::%s: NVRTC (the compiler of the cuda backend) has no C++ standard library "
+                        "(no std::vector, std::string, std::map, std::min, ...), so a GPU would refuse this kernel, and "
+                        "gtlua refuses it on every backend. Use what device code has: arrays in local or __shared__ "
+                        "memory instead of containers, min, max, fminf, fmaxf, sqrtf and the other math functions, "
+                        "int32_t and the other fixed-width types", file, line, name);
+    l = *eol ? eol + 1 : eol;
+  }
+  free(s);
+  return st;
+}
 
 /* A parameter type's class in gt_kernel.order: 0 a tensor, 1 a 4-byte scalar, 2 an 8-byte one. */
 static int param_class(int pt) {
@@ -259,7 +375,11 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
     gt_fail(rt, "%s: %s", chunkname, why);
     return NULL;
   }
-  if (nk == 0) { gt_fail(rt, "%s: no __global__ function found", chunkname); return NULL; }
+  if (nk == 0) {
+    gt_fail(rt, "%s: no __global__ function found: a kernel is a `__global__ void name(...)` function, and each one "
+            "becomes K.name; mark the kernels __global__ (a __device__ function is a helper the kernels call)", chunkname);
+    return NULL;
+  }
   size_t arena = 0;
   for (int i = 0; i < nk; i++) arena += 256 + ks[i].np * (3 + 2 * sizeof(char *) + 256);
   gt_module *m = calloc(1, sizeof *m);
@@ -267,14 +387,19 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
   gt_kernel *kk = calloc(nk, sizeof *kk);
   gt_ksig *sig = calloc(nk, sizeof *sig);
   gt_bfunc **fns = calloc(nk, sizeof *fns);
-  char *full = malloc(strlen(common_prelude) + strlen(src) + 4 * strlen(chunkname) + 32);
-  if (!m || !mem || !kk || !sig || !fns || !full) {
-    free(m); free(mem); free(kk); free(sig); free(fns); free(full);
+  char *full = malloc(strlen(common_prelude) + strlen(src) + 4 * strlen(chunkname) + 32), *dev = gt_strdup(src);
+  if (!m || !mem || !kk || !sig || !fns || !full || !dev) {
+    free(m); free(mem); free(kk); free(sig); free(fns); free(full); free(dev);
     gt_fail(rt, "out of host memory");
     return NULL;
   }
+  if (check_portable(rt, src, dev, chunkname) != GT_OK) {
+    free(m); free(mem); free(kk); free(sig); free(fns); free(full); free(dev);
+    return NULL;
+  }
   fill_kernels(rt, m, ks, nk, mem, kk, sig, graphable);
-  with_line(full, chunkname, src);
+  with_line(full, chunkname, dev);
+  free(dev);
   int st = rt->be.compile(&rt->be, full, opts, sig, nk, &m->bm, fns);
   free(full);
   free(sig);
@@ -624,5 +749,16 @@ void gt_test_kernel(void) {
   GT_CHECK(ks[2].np == 0);
   GT_CHECK(parse_kernels("__global__ void bad(float **p) {}", ks, 8, &n, err) == GT_ERR && strstr(err, "pointer to a pointer"));
   GT_CHECK(parse_kernels("__global__ void bad(half h) {}", ks, 8, &n, err) == GT_ERR && strstr(err, "'h'"));
+  /* what NVRTC compiles: a device C header blanked, a host header or a std:: name refused at its line */
+  const char *ok = "#include <cmath>\n// std::vector\n__global__ void k(float *y) { y[0] = sqrtf(\"std::x\"[0]); }\n";
+  char out[256];
+  strcpy(out, ok);
+  GT_CHECK(check_portable(NULL, ok, out, "a.cu") == GT_OK && !strncmp(out, "                \n// std::vector", 30));
+  strcpy(out, "x\n  #  include <vector>\n");
+  GT_CHECK(check_portable(NULL, out, out, "a.cu") == GT_ERR && strstr(gt_errmsg(NULL), "a.cu:2: #include <vector>: NVRTC"));
+  strcpy(out, "#line 7 \"h.cuh\"\n__device__ int f() { return std::min(1, 2); }\n");
+  GT_CHECK(check_portable(NULL, out, out, "a.cu") == GT_ERR && strstr(gt_errmsg(NULL), "h.cuh:7: std::min: NVRTC"));
+  strcpy(out, "#include <cuda_fp16.h>\n__device__ int mystd::x;\n");
+  GT_CHECK(check_portable(NULL, out, out, "a.cu") == GT_OK && out[0] == '#');
 }
 #endif

@@ -22,7 +22,8 @@ static int add_range(gt_pool *p, uint64_t bytes) {
   p->rng = nr;
   uint64_t size = align_up(bytes ? bytes : 1, p->be->granularity), addr;
   if (size < bytes || p->be->reserve(p->be, size, &addr) != GT_BOK) {
-    if (size < bytes) snprintf(p->be->err, GT_ERRLEN, "%llu bytes cannot be reserved", (unsigned long long)bytes);
+    char b1[GT_BYTES_LEN];
+    if (size < bytes) snprintf(p->be->err, GT_ERRLEN, "%s cannot be reserved", gt_bytes(bytes, b1));
     return -1;
   }
   int i = p->nrng++;
@@ -37,9 +38,10 @@ static int commit_to(gt_pool *p, gt_range *r, uint64_t end, char *err) {
   if (end <= r->committed) return GT_OK;
   uint64_t want = align_up(end, p->be->granularity);
   if (p->be->commit(p->be, r->addr + r->committed, want - r->committed) != GT_BOK) {
-    snprintf(err, GT_ERRLEN, "committing %llu more bytes failed (the pool reserves %llu, commits %llu, %llu in use): %s",
-             (unsigned long long)(want - r->committed), (unsigned long long)p->reserve,
-             (unsigned long long)p->committed, (unsigned long long)gt_pool_in_use(p), p->be->err);
+    char b1[GT_BYTES_LEN], b2[GT_BYTES_LEN], b3[GT_BYTES_LEN], b4[GT_BYTES_LEN];
+    snprintf(err, GT_ERRLEN, "committing %s more failed (the pool reserves %s, commits %s, %s in use): %s",
+             gt_bytes(want - r->committed, b1), gt_bytes(p->reserve, b2), gt_bytes(p->committed, b3),
+             gt_bytes(gt_pool_in_use(p), b4), p->be->err);
     return GT_ERR;
   }
   p->committed += want - r->committed;
@@ -53,7 +55,8 @@ int gt_pool_init(gt_pool *p, gt_backend *be, uint64_t reserve, char *err) {
   memset(p, 0, sizeof *p);
   p->be = be;
   if (add_range(p, reserve) < 0) {
-    snprintf(err, GT_ERRLEN, "could not reserve %llu bytes of addresses: %s", (unsigned long long)reserve, be->err);
+    char b1[GT_BYTES_LEN];
+    snprintf(err, GT_ERRLEN, "could not reserve %s of addresses: %s", gt_bytes(reserve, b1), be->err);
     free(p->rng);
     memset(p, 0, sizeof *p);
     return GT_ERR;
@@ -113,8 +116,9 @@ uint64_t gt_pool_in_use(const gt_pool *p) {
 
 int gt_pool_ensure(gt_pool *p, uint64_t end, char *err) {
   if (!p->nrng || end > p->rng[0].size) {
-    snprintf(err, GT_ERRLEN, "the pool's %llu reserved bytes are not enough for %llu (set GTLUA_MEM_RESERVE)",
-             (unsigned long long)p->reserve, (unsigned long long)end);
+    char b1[GT_BYTES_LEN], b2[GT_BYTES_LEN];
+    snprintf(err, GT_ERRLEN, "the pool's %s of reserved addresses are not enough for %s (set GTLUA_MEM_RESERVE)",
+             gt_bytes(p->reserve, b1), gt_bytes(end, b2));
     return GT_ERR;
   }
   return commit_to(p, &p->rng[0], end, err);
@@ -141,11 +145,12 @@ static int grow(gt_pool *p, uint64_t size, uint64_t largest, char *err) {
   int k = add_range(p, want);
   if (k < 0 && want > size && (p->nrng || p->growing == 1)) k = add_range(p, size);
   if (k >= 0) return k;
-  snprintf(err, GT_ERRLEN, "request of %llu bytes: reserving %llu more bytes of addresses for the pool failed (it reserves "
-           "%llu in %d ranges, %llu in use, largest free block %llu): %s; set GTLUA_POOL_RESERVE (GiB a tree's pool "
+  char b1[GT_BYTES_LEN], b2[GT_BYTES_LEN], b3[GT_BYTES_LEN], b4[GT_BYTES_LEN], b5[GT_BYTES_LEN];
+  snprintf(err, GT_ERRLEN, "request of %s: reserving %s more of addresses for the pool failed (it reserves "
+           "%s in %d ranges, %s in use, largest free block %s): %s; set GTLUA_POOL_RESERVE (GiB a tree's pool "
            "reserves first%s) or GTLUA_MEM_RESERVE (ordinary memory) lower, raise ulimit -v, or drop trees you no longer use",
-           (unsigned long long)size, (unsigned long long)want, (unsigned long long)p->reserve, p->nrng,
-           (unsigned long long)gt_pool_in_use(p), (unsigned long long)largest, p->be->err,
+           gt_bytes(size, b1), gt_bytes(want, b2), gt_bytes(p->reserve, b3), p->nrng,
+           gt_bytes(gt_pool_in_use(p), b4), gt_bytes(largest, b5), p->be->err,
            p->growing == 2 ? ", set now" : "");
   return -1;
 }
@@ -180,9 +185,9 @@ int gt_pool_alloc(gt_pool *p, uint64_t size, gt_buf *buf, uint64_t *off, char *e
   }
   if (best_i < 0 && tail_r >= 0) { best_off = tail_off; best_i = tail_i; best_r = tail_r; }
   if (best_i < 0 && !p->growing) {
-    snprintf(err, GT_ERRLEN, "request of %llu bytes: pool reserves %llu, %llu in use, largest free block %llu",
-             (unsigned long long)size, (unsigned long long)p->reserve, (unsigned long long)gt_pool_in_use(p),
-             (unsigned long long)largest);
+    char b1[GT_BYTES_LEN], b2[GT_BYTES_LEN], b3[GT_BYTES_LEN], b4[GT_BYTES_LEN];
+    snprintf(err, GT_ERRLEN, "request of %s: pool reserves %s, %s in use, largest free block %s",
+             gt_bytes(size, b1), gt_bytes(p->reserve, b2), gt_bytes(gt_pool_in_use(p), b3), gt_bytes(largest, b4));
     return GT_ERR;
   }
   if (best_i < 0) {
@@ -194,8 +199,8 @@ int gt_pool_alloc(gt_pool *p, uint64_t size, gt_buf *buf, uint64_t *off, char *e
   if (commit_to(p, r, best_off + size - rstart(p, r), err) != GT_OK) {   /* (the request and the largest free block first) */
     char why[GT_ERRLEN];
     snprintf(why, sizeof why, "%s", err);
-    snprintf(err, GT_ERRLEN, "request of %llu bytes (largest free block %llu): %s", (unsigned long long)size,
-             (unsigned long long)largest, why);
+    char b1[GT_BYTES_LEN], b2[GT_BYTES_LEN];
+    snprintf(err, GT_ERRLEN, "request of %s (largest free block %s): %s", gt_bytes(size, b1), gt_bytes(largest, b2), why);
     return GT_ERR;
   }
   if (insert_at(p, best_i, best_off, size, buf) != GT_OK) {
@@ -309,7 +314,7 @@ static void gt_test_pool_growing(void) {
   GT_CHECK(gt_pool_init_growing(&p, &be, NULL, err) == GT_OK && p.growing == 1);
   p.first = 8ull << 30;
   GT_CHECK(gt_pool_alloc(&p, 100, NULL, &a, err) == GT_OK && p.reserve == 4096);
-  GT_CHECK(gt_pool_alloc(&p, 5ull << 30, NULL, &a, err) == GT_ERR && strstr(err, "request of 5368709120 bytes"));
+  GT_CHECK(gt_pool_alloc(&p, 5ull << 30, NULL, &a, err) == GT_ERR && strstr(err, "request of 5.0 GiB"));
   gt_pool_destroy(&p);
   GT_CHECK(t_ranges == 0 && t_live == 0);
 }
@@ -344,5 +349,9 @@ void gt_test_pool(void) {
   GT_CHECK(iv3[0].off == 0 && iv3[1].off == 1024 && p.n == 2);
   gt_pool_destroy(&p);
   gt_test_pool_growing();
+  char u[GT_BYTES_LEN];                                 /* the sizes messages give, in units */
+  GT_CHECK(!strcmp(gt_bytes(512, u), "512 B") && !strcmp(gt_bytes(8192, u), "8.0 KiB"));
+  GT_CHECK(!strcmp(gt_bytes(3ull << 19, u), "1.5 MiB") && !strcmp(gt_bytes(2ull << 30, u), "2.0 GiB"));
+  GT_CHECK(!strcmp(gt_bytes(4ull << 40, u), "4.0 TiB") && !strcmp(gt_bytes(0, u), "0 B"));
 }
 #endif

@@ -97,8 +97,9 @@ gt_runtime *gt_runtime_open(const char *backend) {
   while ((st2 = gt_pool_init(&rt->mem, &rt->be, want, rt->err)) != GT_OK && cpu && !(env && *env) && want > (256u << 20))
     want /= 2;
   if (st2 != GT_OK) {
-    gt_fail(NULL, "could not reserve %llu bytes of addresses for ordinary memory (%s%s): set GTLUA_MEM_RESERVE lower "
-            "(e.g. GTLUA_MEM_RESERVE=1G) or raise ulimit -v; %s", (unsigned long long)want,
+    char b1[GT_BYTES_LEN];
+    gt_fail(NULL, "could not reserve %s of addresses for ordinary memory (%s%s): set GTLUA_MEM_RESERVE lower "
+            "(e.g. GTLUA_MEM_RESERVE=1G) or raise ulimit -v; %s", gt_bytes(want, b1),
             env && *env ? "GTLUA_MEM_RESERVE=" : "the default", env && *env ? env : "", rt->be.err);
     rt->be.shutdown(&rt->be);
     free(rt);
@@ -192,9 +193,10 @@ static int mem_alloc(gt_runtime *rt, uint64_t bytes, uint64_t *off) {
     int reserved = start + size + guard > rt->mem.reserve;   /* else the memory itself ran out (the commit failed) */
     char why[GT_ERRLEN];
     snprintf(why, sizeof why, "%s", rt->err);
-    return gt_fail(rt, "out of memory allocating %llu bytes: %llu in use, %llu cached in free blocks (largest free block "
-                   "%llu), %llu reserved; %s%s", (unsigned long long)bytes, (unsigned long long)rt->mem_live,
-                   (unsigned long long)cached, (unsigned long long)largest, (unsigned long long)rt->mem.reserve,
+    char b1[GT_BYTES_LEN], b2[GT_BYTES_LEN], b3[GT_BYTES_LEN], b4[GT_BYTES_LEN], b5[GT_BYTES_LEN];
+    return gt_fail(rt, "out of memory allocating %s: %s in use, %s cached in free blocks (largest free block "
+                   "%s), %s reserved; %s%s", gt_bytes(bytes, b1), gt_bytes(rt->mem_live, b2), gt_bytes(cached, b3),
+                   gt_bytes(largest, b4), gt_bytes(rt->mem.reserve, b5),
                    reserved ? "the reservation is used up (GTLUA_MEM_RESERVE raises it)"
                             : "free tensors you no longer need (t:free(), gt.scope) or drop trees; ", reserved ? "" : why);
   }

@@ -56,6 +56,8 @@ int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
   o->shapes = n->shapes;
   o->cut = n->cut;
   o->why = n->why;
+  o->shared = n->shared;
+  o->shared_with = n->shared_with;
   return GT_OK;
 }
 

@@ -188,7 +188,10 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
    touches. */
 int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   if (rt->active)
-    return gt_fail(rt, "tree '%s' was called inside a call of tree '%s': tree calls cannot nest", t->name, rt->active->name);
+    return gt_fail(rt, "tree '%s' was called inside a call of tree '%s': tree calls cannot nest. In a call of '%s', "
+                   "call the plain function that '%s' wraps (its kernels then join the graphs of '%s'), or call '%s' "
+                   "before or after '%s'", t->name, rt->active->name, rt->active->name, t->name, rt->active->name,
+                   t->name, rt->active->name);
   if (t->closed) return gt_fail(rt, "tree '%s' was freed", t->name);
   gt_lane_close(rt);
   release_call_bufs(t);

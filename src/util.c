@@ -172,6 +172,16 @@ int gt_cache_subdir(const char *name, char *out, size_t len) {
   return make_private_dir(out);
 }
 
+const char *gt_bytes(uint64_t v, char *buf) {
+  static const char *const unit[] = { "TiB", "GiB", "MiB", "KiB" };
+  for (int i = 0; i < 4; i++) {
+    double u = (double)(1ull << (10 * (4 - i)));
+    if ((double)v >= u) { snprintf(buf, GT_BYTES_LEN, "%.1f %s", (double)v / u, unit[i]); return buf; }
+  }
+  snprintf(buf, GT_BYTES_LEN, "%llu B", (unsigned long long)v);
+  return buf;
+}
+
 char *gt_strdup(const char *s) {
   size_t n = strlen(s ? s : "") + 1;
   char *d = malloc(n);

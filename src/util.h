@@ -31,4 +31,9 @@ int gt_grow(void **p, int *cap, int need, size_t elem);
 
 char *gt_strdup(const char *s);   /* a malloc'd copy (NULL: ""); NULL when out of host memory */
 
+/* v bytes as people read them, in buf (GT_BYTES_LEN chars): "512 B", "8.0 KiB",
+   "1.5 MiB", "2.0 GiB", "4.0 TiB" (lua/gt/units.lua's bytes); returns buf. */
+#define GT_BYTES_LEN 24
+const char *gt_bytes(uint64_t v, char *buf);
+
 #endif

@@ -7,16 +7,22 @@
 -- 1. Launch-bound?  The host time to issue one step eagerly and by replay
 --    (tree:history(), median per call) against the device time of one step
 --    (the last path's graphs launched and synced, tree:floor; gt.clock, the
---    device's events on cuda).  On a synchronous backend (cpu) a call's host
---    time includes the device's, which is subtracted.
+--    device's events on cuda).  On the cpu backend kernels run on the host as
+--    they are launched: the question is a GPU's, and the finding says so,
+--    with what this backend measures (the kernels' time, an eager launch's
+--    host cost, the steps eager and replayed).  A figure that cannot be
+--    measured is named in words, with why (launch().missing), never "?".
 -- 2. Shapes: the input shapes of the first segments (node.shapes) and their
 --    visits give the histogram per input dimension; a bucket set is chosen
 --    from it (fewest buckets whose padding stays under 10 %).
 -- 3. What breaks the graphs: every cut site (node.cuts: each node's sites,
 --    two after the same launches apart) with its visits, a
 --    gt.cond suggestion where an item() picks among branches, non-graphable
---    kernels (node.skip) and what gt.scope would give back (reusable_bytes).
--- Each finding is { q = 1|2|3, title, text, advice, level = "ok"|"warn"|"info" }.
+--    kernels (node.skip), sibling nodes that begin with the same launches (a
+--    host branch without gt.cut() where the paths part: node.shared) and what
+--    gt.scope would give back (reusable_bytes).
+-- Each finding is { n, q = 1|2|3, title, text, advice, level = "ok"|"warn"|"info" }:
+-- n numbers the findings 1.. in order (as printed), q is the question answered.
 local gt = require "gt"
 
 local format, concat, sort = string.format, table.concat, table.sort
@@ -26,10 +32,11 @@ local M = {}
 
 local bytes = require("gt.units").bytes
 
--- µs in plain numbers: "812 µs", "12.4 ms".
+-- µs in plain numbers: "812 µs", "12.4 ms".  Every caller has the figure
+-- (a figure that could not be measured is said so in words, with why).
 local function us(v)
-  if not v then return "?" end
-  if v < 1 then return "< 1 µs" end
+  if v < 0.01 then return "< 0.01 µs" end
+  if v < 1 then return format("%.2f µs", v) end
   if v >= 1e4 then return format("%.1f ms", v / 1e3) end
   if v >= 100 then return format("%d µs", floor(v + 0.5)) end
   return format("%.1f µs", v)
@@ -43,12 +50,15 @@ local function median(xs)
   return n % 2 == 1 and xs[(n + 1) / 2] or (xs[n / 2] + xs[n / 2 + 1]) / 2
 end
 
+local function plural(n, word, words) return format("%d %s", n, n == 1 and word or words or (word .. "s")) end
+
 -- -- 1. Launch-bound? ----------------------------------------------------------
 
 local launch_cost   -- host µs to issue one small eager op on this backend (measured once)
 
 -- One tiny op launched eagerly, outside any tree, by gt.clock: the lower
--- quartile of 128 (a busy host's hiccups are not the op's cost).
+-- quartile of 128 (a busy host's hiccups are not the op's cost).  nil inside
+-- a tree call (an op there is queued, not issued).
 local function eager_op_us()
   if launch_cost then return launch_cost end
   if gt._active then return nil end
@@ -82,6 +92,20 @@ end
 -- Without it, the device time is the sampled launches' (node.gpu_us).
 M.relaunch = false
 
+-- Why a figure is missing, in words (the findings say which figure and why).
+local WHY = {
+  device = "no launch of the last path was sampled, and its graphs are relaunched to time them only at exit " ..
+    "(gtlua --advise) or with tree:advise{measure = true}",
+  replay = "no call of this run replayed all of its segments (each one recorded, warmed up or ran eagerly " ..
+    "somewhere); call the tree until its paths replay",
+  eager = "no call after the first (which also compiles kernels) ran wholly eagerly",
+  op = "a tiny eager op cannot be timed inside a tree call",
+}
+
+--- advise.launch(tree, stats, measure) -> the figures of question 1: launches, segments, sync (a
+--- synchronous backend: cpu), device_us, eager_us (host µs to issue a step eagerly), replay_us (by
+--- replay; nil on cpu), eager_step, replay_step, speedup, bound (nil on cpu: judged on a GPU),
+--- op_us, and missing = { figure = why } for each figure that could not be measured.
 function M.launch(tree, s, measure)
   local sync = gt.backend() == "cpu"                    -- launches run to completion before they return
   local h = tree:history()
@@ -93,7 +117,8 @@ function M.launch(tree, s, measure)
     -- (an untimed call, a keyed hit past the first 64 calls, has no cpu_us: the medians are of timed calls)
   end
   local ids, launches = last_path(s)
-  local r = { launches = launches, segments = #ids, sync = sync, eager_calls = #eager, replay_calls = #replay }
+  local r = { launches = launches, segments = #ids, sync = sync, eager_calls = #eager, replay_calls = #replay,
+              missing = {} }
   local ok, fcpu, fstep = false, nil, nil
   if measure then ok, fcpu, fstep = pcall(tree.floor, tree, 20, true) end
   if ok then r.device_us, r.device_how, r.graph_launch_us = fstep, "the last path's graphs launched and synced, median of 20", fcpu
@@ -105,33 +130,31 @@ function M.launch(tree, s, measure)
   local D, op = r.device_us, eager_op_us()
   r.op_us = op
   local He, Hr = median(eager), median(replay)        -- host µs per call
+  if not D then r.missing.device = WHY.device end
+  if not Hr then r.missing.replay = WHY.replay end
   if sync then
     -- Each launch returns when its kernel is done: a call's host time is its
-    -- step time.  Issue time is what launching costs beyond the kernels: the
-    -- launches times one tiny op's cost (measured here), for eager and replay alike.
+    -- step time.  What issuing costs beyond the kernels is the launches times
+    -- one tiny op's cost (measured here); whether that bounds the step is a
+    -- GPU's question (its kernels run while the host issues the next).
     r.replay_step = Hr
-    if He then r.eager_step, r.eager_how = He, format("measured over %d eager call%s", #eager, #eager == 1 and "" or "s")
-    elseif Hr and op then
-      r.eager_step = Hr + launches * op
-      r.eager_how = format("estimated: replay's step + %d launches x %s per eager op", launches, us(op))
-    end
-    if op then
-      r.eager_us = launches * op
-      r.eager_how = (r.eager_how and (r.eager_how .. "; ") or "") .. format("issue = %d launches x %s per tiny eager op",
-        launches, us(op))
-    end
-    r.replay_us = Hr and D and max(Hr - D, 0)
-  else
-    -- Launches are queued: a call's host time is its issue time.
-    r.replay_us = Hr
-    if He then r.eager_us, r.eager_how = He, format("measured over %d eager call%s", #eager, #eager == 1 and "" or "s")
-    elseif Hr and op then
-      r.eager_us = max(Hr - (r.graph_launch_us or 0), 0) + launches * op
-      r.eager_how = format("estimated: replay's host time + %d launches x %s per eager op", launches, us(op))
-    end
-    if D and r.eager_us then r.eager_step = max(r.eager_us, D) end
-    if D and Hr then r.replay_step = max(Hr, D) end
+    if He then r.eager_step, r.eager_how = He, format("measured over %s", plural(#eager, "eager call")) end
+    if op then r.eager_us = launches * op else r.missing.eager = WHY.op end
+    if not He then r.missing.eager_step = WHY.eager end
+    r.speedup = r.eager_step and r.replay_step and r.eager_step / r.replay_step
+    return r
   end
+  -- Launches are queued: a call's host time is its issue time.
+  r.replay_us = Hr
+  if He then r.eager_us, r.eager_how = He, format("measured over %s", plural(#eager, "eager call"))
+  elseif Hr and op then
+    r.eager_us = max(Hr - (r.graph_launch_us or 0), 0) + launches * op
+    r.eager_how = format("estimated: replay's host time + %d launches x %s per eager op", launches, us(op))
+  else
+    r.missing.eager = WHY.eager .. ", and it cannot be estimated: " .. (op and WHY.replay or WHY.op)
+  end
+  if D and r.eager_us then r.eager_step = max(r.eager_us, D) end
+  if D and Hr then r.replay_step = max(Hr, D) end
   if D and r.eager_us then
     r.bound = r.eager_us > D
     r.replay_bound = r.replay_us and r.replay_us > D
@@ -140,24 +163,74 @@ function M.launch(tree, s, measure)
   return r
 end
 
+-- On the cpu backend: launch-boundness is a GPU's question; what this backend
+-- shows is the host bookkeeping of issuing a step, counted, and the steps measured.
+local function launch_finding_cpu(s, r)
+  local f = { q = 1, title = "Launch-bound?", level = "info" }
+  local parts = { "Judged on a GPU: on the cpu backend kernels run on the host as they are launched, so a step " ..
+    "takes its kernels' time and no launch overlaps another; whether the host's issuing bounds a step shows only where " ..
+    "the device runs while the host issues." }
+  if r.device_us then
+    parts[#parts + 1] = format("Here the step's kernels take %s (%s).", us(r.device_us), r.device_how)
+  else
+    parts[#parts + 1] = "The kernels' time is not measured: " .. r.missing.device .. "."
+  end
+  local segs = plural(r.segments, "graph launch", "graph launches")
+  if r.eager_us then
+    parts[#parts + 1] = format("On a GPU a replay saves the host's issuing: eagerly %s a step, each checked and sent " ..
+      "on (here %s each, %s a step, counted from a tiny eager op), against %s.", plural(r.launches, "launch", "launches"),
+      us(r.op_us), us(r.eager_us), segs)
+  else
+    parts[#parts + 1] = format("On a GPU a replay saves the host's issuing: eagerly %s a step against %s; the cost of " ..
+      "one eager launch is not measured: %s.", plural(r.launches, "launch", "launches"), segs, r.missing.eager)
+  end
+  local same = "On this backend a graph launch runs the recorded kernels on the host as eager launches do, so the " ..
+    "steps measure the same kernels"
+  if r.eager_step and r.replay_step then
+    parts[#parts + 1] = format("%s: %s eagerly (%s), %s by replay (median of %s).", same, us(r.eager_step),
+      r.eager_how, us(r.replay_step), plural(r.replay_calls, "replayed call"))
+  elseif r.replay_step then
+    parts[#parts + 1] = format("%s: %s by replay (median of %s); the eager step is not measured: %s.", same,
+      us(r.replay_step), plural(r.replay_calls, "replayed call"), r.missing.eager_step)
+  else
+    parts[#parts + 1] = same .. "; the replayed step is not measured: " .. r.missing.replay .. "."
+  end
+  f.text = concat(parts, " ")
+  f.advice = "Judge launch-boundness on a GPU (gtlua --advise there): this backend shows the tree, its results and " ..
+    "its memory plan as a GPU has them, not a GPU's launch saving."
+  return f
+end
+
 local function launch_finding(s, r)
+  if r.sync then return launch_finding_cpu(s, r) end
   local f = { q = 1, title = "Launch-bound?" }
   if not (r.device_us and r.eager_us) then
+    local why = {}
+    if not r.device_us then why[#why + 1] = "the device time is not measured: " .. r.missing.device end
+    if not r.eager_us then why[#why + 1] = "the host time to issue a step eagerly is not measured: " .. r.missing.eager end
+    if r.missing.replay then why[#why + 1] = "the replay's host time is not measured: " .. r.missing.replay end
     f.level = "info"
-    f.text = format("Not enough to tell: %d replay-only calls, device time %s.", r.replay_calls,
-      r.device_us and us(r.device_us) or "unknown (not measured: the last path's graphs are relaunched only at exit or with {measure = true})")
+    f.text = format("Not enough to tell (%s replay-only): %s.", plural(r.replay_calls, "call"), concat(why, "; "))
     f.advice = "Run gtlua --advise model.lua (it times the device at exit), or tree:advise{measure = true}, " ..
       "after enough steps for each path to replay."
     return f
   end
   local idle = r.bound and (1 - r.device_us / r.eager_us) * 100 or 0
-  local how = r.sync and "Launches on this backend return when their kernels are done (a call's host time is its step time). " or ""
-  f.text = how .. format("%s in eager: the host issues a step's %d launches in %s (%s), the device runs the step in %s (%s)%s. " ..
-    "Replay issues it in %s: a step of %s becomes %s (%.1fx).",
+  local text = format("%s in eager: the host issues a step's %d launches in %s (%s), the device runs the step in %s (%s)%s.",
     r.bound and "Yes, launch-bound" or "No, device-bound", r.launches, us(r.eager_us), r.eager_how, us(r.device_us),
-    r.device_how, r.bound and format(", so the device idles %.0f%% of the step", idle) or "",
-    us(r.replay_us), us(r.eager_step), us(r.replay_step), r.speedup or 1)
-  if r.bound and (r.speedup or 1) >= 1.2 then
+    r.device_how, r.bound and format(", so the device idles %.0f%% of the step", idle) or "")
+  if r.speedup then
+    text = text .. format(" Replay issues it in %s: a step of %s becomes %s (%.1fx).", us(r.replay_us), us(r.eager_step),
+      us(r.replay_step), r.speedup)
+  else
+    text = text .. " The replay's host time is not measured: " .. r.missing.replay .. "."
+  end
+  f.text = text
+  if r.bound and not r.speedup then
+    f.level = "ok"
+    f.advice = "Keep the tree on: the step is launch-bound, which replay addresses; call the tree until its paths " ..
+      "replay to see the saving measured."
+  elseif r.bound and r.speedup >= 1.2 then
     f.level = "ok"
     f.advice = format("Keep the tree on: replay makes the step %.1fx faster here.", r.speedup)
     if r.replay_bound then
@@ -167,12 +240,13 @@ local function launch_finding(s, r)
   elseif r.bound then
     f.level = "warn"
     f.advice = format("The host bounds the step even in replay (%s per step): graphs gain %.1fx; fuse small ops to cut launches.",
-      us(r.replay_us), r.speedup or 1)
+      us(r.replay_us), r.speedup)
   else
     f.level = "info"
     f.advice = format("A tree is optional here: the device needs %s per step and eager issues it in %s, so replay saves " ..
-      "at most %.0f%% of a step; keep it for the fixed memory plan, or drop it and its %d recording(s).",
-      us(r.device_us), us(r.eager_us), (1 - 1 / max(r.speedup or 1, 1)) * 100, s.recorded)
+      "%s; keep it for the fixed memory plan, or drop it and its %s.", us(r.device_us), us(r.eager_us),
+      r.speedup and format("at most %.0f%% of a step", (1 - 1 / max(r.speedup, 1)) * 100) or "little of a step",
+      plural(s.recorded, "recording"))
   end
   return f
 end
@@ -401,12 +475,66 @@ local function cut_finding(s, e)
   return f
 end
 
+-- A node's kernels from its label ("linear_f32 gelu_f32 x2 ..." -> {linear_f32, gelu_f32, gelu_f32}),
+-- and whether the label was cut short (then only the names before the cut are known).
+local function label_kernels(label)
+  local out, short = {}, false
+  for w in (label or ""):gmatch("%S+") do
+    local rep = w:match("^x(%d+)$")
+    if w == "..." then short = true
+    elseif rep and #out > 0 then for _ = 2, tonumber(rep) do out[#out + 1] = out[#out] end
+    else out[#out + 1] = w end
+  end
+  return out, short
+end
+M._label_kernels = label_kernels
+
+-- Siblings that begin with the same launches (a new branch's node.shared, counted
+-- against node.shared_with): a branch on the host where no gt.cut() separates the
+-- shared launches from the paths, so each path records them in its own graph.
+function M.shared(s)
+  local out = {}
+  for id = 0, s.nodes - 1 do
+    local n = s.node[id]
+    if n and (n.shared or 0) > 0 and n.shared_with and s.node[n.shared_with] then
+      out[#out + 1] = { a = n.shared_with, b = id, launches = n.shared, root = n.parent == nil }
+    end
+  end
+  return out
+end
+
+local function shared_finding(s, e)
+  local a, b = s.node[e.a], s.node[e.b]
+  local ka, kb = label_kernels(a.label), label_kernels(b.label)
+  local names = {}
+  for i = 1, min(e.launches, 3) do names[i] = ka[i] end
+  local known = #names == min(e.launches, 3) and e.launches <= #ka and e.launches <= #kb
+  local shared = format("the same %s", e.launches == 1 and "first launch" or (e.launches .. " leading launches"))
+  if known then shared = shared .. " (" .. concat(names, " ") .. (e.launches > 3 and " ..." or "") .. ")" end
+  local f = { q = 3, level = "warn", title = format("Launches recorded twice: [%d] and [%d]", e.a, e.b) }
+  f.text = format("Nodes [%d] and [%d]%s begin with %s and part after %s: each path records and replays " ..
+    "them in a graph of its own (a branch on the host with no gt.cut() where the paths part).", e.a, e.b,
+    e.root and ", first segments of the tree," or ", siblings,", shared, e.launches == 1 and "it" or "them")
+  local last, na, nb = ka[e.launches], ka[e.launches + 1], kb[e.launches + 1]
+  local where
+  if known and last and (na or nb) then
+    where = format("after the code that launches %s, before the branch that picks %s", last,
+      na and nb and (na .. " or " .. nb) or ((na or nb) .. " or returns"))
+  else
+    where = format("after the %d shared launch%s, before the branch", e.launches, e.launches == 1 and "" or "es")
+  end
+  f.advice = format("Add gt.cut() where the paths part (%s): the shared launches then become one node, recorded " ..
+    "once, with a child per path.", where)
+  return f
+end
+
 local function break_findings(s, r)
   local out = {}
   if #r.sites == 0 then
     out[1] = { q = 3, title = "Graph breaks", level = "ok", text = "Every call ends at its return: no sync points inside the tree.",
-               advice = "Nothing to change: each path is one graph per segment." }
+               advice = "No sync point to remove: each path is one graph per segment." }
   end
+  for _, e in ipairs(r.shared or {}) do out[#out + 1] = shared_finding(s, e) end
   for _, e in ipairs(r.sites) do out[#out + 1] = cut_finding(s, e) end
   for _, e in ipairs(r.skips) do
     out[#out + 1] = { q = 3, title = "Runs eagerly (" .. e.reason .. ")", level = "warn",
@@ -446,10 +574,11 @@ end
 
 -- A tree's findings as text: print(tree:advise()).
 local Findings = { __tostring = function(a)
-  local out = { format("tree '%s' (%s): %d calls, %d nodes, %d recorded", a.name, a.where, a.calls, a.nodes, a.recorded) }
+  local out = { format("tree '%s' (%s): %s, %s, %d recorded", a.name, a.where, plural(a.calls, "call"),
+    plural(a.nodes, "node"), a.recorded) }
   for _, f in ipairs(a.findings) do
     local sep = f.title:match("%?$") and " " or ". "
-    out[#out + 1] = wrap(format("[%s] Q%d %s%s%s", MARK[f.level] or "--", f.q, f.title, sep, f.text), 100, "       ")
+    out[#out + 1] = wrap(format("[%s] %d. %s%s%s", MARK[f.level] or "--", f.n, f.title, sep, f.text), 100, "       ")
     out[#out + 1] = wrap("-> " .. f.advice, 100, "          ", "       ")
   end
   return concat(out, "\n")
@@ -478,25 +607,31 @@ function M.tree(tree, opts)
   local s = tree:stats()
   local r = setmetatable({ name = s.name, where = s.where, calls = s.calls, nodes = s.nodes, recorded = s.recorded }, Findings)
   if s.nodes == 0 then
-    r.findings = { { q = 1, title = "No nodes", level = "info", text = "The tree has no calls that launched kernels.",
+    r.findings = { { q = 1, n = 1, title = "No nodes", level = "info", text = "The tree has no calls that launched kernels.",
                      advice = "Call it (inside the script) before asking." } }
     return r
   end
   local measure = M.relaunch
   if opts and opts.measure ~= nil then measure = opts.measure end
   r.launch, r.shapes, r.breaks = M.launch(tree, s, measure), M.shapes(tree, s), M.breaks(s)
+  r.breaks.shared = M.shared(s)
   r.findings = { launch_finding(s, r.launch), shapes_finding(s, r.shapes) }
   for _, f in ipairs(break_findings(s, r.breaks)) do r.findings[#r.findings + 1] = f end
+  for i, f in ipairs(r.findings) do f.n = i end          -- numbered once, in order (f.q: the question it answers)
   return r
 end
 
 
 local function no_trees()
+  local out = { "", "No graph trees were made: the three questions are about a step wrapped in gt.tree(fn)." }
   local op = eager_op_us()
-  return { "", "No graph trees were made: the three questions are about a step wrapped in gt.tree(fn).",
-    wrap(format("Here one small eager op costs %s of host time: a step whose kernels each run shorter than that is " ..
-      "launch-bound, and a tree (local step = gt.tree(model)) would replay it as one graph launch per segment.", us(op)),
-      100, "  ") }
+  if op then
+    out[#out + 1] = wrap(format("Here one small eager op costs %s of host time: a step whose kernels each run shorter " ..
+      "than that is launch-bound%s, and a tree (local step = gt.tree(model)) would replay it as one graph launch per " ..
+      "segment.", us(op), gt.backend() == "cpu" and " on a GPU (the cpu backend runs kernels as they are launched)" or ""),
+      100, "  ")
+  end
+  return out
 end
 
 --- advise.text(trees) -> the findings of each tree as text (what gtlua --advise prints)

@@ -19,9 +19,9 @@ local M = {}
 local DOC = {
   ["gt"] = [[
 gt: CUDA graph trees scripted from Lua (require "gt"; preloaded by gtlua).
-  tensors   gt.tensor zeros ones full randn from; t:item tolist clone copy fill view narrow static
+  tensors   gt.tensor zeros ones full randn from; t:item tolist clone copy fill view narrow static t
   kernels   gt.compile gt.load; K.name(grid, block, ...); K.name:config(grid, block [, smem])
-  ops       gt.ops.linear matmul add mul axpby relu gelu tanh sigmoid softmax layernorm rmsnorm sum max argmax embedding
+  ops       gt.ops.linear matmul transpose add mul axpby relu gelu tanh sigmoid softmax layernorm rmsnorm sum max argmax embedding
   trees     gt.tree; tree(...); tree:stats trim floor dot json report; gt.cut gt.sync
   branches  gt.cond(p, then_fn [, else_fn]), gt.loop(p, body_fn [, {max = n}]) decided on the device
   lifetimes gt.scope; t:free()
@@ -34,7 +34,7 @@ gt.help("name") for one of them; gt.help() lists every name.]],
 tensor: a device tensor (a view: buffer, offset, shape).
   fields   t.shape (a new table, dims from 1), t.dtype ("f32"|"i32"|"i64"|"u8"), t.numel
   methods  t:item() tolist() clone() copy(src) fill(v) view(shape) narrow(dim, start, len)
-           static() contiguous() is_stale() dim() size([d])
+           static() contiguous() is_stale() dim() size([d]) t()
 Outside a tree, memory comes from the caching allocator; inside a tree call,
 from the tree's pool: outputs of a call are overwritten by the next call of
 that tree (using one then raises; :clone() keeps it).]],
@@ -89,6 +89,10 @@ t:static() -> t, marked as a weight
   place; a changed address updates the recorded graph (or records again).]],
   ["tensor:contiguous"] = [[
 t:contiguous() -> t when contiguous, else a contiguous copy]],
+  ["tensor:t"] = [[
+t:t() -> the transpose of a 2-D f32 tensor, a new tensor: gt.ops.transpose(t)
+  A PyTorch nn.Linear weight {out, in} becomes gt.ops.linear's W {in, out}:
+  W = torch_weight:t():static(), once, outside the step.]],
   ["tensor:is_stale"] = [[
 t:is_stale() -> true when a later call of the tree that returned t reused its memory]],
   ["tensor:free"] = [[
@@ -134,7 +138,11 @@ gt.compile(src [, {name =, graph = true, options =}]) -> { kernel_name = kernel,
   name: the file name in messages; graph = false: the kernels never go into a
   graph (segments that launch them run eagerly, counted as skips);
   options: extra compiler options (NVRTC on cuda, the host compiler on cpu).
-  A compile error raises with the compiler's log.
+  A compile error raises with the compiler's log. Device code only, on both
+  backends alike: a host header (<vector>, <iostream>, ...) or a std:: name
+  raises (NVRTC has no C++ standard library); <cstdint>, <cmath>, <cstdio>,
+  <cfloat>, <climits>, <cstddef>, <cassert>, <cstdlib>, <cstring> may be
+  included for what device code has of them.
   local K = gt.compile[[ __global__ void k(float *y, int n) { ... } ]]]=],
   ["gt.load"] = [[
 gt.load(path [, opts]) -> the kernels of a .cu file, as gt.compile returns them
@@ -190,7 +198,9 @@ tree:stats() -> a plain table
       cut ("model.lua:31 item" | "gt.cut at model.lua:12" | "return": the first site),
       cuts ({{site = "model.lua:31", reason = "item", cut = "model.lua:31 item", count}}: every site),
       why ("first path" | "new branch after [3]" | "new shape 16x256 (sibling [4] has 8x256)"
-           | "static W moved (linear_f32, sibling [0])")}} }    -- ids from 0
+           | "static W moved (linear_f32, sibling [0])"),
+      shared, shared_with (a new branch: its leading launches that sibling shared_with
+           begins with too, a host branch without gt.cut(); 0 and nil: none)}} }    -- ids from 0
   gpu_us: from a node's first 8 launches and one in 256 (every launch
   with gt.profile(true)).  A keyed tree also has
   keyed = {hits, misses, verified, refused = {[reason] = count}, fused}
@@ -326,16 +336,22 @@ gt.help(x) -> the documentation text (also printed)
   ["gt.ops"] = [[
 gt.ops: tensor operations over the kernel library (kernels/*.cu); each
 allocates its output. f32 unless said; "rows" are the last dimension.
-  linear matmul add mul axpby copy relu gelu tanh sigmoid softmax layernorm
-  rmsnorm sum max argmax embedding]],
+  linear matmul transpose add mul axpby copy relu gelu tanh sigmoid softmax
+  layernorm rmsnorm sum max argmax embedding]],
   ["gt.ops.linear"] = [[
 gt.ops.linear(x, W [, b] [, act]) -> act(x @ W + b)
   x {..., K} (leading dims are rows), W {K, N} = {in, out}, b {N} or nil,
   act "relu" | "gelu" | "tanh" | nil. The result is {..., N}.
   W is {in, out} (x @ W), not PyTorch's nn.Linear {out, in} (x @ W^T):
-  a PyTorch weight goes in transposed.]],
+  pass a PyTorch weight through gt.ops.transpose (or W:t()), once, outside
+  the step. A square weight fits either way: transpose it too.]],
   ["gt.ops.matmul"] = [[
 gt.ops.matmul(a, b) -> a @ b for a {M, K}, b {K, N}]],
+  ["gt.ops.transpose"] = [[
+gt.ops.transpose(x) -> x^T for a 2-D f32 x {R, C}: a new {C, R} tensor
+  One kernel (16x16 tiles through shared memory); in a tree it is a launch
+  like any op. For PyTorch's nn.Linear weights ({out, in}):
+  local W = gt.ops.transpose(torch_W):static()    -- {in, out}, as linear takes it]],
   ["gt.ops.add"] = [[
 gt.ops.add(a, b) -> a + b
   b: a tensor of a's shape, a vector of a's last dimension (a bias), or a number.]],

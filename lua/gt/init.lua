@@ -109,9 +109,14 @@ function gt._where(level)
     local inside = internal(info)
     if callee and (not inside or info.what == "C") then
       -- a public function called from a user frame or from pcall (a tree calling the
-      -- step) under a name not its own: the user's function tail-called it
+      -- step) under a name not its own: the user's function tail-called it.  Unless
+      -- the C frame is a pcall the user's code made with it (pcall(gt.zeros, {-1})):
+      -- that called it directly, and the user's line is the next frame's.
       local pub = public_name(callee.func)
-      if pub and callee.name ~= pub[2] then tail = pub[1] end
+      if pub and callee.name ~= pub[2] then
+        local up = info.what == "C" and callee.name == nil and debug.getinfo(l + 1, "S")
+        if not (up and not internal(up)) then tail = pub[1] end
+      end
     end
     if not inside then
       return info.short_src .. ":" .. (info.currentline > 0 and info.currentline or "?") .. ": ", tail
@@ -136,10 +141,14 @@ function gt._error(msg, level)
   error(where .. msg, 0)
 end
 
--- gt._show(v) -> v for a message: strings quoted, numbers as written, else its type
--- ("a table"); what an argument error says it got.
+-- gt._show(v) -> v for a message: strings quoted, numbers as written, a tensor as
+-- "a tensor 4x4 f32", else its type ("a table"); what an argument error says it got.
 function gt._show(v)
   local t = type(v)
+  if t == "cdata" and gt.is_tensor and gt.is_tensor(v) then
+    local shape = v._shape
+    return (#shape == 0 and "a scalar tensor " or ("a tensor " .. gt._shape_str(shape) .. " ")) .. v.dtype
+  end
   if t == "string" then return string.format("%q (a string)", v) end
   if t == "number" then
     if v ~= v then return "nan" end

@@ -54,15 +54,15 @@ local function arg_error(k, i, v, level)
   local where = "kernel '" .. name .. "': argument #" .. i .. " ('" .. pname .. "', " .. ptext .. ")"
   local pt = k.ptype[i - 1]
   if pt == PTR_IN or pt == PTR_OUT then
-    if not gt.is_tensor(v) then error(where .. " expects a tensor, got " .. type(v), level + 1) end
+    if not gt.is_tensor(v) then error(where .. " expects a tensor, got " .. gt._show(v), level + 1) end
     if v:is_stale() then gt._stale_error(v, level + 1) end
     if v._strides then error(where .. ": the tensor is a non-contiguous view; :clone() it first", level + 1) end
     local want = gt._dtype_of_code[k.pdtype[i - 1]]
     error(where .. " expects " .. tostring(want) .. ", got a " .. v.dtype .. " tensor", level + 1)
   end
   local st = SCALAR[pt]
-  if st == "bool" then error(where .. " expects a boolean or number, got " .. type(v), level + 1) end
-  if type(v) ~= "number" then error(where .. " expects a number, got " .. type(v), level + 1) end
+  if st == "bool" then error(where .. " expects a boolean or number, got " .. gt._show(v), level + 1) end
+  if type(v) ~= "number" then error(where .. " expects a number, got " .. gt._show(v), level + 1) end
   local r = RANGE[st]
   error(("%s expects an integer in %s, got %s"):format(where, r[3], tostring(v)), level + 1)
 end
@@ -416,7 +416,15 @@ end
 --- K.name(grid, block, args...): launch (queued inside a tree call)
 -- The bound launcher of the last grid and block is kept: a kernel launched
 -- again with the same sizes makes no new configuration.
+local MODULE = {}   -- the key marking a kernel table's metatable (compile)
 function Kernel:__call(grid, block, ...)
+  if type(grid) == "table" then
+    local mt = getmetatable(grid)
+    if mt and rawget(mt, MODULE) then     -- K:name(...): the colon passed the kernel table as the grid
+      error("kernel '" .. self.name .. "' was called with a colon (K:" .. self.name .. "(...)), which passes the " ..
+        "kernel table as the grid: call it with a dot, K." .. self.name .. "(grid, block, args...)", 2)
+    end
+  end
   local gx, gy, gz = dims(grid, "grid", self.name, 2)
   local bx, by, bz = dims(block, "block", self.name, 2)
   local l = self._last
@@ -475,6 +483,8 @@ local function compile(src, opts, chunk)
       msg = msg:gsub(esc .. ":(%d+):(%d+):", chunk .. ": kernel source line %1:%2:")
                :gsub(esc .. ":(%d+):", chunk .. ": kernel source line %1:")
                :gsub(esc .. "%((%d+)%)", chunk .. ": kernel source line %1")        -- (NVRTC's form)
+      -- (the message is raised at that same file:line: "chunk: " leading it would say it twice)
+      if msg:sub(1, #chunk + 2) == chunk .. ": " then msg = msg:sub(#chunk + 3) end
     end
     error(msg, 3)
   end
@@ -486,7 +496,7 @@ local function compile(src, opts, chunk)
   end
   table.sort(names)
   -- K.misspelt: an error listing the kernels there are, not "attempt to call a nil value"
-  return setmetatable(K, { __index = function(_, key)
+  return setmetatable(K, { [MODULE] = true, __index = function(_, key)
     if type(key) ~= "string" or key:sub(1, 2) == "__" then return nil end
     error("no kernel '" .. key .. "' in " .. chunk .. "; its kernels: " ..
       (#names > 0 and table.concat(names, ", ") or "none (no __global__ function)"), 2)

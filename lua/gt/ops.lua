@@ -330,7 +330,10 @@ local function linear_checked(x, W, b, act)
   if #ws ~= 2 then fail(3, "linear", "W must be 2-D {K, N}, got %s", shape_str(ws)) end
   local K, N = ws[1], ws[2]
   if xs[#xs] ~= K then
-    fail(3, "linear", "x is %s but W is %s: inner dimensions differ", shape_str(xs), shape_str(ws))
+    fail(3, "linear", "x is %s but W is %s: inner dimensions differ; W is {in, out} (y = x @ W)%s", shape_str(xs),
+      shape_str(ws), N == xs[#xs] and format(", and this W looks like PyTorch's nn.Linear {out, in} layout (its last " ..
+        "dimension is x's): pass gt.ops.transpose(W) (or W:t()), once, outside the step") or
+        " (a PyTorch nn.Linear weight, {out, in}, goes in as gt.ops.transpose(W) or W:t())")
   end
   if b ~= nil then
     local bs = check("linear", "b", b, nil, 3)
@@ -459,6 +462,29 @@ function ops.matmul(a, b)
     bya[b._sid] = st
   end
   local y = lean_go(matmul_run, st, a, b)
+  return y
+end
+
+local transpose_states = by_sid()     -- [x's shape id]
+local transpose_run
+
+--- ops.transpose(x) -> x^T for a 2-D x {R, C}: a new {C, R} tensor (one kernel; a PyTorch
+--- nn.Linear weight {out, in} becomes linear's {in, out})
+function ops.transpose(x)
+  local xs = check("transpose", "x", x)
+  if #xs ~= 2 then
+    fail(2, "transpose", "x must be 2-D {R, C} (a matrix), got %s%s", #xs == 0 and "a scalar" or shape_str(xs),
+      #xs == 0 and "" or format(" (%d-D): :view() it as 2-D first", #xs))
+  end
+  local st = transpose_states[x._sid]
+  if not st then
+    local R, C = xs[1], xs[2]
+    local gx, gy = tile_grid(R, C)
+    st, transpose_run = lean_state("linear", "transpose_f32", gx, gy, TILE, TILE, shape_id({ C, R }, 2), F32,
+      nil, nil, R, C)
+    transpose_states[x._sid] = st
+  end
+  local y = lean_go(transpose_run, st, x)
   return y
 end
 

@@ -49,6 +49,8 @@
 --     cut               where and why its segment ended (first): "model.lua:31 item", "gt.cut at model.lua:12", "return"
 --     cuts              every distinct site it ended at, in order: { site = "model.lua:31", reason = "item",
 --                       cut = "model.lua:31 item", count = visits } (past 8 sites: one "other sites" entry)
+--     shared, shared_with   a new branch: its leading launches that sibling shared_with begins with too
+--                       (a host branch without gt.cut() where the paths part); 0 and null: none
 local gt = require "gt"
 local C = require "gt.report.common"
 local units = require "gt.units"
@@ -113,7 +115,7 @@ local KEY_ORDER = { "format", "id", "name", "where", "parent", "depth", "childre
   "nodes", "recorded", "visits", "warmups", "replays", "eager", "updates", "fused", "skip", "skipped", "skips", "pool",
   "reserved", "in_use", "high_water", "record_us", "instantiate_us", "replay_cpu_us", "gpu_us", "planned_bytes",
   "checkpoint_bytes", "reusable_bytes", "last_call", "cuts", "site", "reason", "count", "shapes", "why", "cut",
-  "roots", "node" }
+  "shared", "shared_with", "roots", "node" }
 
 -- The stats table reshaped for JSON: node as an array by id, nulls kept.
 local function json_shape(s, json)
@@ -127,7 +129,7 @@ local function json_shape(s, json)
     for k, v in pairs(n) do c[k] = v end
     c.children = json.array({ unpack(n.children) })
     if n.cuts then c.cuts = json.array({ unpack(n.cuts) }) end
-    for _, k in ipairs { "parent", "skip", "shapes", "why", "cut" } do if c[k] == nil then c[k] = json.null end end
+    for _, k in ipairs { "parent", "skip", "shapes", "why", "cut", "shared_with" } do if c[k] == nil then c[k] = json.null end end
     nodes[#nodes + 1] = c
   end
   r.node = json.array(nodes)

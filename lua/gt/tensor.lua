@@ -92,7 +92,8 @@ local function shape_id_slow(shape, level)
   for i = 1, #shape do
     local d = shape[i]
     if type(d) ~= "number" or d < 0 or d ~= floor(d) or d >= MAX_BYTES then
-      error("bad shape: dimension " .. i .. " is " .. tostring(d) .. ", not a size", level + 1)
+      error("bad shape: dimension " .. i .. " is " .. gt._show(d) .. ", not a size: each dimension is a whole " ..
+        "number, 0 or more (e.g. {8, 256})", level + 1)
     end
     n = n * d
     local nx = node[d]
@@ -673,6 +674,16 @@ end
 function Tensor:contiguous() if not istype(TT, self) then not_tensor(self, 2) end if self._strides then return self:clone() end return self end
 function Tensor:is_contiguous() if not istype(TT, self) then not_tensor(self, 2) end return self._strides == nil end
 
+--- t:t() -> the transpose of a 2-D f32 tensor, a new tensor (gt.ops.transpose(t))
+function Tensor:t()
+  if not istype(TT, self) then not_tensor(self, 2) end
+  local n = #SHAPES[self._sid]
+  if n ~= 2 then
+    error("t:t(): the tensor must be 2-D (a matrix), got " .. gt._show(self) .. (n > 2 and "; :view() it as 2-D first" or ""), 2)
+  end
+  return gt.ops.transpose(self)
+end
+
 --- t:static() marks a weight: keyed by address in trees; returns t
 function Tensor:static()
   local b = live(self, 2)
@@ -889,7 +900,34 @@ function Tensor:__tostring()
   return render(1, 0, "") .. "\n" .. tail .. "]"
 end
 
-ffi.metatype(TT, { __index = index, __tostring = function(t) return Tensor.__tostring(t) end,
+-- -- Operators ------------------------------------------------------------
+-- Tensors have no arithmetic operators (an op allocates and launches: it is
+-- written as a call).  x + y and the like raise saying which gt.ops call does
+-- it, instead of LuaJIT's "attempt to perform arithmetic on 'struct gt_tensor'".
+local OPERATORS = {
+  __add = { "x + y", "gt.ops.add(x, y) (y a tensor of x's shape, a vector of its last dimension, or a number)" },
+  __sub = { "x - y", "gt.ops.add(x, -y) for a number y, gt.ops.add(x, gt.ops.mul(y, -1)) for a tensor y" },
+  __mul = { "x * y", "gt.ops.mul(x, y) elementwise, gt.ops.matmul(x, y) or gt.ops.linear(x, W) for a matrix product" },
+  __div = { "x / y", "gt.ops.mul(x, 1 / y) for a number y; a kernel of your own (gt.compile) for a tensor y" },
+  __mod = { "x % y", "a kernel of your own (gt.compile)" },
+  __pow = { "x ^ y", "a kernel of your own (gt.compile)" },
+  __unm = { "-x", "gt.ops.mul(x, -1)" },
+  __concat = { "x .. y", "tostring(x) .. y (a tensor prints its values)" },
+  __lt = { "x < y", "t:item() or t:tolist() to compare on the host, or gt.cond with a one-element tensor a kernel writes" },
+  __le = { "x <= y", "t:item() or t:tolist() to compare on the host, or gt.cond with a one-element tensor a kernel writes" },
+  __len = { "#x", "x.numel (the elements) or x.shape[1] (the first dimension)" },
+}
+local MT = { __index = index, __tostring = function(t) return Tensor.__tostring(t) end }
+for mm, say in pairs(OPERATORS) do
+  MT[mm] = function(a, b)
+    local what = (mm == "__unm" or mm == "__len") and gt._show(a) or (gt._show(a) .. " and " .. gt._show(b))
+    gt._error(say[1] .. " on " .. what .. ": gtlua tensors have no operators; write " .. say[2])
+  end
+end
+
+ffi.metatype(TT, { __index = MT.__index, __tostring = MT.__tostring, __add = MT.__add, __sub = MT.__sub,
+                   __mul = MT.__mul, __div = MT.__div, __mod = MT.__mod, __pow = MT.__pow, __unm = MT.__unm,
+                   __concat = MT.__concat, __lt = MT.__lt, __le = MT.__le, __len = MT.__len,
                    __newindex = function(t, k)
                      error("a tensor has no field '" .. tostring(k) .. "' to set (tensors are views: shape, dtype, " ..
                            "numel are read-only)", 2)

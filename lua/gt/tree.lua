@@ -777,6 +777,7 @@ function Tree:stats()
       last_call = tonumber(ni.last_call),
       shapes = ni.shapes ~= nil and ffi.string(ni.shapes) or nil, cut = ni.cut ~= nil and ffi.string(ni.cut) or nil,
       why = ni.why ~= nil and ffi.string(ni.why) or nil,
+      shared = ni.shared, shared_with = ni.shared_with >= 0 and ni.shared_with or nil,
       cuts = cut_sites(self._t, id, site, count),
     }
   end

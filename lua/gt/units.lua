@@ -3,9 +3,10 @@ local format, floor = string.format, math.floor
 
 local M = {}
 
---- units.bytes(n) -> "512 B", "8.0 KiB", "1.5 MiB", "2.0 GiB" (nil counts as 0)
+--- units.bytes(n) -> "512 B", "8.0 KiB", "1.5 MiB", "2.0 GiB", "4.0 TiB" (nil counts as 0; src/util.c's gt_bytes)
 function M.bytes(n)
   n = n or 0
+  if n >= 2 ^ 40 then return format("%.1f TiB", n / 2 ^ 40) end
   if n >= 2 ^ 30 then return format("%.1f GiB", n / 2 ^ 30) end
   if n >= 2 ^ 20 then return format("%.1f MiB", n / 2 ^ 20) end
   if n >= 1024 then return format("%.1f KiB", n / 1024) end

@@ -84,7 +84,7 @@ function M.findings(tree)
   if not ok then return meta("The advisor failed: " .. tostring(a)) end
   local items = {}
   for i, f in ipairs(a.findings) do
-    items[i] = el("div", { class = "finding " .. (f.level or "info") }, el("b", { class = "q" }, "Q" .. f.q),
+    items[i] = el("div", { class = "finding " .. (f.level or "info") }, el("b", { class = "q" }, (f.n or i) .. "."),
       el("b", nil, f.title), el("p", nil, f.text), el("p", { class = "advice" }, "→ " .. f.advice))
   end
   return el("div", { class = "findings" }, items)
