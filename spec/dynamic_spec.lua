@@ -110,8 +110,8 @@ describe("dynamic shapes", function()
       K.affine(1, 32, a, a, a.numel, 1, 100)
       return affine(type(b) == "table" and b[1] or b, 1, 0)
     end
-    local step = gt.tree(body, { buckets = { dim = 1, sizes = { 4, 8 } } })
-    local keyed = gt.tree(body, { buckets = { dim = 1, sizes = { 4, 8 } }, key = function() return 1 end })
+    local step = gt.tree(body, { buckets = { dim = 1, sizes = { 4, 8 }, narrow = { 1 } } })
+    local keyed = gt.tree(body, { buckets = { dim = 1, sizes = { 4, 8 }, narrow = { 1 } }, key = function() return 1 end })
     local warned, restore = capture_warnings()
     for _, t in ipairs { step, keyed } do
       for _ = 1, 4 do
