@@ -1,7 +1,9 @@
 #!/bin/sh
-# test.sh: the C unit tests, then the Busted specs inside gtlua (a task of
-# .busted); prints one closing line "N passed, N failed" and fails when
-# anything failed.
+# test.sh: the structure checks (scripts/check/: no dependency cycle between
+# src/ files, no function over 60 lines; each one item, its output shown only
+# when it fails), the C unit tests (tests/c/), then the Busted specs inside
+# gtlua (a task of .busted); prints one closing line "N passed, N failed" and
+# fails when anything failed.
 #   GTLUA_BACKEND=cpu|cuda picks the backend (auto by default): cpu runs the
 #     task `default`, cuda the task `gpu` (the #gpu specs too);
 #   TEST_BROWSER=1 adds the #browser specs; BUSTED_ARGS adds Busted options
@@ -25,6 +27,14 @@ fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
+# The structure checks: one item each.
+spass=0 sfail=0
+for c in "deps.sh $(dirname "$BIN")" "funclen.sh"; do
+  # shellcheck disable=SC2086
+  if sh scripts/check/$c > "$out" 2>&1; then spass=$((spass + 1)); else sfail=$((sfail + 1)); cat "$out"; fi
+done
+echo "structure checks: $spass passed, $sfail failed"
+
 # The C tests end with the line "C tests: N passed, M failed".
 cpass=0 cfail=1
 if [ -x "$TESTBIN" ]; then
@@ -43,5 +53,5 @@ set -- $(awk '/^ok [0-9]+ - # SKIP/ { s++; next } /^ok [0-9]/ { p++ } /^not ok [
 ok=$1 bad=$2 pending=$3
 if [ "$4" = 0 ]; then bad=$((bad + 1)); echo "busted ended without its TAP plan line (it crashed?)"; fi
 echo "specs: $ok passed, $bad failed, $pending pending"
-echo "$((cpass + ok)) passed, $((cfail + bad)) failed"
-[ $((cfail + bad)) -eq 0 ]
+echo "$((spass + cpass + ok)) passed, $((sfail + cfail + bad)) failed"
+[ $((sfail + cfail + bad)) -eq 0 ]

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
-#include "gt_test.h"
+#include "kernel.h"
 
 struct gt_module {
   int n;
@@ -39,8 +39,6 @@ static char *strip_comments(const char *src) {
 
 static int is_id(int c) { return isalnum(c) || c == '_'; }
 
-typedef struct { char name[128]; char text[128]; uint8_t ptype, pdtype; } param_t;
-typedef struct { char name[128]; int np; param_t p[GT_MAX_PARAMS]; } ksig_t;
 
 /* Words of a type, without qualifiers, joined by single spaces. */
 static void base_type(const char *t, char *out, size_t cap) {
@@ -92,7 +90,7 @@ static void trim_copy(char *dst, size_t cap, const char *a, const char *b) {
 }
 
 /* Parses one parameter declaration "const float *__restrict__ x". */
-static int parse_param(const char *a, const char *b, param_t *p, const char *kname, char *err) {
+static int parse_param(const char *a, const char *b, gt_kparam *p, const char *kname, char *err) {
   char decl[256];
   trim_copy(decl, sizeof decl, a, b);
   char *eq = strchr(decl, '=');
@@ -125,8 +123,7 @@ static int parse_param(const char *a, const char *b, param_t *p, const char *kna
   return GT_OK;
 }
 
-/* Finds every __global__ function; *nk kernels into ks (cap of them). */
-static int parse_kernels(const char *src, ksig_t *ks, int cap, int *nk, char *err) {
+int gt_kernel_parse(const char *src, gt_kdecl *ks, int cap, int *nk, char *err) {
   char *s = strip_comments(src);
   if (!s) { snprintf(err, GT_ERRLEN, "out of host memory"); return GT_ERR; }
   int n = 0, st = GT_OK;
@@ -150,7 +147,7 @@ static int parse_kernels(const char *src, ksig_t *ks, int cap, int *nk, char *er
     }
     if (!open || !name) continue;
     if (n == cap) { snprintf(err, GT_ERRLEN, "more than %d kernels in one source", cap); st = GT_ERR; break; }
-    ksig_t *k = &ks[n];
+    gt_kdecl *k = &ks[n];
     memset(k, 0, sizeof *k);
     snprintf(k->name, sizeof k->name, "%.*s", (int)nlen, name);
     /* split the parameter list at top-level commas */
@@ -201,12 +198,12 @@ static int param_class(int pt) {
 /* The kernels of a module from their parsed signatures: names and parameter
    tables in one arena (mem, sized by gt_compile), their ids, and the
    signatures the backend compiles from. */
-static void fill_kernels(gt_runtime *rt, gt_module *m, const ksig_t *ks, int nk, char *mem, gt_kernel *kk, gt_ksig *sig,
+static void fill_kernels(gt_runtime *rt, gt_module *m, const gt_kdecl *ks, int nk, char *mem, gt_kernel *kk, gt_ksig *sig,
                          int graphable) {
   char *a = mem;
 #define TAKE(n) (a += (n), a - (n))
   for (int i = 0; i < nk; i++) {
-    const ksig_t *s = &ks[i];
+    const gt_kdecl *s = &ks[i];
     gt_kernel *k = &kk[i];
     int np = s->np;
     k->name = strcpy(TAKE(strlen(s->name) + 1), s->name);
@@ -250,10 +247,10 @@ static void with_line(char *full, const char *chunkname, const char *src) {
 /* Compiles src (chunkname names it in messages) and returns its kernels.
    NULL on failure with the parser's or the compiler's message. */
 gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const char *chunkname, int graphable) {
-  static ksig_t ks[256];
+  static gt_kdecl ks[256];
   int nk = 0;
   if (!chunkname || !*chunkname) chunkname = "kernel.cu";
-  if (parse_kernels(src, ks, 256, &nk, rt->err) != GT_OK) {
+  if (gt_kernel_parse(src, ks, 256, &nk, rt->err) != GT_OK) {
     char why[GT_ERRLEN];
     snprintf(why, sizeof why, "%s", rt->err);
     gt_fail(rt, "%s: %s", chunkname, why);
@@ -599,30 +596,3 @@ gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args
 }
 
 int gt_lean_status(gt_runtime *rt) { return rt->lean_status; }
-
-/* -- Tests --------------------------------------------------------------- */
-#ifdef GT_TEST
-void gt_test_kernel(void) {
-  static ksig_t ks[8];
-  char err[GT_ERRLEN];
-  int n = 0;
-  const char *src =
-    "// __global__ void commented(int x)\n"
-    "extern \"C\" __global__ void __launch_bounds__(256) axpb(float *__restrict__ x, int n, float a, const float *b) {}\n"
-    "__device__ float helper(float x) { return x; }\n"
-    "__global__ void mixed(const long long* ids, unsigned char *m, size_t n, double d, bool f, unsigned u) { }\n"
-    "__global__ void noargs(void) {}\n";
-  GT_CHECK(parse_kernels(src, ks, 8, &n, err) == GT_OK);
-  GT_CHECK(n == 3);
-  GT_CHECK(!strcmp(ks[0].name, "axpb") && ks[0].np == 4);
-  GT_CHECK(ks[0].p[0].ptype == GT_P_OUT && ks[0].p[0].pdtype == GT_F32 && !strcmp(ks[0].p[0].name, "x"));
-  GT_CHECK(ks[0].p[1].ptype == GT_P_I32 && ks[0].p[2].ptype == GT_P_F32);
-  GT_CHECK(ks[0].p[3].ptype == GT_P_IN && !strcmp(ks[0].p[3].text, "const float *"));
-  GT_CHECK(ks[1].p[0].ptype == GT_P_IN && ks[1].p[0].pdtype == GT_I64);
-  GT_CHECK(ks[1].p[1].ptype == GT_P_OUT && ks[1].p[1].pdtype == GT_U8);
-  GT_CHECK(ks[1].p[2].ptype == GT_P_U64 && ks[1].p[3].ptype == GT_P_F64 && ks[1].p[4].ptype == GT_P_BOOL && ks[1].p[5].ptype == GT_P_U32);
-  GT_CHECK(ks[2].np == 0);
-  GT_CHECK(parse_kernels("__global__ void bad(float **p) {}", ks, 8, &n, err) == GT_ERR && strstr(err, "pointer to a pointer"));
-  GT_CHECK(parse_kernels("__global__ void bad(half h) {}", ks, 8, &n, err) == GT_ERR && strstr(err, "'h'"));
-}
-#endif
