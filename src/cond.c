@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#include "predict.h"
 #include "cond.h"
 
 /* A gt.cond / gt.loop inside a tree call is queued as entries among the

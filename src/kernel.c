@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#include "predict.h"
 #include "kernel.h"
 
 struct gt_module {
@@ -412,13 +413,6 @@ static inline int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *co
   return 0;
 }
 
-/* A bound tensor argument o of a predicted launch against s, its recorded
-   signature: gt_arg_quick's test, or when that cannot tell (an external
-   buffer) gt_cursor_arg's; 1 when the same (its difference into *d). */
-static inline int arg_predicted(gt_tree *t, const gt_arg *o, const gt_asig *s, uint64_t was, int kept, uint64_t *d) {
-  return gt_arg_quick(o, s, was, kept, d) || gt_cursor_arg(t, o, s, was, d);
-}
-
 /* The scalars of a predicted launch of k (its parameters from order[ntensors]
    on) from args into out in normal form (4-byte ones read as 4 bytes, as
    bind_args), returning their differences from was (the values the graph
@@ -461,7 +455,7 @@ static inline int bind_predicted(gt_tree *tr, const gt_kernel *k, const gt_tenso
     int j = ord[i];
     int bad = bind_tensor(tr, k, j, ts[j], &out[j]);
     if (bad) return bad;
-    if (q) q = arg_predicted(tr, &out[j], &s[j], was[j], statics_kept, &d);
+    if (q) q = gt_predict_arg(tr, &out[j], &s[j], was[j], statics_kept, &d);
   }
   *quick = q;
   *dirty = d | bind_scalars(k, args, out, was);
@@ -476,7 +470,7 @@ static gt_qlaunch launch_of(const gt_launchcfg *c) {
 
 /* The launch of configuration c whose arguments were bound at d's slot ends
    its entry in the queue; the cursor notes it: quick (every argument passed
-   arg_predicted) with its differences dirty, else compared in full; made:
+   gt_predict_arg) with its differences dirty, else compared in full; made:
    the tensor (1.., 0: none) whose buffer it made (the lane's record). */
 static inline void commit_predicted(gt_tree *t, gt_qlaunch *d, const gt_launchcfg *c, int made, int quick, uint64_t dirty) {
   *d = launch_of(c);
@@ -510,13 +504,13 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
 }
 
 /* One tensor of a predicted lean launch (lean_predicted), parameter j, by
-   value: bound into out[j] and tested (arg_predicted) while *q stays 1.  b was checked live, or made. */
+   value: bound into out[j] and tested (gt_predict_arg) while *q stays 1.  b was checked live, or made. */
 static inline __attribute__((always_inline)) void lean_bind(gt_tree *t, int j, gt_buf *b, double off, double nb,
                                                             gt_arg *out, const gt_asig *s, const uint64_t *was,
                                                             int kept, int *q, uint64_t *d) {
   gt_arg *o = &out[j];
   o->buf = b; o->off = (int64_t)off; o->nbytes = (int64_t)nb; o->v.u64 = 0;
-  if (*q) *q = arg_predicted(t, o, &s[j], was[j], kept, d);
+  if (*q) *q = gt_predict_arg(t, o, &s[j], was[j], kept, d);
 }
 
 /* gt_launch_lean's path for the replayed op: a tree call whose cursor

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#include "predict.h"
 
 /* Appends a launch.  No references are taken: a buffer whose Lua handle is
    collected, or which is released, during a tree call keeps its memory until

@@ -2,6 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#include "key.h"
+#include "predict.h"
 #include "ctest.h"
 
 /* A tree by hand, in the middle of its first segment: two buffers made in
@@ -22,7 +24,6 @@ static void fx_init(fx *f) {
   static gt_runtime rt;   /* (the lane's count of lazy launches: none) */
   free(f->t.kfirst); free(f->t.cfirst);
   memset(f, 0, sizeof *f);
-  rt.lane_close = gt_lane_close, rt.lane_start = gt_lane_start;   /* (gt_tree_new's) */
   f->t.rt = &rt;
   f->t.gen = 7;
   f->t.segstart = f->segstart;
@@ -124,6 +125,24 @@ static void test_cursor(void) {
   f.root.last_kid = &n;
   GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == &n);             /* the recording again: a hit */
   GT_CHECK(replayed(&f, &e[1], &e[2], &s[0], 3.0f, 8) == &n);             /* new scalars, inputs elsewhere: still a hit */
+  /* GTLUA_VERIFY_LANE's compare in full agrees with such a hit, and finds
+     a fast tier that would have patched too little, or matched another
+     input (n's graph holding the recording's values) */
+  fx_queue(&f, &e[0], &e[1], &s[0], 1.0f, 8, 0);
+  uint64_t vals[8];
+  for (int i = 0; i < f.t.q.n; i++) gt_queue_resolve(&f.t.q, i, vals + f.t.q.l[i].arg0);
+  n.argvals = vals, n.nargvals = f.t.q.nargs;
+  GT_CHECK(replayed(&f, &e[1], &e[2], &s[0], 3.0f, 8) == &n);
+  GT_CHECK(f.t.cexact && f.t.ndirty == 2 && gt_predict_verify(&f.t, &n) == GT_OK);
+  f.t.ndirty = 1;
+  GT_CHECK(gt_predict_verify(&f.t, &n) == GT_ERR && strstr(f.t.rt->err, "launch 2 (k)") &&
+           strstr(f.t.rt->err, "not among those the replay patches"));
+  f.t.ndirty = 2;
+  n.asig[1].id ^= 1;
+  GT_CHECK(gt_predict_verify(&f.t, &n) == GT_ERR && strstr(f.t.rt->err, "launch 1 (k, argument 2)") &&
+           strstr(f.t.rt->err, "another buffer"));
+  n.asig[1].id ^= 1;
+  n.argvals = NULL, n.nargvals = 0;
   GT_CHECK(replayed(&f, &e[0], &e[1], &s[1], 1.0f, 8) == NULL);           /* another weight: a miss (the key decides) */
   GT_CHECK(replayed(&f, &e[0], &e[0], &s[0], 1.0f, 8) == NULL);           /* other aliasing: a miss */
   GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 16) == &m);            /* the sibling's grid: the cursor switches to it */
