@@ -26,7 +26,13 @@ EMBED = $(BUILD)/obj/gt_header.c $(BUILD)/obj/cpu_prelude.c
 OBJS = $(SRCS:src/%.c=$(BUILD)/obj/%.o) $(EMBED:.c=.o)
 DEPS = $(OBJS:.o=.d)
 
-.PHONY: all run test asan bench install clean deps cuda-note
+# The C tests (tests/c/) link the core's objects without the host (main.o).
+TEST_SRCS = $(wildcard tests/c/*.c)
+TEST_OBJS = $(TEST_SRCS:tests/c/%.c=$(BUILD)/tests/%.o)
+CORE_OBJS = $(filter-out $(BUILD)/obj/main.o,$(OBJS))
+DEPS += $(TEST_OBJS:.o=.d)
+
+.PHONY: all run test check asan bench install clean deps cuda-note
 all: $(BUILD)/gtlua
 
 $(BUILD)/gtlua: $(OBJS) | cuda-note
@@ -49,7 +55,10 @@ $(BUILD)/obj/cpu_prelude.c: src/cpu_prelude.h scripts/embed.sh | $(BUILD)/obj
 $(BUILD)/obj/%.o: $(BUILD)/obj/%.c
 	$(CC) $(WARN) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/obj:
+$(BUILD)/tests/%.o: tests/c/%.c | $(BUILD)/tests
+	$(CC) $(WARN) $(CFLAGS) -Isrc -MMD -MP -c -o $@ $<
+
+$(BUILD)/obj $(BUILD)/tests:
 	mkdir -p $@
 
 -include $(DEPS)
@@ -61,17 +70,21 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/gtlua examples/quickstart.lua
 
-# The C checks, then the specs inside gtlua (scripts/test.sh; .busted's default
-# task); GTLUA_BACKEND picks the backend, BUSTED the busted script.  The build
-# is silent (-s: compiler messages only), so that the log holds what test.sh
-# prints: failures, skips and the closing "N passed, N failed".
+# The structure checks (scripts/check/: no dependency cycle between src/
+# files, no function over 60 lines), the C tests, then the specs inside
+# gtlua (scripts/test.sh; .busted's default task); GTLUA_BACKEND picks the
+# backend, BUSTED the busted script.  check is the same without installing.
+# The build is silent (-s: compiler messages only), so that the log holds
+# what test.sh prints: failures, skips and the closing "N passed, N failed".
 test: deps
-	@$(MAKE) -s --no-print-directory all $(BUILD)/gtlua-test
-	@sh scripts/test.sh
+	@$(MAKE) -s --no-print-directory check
 
-# C-level unit tests (pool, planner, key hash), compiled with -DGT_TEST.
-$(BUILD)/gtlua-test: $(SRCS) src/*.h $(EMBED) | $(BUILD)/obj
-	$(CC) $(WARN) $(CFLAGS) -DGT_TEST $(LUAJIT_CFLAGS) $(EDIT_CFLAGS) $(CUDA_CFLAGS) -o $@ $(SRCS) $(EMBED) $(EXPORT) $(LDFLAGS) $(LIBS)
+check: all $(BUILD)/gtlua-test
+	@GTLUA_BIN_UNDER_TEST=$(BUILD)/gtlua sh scripts/test.sh
+
+# C-level unit tests (tests/c/), built from the core's objects.
+$(BUILD)/gtlua-test: $(CORE_OBJS) $(TEST_OBJS)
+	$(CC) $(CFLAGS) -o $@ $(CORE_OBJS) $(TEST_OBJS) $(EXPORT) $(LDFLAGS) $(LIBS)
 
 # The same tests (C and specs) on binaries built with ASan + UBSan, LeakSanitizer on
 # (intercept_tls_get_addr=0: LSan misreads the dynamic TLS of the cpu kernels' modules

@@ -1,9 +1,11 @@
 #!/bin/sh
-# test.sh: the C unit tests, then the Busted specs inside gtlua (a task of
-# .busted).  It prints only what needs a look: each failure (the C tests'
-# failing checks; a failed spec with where and its message), each skipped
-# spec with its reason, and one closing line "N passed, N failed" (the C
-# checks and the specs together); it fails when anything failed.
+# test.sh: the structure checks (scripts/check/: no dependency cycle between
+# src/ files, no function over 60 lines; each one item), the C unit tests
+# (tests/c/), then the Busted specs inside gtlua (a task of .busted).  It
+# prints only what needs a look: each failure (a structure check's output,
+# the C tests' failing checks, a failed spec with where and its message),
+# each skipped spec with its reason, and one closing line "N passed, N
+# failed" (all of them together); it fails when anything failed.
 #   GTLUA_BACKEND=cpu|cuda picks the backend (auto by default): cpu runs the
 #     task `default`, cuda the task `gpu` (the #gpu specs too);
 #   TEST_BROWSER=1 adds the #browser specs; BUSTED_ARGS adds Busted options
@@ -29,6 +31,13 @@ if [ "${TEST_BROWSER:-0}" = 1 ]; then
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+
+# The structure checks: one item each, their output shown only when they fail.
+spass=0 sfail=0
+for c in "deps.sh $(dirname "$BIN")" "funclen.sh"; do
+  # shellcheck disable=SC2086
+  if sh scripts/check/$c > "$out" 2>&1; then spass=$((spass + 1)); else sfail=$((sfail + 1)); cat "$out"; fi
+done
 
 # The C tests print their failing checks, then "C tests: N passed, M failed".
 cpass=0 cfail=1
@@ -64,5 +73,5 @@ if [ "$4" = 0 ]; then            # what it printed after its last result (at mos
        END { for (i = (n > 40 ? n - 39 : 1); i <= n; i++) print l[i] }' "$out"
   echo "busted ended without its TAP plan line (it crashed?)"
 fi
-echo "$((cpass + ok)) passed, $((cfail + bad)) failed"
-[ $((cfail + bad)) -eq 0 ]
+echo "$((spass + cpass + ok)) passed, $((sfail + cfail + bad)) failed"
+[ $((sfail + cfail + bad)) -eq 0 ]

@@ -273,7 +273,8 @@ end)
     assert.equal("", err)
     local lines = {}
     for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
-    assert.equal("7 passed, 3 failed", lines[#lines], out)        -- the C checks and the specs in one total, last
+    -- the structure checks (2), the C checks and the specs in one total, last
+    assert.equal("9 passed, 3 failed", lines[#lines], out)
     assert.equal("check failed: src/x.c:12: 1 == 2", lines[1], out)
     assert.truthy(out:find("not ok 2 - quiet suite fails\n# spec/fixtures/quiet_suite.lua @ 10\n", 1, true), out)
     assert.truthy(out:find("not ok 4 - quiet suite raises\n", 1, true), out)
@@ -286,7 +287,7 @@ end)
     assert.equal(1, totals, out)
     -- a run that ends without its plan crashed: what it printed after its last result, and one more failure
     assert.equal(1, cstatus)
-    local tail = "\nlast words\nbusted ended without its TAP plan line (it crashed?)\n6 passed, 4 failed\n"
+    local tail = "\nlast words\nbusted ended without its TAP plan line (it crashed?)\n8 passed, 4 failed\n"
     assert.equal(tail, cout:sub(-#tail), cout)
   end)
 end)

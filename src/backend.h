@@ -126,6 +126,9 @@ struct gt_backend {
    b->err set when the backend cannot start (no libcuda, no device, ...). */
 int gt_backend_cpu_open(gt_backend *b);
 int gt_backend_cuda_open(gt_backend *b);
+/* A module of the cpu backend freed (modules otherwise live as long as the
+   process; the C tests free theirs). */
+void gt_backend_cpu_module_free(gt_backend *b, gt_bmodule *m);
 /* NVRTC compiles and CUBIN cache hits so far (0/0 unless b is an open cuda backend). */
 void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits);
 

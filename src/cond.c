@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
-#include "gt_test.h"
+#include "predict.h"
+#include "cond.h"
 
 /* A gt.cond / gt.loop inside a tree call is queued as entries among the
    launches: IF p, then-launches, [ELSE, else-launches,] END; or WHILE p,
@@ -220,9 +221,7 @@ static int cond_any(const gt_queue *q) {
   return 0;
 }
 
-/* match[i]: for an IF its ELSE (or END), for a WHILE or an ELSE its END, for
-   an END its IF/WHILE.  GT_ERR when the structure does not nest. */
-static int match_entries(const gt_queue *q, int *match, int *stack) {
+int gt_cond_match(const gt_queue *q, int *match, int *stack) {
   int top = 0;
   for (int i = 0; i < q->n; i++) {
     int k = q->l[i].kind;
@@ -264,7 +263,7 @@ int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at) {
   }
   int *match = malloc(3 * (size_t)n * sizeof *match), *stack = match + n, *iters = stack + n;
   if (!match) { strcpy(be->err, "out of host memory"); return GT_BOOM; }
-  if (match_entries(q, match, stack) != GT_OK) {
+  if (gt_cond_match(q, match, stack) != GT_OK) {
     free(match);
     strcpy(be->err, "gt.cond: the queued cond entries do not nest (an IF or WHILE without its END)");
     return GT_BERR;
@@ -298,30 +297,3 @@ int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at) {
   if (st == GT_BOK) *at = -1;
   return st;
 }
-
-#ifdef GT_TEST
-/* The test queue x: [0] k; [1] IF; [2] k; [3] ELSE; [4] IF; [5] k; [6] END; [7] END; [8] k
-   (deps.c's tests use it too). */
-void gt_test_cond_queue(gt_queue *q, gt_kernel *k) {
-  gt_arg none = { 0 };
-  int kinds[] = { GT_GN_KERNEL, GT_GN_IF, GT_GN_KERNEL, GT_GN_ELSE, GT_GN_IF, GT_GN_KERNEL, GT_GN_END, GT_GN_END, GT_GN_KERNEL };
-  for (int i = 0; i < 9; i++) {
-    gt_qlaunch l = { .kind = kinds[i], .k = kinds[i] == GT_GN_KERNEL ? k : NULL };
-    GT_CHECK(gt_queue_push(q, &l, &none) == GT_OK);
-  }
-}
-
-void gt_test_cond(void) {
-  gt_kernel k = { .name = "k" };
-  gt_queue q = { 0 };
-  gt_arg none = { 0 };
-  gt_test_cond_queue(&q, &k);
-  int match[10], stack[10];
-  GT_CHECK(match_entries(&q, match, stack) == GT_OK);
-  GT_CHECK(match[1] == 3 && match[3] == 7 && match[4] == 6 && match[6] == 4 && match[7] == 1);
-  gt_qlaunch bad = { .kind = GT_GN_END };
-  GT_CHECK(gt_queue_push(&q, &bad, &none) == GT_OK);
-  GT_CHECK(match_entries(&q, match, stack) == GT_ERR);
-  gt_queue_free(&q);
-}
-#endif

@@ -168,14 +168,10 @@ struct gt_runtime {
   uint64_t watch_lo[16], watch_hi[16];  /* cond.c: eager writes into [lo, hi) are noted (hi = 0: none) */
   int watch_hit[16], watching;          /* watching: slots in use */
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
-  gt_lane lane;              /* lane.c: the replay lane of the active call */
+  gt_lane lane;              /* predict.c: the replay lane of the active call */
   struct gt_tree **tlater; int ntlater, tlatercap;   /* tree.c: other trees whose memory waits for the active call's queue (gt_tree.deferred) */
   int (*launch_pending)(struct gt_tree *t);  /* tree.c's gt_tree_launch_pending, set by gt_tree_new (gt_pending:
                                                 runtime.c's syncs and host copies do not call up into tree.c) */
-  void (*lane_close)(struct gt_runtime *rt);  /* lane.c's gt_lane_close and gt_lane_start, set by gt_tree_new: */
-  void (*lane_start)(struct gt_tree *t);      /* the cursor (key.c) closes the lane on a miss and reopens it on
-                                                 a switched prediction without calling up into lane.c, which
-                                                 asks the cursor to number its external inputs */
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
@@ -311,7 +307,8 @@ struct gt_tree {
   struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
   gt_pool pool;
   gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
-  int lane_lost;                     /* lane.c: a sync found no room for a launch (the call fails) */
+  int lane_lost;                     /* predict.c: a sync found no room for a launch (1), or GTLUA_VERIFY_LANE a
+                                        disagreement (2, the message set): the call fails */
   int lane_checked;                  /* lane.c: the segment's launches whose external inputs the cursor has numbered */
   int lane_call, lane_prev, jit_flushes;  /* the lane replayed launches in this call, in the one before; JIT flushes asked */
   uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
@@ -382,46 +379,6 @@ static inline void gt_slab_buf_init(gt_buf *b, gt_tree *t, uint64_t addr, uint64
   b->qpos = qpos; b->kmark = 0; b->kord = 0; b->ci = ci; b->relseg = -1; b->rel = 0; b->site = 0;
 }
 
-/* -- The cursor's quick test (key.c's match_at, and gt_launch_tensors as it
-   binds each argument: one pass over a launch on a replay) -------------- */
-
-/* The struct the recording saw, seen again (a->buf == s->buf at the same
-   view), is the same argument without working out its role: one of the
-   call's own buffers (the slab struct of the same index in the call: along
-   the same path, the same segment and index; a live argument was made in
-   this call) or a static tensor still static at the same address.  1: the
-   same argument (a scalar's difference from was, the value the graph holds,
-   goes into *dirty); 0: only the long way can tell (external buffers: their
-   numbering follows order of first use), or a scalar where a tensor was. */
-static inline int gt_arg_quick(const gt_arg *a, const gt_asig *s, uint64_t was, int statics_kept, uint64_t *dirty) {
-  const gt_buf *b = a->buf;
-  if (!b) {
-    *dirty |= a->v.bits ^ was;
-    return !s->role;
-  }
-  if (b != s->buf || a->off != s->off || a->nbytes != s->nbytes) return 0;
-  if (s->role == GT_ROLE_INTERNAL || s->role == GT_ROLE_PATH) return 1;
-  if (s->role != GT_ROLE_STATIC) return 0;
-  if (statics_kept) return 1;        /* no static struct freed since: the same buffer, static for good */
-  return (b->flags & (GT_BUF_STATIC | GT_BUF_TREE | GT_BUF_STAGING)) == GT_BUF_STATIC && b->addr == s->id;
-}
-
-/* For a launch of configuration cfg (an id, 0: none) with nargs arguments
-   about to be queued in t: the signature of the predicted node's launch at
-   that position, its graph values (*was) and whether statics are kept; NULL
-   when there is nothing to test quickly (no prediction, another
-   configuration, values unknown): gt_cursor_push decides. */
-static inline const gt_asig *gt_cursor_expect(const gt_tree *t, uint32_t cfg, int nargs, const uint64_t **was,
-                                              int *statics_kept) {
-  const gt_node *n = t->cand;
-  int i = t->q.n;
-  if (t->cmiss || !cfg || i >= n->nsig) return NULL;
-  const gt_qlaunch *r = &n->launches[i];
-  if (r->cfg != cfg || !n->argvals || n->nargvals < r->arg0 + nargs) return NULL;
-  *was = n->argvals + r->arg0;
-  *statics_kept = n->sfrees == gt_static_frees;
-  return n->asig + r->arg0;
-}
 
 /* The call's next buffer struct, of bytes, when t has room for it without
    growing (NULL: gt_tree_buf_new, which grows, or fails); the same struct
@@ -445,47 +402,8 @@ void gt_slab_give(gt_tree *t);      /* the tree's slab chunks go to the runtime 
 int gt_plan_run(gt_tree *t, int first);               /* the segment's new buffers placed for one eager run */
 int gt_plan_node(gt_tree *t, gt_node *n, int first);  /* placed for n's recording: the plan and checkpoint saved on n */
 
-/* -- Keys and the cursor (key.c) ----------------------------------------- */
-int gt_role_of(const gt_tree *t, const gt_buf *b);  /* GT_ROLE_* of a tensor argument in the segment being queued */
-uint64_t gt_segment_key(gt_tree *t, int topology);  /* topology: without grids, static tensors by order */
-void gt_cursor_start(gt_tree *t, gt_node *parent);  /* a segment begins under parent */
 int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always);   /* gt_tree_begin of a keyed call */
 int gt_tree_begin_body(gt_tree *t);   /* ... and the rest when its body runs after all */
-void gt_cursor_push(gt_tree *t);                    /* a launch was queued */
-/* The launch just queued passed gt_arg_quick or gt_cursor_arg throughout: dirty, its differences. */
-void gt_cursor_quick(gt_tree *t, uint64_t dirty);
-/* The long test of one tensor argument a of the launch being queued against
-   s (its role and identity: an external buffer by order of first use in
-   the segment, numbered as it is tested); 1 when the same, its difference
-   from was (the value the graph holds) into *dirty. */
-int gt_cursor_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was, uint64_t *dirty);
-/* Launch i of the segment came through the lane: its external inputs
-   tested against n's recording (0: they differ, the cursor missed). */
-int gt_cursor_lazy(gt_tree *t, const gt_node *n, int i);
-gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its node if the cursor matched throughout */
-/* After a hit on n: the launches a replay must patch (t->cdirty), or -1
-   when every launch must be compared (n was not the cursor's). */
-int gt_cursor_dirty(const gt_tree *t, const gt_node *n);
-int gt_cursor_save(gt_tree *t, gt_node *n, int first);  /* n was recorded from the queue */
-void gt_cursor_forget(gt_node *n);
-/* -- The replay lane (lane.c) ---------------------------------------------- */
-void gt_lane_start(gt_tree *t);       /* a segment's queue begins: the lane opens on the cursor's prediction, if it can */
-void gt_lane_room(gt_tree *t);        /* the call's buffer structs grew (or moved) */
-void gt_lane_sync(gt_tree *t);        /* the lane's lazy launches into the queue */
-/* The lane's lazy launches' external inputs numbered and tested by the
-   cursor, in order, once each (0: they differ, the cursor missed). */
-int gt_lane_check(gt_tree *t);
-/* Launch i of n's graph was patched: its values may differ from the
-   recording's, which the lane replays, so the lane leaves it to the core. */
-static inline void gt_lane_patched(gt_node *n, int i) { if (n->lrec) n->lrec[i].cfg = 0; }
-void gt_lane_close(gt_runtime *rt);   /* nothing more through the lane (Lua's test reads a zero count then) */
-/* The active call's tree, its queue holding every launch so far (what the
-   core's functions reach the call through; NULL outside one). */
-static inline gt_tree *gt_active(gt_runtime *rt) {
-  gt_tree *t = rt->active;
-  if (t && rt->lane.lazy) gt_lane_sync(t);
-  return t;
-}
 /* gt_buf_free within t's call (or none), without syncing the lane first. */
 int gt_buf_free_in(gt_runtime *rt, gt_tree *t, gt_buf *b);
 /* -- Device-side branches (cond.c) ---------------------------------------- */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#include "predict.h"
 
 static void set_text(char **dst, const char *s) {
   char *d = gt_strdup(s);

@@ -247,8 +247,15 @@ typedef struct gt_lrec {
   const gt_arg *qa;                  /* its arguments as queued (a bound launcher's scalars are compared with them) */
   gt_lten t[8];                      /* its tensors in parameter order (a bound launcher's: up to 8), each one's fields together */
 } gt_lrec;
+typedef struct gt_lseen {            /* GTLUA_VERIFY_LANE: a launch the lane replayed, as Lua saw it */
+  gt_buf *b[8];                      /* its tensors in parameter order (NULL: the one made) */
+  double o[8], n[8];                 /* their byte offsets and bytes */
+  uint64_t s[64];                    /* its scalars by parameter (GT_MAX_PARAMS; a 4-byte one in the low bytes) */
+  int32_t seen;                      /* 1: written by Lua for this launch */
+} gt_lseen;
 typedef struct gt_lane {
   const gt_lrec *rec;                /* the predicted node's launches */
+  gt_lseen *seen;                    /* GTLUA_VERIFY_LANE: one per launch of the prediction (else NULL) */
   int32_t n;                         /* its launches (0: the lane is closed) */
   int32_t lazy;                      /* launches replayed here that the queue does not hold yet */
   const int32_t *qn;                 /* the queue's launches (the next launch is qn[0] + lazy) */
@@ -262,6 +269,10 @@ typedef struct gt_lane {
   gt_tree *tree;
 } gt_lane;
 gt_lane *gt_lane_of(gt_runtime *rt);
+/* GTLUA_VERIFY_LANE=1: 1, and kernel.lua's lane test writes what it saw of
+   each launch it replays into gt_lane.seen, which the core compares in full
+   with the record when it queues the launch. */
+int gt_lane_verifying(void);
 
 /* -- Trees -------------------------------------------------------------- */
 gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts);

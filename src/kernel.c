@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
-#include "gt_test.h"
+#include "predict.h"
+#include "kernel.h"
 
 struct gt_module {
   int n;
@@ -39,8 +40,6 @@ static char *strip_comments(const char *src) {
 
 static int is_id(int c) { return isalnum(c) || c == '_'; }
 
-typedef struct { char name[128]; char text[128]; uint8_t ptype, pdtype; } param_t;
-typedef struct { char name[128]; int np; param_t p[GT_MAX_PARAMS]; } ksig_t;
 
 /* Words of a type, without qualifiers, joined by single spaces. */
 static void base_type(const char *t, char *out, size_t cap) {
@@ -92,7 +91,7 @@ static void trim_copy(char *dst, size_t cap, const char *a, const char *b) {
 }
 
 /* Parses one parameter declaration "const float *__restrict__ x". */
-static int parse_param(const char *a, const char *b, param_t *p, const char *kname, char *err) {
+static int parse_param(const char *a, const char *b, gt_kparam *p, const char *kname, char *err) {
   char decl[256];
   trim_copy(decl, sizeof decl, a, b);
   char *eq = strchr(decl, '=');
@@ -125,8 +124,7 @@ static int parse_param(const char *a, const char *b, param_t *p, const char *kna
   return GT_OK;
 }
 
-/* Finds every __global__ function; *nk kernels into ks (cap of them). */
-static int parse_kernels(const char *src, ksig_t *ks, int cap, int *nk, char *err) {
+int gt_kernel_parse(const char *src, gt_kdecl *ks, int cap, int *nk, char *err) {
   char *s = strip_comments(src);
   if (!s) { snprintf(err, GT_ERRLEN, "out of host memory"); return GT_ERR; }
   int n = 0, st = GT_OK;
@@ -150,7 +148,7 @@ static int parse_kernels(const char *src, ksig_t *ks, int cap, int *nk, char *er
     }
     if (!open || !name) continue;
     if (n == cap) { snprintf(err, GT_ERRLEN, "more than %d kernels in one source", cap); st = GT_ERR; break; }
-    ksig_t *k = &ks[n];
+    gt_kdecl *k = &ks[n];
     memset(k, 0, sizeof *k);
     snprintf(k->name, sizeof k->name, "%.*s", (int)nlen, name);
     /* split the parameter list at top-level commas */
@@ -279,7 +277,7 @@ static int is_device_header(const char *name, size_t len) {
 
 /* Checks src as NVRTC would take it (see above), blanking in out (a copy of
    src) the includes both compilers serve; GT_ERR with rt's message. */
-static int check_portable(gt_runtime *rt, const char *src, char *out, const char *chunk) {
+int gt_kernel_portable(gt_runtime *rt, const char *src, char *out, const char *chunk) {
   char *s = strip_comments(src);
   if (!s) return gt_fail(rt, "out of host memory");
   char file[256], name[64];
@@ -317,12 +315,12 @@ static int param_class(int pt) {
 /* The kernels of a module from their parsed signatures: names and parameter
    tables in one arena (mem, sized by gt_compile), their ids, and the
    signatures the backend compiles from. */
-static void fill_kernels(gt_runtime *rt, gt_module *m, const ksig_t *ks, int nk, char *mem, gt_kernel *kk, gt_ksig *sig,
+static void fill_kernels(gt_runtime *rt, gt_module *m, const gt_kdecl *ks, int nk, char *mem, gt_kernel *kk, gt_ksig *sig,
                          int graphable) {
   char *a = mem;
 #define TAKE(n) (a += (n), a - (n))
   for (int i = 0; i < nk; i++) {
-    const ksig_t *s = &ks[i];
+    const gt_kdecl *s = &ks[i];
     gt_kernel *k = &kk[i];
     int np = s->np;
     k->name = strcpy(TAKE(strlen(s->name) + 1), s->name);
@@ -366,10 +364,10 @@ static void with_line(char *full, const char *chunkname, const char *src) {
 /* Compiles src (chunkname names it in messages) and returns its kernels.
    NULL on failure with the parser's or the compiler's message. */
 gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const char *chunkname, int graphable) {
-  static ksig_t ks[256];
+  static gt_kdecl ks[256];
   int nk = 0;
   if (!chunkname || !*chunkname) chunkname = "kernel.cu";
-  if (parse_kernels(src, ks, 256, &nk, rt->err) != GT_OK) {
+  if (gt_kernel_parse(src, ks, 256, &nk, rt->err) != GT_OK) {
     char why[GT_ERRLEN];
     snprintf(why, sizeof why, "%s", rt->err);
     gt_fail(rt, "%s: %s", chunkname, why);
@@ -393,7 +391,7 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
     gt_fail(rt, "out of host memory");
     return NULL;
   }
-  if (check_portable(rt, src, dev, chunkname) != GT_OK) {
+  if (gt_kernel_portable(rt, src, dev, chunkname) != GT_OK) {
     free(m); free(mem); free(kk); free(sig); free(fns); free(full); free(dev);
     return NULL;
   }
@@ -540,13 +538,6 @@ static inline int bind_args(gt_tree *tr, const gt_kernel *k, const gt_tensor *co
   return 0;
 }
 
-/* A bound tensor argument o of a predicted launch against s, its recorded
-   signature: gt_arg_quick's test, or when that cannot tell (an external
-   buffer) gt_cursor_arg's; 1 when the same (its difference into *d). */
-static inline int arg_predicted(gt_tree *t, const gt_arg *o, const gt_asig *s, uint64_t was, int kept, uint64_t *d) {
-  return gt_arg_quick(o, s, was, kept, d) || gt_cursor_arg(t, o, s, was, d);
-}
-
 /* The scalars of a predicted launch of k (its parameters from order[ntensors]
    on) from args into out in normal form (4-byte ones read as 4 bytes, as
    bind_args), returning their differences from was (the values the graph
@@ -589,7 +580,7 @@ static inline int bind_predicted(gt_tree *tr, const gt_kernel *k, const gt_tenso
     int j = ord[i];
     int bad = bind_tensor(tr, k, j, ts[j], &out[j]);
     if (bad) return bad;
-    if (q) q = arg_predicted(tr, &out[j], &s[j], was[j], statics_kept, &d);
+    if (q) q = gt_predict_arg(tr, &out[j], &s[j], was[j], statics_kept, &d);
   }
   *quick = q;
   *dirty = d | bind_scalars(k, args, out, was);
@@ -604,7 +595,7 @@ static gt_qlaunch launch_of(const gt_launchcfg *c) {
 
 /* The launch of configuration c whose arguments were bound at d's slot ends
    its entry in the queue; the cursor notes it: quick (every argument passed
-   arg_predicted) with its differences dirty, else compared in full; made:
+   gt_predict_arg) with its differences dirty, else compared in full; made:
    the tensor (1.., 0: none) whose buffer it made (the lane's record). */
 static inline void commit_predicted(gt_tree *t, gt_qlaunch *d, const gt_launchcfg *c, int made, int quick, uint64_t dirty) {
   *d = launch_of(c);
@@ -638,13 +629,13 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
 }
 
 /* One tensor of a predicted lean launch (lean_predicted), parameter j, by
-   value: bound into out[j] and tested (arg_predicted) while *q stays 1.  b was checked live, or made. */
+   value: bound into out[j] and tested (gt_predict_arg) while *q stays 1.  b was checked live, or made. */
 static inline __attribute__((always_inline)) void lean_bind(gt_tree *t, int j, gt_buf *b, double off, double nb,
                                                             gt_arg *out, const gt_asig *s, const uint64_t *was,
                                                             int kept, int *q, uint64_t *d) {
   gt_arg *o = &out[j];
   o->buf = b; o->off = (int64_t)off; o->nbytes = (int64_t)nb; o->v.u64 = 0;
-  if (*q) *q = arg_predicted(t, o, &s[j], was[j], kept, d);
+  if (*q) *q = gt_predict_arg(t, o, &s[j], was[j], kept, d);
 }
 
 /* gt_launch_lean's path for the replayed op: a tree call whose cursor
@@ -724,41 +715,3 @@ gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args
 }
 
 int gt_lean_status(gt_runtime *rt) { return rt->lean_status; }
-
-/* -- Tests --------------------------------------------------------------- */
-#ifdef GT_TEST
-void gt_test_kernel(void) {
-  static ksig_t ks[8];
-  char err[GT_ERRLEN];
-  int n = 0;
-  const char *src =
-    "// __global__ void commented(int x)\n"
-    "extern \"C\" __global__ void __launch_bounds__(256) axpb(float *__restrict__ x, int n, float a, const float *b) {}\n"
-    "__device__ float helper(float x) { return x; }\n"
-    "__global__ void mixed(const long long* ids, unsigned char *m, size_t n, double d, bool f, unsigned u) { }\n"
-    "__global__ void noargs(void) {}\n";
-  GT_CHECK(parse_kernels(src, ks, 8, &n, err) == GT_OK);
-  GT_CHECK(n == 3);
-  GT_CHECK(!strcmp(ks[0].name, "axpb") && ks[0].np == 4);
-  GT_CHECK(ks[0].p[0].ptype == GT_P_OUT && ks[0].p[0].pdtype == GT_F32 && !strcmp(ks[0].p[0].name, "x"));
-  GT_CHECK(ks[0].p[1].ptype == GT_P_I32 && ks[0].p[2].ptype == GT_P_F32);
-  GT_CHECK(ks[0].p[3].ptype == GT_P_IN && !strcmp(ks[0].p[3].text, "const float *"));
-  GT_CHECK(ks[1].p[0].ptype == GT_P_IN && ks[1].p[0].pdtype == GT_I64);
-  GT_CHECK(ks[1].p[1].ptype == GT_P_OUT && ks[1].p[1].pdtype == GT_U8);
-  GT_CHECK(ks[1].p[2].ptype == GT_P_U64 && ks[1].p[3].ptype == GT_P_F64 && ks[1].p[4].ptype == GT_P_BOOL && ks[1].p[5].ptype == GT_P_U32);
-  GT_CHECK(ks[2].np == 0);
-  GT_CHECK(parse_kernels("__global__ void bad(float **p) {}", ks, 8, &n, err) == GT_ERR && strstr(err, "pointer to a pointer"));
-  GT_CHECK(parse_kernels("__global__ void bad(half h) {}", ks, 8, &n, err) == GT_ERR && strstr(err, "'h'"));
-  /* what NVRTC compiles: a device C header blanked, a host header or a std:: name refused at its line */
-  const char *ok = "#include <cmath>\n// std::vector\n__global__ void k(float *y) { y[0] = sqrtf(\"std::x\"[0]); }\n";
-  char out[256];
-  strcpy(out, ok);
-  GT_CHECK(check_portable(NULL, ok, out, "a.cu") == GT_OK && !strncmp(out, "                \n// std::vector", 30));
-  strcpy(out, "x\n  #  include <vector>\n");
-  GT_CHECK(check_portable(NULL, out, out, "a.cu") == GT_ERR && strstr(gt_errmsg(NULL), "a.cu:2: #include <vector>: NVRTC"));
-  strcpy(out, "#line 7 \"h.cuh\"\n__device__ int f() { return std::min(1, 2); }\n");
-  GT_CHECK(check_portable(NULL, out, out, "a.cu") == GT_ERR && strstr(gt_errmsg(NULL), "h.cuh:7: std::min: NVRTC"));
-  strcpy(out, "#include <cuda_fp16.h>\n__device__ int mystd::x;\n");
-  GT_CHECK(check_portable(NULL, out, out, "a.cu") == GT_OK && out[0] == '#');
-}
-#endif

@@ -1,18 +1,15 @@
-/* key.c - what a graph bakes in: segment keys, and the replay cursor.
+/* key.c - what a graph bakes in: segment keys.
 
    A segment's key hashes everything its graph bakes in (launches, each
    tensor argument's role and identity, the sizes of the buffers it makes,
    its releases); scalars and external addresses are patched, not keyed.
    The key finds a node among its siblings.  On the replay path no key is
-   computed: the cursor compares each launch as it is queued with what the
-   predicted node recorded next (the same fields the key hashes, compared
-   instead of hashed), and a segment that matched to its end is that node.
-   A mismatch falls back to the key (and may switch the prediction to a
-   sibling whose recording matches what was queued so far). */
+   computed: the predictor (predict.c) compares the same fields instead of
+   hashing them. */
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
-#include "gt_test.h"
+#include "key.h"
 
 static inline uint64_t mix(uint64_t h, uint64_t v) {
   h = (h ^ v) * 0x9e3779b97f4a7c15ull;
@@ -20,7 +17,7 @@ static inline uint64_t mix(uint64_t h, uint64_t v) {
 }
 
 static uint32_t serial_counter;
-static uint32_t next_serial(void) { return ++serial_counter ? serial_counter : ++serial_counter; }
+uint32_t gt_key_serial(void) { return ++serial_counter ? serial_counter : ++serial_counter; }
 
 /* Numbers buffers in order of first appearance within one key computation
    (serial): O(1) per argument through a mark on the buffer. */
@@ -35,13 +32,8 @@ int gt_role_of(const gt_tree *t, const gt_buf *b) {
   return (b->flags & GT_BUF_STATIC) ? GT_ROLE_STATIC : GT_ROLE_EXTERNAL;
 }
 
-/* One tensor argument as the key sees it.  topology: static tensors by order
-   of use, not address.  An external buffer: by order of first use, and its
-   view by the offset from the one it was first used at (*first, *cap: those
-   offsets by ordinal), as its address is patched: one view at any offset is
-   one node, two views of one buffer are keyed by how they lie. */
-static gt_asig arg_sig(const gt_tree *t, const gt_arg *a, int topology, uint32_t serial, uint32_t *nseen,
-                       int64_t **first, int *cap) {
+gt_asig gt_key_arg(const gt_tree *t, const gt_arg *a, int topology, uint32_t serial, uint32_t *nseen,
+                   int64_t **first, int *cap) {
   gt_buf *b = a->buf;
   gt_asig s = { 0, a->off, a->nbytes, gt_role_of(t, b), 0, b };
   switch (s.role) {
@@ -61,7 +53,7 @@ static gt_asig arg_sig(const gt_tree *t, const gt_arg *a, int topology, uint32_t
 
 uint64_t gt_segment_key(gt_tree *t, int topology) {
   gt_queue *q = &t->q;
-  uint32_t nseen = 0, ser = next_serial();
+  uint32_t nseen = 0, ser = gt_key_serial();
   int first = t->segstart[t->depth];
   uint64_t h = mix(0x51ed270b27f1a3ull + (uint64_t)topology, (uint64_t)(t->nbufs - first));
   for (int i = first; i < t->nbufs; i++) h = mix(h, t->bufs[i]->bytes);
@@ -75,7 +67,7 @@ uint64_t gt_segment_key(gt_tree *t, int topology) {
     const gt_arg *a = q->args + l->arg0;
     for (int j = 0; j < l->nargs; j++) {
       if (!a[j].buf) continue;
-      gt_asig s = arg_sig(t, &a[j], topology, ser, &nseen, &t->kfirst, &t->kfirstcap);
+      gt_asig s = gt_key_arg(t, &a[j], topology, ser, &nseen, &t->kfirst, &t->kfirstcap);
       h = mix(h, ((uint64_t)s.role << 60) ^ ((uint64_t)j << 52) ^ (uint64_t)s.off);
       h = mix(mix(h, (uint64_t)s.nbytes), s.id);
     }
@@ -86,373 +78,3 @@ uint64_t gt_segment_key(gt_tree *t, int topology) {
   }
   return h;
 }
-
-/* -- The cursor ------------------------------------------------------------ */
-
-static int same_launch(const gt_qlaunch *a, const gt_qlaunch *b) {
-  return a->kind == b->kind && a->k == b->k && a->nargs == b->nargs && a->smem == b->smem && a->bytes == b->bytes &&
-         a->value == b->value && a->grid[0] == b->grid[0] && a->grid[1] == b->grid[1] && a->grid[2] == b->grid[2] &&
-         a->block[0] == b->block[0] && a->block[1] == b->block[1] && a->block[2] == b->block[2];
-}
-
-/* Notes launch i, matched, among those a replay patches when dirty (one of
-   its scalars or external addresses differs from the value the graph holds;
-   unknown: the values are not known). */
-static void note_dirty(gt_tree *t, int i, uint64_t dirty, int unknown) {
-  if (!dirty || !t->cexact) return;
-  if (unknown || GT_GROW(t->cdirty, t->cdirtycap, t->ndirty + 1)) t->cexact = 0;
-  else t->cdirty[t->ndirty++] = i;
-}
-
-/* Launch i of the queue against launch i of n's recording.  On a match, i
-   joins t->cdirty when one of its scalars or external addresses differs from
-   the value n's graph holds (internal, path and static arguments that match
-   are at the addresses the graph holds: the plan is fixed while n lives). */
-static int match_at(gt_tree *t, const gt_node *n, int i) {
-  if (i >= n->nsig) return 0;
-  const gt_qlaunch *l = &t->q.l[i], *r = &n->launches[i];
-  if ((!l->cfg || l->cfg != r->cfg) && !same_launch(l, r)) return 0;
-  const gt_arg *a = t->q.args + l->arg0;
-  const gt_asig *s = n->asig + r->arg0;
-  static const uint64_t none[GT_MAX_PARAMS];   /* (a launch has at most GT_MAX_PARAMS arguments) */
-  const uint64_t *was = n->argvals && n->nargvals >= r->arg0 + l->nargs ? n->argvals + r->arg0 : none;
-  uint64_t dirty = 0;
-  int statics_kept = n->sfrees == gt_static_frees;
-  for (int j = 0; j < l->nargs; j++)
-    if (!gt_arg_quick(&a[j], &s[j], was[j], statics_kept, &dirty) && !gt_cursor_arg(t, &a[j], &s[j], was[j], &dirty))
-      return 0;
-  note_dirty(t, i, dirty | (was == none), was == none);
-  return 1;
-}
-
-int gt_cursor_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was, uint64_t *dirty) {
-  if (!a->buf) return 0;
-  gt_asig x = arg_sig(t, a, 0, t->cserial, &t->cseen, &t->cfirst, &t->cfirstcap);
-  if (x.role != s->role || x.id != s->id || x.off != s->off || x.nbytes != s->nbytes) return 0;
-  if (x.role == GT_ROLE_EXTERNAL) {
-    *dirty |= (a->buf->addr + (uint64_t)a->off) ^ was;
-    if (s->write) a->buf->wgen = t->gen;   /* (gt_buf.wgen) */
-  }
-  return 1;
-}
-
-void gt_cursor_quick(gt_tree *t, uint64_t dirty) { note_dirty(t, t->q.n - 1, dirty, 0); }
-
-/* Launch i of the segment, which the lane replayed, against launch i of the
-   prediction n: its external inputs numbered and tested as match_at would
-   have as it landed (the lane tested the rest, and that each is the struct
-   and view n's recording queued).  A mismatch is a miss: the key decides
-   at the segment's end. */
-int gt_cursor_lazy(gt_tree *t, const gt_node *n, int i) {
-  if (t->cmiss) return 0;
-  const gt_qlaunch *l = &n->launches[i];
-  const gt_arg *a = n->qargs + l->arg0;
-  const gt_asig *s = n->asig + l->arg0;
-  const uint64_t *was = n->argvals + l->arg0;
-  uint64_t dirty = 0;
-  for (int j = 0; j < l->nargs; j++)
-    if (s[j].role == GT_ROLE_EXTERNAL && !gt_cursor_arg(t, &a[j], &s[j], was[j], &dirty)) {
-      t->cmiss = 1;
-      t->rt->lane_close(t->rt);
-      return 0;
-    }
-  note_dirty(t, i, dirty, 0);
-  return 1;
-}
-
-static void restart(gt_tree *t) {
-  t->cfrees = gt_static_frees;
-  t->cserial = next_serial();
-  t->cseen = 0;
-  t->ndirty = 0;
-  t->cexact = 1;
-}
-
-/* A segment begins under parent: predict the child that followed the one
-   visited there last, the last time that one was visited (a steady path
-   follows itself; alternating or cycling paths are predicted too). */
-void gt_cursor_start(gt_tree *t, gt_node *parent) {
-  gt_node *k = parent->last_kid;
-  t->cand = k && k->after ? k->after : k;
-  t->cmiss = !t->cand;
-  restart(t);
-}
-
-/* The prediction missed at launch i: a sibling whose recording matches the
-   whole queue so far takes over (its ordinals numbered afresh). */
-static void switch_cand(gt_tree *t, int i) {
-  gt_node *p = t->cand->parent, *miss = t->cand;
-  t->cmiss = 1;
-  t->rt->lane_close(t->rt);
-  for (int k = 0; k < p->nkids; k++) {
-    gt_node *c = p->kids[k];
-    if (c == miss || c->nsig <= i) continue;
-    restart(t);
-    int j = 0;
-    while (j <= i && match_at(t, c, j)) j++;
-    if (j > i) { t->cand = c; t->cmiss = 0; t->rt->lane_start(t); return; }   /* (the lane follows the new prediction) */
-  }
-}
-
-void gt_cursor_push(gt_tree *t) {
-  if (t->cmiss) return;
-  int i = t->q.n - 1;
-  if (!match_at(t, t->cand, i)) switch_cand(t, i);
-}
-
-/* At the segment's end: the predicted node, if everything matched. */
-gt_node *gt_cursor_hit(gt_tree *t, int first) {
-  gt_node *n = t->cand;
-  if (t->cmiss || t->q.n + t->rt->lane.lazy != n->nsig || t->nbufs - first != n->nbsig || t->nrels != n->nrsig) return NULL;
-  for (int i = 0; i < n->nbsig; i++) if (t->bufs[first + i]->bytes != n->bsig[i]) return NULL;
-  for (int i = 0; i < t->nrels; i++) {
-    const gt_buf *b = t->rels[i];
-    const gt_rsig *r = &n->rsig[i];
-    if (b->rel != r->rel || b->seg != r->seg || b->idx != r->idx) return NULL;
-  }
-  /* every static argument was tested the long way (flags, address) and no
-     static struct has been freed since the segment began: n's statics are
-     kept from here (the quick test, and the lane, may trust them again) */
-  if (n->sfrees != gt_static_frees && t->cfrees == gt_static_frees) n->sfrees = gt_static_frees;
-  return n;
-}
-
-int gt_cursor_dirty(const gt_tree *t, const gt_node *n) {
-  return n == t->cand && !t->cmiss && t->cexact ? t->ndirty : -1;
-}
-
-/* After n's graph was built from the queue: what the cursor compares with. */
-int gt_cursor_save(gt_tree *t, gt_node *n, int first) {
-  gt_queue *q = &t->q;
-  int nb = t->nbufs - first;
-  gt_asig *as = malloc((q->nargs ? q->nargs : 1) * sizeof *as);
-  uint64_t *bs = malloc((nb ? nb : 1) * sizeof *bs);
-  gt_rsig *rs = malloc((t->nrels ? t->nrels : 1) * sizeof *rs);
-  gt_arg *qa = malloc((q->nargs ? q->nargs : 1) * sizeof *qa);
-  if (!as || !bs || !rs || !qa) { free(as); free(bs); free(rs); free(qa); return gt_fail(t->rt, "out of host memory"); }
-  if (q->nargs) memcpy(qa, q->args, q->nargs * sizeof *qa);   /* (an empty queue may have no array) */
-  uint32_t nseen = 0, ser = next_serial();
-  for (int i = 0; i < q->nargs; i++) as[i] = q->args[i].buf ? arg_sig(t, &q->args[i], 0, ser, &nseen, &t->kfirst, &t->kfirstcap) : (gt_asig){ 0 };
-  for (int i = 0; i < q->n; i++)
-    for (int j = 0; j < q->l[i].nargs; j++) as[q->l[i].arg0 + j].write = gt_launch_writes(&q->l[i], j);
-  for (int i = 0; i < nb; i++) bs[i] = t->bufs[first + i]->bytes;
-  for (int i = 0; i < t->nrels; i++) rs[i] = (gt_rsig){ t->rels[i]->rel, t->rels[i]->seg, t->rels[i]->idx };
-  gt_cursor_forget(n);
-  n->asig = as; n->bsig = bs; n->rsig = rs; n->qargs = qa;
-  n->nsig = q->n; n->nbsig = nb; n->nrsig = t->nrels;
-  n->sfrees = gt_static_frees;
-  return GT_OK;
-}
-
-void gt_cursor_forget(gt_node *n) {
-  free(n->asig); free(n->bsig); free(n->rsig); free(n->lrec); free(n->qargs);
-  n->asig = NULL; n->bsig = NULL; n->rsig = NULL; n->lrec = NULL; n->qargs = NULL;
-  n->nsig = n->nbsig = n->nrsig = 0;
-}
-
-/* -- Tests --------------------------------------------------------------- */
-#ifdef GT_TEST
-/* A tree by hand, in the middle of its first segment: two buffers made in
-   the segment (made), tensors from outside (ext), weights (stat). */
-typedef struct fx {
-  gt_tree t;
-  gt_node root;
-  gt_buf ext[3], stat[2], made[2];
-  gt_buf *bufs[2];
-  int segstart[1];
-  int64_t aoff, boff;      /* the views of a and b (byte offsets) */
-} fx;
-
-static const uint8_t kio[] = { GT_P_OUT, GT_P_IN, GT_P_IN, GT_P_F32 };
-static gt_kernel kk = { .name = "k", .nparams = 4, .ptype = kio, .graphable = 1, .id = 1 };
-
-static void fx_init(fx *f) {
-  static gt_runtime rt;   /* (the lane's count of lazy launches: none) */
-  free(f->t.kfirst); free(f->t.cfirst);
-  memset(f, 0, sizeof *f);
-  rt.lane_close = gt_lane_close, rt.lane_start = gt_lane_start;   /* (gt_tree_new's) */
-  f->t.rt = &rt;
-  f->t.gen = 7;
-  f->t.segstart = f->segstart;
-  f->t.bufs = f->bufs;
-  f->root.depth = -1;
-  for (int i = 0; i < 3; i++) f->ext[i] = (gt_buf){ .addr = 0x100000u * (i + 1), .bytes = 1024 };
-  for (int i = 0; i < 2; i++) f->stat[i] = (gt_buf){ .addr = 0x800000u * (i + 1), .bytes = 1024, .flags = GT_BUF_STATIC };
-  for (int i = 0; i < 2; i++) {
-    f->made[i] = (gt_buf){ .bytes = 512, .flags = GT_BUF_TREE | GT_BUF_SLAB, .tree = &f->t, .gen = 7, .idx = i };
-    f->bufs[i] = &f->made[i];
-  }
-  f->t.nbufs = 2;
-}
-
-/* The segment: k(made0, a, s, x) with grid g, then k(made1, made0, b, x).
-   cursor: each launch is pushed past the cursor, as gt_submit does. */
-static void fx_queue(fx *f, gt_buf *a, gt_buf *b, gt_buf *s, float x, unsigned g, int cursor) {
-  gt_queue_clear(&f->t.q);
-  gt_qlaunch l = { .kind = GT_GN_KERNEL, .k = &kk, .grid = { g, 1, 1 }, .block = { 32, 1, 1 }, .nargs = 4 };
-  gt_arg a1[4] = { { .buf = &f->made[0], .nbytes = 512 }, { .buf = a, .off = f->aoff, .nbytes = 256 }, { .buf = s, .nbytes = 1024 }, { .v.f32 = x } };
-  gt_arg a2[4] = { { .buf = &f->made[1], .nbytes = 512 }, { .buf = &f->made[0], .nbytes = 512 }, { .buf = b, .off = f->boff, .nbytes = 256 }, { .v.f32 = x } };
-  GT_CHECK(gt_queue_push(&f->t.q, &l, a1) == GT_OK);
-  if (cursor) gt_cursor_push(&f->t);
-  l.grid[0] = 4;
-  GT_CHECK(gt_queue_push(&f->t.q, &l, a2) == GT_OK);
-  if (cursor) gt_cursor_push(&f->t);
-}
-
-static uint64_t key_of(fx *f, gt_buf *a, gt_buf *b, gt_buf *s, float x, unsigned g, int topology) {
-  fx_queue(f, a, b, s, x, g, 0);
-  return gt_segment_key(&f->t, topology);
-}
-
-static void test_key(void) {
-  static fx f;
-  fx_init(&f);
-  gt_buf *e = f.ext, *s = f.stat;
-  uint64_t k0 = key_of(&f, &e[0], &e[1], &s[0], 1.0f, 8, 0), t0 = key_of(&f, &e[0], &e[1], &s[0], 1.0f, 8, 1);
-  GT_CHECK(key_of(&f, &e[0], &e[1], &s[0], 1.0f, 8, 0) == k0);            /* the same segment, the same key */
-  GT_CHECK(key_of(&f, &e[0], &e[1], &s[0], 2.5f, 8, 0) == k0);            /* scalars are patched, not keyed */
-  GT_CHECK(key_of(&f, &e[0], &e[1], &s[0], 1.0f, 16, 0) != k0);           /* a grid is baked in */
-  GT_CHECK(key_of(&f, &e[0], &e[1], &s[0], 1.0f, 16, 1) == t0);           /* ... but not in the topology */
-  GT_CHECK(key_of(&f, &e[0], &e[1], &s[1], 1.0f, 8, 0) != k0);            /* a static tensor's address is baked in */
-  GT_CHECK(key_of(&f, &e[0], &e[1], &s[1], 1.0f, 8, 1) == t0);            /* ... the topology keys weights by order */
-  GT_CHECK(key_of(&f, &e[1], &e[2], &s[0], 1.0f, 8, 0) == k0);            /* external tensors at new addresses: patched */
-  GT_CHECK(key_of(&f, &e[0], &e[0], &s[0], 1.0f, 8, 0) != k0);            /* ... but their aliasing is keyed */
-  GT_CHECK(key_of(&f, &e[2], &e[2], &s[0], 1.0f, 8, 0) == key_of(&f, &e[1], &e[1], &s[0], 1.0f, 8, 0));
-  f.aoff = 512;                                                           /* an external view at another offset: */
-  GT_CHECK(key_of(&f, &e[0], &e[1], &s[0], 1.0f, 8, 0) == k0);            /* its address is patched, not keyed */
-  uint64_t k1 = key_of(&f, &e[0], &e[0], &s[0], 1.0f, 8, 0);              /* two views of one buffer, 512 B apart... */
-  f.aoff = 0;
-  GT_CHECK(key_of(&f, &e[0], &e[0], &s[0], 1.0f, 8, 0) != k1);            /* ... are not the same one view twice */
-  f.aoff = 768, f.boff = 256;
-  GT_CHECK(key_of(&f, &e[0], &e[0], &s[0], 1.0f, 8, 0) == k1);            /* ... but the same two views elsewhere */
-  f.aoff = f.boff = 0;
-  f.made[1].bytes = 1024;
-  GT_CHECK(key_of(&f, &e[0], &e[1], &s[0], 1.0f, 8, 0) != k0);            /* the size of a buffer made in the segment */
-  f.made[1].bytes = 512;
-  gt_buf *rel = &f.made[0];
-  f.t.rels = &rel;
-  f.t.nrels = 1;
-  rel->rel = 2;
-  GT_CHECK(key_of(&f, &e[0], &e[1], &s[0], 1.0f, 8, 0) != k0);            /* a release plans memory: keyed */
-  f.t.nrels = 0;
-  gt_queue_free(&f.t.q);
-  free(f.t.kfirst); free(f.t.cfirst);
-  f.t.kfirst = f.t.cfirst = NULL;
-  f.t.kfirstcap = f.t.cfirstcap = 0;
-}
-
-/* Records the queued segment as node n under f's root (what record() keeps). */
-static void fx_record(fx *f, gt_node *n) {
-  memset(n, 0, sizeof *n);
-  n->parent = &f->root;
-  n->launches = malloc(f->t.q.n * sizeof *n->launches);
-  memcpy(n->launches, f->t.q.l, f->t.q.n * sizeof *n->launches);
-  GT_CHECK(gt_cursor_save(&f->t, n, 0) == GT_OK);
-}
-
-/* The segment queued again past the cursor: the node it hits, or NULL. */
-static gt_node *replayed(fx *f, gt_buf *a, gt_buf *b, gt_buf *s, float x, unsigned g) {
-  gt_cursor_start(&f->t, &f->root);
-  fx_queue(f, a, b, s, x, g, 1);
-  return gt_cursor_hit(&f->t, 0);
-}
-
-static void test_cursor(void) {
-  static fx f;
-  static gt_node n, m;
-  gt_node *kids[2] = { &n, &m };
-  fx_init(&f);
-  gt_buf *e = f.ext, *s = f.stat;
-  fx_queue(&f, &e[0], &e[1], &s[0], 1.0f, 8, 0);
-  fx_record(&f, &n);
-  fx_queue(&f, &e[0], &e[1], &s[0], 1.0f, 16, 0);
-  fx_record(&f, &m);
-  f.root.kids = kids;
-  f.root.nkids = 2;
-  f.root.last_kid = &n;
-  GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == &n);             /* the recording again: a hit */
-  GT_CHECK(replayed(&f, &e[1], &e[2], &s[0], 3.0f, 8) == &n);             /* new scalars, inputs elsewhere: still a hit */
-  GT_CHECK(replayed(&f, &e[0], &e[1], &s[1], 1.0f, 8) == NULL);           /* another weight: a miss (the key decides) */
-  GT_CHECK(replayed(&f, &e[0], &e[0], &s[0], 1.0f, 8) == NULL);           /* other aliasing: a miss */
-  GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 16) == &m);            /* the sibling's grid: the cursor switches to it */
-  GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 32) == NULL);          /* a grid no node recorded: a miss */
-  uint64_t was = s[0].addr;
-  s[0].addr = 0x900000u;                                                   /* the struct of a freed static, reused: */
-  gt_static_frees++;                                                       /* (no live static moves) */
-  GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == NULL);           /* its address is compared again: a miss */
-  s[0].addr = was;
-  GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == &n);
-  f.made[0].bytes = 256;
-  GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == NULL);           /* a buffer of another size: a miss */
-  f.made[0].bytes = 512;
-  f.root.last_kid = NULL;
-  GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == NULL);           /* no prediction: the key decides */
-  gt_cursor_forget(&n); gt_cursor_forget(&m);
-  free(n.launches); free(m.launches);
-  gt_queue_free(&f.t.q);
-}
-
-/* The lane's lazy launches (lane.c): an external input it replayed is
-   numbered and tested by the cursor when they are checked, as it would
-   have been as it landed: where it moved, where it aliases otherwise. */
-static const uint8_t kord[] = { 0, 1, 2, 3 };
-static gt_kernel kl = { .name = "kl", .nparams = 4, .ptype = kio, .order = kord, .ntensors = 3, .n4 = 1, .graphable = 1, .id = 2 };
-
-static void fx_lean(fx *f, gt_buf *out, gt_buf *in, int cursor) {
-  gt_qlaunch l = { .kind = GT_GN_KERNEL, .cfg = 9, .k = &kl, .grid = { 8, 1, 1 }, .block = { 32, 1, 1 }, .nargs = 4 };
-  gt_arg a[4] = { { .buf = out, .nbytes = 512 }, { .buf = in, .nbytes = 256 }, { .buf = &f->stat[0], .nbytes = 1024 }, { .v.f32 = 1.0f } };
-  GT_CHECK(gt_queue_push(&f->t.q, &l, a) == GT_OK);
-  if (cursor) gt_cursor_push(&f->t);
-}
-
-static void lane_segment(fx *f, int lazy) {   /* a segment begins on the prediction; the lane takes lazy launches */
-  gt_queue_clear(&f->t.q);
-  f->t.rt->lane.lazy = 0;
-  gt_cursor_start(&f->t, &f->root);
-  gt_lane_start(&f->t);
-  f->t.rt->lane.lazy = lazy;
-}
-
-static void test_lane(void) {
-  static fx f;
-  static gt_node n;
-  gt_node *kids[1] = { &n };
-  fx_init(&f);
-  gt_buf *e = f.ext;
-  fx_lean(&f, &f.made[0], &e[0], 0);
-  fx_lean(&f, &f.made[1], &e[1], 0);
-  fx_record(&f, &n);
-  uint64_t vals[8];
-  for (int i = 0; i < 8; i++) vals[i] = f.t.q.args[i].buf ? f.t.q.args[i].buf->addr + (uint64_t)f.t.q.args[i].off : f.t.q.args[i].v.u64;
-  n.argvals = vals;
-  n.nargvals = 8;
-  f.root.kids = kids;
-  f.root.nkids = 1;
-  f.root.last_kid = &n;
-  lane_segment(&f, 2);
-  GT_CHECK(f.t.rt->lane.n == 2 && n.lane_ext == 2);                       /* external inputs: the lane's too */
-  GT_CHECK(gt_lane_check(&f.t) == 1 && f.t.ndirty == 0 && gt_cursor_hit(&f.t, 0) == &n);
-  e[0].addr += 0x1000;                                                     /* its struct, other memory: */
-  lane_segment(&f, 2);
-  GT_CHECK(gt_lane_check(&f.t) == 1 && f.t.ndirty == 1 && f.t.cdirty[0] == 0);   /* patched */
-  GT_CHECK(gt_lane_check(&f.t) == 1 && f.t.ndirty == 1);                  /* (checked once) */
-  GT_CHECK(gt_cursor_hit(&f.t, 0) == &n);
-  e[0].addr -= 0x1000;
-  lane_segment(&f, 0);                                                     /* e1 first (the core), then as recorded (the lane): */
-  fx_lean(&f, &f.made[0], &e[1], 1);
-  f.t.rt->lane.lazy = 1;
-  GT_CHECK(gt_lane_check(&f.t) == 0 && gt_cursor_hit(&f.t, 0) == NULL);  /* one input twice, not two: a miss */
-  f.t.rt->lane.lazy = 0;
-  gt_lane_close(f.t.rt);
-  n.argvals = NULL;
-  gt_cursor_forget(&n);
-  free(n.launches);
-  gt_queue_free(&f.t.q);
-}
-
-void gt_test_key(void) {
-  test_key();
-  test_cursor();
-  test_lane();
-}
-#endif

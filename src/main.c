@@ -7,25 +7,6 @@
 #include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "gt_test.h"
-
-#ifdef GT_TEST
-/* -- C unit tests -------------------------------------------------------- */
-/* build/gtlua-test: every module's gt_test_* in one run; non-zero on failure. */
-int gt_test_failed, gt_test_passed;
-
-int main(void) {
-  gt_test_pool();
-  gt_test_queue();
-  gt_test_kernel();
-  gt_test_backend_cpu();
-  gt_test_cond();
-  gt_test_deps();
-  gt_test_key();
-  printf("C tests: %d passed, %d failed\n", gt_test_passed, gt_test_failed);
-  return gt_test_failed != 0;
-}
-#else
 #include <editline/readline.h>
 #include "lua.h"
 #include "lauxlib.h"
@@ -820,4 +801,3 @@ int main(int argc, char **argv) {
   lua_close(L);
   return (status == 0 && s.status == 0) ? EXIT_SUCCESS : EXIT_FAILURE;
 }
-#endif

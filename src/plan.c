@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#include "key.h"
 
 /* The pool holds what is live at this point of the call: a replayed node's
    checkpoint is only bound when someone needs it. */

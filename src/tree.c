@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#include "key.h"
+#include "predict.h"
 
 /* -- Creating and freeing ------------------------------------------------- */
 
@@ -22,8 +24,6 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   if (!t) { gt_fail(rt, "out of host memory"); return NULL; }
   t->rt = rt;
   rt->launch_pending = gt_tree_launch_pending;     /* (gt_pending's: runtime.c does not call up into tree.c) */
-  rt->lane_close = gt_lane_close;                  /* (the cursor's: key.c does not call up into lane.c) */
-  rt->lane_start = gt_lane_start;
   t->opts = *opts;
   t->name = gt_strdup(opts->name && *opts->name ? opts->name : "tree");
   t->where = gt_strdup(opts->where);
@@ -651,7 +651,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
   gt_tree *t = rt->active;           /* (the lane's launches are queued below only if the visit reads them) */
   if (!t) return GT_OK;
   int first = t->segstart[t->depth];
-  if (t->lane_lost) { t->lane_lost = 0; return gt_fail(rt, "out of host memory"); }
+  if (t->lane_lost) { int v = t->lane_lost; t->lane_lost = 0; return v == 2 ? GT_ERR : gt_fail(rt, "out of host memory"); }
   if (t->q.n + rt->lane.lazy == 0 && t->nbufs == first && t->nrels == 0) return GT_OK;
   if (t->eager_call) return flush_eager_call(t, first);
   /* a replay's host time is sampled (every call for the first 64, then one
@@ -661,6 +661,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
   if (rt->lane.lazy) gt_lane_check(t);            /* (the lazy launches' external inputs: the cursor's) */
   gt_node *n = gt_cursor_hit(t, first), *upd = NULL;
   int hit = n != NULL;
+  if (hit && gt_verify_lane > 0 && gt_predict_verify(t, n)) return GT_ERR;   /* (GTLUA_VERIFY_LANE) */
   if (!n) gt_lane_sync(t);                        /* off the cursor: keys read the queue */
   gt_segkey key = { n ? n->key : 0, 0 };
   if (!n) n = find_kid(parent, key.full = gt_segment_key(t, 0), 0);   /* off the cursor: by key */

@@ -147,6 +147,23 @@ local function answer_code(value)
 end
 
 local LANE = C.gt_lane_of(rt)
+-- GTLUA_VERIFY_LANE=1: the lane's test notes what it saw of each launch it
+-- takes (gt_lane.seen), which the core compares in full (predict.c)
+local VERIFY = C.gt_lane_verifying() ~= 0
+
+-- The code of that note (nothing without GTLUA_VERIFY_LANE) for kernel k:
+-- tensors 1..nt with their buffer, offset and bytes given by field(t), the
+-- scalars in the gt_arg array args.
+local function verify_code(k, nt, field, args)
+  if not VERIFY then return "" end
+  local c = { "local e = L.seen[li]" }
+  for t = 1, nt do c[#c + 1] = ("e.b[%d], e.o[%d], e.n[%d] = %s, %s, %s"):format(t - 1, t - 1, t - 1, field(t)) end
+  for i = 0, k.nparams - 1 do
+    if k.ptype[i] ~= PTR_IN and k.ptype[i] ~= PTR_OUT then c[#c + 1] = ("e.s[%d] = %s[%d].v.u64"):format(i, args, i) end
+  end
+  c[#c + 1] = "e.seen = 1 "
+  return table.concat(c, "; ")
+end
 
 -- The code of a replay through the lane (gt.h's gt_lane): when the cursor's
 -- predicted launch is this lean state's (cfg) with these very tensors (the
@@ -159,7 +176,8 @@ local LANE = C.gt_lane_of(rt)
 -- scalars: a bound launcher's tests of its scalars (its args against the
 -- recording's, r.qa: a lean state's are fixed by its configuration); such a
 -- launcher makes no output and returns nothing.
-local function lane_code(nt, scalars)
+local function lane_code(k, nt, scalars, args)
+  local verify = verify_code(k, nt, function(t) return "b" .. t, "o" .. t, "n" .. t end, args)
   local same, live = {}, {}
   for t = 1, nt do
     -- the output the call makes (b nil) where the recording made it: its
@@ -176,14 +194,14 @@ local function lane_code(nt, scalars)
       "  local r = L.rec[li]",
       "  local q = r.qa",
       "  if " .. test .. (#scalars > 0 and " and " .. table.concat(scalars, " and ") or "") ..
-        " and r.made == 0 then L.lazy = L.lazy + 1; return end",
+        " and r.made == 0 then " .. verify .. "L.lazy = L.lazy + 1; return end",
       "end",
     }, "\n") .. "\n"
   end
   return table.concat({
     "do",
     "  local r = L.rec[li]",
-    "  if " .. test .. " then",
+    "  if " .. test .. " then " .. verify,
     "    if r.made == 0 then L.lazy = L.lazy + 1; return b1 end",
     "    local j = L.nbufs[0]",
     "    if j < L.room and j - L.segstart == r.midx then",
@@ -268,7 +286,7 @@ local function byvalue_code(k, cfg, args, bad, checks, made)
   -- trace that leaves there inherits few values (LuaJIT refuses one whose
   -- registers it cannot shuffle: "register coalescing too complex")
   return "local li = L.qn[0] + L.lazy\nif li < L.n and L.rec[li].cfg == " .. cfg .. ".id then\n" ..
-    reads .. "\n" .. lane_code(nt, not made and scalars or nil) .. call .. (made and "return b\n" or "return\n") ..
+    reads .. "\n" .. lane_code(k, nt, not made and scalars or nil, args) .. call .. (made and "return b\n" or "return\n") ..
     "end\n" .. reads .. call
 end
 
@@ -296,9 +314,13 @@ local function lane_handles_code(k)
     end
   end
   for _, c in ipairs(scalars) do test[#test + 1] = c end
+  local ts = {}
+  for i = 1, k.nparams do if k.ptype[i - 1] == PTR_IN or k.ptype[i - 1] == PTR_OUT then ts[#ts + 1] = i end end
+  local verify = verify_code(k, t, function(j) local i = ts[j]; return ("a%d._b"):format(i), ("a%d._off"):format(i),
+    ("a%d._nb"):format(i) end, "args")
   return "do\nlocal li = L.qn[0] + L.lazy\nif li < L.n then\nlocal r = L.rec[li]\nlocal q = r.qa\n" ..
     "if r.cfg == cfg.id and r.made == 0 and " .. table.concat(test, " and ") ..
-    " then L.lazy = L.lazy + 1; return end\nend\nend\n"
+    " then " .. verify .. "L.lazy = L.lazy + 1; return end\nend\nend\n"
 end
 
 -- Generates a launcher with fixed arity for kernel k: the checks inline,

@@ -1,12 +1,12 @@
 #!/bin/sh
-# funclen.sh: C functions in src/ longer than a screen (default 60 lines,
-# from the line that opens the body to the closing brace).
-#   sh scripts/funclen.sh [max] [files...]
+# funclen.sh: C functions in src/ and Lua functions in lua/gt/ longer than a
+# screen (default 60 lines, from the line that opens the body to the closing brace).
+#   sh scripts/check/funclen.sh [max] [files...]
 # Relies on the house layout: a definition starts at column 0 and its body
 # ends with a "}" alone at column 0.  Exits non-zero when one is too long.
 max=${1:-60}
 [ $# -gt 0 ] && shift
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [ $# -gt 0 ] || set -- src/*.c
 awk -v max="$max" '
   FNR == 1 { in_fn = 0 }
@@ -16,7 +16,7 @@ awk -v max="$max" '
   !in_fn && pend != "" && /;/ { pend = "" }
   in_fn && /^}/ { n = FNR - start + 1; in_fn = 0
     if (n > max) { sub(/[(].*/, "", name); sub(/.*[ *]/, "", name); printf "%s:%d: %s is %d lines (max %d)\n", FILENAME, start, name, n, max; bad = 1 } }
-  END { exit bad }' "$@" && echo "no function over $max lines ($# files)"
+  END { exit bad }' "$@" && echo "funclen.sh: no C function over $max lines ($# files)"
 c_rc=$?
 # Lua functions in lua/gt/: LuaJIT's bytecode listing gives each function's
 # first and last line (the file's main chunk, line 0, is not a function).
@@ -26,6 +26,6 @@ if command -v luajit >/dev/null 2>&1; then
     luajit -bl "$f" 2>/dev/null | sed -n 's/.*-- BYTECODE -- .*:\([0-9]*\)-\([0-9]*\)$/\1 \2/p' |
       awk -v f="$f" -v max="$max" '$1 > 0 && $2 - $1 + 1 > max { printf "%s:%d: a function of %d lines (max %d)\n", f, $1, $2 - $1 + 1, max; bad = 1 } END { exit bad }' || lua_rc=1
   done
-  [ "$lua_rc" = 0 ] && echo "no Lua function over $max lines in lua/gt/"
+  [ "$lua_rc" = 0 ] && echo "funclen.sh: no Lua function over $max lines in lua/gt/"
 fi
 [ "$c_rc" = 0 ] && [ "$lua_rc" = 0 ]
