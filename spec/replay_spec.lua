@@ -1,5 +1,5 @@
--- replay_spec: what a replayed step costs in Lua memory (DESIGN section 5,
--- "Replay cost": no allocation per op beyond the fresh handle each op returns).
+-- replay_spec: what a replayed step costs in Lua memory (DESIGN section 5.2,
+-- the replay cursor: no allocation per op beyond the fresh handle each op returns).
 local gt = require "gt"
 
 -- The least Lua memory one call of step(x) allocates, in bytes, over 1000
