@@ -161,7 +161,7 @@ describe("a replayed op", function()
       assert.are.same({ { 2, 4 }, { 3, 6 }, { 4, 8 } }, { a:tolist(), b:tolist(), c:tolist() })
       assert.stale(old)
       -- a view made of an output after the tree was dropped keeps the memory as the output does
-      -- (as an eager tensor's view does; session 18: it held nothing, and raised once the outputs went)
+      -- (as an eager tensor's view does)
       local v = a:narrow(1, 1, 1)
       assert.are.same({ 2 }, v:tolist())
       a, b, c = nil, nil, nil   -- luacheck: ignore
