@@ -241,7 +241,7 @@ describe("DESIGN 5: trees", function()
   it("5 lifecycle: a child records once its parent is recorded or replayed, or is a skipped segment on planned memory (as built)", function()
     -- DESIGN 5: "A node records only when its parent was recorded or replayed in the
     -- same call (a warmed-up parent leaves its tensors at unplanned addresses)".
-    -- As built (docs/DESIGN.md section 7, skips): a segment that cannot be graphed
+    -- DESIGN 7, Skips: a segment that cannot be graphed
     -- runs eagerly at its planned addresses once its own parent is planned, so its
     -- child records (one kernel kept out of graphs does not keep the rest of the
     -- path out); after a warmed-up parent the child warms up again.

@@ -100,7 +100,7 @@ end)
 -- ---------------------------------------------------------------------------
 -- Every argument error says what was expected and what was given, names the
 -- caller's line in this file (not lua/gt/*.lua), and leaves gt usable.
-describe("argument errors name the caller (session 23)", function()
+describe("argument errors name the caller", function()
   -- err_of(fn) raised at this file's line `line`, and contains each of ...
   local function at_line(line, err, ...)
     assert.matches("^spec/errors_spec%.lua:" .. line .. ": ", err)
@@ -111,7 +111,7 @@ describe("argument errors name the caller (session 23)", function()
   end
 
   local function a_tree()
-    local t = gt.tree(function(x) return ops.relu(x) end, { name = "session23" })
+    local t = gt.tree(function(x) return ops.relu(x) end, { name = "errs" })
     for _ = 1, 3 do t(gt.ones { 2 }) end
     return t
   end
@@ -137,7 +137,7 @@ describe("argument errors name the caller (session 23)", function()
   it("tree:dot, tree:json and tree:report to a path that cannot be written name it, the reason and the caller", function()
     local t = a_tree()
     for _, m in ipairs { "dot", "json", "report" } do
-      local path = "/nonexistent_dir_session23/x." .. m
+      local path = "/nonexistent_dir_errs/x." .. m
       local line, err = here(), err_of(function() local r = t[m](t, path) return r end)
       at_line(line, err, "tree:" .. m .. "([path]): cannot write " .. path, "No such file or directory")
     end

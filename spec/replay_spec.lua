@@ -1,5 +1,5 @@
--- replay_spec: what a replayed step costs in Lua memory (DESIGN section 5,
--- "Replay cost": no allocation per op beyond the fresh handle each op returns).
+-- replay_spec: what a replayed step costs in Lua memory (DESIGN section 5.2,
+-- the replay cursor: no allocation per op beyond the fresh handle each op returns).
 local gt = require "gt"
 
 -- The least Lua memory one call of step(x) allocates, in bytes, over 1000
@@ -161,7 +161,7 @@ describe("a replayed op", function()
       assert.are.same({ { 2, 4 }, { 3, 6 }, { 4, 8 } }, { a:tolist(), b:tolist(), c:tolist() })
       assert.stale(old)
       -- a view made of an output after the tree was dropped keeps the memory as the output does
-      -- (as an eager tensor's view does; session 18: it held nothing, and raised once the outputs went)
+      -- (as an eager tensor's view does)
       local v = a:narrow(1, 1, 1)
       assert.are.same({ 2 }, v:tolist())
       a, b, c = nil, nil, nil   -- luacheck: ignore

@@ -784,12 +784,11 @@ int main(int argc, char **argv) {
   }
   if (opt_backend) setenv("GTLUA_BACKEND", opt_backend, 1);  /* before gt loads */
   if ((s.args & (HAS_STATS | HAS_ADVISE)) || opt_report) setenv("GTLUA_KEEP_TREES", "1", 1);  /* trees stay for the exit report */
-  /* Lua's memory: LuaJIT's own allocator.  Free lists of our own (session 7)
-     were 1-2% quicker per replayed op with warm caches, but the collector's
-     sweep order scattered the handles they gave out: with the caches cold
-     between steps (as after a device sync) a 512-op step slowed from 44 to
-     51-57 us over 3000 steps, where LuaJIT's allocator stayed at 43; and
-     they never gave memory back. */
+  /* Lua's memory: LuaJIT's own allocator.  Free lists of our own would be
+     slightly quicker per replayed op with warm caches, but the collector's
+     sweep order scatters the handles they give out, which costs more with
+     the caches cold between steps (as after a device sync), and they never
+     give memory back. */
   if ((L = luaL_newstate()) == NULL) {
     l_message(PROGNAME, "cannot create state: not enough memory");
     return EXIT_FAILURE;

@@ -1,10 +1,10 @@
 #!/bin/sh
 # cpus.sh CAL: the quickest quarter of this machine's cores, as "0,3,..." on
 # stdout (nothing below four cores, or without taskset).  Each core's graph
-# launch is timed by cpu_probe.lua ("ns core" per line into CAL).  On the
-# H200's host some cores ran everything, the pure-C floor included, two to
-# four times slower than the others (5 of 16 on 2026-12-01); run.sh and
-# ab.sh pin every measured process to these.
+# launch is timed by cpu_probe.lua ("ns core" per line into CAL).  On a
+# shared GPU host some cores run everything, the pure-C floor included, two
+# to four times slower than the others; run.sh and ab.sh pin every measured
+# process to these.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 BIN=${GTLUA_BIN:-build/gtlua}

@@ -26,28 +26,20 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- Same sizes as shared/anchors/torch_trees.py; reps shrink as kernels grow
 -- (reps * 32 / kernels, at least min_reps); min_reps 300 gives every block
 -- 50 measured steps.  Fewer steps a block measure the first calls after a
--- mode change, whose host caches hold the other mode's data: with 20 a
--- block's median was that of 4 steps, and of the slowest after a mode
--- change; with 60 (10 steps) grow-512's paired keyed / floor was 1.37 in a
--- run whose plain medians gave 1.03; with 90 (15 steps; the H200,
--- 2026-12-03, two processes each) grow-128's keyed / floor was 1.33 and
--- 1.32 and grow-512's 1.34 and 1.46, with 300 1.16 and 1.15, 1.17 and 1.22
--- (a keyed hit alone, op_probe.lua: 1.08-1.15 at 128 kernels).
+-- mode change, whose host caches hold the other mode's data, and the
+-- paired keyed / floor ratios then rise well above a keyed hit's own
+-- (op_probe.lua).
 -- warm: calls before a mode is measured, at least 200 whatever the kernels:
 -- LuaJIT compiles a call's own code (the tree call, a keyed hit) only after
--- some hundred calls, and with 20 the 512-kernel keyed hit was measured
--- interpreted (10x its compiled cost on the cpu backend).
+-- some hundred calls, and with fewer a 512-kernel keyed hit is measured
+-- interpreted (many times its compiled cost).
 -- prime: seconds of replays (a 32-kernel chain tree, unmeasured; bursts,
 -- and synced steps as the modes are measured) before the first scenario
--- (5 s and the synced steps since session 18: on 2026-12-02 the chain,
--- measured first, still cost twice grow-32's same 32 layers measured later
--- in the same process, its floor too; not measured yet with this prime).  On the H200 a process's first scenario measured
--- every mode slower in 3 of 5 processes, the floor (graphs launched from C)
--- included: chain's floor 2.6 us against 1.2 in the others, its tree 10.7
--- against 5.4 (the host and the driver warm up over a process's first
--- seconds).  For the same reason run.sh does not use --each: with every
--- scenario in a fresh process, the floors of one H200 run varied 2-3x
--- between processes (grow-512's 2.4-7.1 us).
+-- (5 s): without it a process's first scenario measures every mode
+-- slower, the floor (graphs launched from C) included, as the host and the
+-- driver warm up over a process's first seconds.  For the same reason
+-- run.sh does not use --each: with every scenario in a fresh process the
+-- floors vary 2-3x between processes.
 -- rounds: the tree, keyed and floor modes are measured in turn, in this many
 -- rounds of blocks (M.interleave).
 M.FULL = {
@@ -254,20 +246,16 @@ end
 
 -- Modes measured in turn: rounds of blocks, one block of each mode (order)
 -- a round, reps steps a mode in all; a mode's cpu_us and step_us are the
--- medians of its blocks' medians.  The H200's host changed speed by 2x
--- from one minute to the next (the floor, graphs launched from C, measured
--- 2.4-7.1 us at 512 kernels in one run): modes measured one after the
--- other took different spells, and their ratios moved with them.  With ref
+-- medians of its blocks' medians.  A shared GPU host changes speed by up
+-- to 2x from one minute to the next (the floor too): modes measured one
+-- after the other take different spells, and their ratios move with them.  With ref
 -- (a mode's name), every other mode also gets vs_<ref>_cpu and
 -- vs_<ref>_step: the medians over the rounds of its block's figure over
 -- ref's block of the same round (paired ratios: blocks seconds apart share
--- the host's spell; on 2026-12-01 one process measured grow-512's floor at
--- 10.2 us and the next at 2.6, keyed moving with it).  The order turns by
--- one place each round: a block right after another mode's pays for the
--- caches that mode filled (a 512-kernel keyed call after tree calls: keyed /
--- floor 1.40 in the bench, which always ran keyed after tree, against
--- 1.09-1.29 in a probe of the same run's build where keyed followed the
--- floor; the floor of the keyed tree's own graphs 0.99x the tree's).
+-- the host's spell).  The order turns by one place each round: a block
+-- right after another mode's pays for the caches that mode filled (keyed
+-- always measured after tree reads higher against the floor than keyed
+-- measured after the floor).
 function M.interleave(blocks, order, reps, rounds, ref)
   rounds = max(1, min(rounds, reps))
   local per = math.ceil(reps / rounds)
@@ -316,11 +304,8 @@ end
 -- each pipelined.  Returns the modes by name, the floor's as "floor".
 -- Every block first runs M.SETTLE steps of its mode unmeasured: the first
 -- calls after another mode's block find the host's caches full of that
--- mode's data.  On the H200 (2026-12-01, 3 processes) a 512-kernel keyed
--- call measured right after a block of tree calls took 5.6-10.8 us against
--- 3.9-7.7 in a block of its own, and with 4 steps a block (grow-512's
--- reps) those first calls were the median: keyed / floor 1.48 there, 1.15
--- at 128 kernels.
+-- mode's data, and with few steps a block (grow-512's reps) those first
+-- calls would be the block's median.
 M.SETTLE = 2
 function M.in_turn(steps, order, launch_floor, warm, reps, pipe, rounds)
   for _, name in ipairs(order) do for i = 1, warm do steps[name](i) end end
@@ -345,9 +330,8 @@ end
 -- loop compiled).  In rounds, a block of synced steps with the collector
 -- running and one with it stopped, the order turning each round; the share
 -- is the median over the rounds of 1 - stopped / running, each a block's
--- median host µs.  (Measured one after the other, a spell of the H200's
--- host fell on one of the two: the run of 2026-12-03 16:32 reported 44% at
--- grow-512 and 0-5% elsewhere.)
+-- median host µs.  (Measured one after the other, a spell of a shared
+-- host would fall on one of the two and read as the collector's share.)
 local table_new = require "table.new"
 function M.gc_share(step, reps, rounds)
   rounds = max(1, min(rounds or 6, reps))

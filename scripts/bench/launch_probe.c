@@ -10,17 +10,13 @@
 
    Part 1: a chain of N kernel nodes, each spinning a given number of clock
    cycles, launched onto an idle stream (a sync before each launch, as the
-   bench's "cpu" column measures).  On the H200 (2026-12-02, three
-   machines) 512 nodes cost 4-7 us with empty kernels and 9-15 us with ~8 us
-   kernels: the launch returns later when the kernels run longer, so a
-   graph's own launch, not gtlua, sets grow-512's floor (gtlua's kernels
-   there take ~8 us each).
+   bench's "cpu" column measures).  The launch returns later when the
+   kernels run longer, so a long graph's own launch, not gtlua, sets
+   grow-512's floor; RESULTS.md shows the table of the latest run.
    Part 2: the same chain launched from the device (a one-node graph whose
-   kernel tail-launches it, CUDA 12 device graph launch).  One machine gave
-   3.3-5.6 us of host time whatever the chain's length, the two others 4-15
-   us, growing with the kernels' length as the host launch does; and 8-10
-   us more per step on the GPU (the tail launch's latency).  gtlua does not
-   launch that way. */
+   kernel tail-launches it, CUDA 12 device graph launch): its host time is
+   no lower than a host launch's and the tail launch adds device time to
+   every step, so gtlua does not launch that way. */
 #include <cuda.h>
 #include <nvrtc.h>
 #include <stdio.h>

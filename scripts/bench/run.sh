@@ -50,10 +50,9 @@ fi
 # Within them, each measured program's main thread (the one that issues the
 # steps) runs on the quickest core alone (BENCH_MAIN_CPU, the first of
 # BENCH_CPUS when that is given), once its set-up is done; its other
-# threads (the driver's, PyTorch's compile workers) keep the quarter.  On
-# the H200 (2026-12-02, 3 processes a side) a tree's 32-op replay measured
-# 2.8-3.6 us on one core against 2.9-5.8 on four, its floor 1.3-1.7 against
-# 1.4-2.5: a thread that moves between cores finds their caches cold.
+# threads (the driver's, PyTorch's compile workers) keep the quarter: a
+# thread that moves between cores finds their caches cold, and a replay's
+# host time and its spread grow with it.
 pin=
 if [ "${BENCH_CPUS:-}" != all ] && command -v taskset >/dev/null 2>&1; then
   cpus=${BENCH_CPUS:-}
