@@ -242,6 +242,10 @@ static int floor_paths(gt_runtime *rt, gt_tree *t, gt_floorpath *last, gt_floorp
   *paths = t->fpaths;
   *npaths = t->nfpaths;
   if (!*npaths) {                             /* the last call's path */
+    for (int d = 0; d < t->nlastpath; d++)
+      if (!t->lastpath[d]->graph || !t->lastpath[d]->launches)
+        return gt_fail(rt, "tree '%s': the last call's segment %d holds no graph (trimmed, or not recorded): call the "
+                       "tree again before tree:floor", t->name, d + 1);
     if (floorpath_of(t, last)) return gt_fail(rt, "out of host memory");
     *paths = last;
     *npaths = 1;

@@ -776,8 +776,13 @@ void gt_tree_abort(gt_runtime *rt) {
 int gt_tree_discard(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t || t->ran || t->rt->profile) return 0;
+  int32_t prev = t->prev_gen;
   t->npend = 0;                      /* (replayed segments whose graphs never launch) */
   gt_tree_abort(rt);
+  /* as if never made: the call before it stays the last (its outputs are
+     the next call's inputs), and what the dropped call made is stale */
+  t->prev_gen = prev;
+  t->gen = prev;
   return 1;
 }
 

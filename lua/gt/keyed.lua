@@ -201,8 +201,11 @@ local function describe_outputs(self, args, n, traced, ...)
       if not i then return nil, "it returns a number computed from a `patch` argument" end
       o = { kind = "arg", i = i }
     else
-      -- an argument returned as is (a `patch` number, say) is this call's
-      for i = 1, n do if y ~= nil and rawequal(args[i], y) then o = { kind = "arg", i = i } break end end
+      -- an argument returned as is is this call's (a number is one only when
+      -- traced: one equal to an argument's, -0 beside 0, is a value of its own)
+      if type(y) ~= "number" then
+        for i = 1, n do if y ~= nil and rawequal(args[i], y) then o = { kind = "arg", i = i } break end end
+      end
       o = o or { kind = "value", v = y }
     end
     outs[r] = o
