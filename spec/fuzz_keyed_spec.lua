@@ -1,0 +1,88 @@
+-- Keyed trees against eager runs (spec/harness/fuzz_keyed.lua): random step
+-- functions under gt.tree(fn, {key, patch, verify, copy_inputs}) and the same
+-- functions run eagerly, over patch numbers traced through arithmetic and
+-- branches, equal patch numbers, int/unsigned/long long/bool slots, signed
+-- zero keys, captured non-static tensors, copy_inputs with static weights,
+-- two trees feeding each other, verify, trims and floors.  Fixed seeds here;
+-- `scripts/fuzz.sh keyedfuzz` runs more.  The seeds run in a gtlua process of
+-- their own: a crash fails this spec naming its seed, not the whole suite.
+local S = require "spec.support"
+local F = require "spec.harness.fuzz_keyed"
+
+-- Runs seeds first..first+seeds-1 for `steps` steps each in a subprocess:
+-- the mismatches (a list of messages) and the closing line's counts.
+local function campaign(first, seeds, steps, limit)
+  local at = os.tmpname()
+  local code = ("package.path = './?.lua;' .. package.path; " ..
+    "local bad = require('spec.harness.fuzz_keyed').run(%d, %d, %d); os.exit(#bad == 0 and 0 or 1, true)")
+    :format(first, seeds, steps)
+  local status, out, err = S.sh(("timeout %d env KEYEDFUZZ_AT=%s \"$GTLUA\" -e %s"):format(limit, S.shq(at), S.shq(code)))
+  local f = io.open(at)
+  local seed = f and f:read("*l")
+  if f then f:close() end
+  os.remove(at)
+  local line = out:match("keyedfuzz: [^\n]*")
+  if not line then
+    error(("the keyed fuzzer's process ended (status %s) in seed %s without its closing line (rerun: " ..
+      "KEYEDFUZZ_TRACE=1 scripts/fuzz.sh keyedfuzz 1 %d %s)\n%s%s"):format(tostring(status), tostring(seed), steps,
+      tostring(seed), out:sub(-2000), err:sub(-2000)), 2)
+  end
+  local bad = {}
+  for m in out:gmatch("(keyedfuzz seed [^\n]*\n[^\n]*)") do bad[#bad + 1] = m end
+  local n = {}
+  for k, v in pairs({ calls = "(%d+) calls", hits = "(%d+) hits", raised = "(%d+) raised", mismatches = "(%d+) mismatches" }) do
+    n[k] = tonumber(line:match(v))
+  end
+  if n.mismatches > 0 and #bad == 0 then bad[1] = out:sub(-4000) end
+  return bad, n, line
+end
+
+describe("keyed trees against eager runs (fuzz_keyed)", function()
+  it("draw programs of every kind among the fixed seeds", function()
+    local seen = {}
+    local function saw(k) seen[k] = true end
+    for seed = 1, 600 do
+      local desc, P = F.program(seed)
+      if P.follow then saw("arithmetic only") else saw("branches and math") end
+      if P.steady then saw("steady calls") end
+      if P.copy then saw("copy_inputs") end
+      if P.verifyA or P.verifyB then saw("verify") end
+      if P.trimB then saw("B:trim in A's body") end
+      if P.useU then saw(P.writeU and "U written" or "U read") end
+      if P.useO then saw("B's output kept") end
+      if P.retnum then saw("a number result") end
+      if P.special > 0 then saw("special numbers") end
+      if #P.patchA == 2 then saw("two patch numbers") end
+      if #P.patchA == 0 then saw("numbers keyed by value") end
+      for _, k in ipairs(P.keys) do if k == 0 and 1 / k < 0 then saw("a -0.0 key") end end
+      for _, w in ipairs({ "kz_i", "kz_u", "kz_l", "kz_b", "kz_d", "kz_rep", "kz_2", "kz_w", "kz_in", "gt.cond",
+                           "gt.loop", "gt.cut", "axpby", "KB%.", " %% 2 == 0 and 100", "tostring", "T%[", "env.f",
+                           "math.floor", "math.min", " / k" }) do
+        if desc:find(w) then saw(w) end
+      end
+    end
+    for _, k in ipairs({ "arithmetic only", "branches and math", "steady calls", "copy_inputs", "verify",
+                         "B:trim in A's body", "U written", "U read", "B's output kept", "a number result",
+                         "special numbers", "two patch numbers", "numbers keyed by value", "a -0.0 key", "kz_i", "kz_u",
+                         "kz_l", "kz_b", "kz_d", "kz_rep", "kz_2", "kz_w", "kz_in", "gt.cond", "gt.loop", "gt.cut",
+                         "axpby", "KB%.", " %% 2 == 0 and 100", "tostring", "T%[", "env.f", "math.floor", "math.min",
+                         " / k" }) do
+      assert.is_true(seen[k], "no program among the fixed seeds has " .. k)
+    end
+  end)
+
+  it("agree on 600 random programs of 60 steps each, with hits among the calls", function()
+    local bad, n, line = campaign(1, 600, 60, 300)
+    assert.are.same({}, bad)
+    assert.is_true(n.calls >= 20000, line)
+    assert.is_true(n.hits >= n.calls / 50, "few calls were hits: " .. line)
+  end)
+end)
+
+describe("keyed trees against eager runs, many seeds (fuzz_keyed) #slow", function()
+  it("agree on 2500 more random programs of 60 steps each (about 10^5 calls)", function()
+    local bad, n, line = campaign(601, 2500, 60, 1800)
+    assert.are.same({}, bad)
+    assert.is_true(n.calls >= 90000, line)
+  end)
+end)
