@@ -73,7 +73,7 @@ local CMPS = { "<", "<=", "==", "~=", ">", ">=" }
 
 -- A number expression over the names in `vars` (d: depth left).
 local function expr(r, d, P, vars)
-  local c = r(d <= 0 and 4 or 24)
+  local c = r(d <= 0 and 4 or 28)
   if M.skip.arith then c = 1 end
   if P.follow and c > 13 and c ~= 22 then c = r(13) end   -- (arithmetic only: what a trace follows)
   if c <= 3 then return vars[r(#vars)] end
@@ -96,6 +96,10 @@ local function expr(r, d, P, vars)
   elseif c == 21 then return "(T[" .. e() .. "] or " .. e() .. ")"     -- a table key
   elseif c == 22 then return "env.f(" .. e() .. ")"                     -- a Lua function of it
   elseif c == 23 and P.numkey then return "(type(k) == 'number' and k or 1)"
+  elseif c == 24 then local v = vars[r(#vars)]; return "(type(" .. v .. ") == 'number' and " .. v .. " or 7)"  -- a check
+  elseif c == 25 then return "tonumber(" .. e() .. ")"
+  elseif c == 26 then return "env.g(" .. e() .. ")"                     -- a Lua loop comparing it
+  elseif c == 27 then return "(((" .. e() .. ") .. '') + 0)"              -- a string and back
   end
   return vars[r(#vars)] .. " + 1"
 end
@@ -106,6 +110,10 @@ end
 local function stmt(r, d, P, regs, dst, vars, who)
   local function src() return regs[#regs - r(math.min(#regs, 3)) + 1] end
   local function e() return expr(r, r(3), P, vars) end
+  -- (inside gt.cond and gt.loop bodies: arithmetic only, which raises nothing.  A tree queues
+  -- both bodies of a cond and a loop's body once, eager code runs the one taken, or none)
+  local safe = setmetatable({ follow = true }, { __index = P })
+  local function es() return expr(r, r(3), safe, vars) end
   local c = r(d <= 0 and 11 or 16)
   if (c == 10 or c == 11) and M.skip.cond then c = 1 end
   if P.follow and c >= 14 then c = 12 end                   -- (branches on the key only)
@@ -136,13 +144,13 @@ local function stmt(r, d, P, regs, dst, vars, who)
     local x = src()
     return ("%s = gt.ops.mul(%s, 0); local f = gt.tensor({ 1 }); K.kz_f(1, 32, f, %s, %s, 1); " ..
       "gt.cond(f, function() K.kz_f(1, 32, %s, %s, %s, %s.numel) end, function() K.kz_in(1, 32, %s, %s, %s, %s.numel) end)")
-      :format(dst, x, x, e(), dst, x, e(), x, dst, x, e(), x)
+      :format(dst, x, x, e(), dst, x, es(), x, dst, x, es(), x)
   elseif c == 11 then                                                  -- gt.loop, its count from them (max: maybe too)
     local x = src()
     local max = r(4) == 1 and "(" .. e() .. ") % 5" or tostring(r(4))   -- (0, NaN, a fraction: eager raises)
     return ("%s = gt.ops.mul(%s, 1); local left = gt.tensor({ 1 }); K.kz_f(1, 32, left, %s, %s, 1); " ..
       "gt.loop(left, function() K.kz_in(1, 32, %s, %s, %s, %s.numel); K.kz_f(1, 32, left, left, -1, 1) end, { max = %s })")
-      :format(dst, x, x, e(), dst, x, e(), x, max)
+      :format(dst, x, x, e(), dst, x, es(), x, max)
   elseif c <= 13 then                                                  -- a branch on the key
     local kv = P.keys[r(#P.keys)]
     local kt = type(kv) == "string" and ("%q"):format(kv) or kv ~= kv and "k ~= k" or tostring(kv)
@@ -257,6 +265,7 @@ function M.program(seed)
     "-- B = gt.tree(B, {" .. opts(P.patchB, P.verifyB, P.warmupB, false):format(3) .. "})",
     "-- env.S: a static weight (changed in place), env.U: a captured tensor, env.O: B's output kept,",
     "-- env.f = function(v) return v * 2 + 1 end, env.trimB = function() B:trim(0) end,",
+    "-- env.g = function(v) local n = 0; for i = 1, 3 do if i <= v then n = n + 1 end end; return n end,",
     "-- env.enter counts the body's runs (a call that does not run it is a hit) and keeps its tensors",
     P.source }, "\n")
   return desc, P
@@ -331,7 +340,8 @@ local function check(seed, calls, st)
   -- the slots of tensors both worlds hold: pairs {t = trees' world, e = eager world}
   local slot = { U = fresh(), O = fresh() }
   local envT = { S = S, runs = { A = 0, B = 0 }, f = function(v) return v * 2 + 1 end }
-  local envE = { S = S, runs = { A = 0, B = 0 }, f = envT.f }
+  envT.g = function(v) local n = 0; for i = 1, 3 do if i <= v then n = n + 1 end end; return n end
+  local envE = { S = S, runs = { A = 0, B = 0 }, f = envT.f, g = envT.g }
   -- (the tensors the body got: the caller's, or their copies)
   envT.enter = function(who, ...) envT.runs[who] = envT.runs[who] + 1; envT.args = { ... } end
   envE.enter = function() end
