@@ -7,9 +7,13 @@
 -- process) whose float, double, int, unsigned, long long and bool scalars
 -- are the patch numbers used raw, through arithmetic (+ - * / % ^, unary
 -- minus, math.floor/min/max/abs), through branches and comparisons, through
--- tostring and table keys; two patch numbers that are equal on some calls;
--- numbers an int slot refuses (5.5, 2^31, -1, NaN, inf); keys of signed
--- zeros (1 / k), strings and booleans.  They read tensors from arguments
+-- tostring, tonumber, type checks, table keys, a Lua function and a string
+-- round trip; two patch numbers that are equal on some calls; numbers an
+-- int slot refuses (5.5, 2^31, -1, NaN, inf); keys of signed zeros (1 / k),
+-- strings and booleans.  The numbers also reach gt.ops (add, mul, axpby),
+-- gt.full, gt.cond and gt.loop bodies and a loop's max, and come back as
+-- results (a number computed from them, or one returned as is).  The
+-- bodies read tensors from arguments
 -- (fresh, fed back, two rows of one buffer, one row twice, the other
 -- tree's output), a static weight argument swapped W1 -> W2 -> W1 (and
 -- freed and made again), a captured static weight changed in place, and
@@ -59,7 +63,7 @@ local K = gt.compile(SRC, { name = "fuzz_keyed.cu" })
 local KB = {}                                 -- bound launchers: the other launch path
 for _, name in ipairs({ "kz_f", "kz_d", "kz_i", "kz_u", "kz_l", "kz_b", "kz_rep" }) do KB[name] = K[name]:config(1, 32) end
 
--- One-scalar kernels and the scalar's C type (for the description).
+-- The one-scalar kernels (int and float twice: the slots a patch number most often reaches).
 local KS = { "kz_f", "kz_d", "kz_i", "kz_u", "kz_l", "kz_b", "kz_rep", "kz_i", "kz_f" }
 
 -- Numbers for p and q: the program's pool, and now and then one of these.
@@ -105,8 +109,7 @@ local function expr(r, d, P, vars)
 end
 
 -- A statement that assigns register dst (a new tensor, or an input written
--- in place) from the registers regs; or a statement that makes none
--- (returns false as its second value).
+-- in place) from the registers regs (d: how deep branches may nest).
 local function stmt(r, d, P, regs, dst, vars, who)
   local function src() return regs[#regs - r(math.min(#regs, 3)) + 1] end
   local function e() return expr(r, r(3), P, vars) end
