@@ -134,6 +134,7 @@ static inline const char *gt_launch_what(const gt_qlaunch *l) {
    body, or after a gt.cond whose other body does not write it. */
 int gt_cond_check(struct gt_tree *t);
 
+void gt_tree_dry_release(gt_tree *t);   /* stage.c: a traced call's staged memory freed */
 /* Marks the buffers that the queued launches write into as written by t's
    call (gt_buf.wgen; stage.c). */
 void gt_queue_note_writes(gt_tree *t);
@@ -288,6 +289,7 @@ struct gt_tree {
   int depth;
   int eager_call;                    /* this call runs every segment eagerly, without nodes */
   int ran;                           /* something of this call ran on the device, or was launched (gt_tree_discard) */
+  int lastn;                         /* nbufs of the call before this one (gt_tree_keep_last) */
   int cur_planned;                   /* the node visited last followed a plan (children may record) */
   int nbufs, nrels, npath, npatched, nlastpath;   /* (the arrays below) */
   gt_call_info at_begin;             /* counters when the call began */
@@ -334,6 +336,11 @@ struct gt_tree {
   uint64_t shrink_end;               /* GT_DEFER_SHRINK: the pool's end to keep */
   gt_buf **stage; int stagecap, pinnedcap;       /* staging slots (ordinary memory) */
   uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
+  gt_buf *kept; int nkept, keptcap;  /* the last call's buffer structs, kept for a call that may be dropped (gt_tree_discard) */
+  int32_t kept_gen, kept_prev;       /* its generation, and the one before (-1: unchanged) */
+  int dry;                           /* the call is traced: nothing of it runs (gt_tree_dry) */
+  gt_buf **dryb; int ndryb, drybcap;  /* its staged inputs' memory (stage.c) */
+  gt_node **dpath; uint64_t *dvals; int ndpath, dpathcap, dvalcap;   /* the last traced call's path and values */
   void (*keyed_free)(struct gt_tree *t);  /* frees them (keyed.c sets it: the tree does not call up into keyed.c) */
   void (*keyed_trim)(struct gt_tree *t);  /* drops their one-graph paths (a trim frees graph memory; keyed.c sets it) */
   /* key.c: the offset at which each external buffer (by ordinal) was first

@@ -405,9 +405,23 @@ int gt_tree_keyed_call(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **
 int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins);
 /* A body run of a traced call failed before anything ran on the device
    (every segment so far replayed, its graph not launched yet): the call is
-   dropped without running anything, as if never made; 1 when so, 0 when
-   something ran already (abort it as usual). */
+   dropped without running anything, as if never made (the last call's
+   buffers as gt_tree_keep_last kept them); 1 when so, 0 when something ran
+   already or nothing was kept (abort it as usual). */
 int gt_tree_discard(gt_runtime *rt);
+/* Before a traced call (begun or about to begin): keeps the last call's
+   buffer structs, which a dropped call gives back (gt_tree_discard). */
+int gt_tree_keep_last(gt_tree *t);
+/* A traced call (on: from now until off): it runs nothing on the device; a
+   segment that would not replay, or a host read, fails it. */
+void gt_tree_dry(gt_tree *t, int on);
+/* The traced call's body returned: its last segment flushed, its path and
+   the values its graphs would launch kept, the call dropped (as
+   gt_tree_discard). */
+int gt_tree_dry_end(gt_runtime *rt);
+/* 1 when the tree's last call took the kept traced call's path with the same
+   values in every launch (the trace followed what decides them). */
+int gt_tree_dry_same(gt_tree *t);
 
 /* -- Device-side branches (cond.c) --------------------------------------- */
 /* Entries of the launch queue that give it structure: IF p {then} [ELSE

@@ -111,6 +111,30 @@ static int stage_slot(gt_tree *t, int k) {
   }
 }
 
+static gt_buf *staging_buf(gt_tree *t, uint64_t addr, uint64_t bytes);
+
+/* A traced call's staged input (gt_tree_dry): memory of its own, nothing
+   copied (nothing of the call runs), so that no staging slot, where the
+   last call's outputs may live, changes; freed with the call
+   (gt_tree_dry_release). */
+static int stage_dry(gt_runtime *rt, gt_tree *t, uint64_t need, gt_buf **out) {
+  if (GT_GROW(t->dryb, t->drybcap, t->ndryb + 1)) return gt_fail(rt, "out of host memory");
+  rt->active = NULL;                 /* ordinary memory, not the call's */
+  gt_buf *m = gt_buf_new(rt, need ? need : 1);
+  rt->active = t;
+  if (!m) return GT_ERR;
+  t->dryb[t->ndryb++] = m;
+  gt_buf *b = staging_buf(t, m->addr, need);
+  if (!b) return gt_fail(rt, "out of host memory");
+  *out = b;
+  return GT_OK;
+}
+
+void gt_tree_dry_release(gt_tree *t) {
+  for (int i = 0; i < t->ndryb; i++) gt_buf_unref(t->dryb[i]);
+  t->ndryb = 0;
+}
+
 /* Copies an input into the call's k-th staging slot (ordinary memory the
    tree owns): outer chunks of chunk bytes, each padded to padded bytes with
    zeros, or with the esz-byte element at fill (buckets' pad value). */
@@ -120,6 +144,7 @@ int gt_tree_stage_pad(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t
   if (!t) return gt_fail(rt, "staging outside a tree call");
   if (padded < chunk) padded = chunk;
   uint64_t need = outer * padded;
+  if (t->dry) return stage_dry(rt, t, need, out);
   int slot = stage_slot(t, k);
   if (slot < 0) return GT_ERR;
   t->pinned[slot] = 1;
@@ -144,10 +169,18 @@ int gt_tree_stage_pad(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t
   } else if (padded > chunk && be->memset8(be, m->addr, 0, need) != GT_BOK) return gt_fail_be(rt, NULL);
   for (uint64_t i = 0; i < outer; i++)
     if (chunk && be->dtod(be, m->addr + i * padded, src->addr + off + i * chunk, chunk) != GT_BOK) return gt_fail_be(rt, NULL);
-  gt_buf *b = calloc(1, sizeof *b);
+  gt_buf *b = staging_buf(t, m->addr, need);
   if (!b) return gt_fail(rt, "out of host memory");
-  b->addr = m->addr;
-  b->bytes = need;
+  *out = b;
+  return GT_OK;
+}
+
+/* A buffer struct of this call over staged memory at addr. */
+static gt_buf *staging_buf(gt_tree *t, uint64_t addr, uint64_t bytes) {
+  gt_buf *b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  b->addr = addr;
+  b->bytes = bytes;
   b->refs = 1;
   b->tree = t;
   t->refs++;
@@ -155,8 +188,7 @@ int gt_tree_stage_pad(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t
   b->gen_now = &t->gen;
   b->flags = GT_BUF_STAGING;
   b->relseg = -1;
-  *out = b;
-  return GT_OK;
+  return b;
 }
 
 int gt_tree_stage(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t outer, uint64_t chunk, uint64_t padded, gt_buf **out) {

@@ -33,6 +33,8 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   t->gen = gt_gen_next();
   t->root.id = -1;
   t->root.depth = -1;
+  t->nkept = -1;
+  t->ndpath = -1;
   int nomem = !t->name || !t->where;
   if (nomem || gt_pool_init_growing(&t->pool, &rt->be, getenv("GTLUA_POOL_RESERVE"), rt->err) != GT_OK) {
     free(t->name); free(t->where); free(t);
@@ -56,7 +58,7 @@ static void drop_below(gt_tree *t, gt_node *n) {
 }
 
 /* The call's buffers live in the slab: the next call reuses them. */
-static void release_call_bufs(gt_tree *t) { t->nbufs = 0; }
+static void release_call_bufs(gt_tree *t) { t->lastn = t->nbufs; t->nbufs = 0; }
 
 static void free_node(gt_tree *t, gt_node *n) {
   drop_graph(t, n);
@@ -132,7 +134,7 @@ static void free_now(gt_tree *t) {
   free(t->root.kids);
   for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
   free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
-  free(t->path); free(t->lastpath); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned); free(t->cdirty); free(t->patched); free(t->kfirst); free(t->cfirst);
+  free(t->path); free(t->lastpath); free(t->kept); free(t->dpath); free(t->dvals); gt_tree_dry_release(t); free(t->dryb); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned); free(t->cdirty); free(t->patched); free(t->kfirst); free(t->cfirst);
   free(t->rels);
   gt_queue_free(&t->q);
   gt_slab_give(t);
@@ -469,6 +471,7 @@ static int replay(gt_tree *t, gt_node *n, int first) {
 int gt_tree_launch_pending(gt_tree *t) {
   int np = t->npend;
   if (!np) return GT_OK;
+  if (t->dry) return gt_fail(t->rt, "a traced call runs nothing on the device (it reads the device mid-call)");
   t->npend = 0;
   gt_node *const *p = t->path + t->npath - np;
   gt_pathg *pg = &p[np - 1]->pg;
@@ -591,7 +594,8 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
   switch (mode) {
   case GT_V_REPLAY:
     if ((ran = replay(t, n, first)) == GT_ERR) return GT_ERR;
-    if (ran == GT_V_UPDATE) { n->updates++; t->updates++; }
+    if (t->dry) {}                    /* (a traced call, dropped at its end: not counted) */
+    else if (ran == GT_V_UPDATE) { n->updates++; t->updates++; }
     else {
       n->replays++; t->replays++;
       if (t0 > 0) { n->replay_us_sum += gt_fast_us() - t0; n->replay_n++; }
@@ -623,7 +627,7 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
 /* The next segment begins after n, which ran as `ran`: children may record
    when n's memory followed a plan. */
 static int advance(gt_tree *t, gt_node *parent, gt_node *n, int ran) {
-  n->visits++;
+  n->visits += !t->dry;
   n->last_call = (uint64_t)t->calls;
   if (parent->last_kid) parent->last_kid->after = n;   /* (a cycle of paths, e.g. alternating branches, is predicted) */
   parent->last_kid = n;
@@ -672,6 +676,8 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
      three weights, in turn): a node of its own, else every call would update */
   for (int i = 0; upd && i < 4; i++) if (upd->key_before[i] == key.full) upd = NULL;
   int mode = choose_mode(n, upd, parent_ok, n || !ungraphable(&t->q), &t->opts, t->recorded);
+  if (t->dry && (mode != GT_V_REPLAY || rt->profile))    /* (a traced call runs nothing: keyed.lua) */
+    return gt_fail(rt, "a traced call's segment %d does not replay", t->depth + 1);
   t->lane_call |= rt->lane.lazy > 0;
   /* a replay that patches nothing needs no queue; one that patches reads
      its launches there (the lane's too: an input it took may have moved) */
@@ -699,7 +705,8 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
   }
   /* the visit counted at its cut site: a replay at the site it ended at
      last, with that site's API the only one of its kind, is one increment */
-  if (ran == GT_V_REPLAY && n->cut_fast == cut) n->cut_nlast++;
+  if (t->dry) {}
+  else if (ran == GT_V_REPLAY && n->cut_fast == cut) n->cut_nlast++;
   else gt_explain_count_cut(t, n, cut, ran);
   return advance(t, parent, n, ran);
 }
@@ -773,16 +780,80 @@ void gt_tree_abort(gt_runtime *rt) {
   rt->active = NULL;
 }
 
+int gt_tree_keep_last(gt_tree *t) {
+  int n = t->rt->active == t ? t->lastn : t->nbufs;    /* (begun: not one made yet) */
+  t->nkept = -1;
+  if (GT_GROW(t->kept, t->keptcap, n + 1)) return gt_fail(t->rt, "out of host memory");
+  for (int i = 0; i < n; i++) t->kept[i] = *t->bufs[i];
+  t->nkept = n;
+  t->kept_gen = t->rt->active == t ? t->prev_gen : t->gen;
+  t->kept_prev = t->rt->active == t ? -1 : t->prev_gen;
+  return GT_OK;
+}
+
 int gt_tree_discard(gt_runtime *rt) {
   gt_tree *t = rt->active;
-  if (!t || t->ran || t->rt->profile) return 0;
-  int32_t prev = t->prev_gen;
+  if (!t || t->ran || t->rt->profile || t->nkept < 0 || t->kept_gen != t->prev_gen) return 0;
   t->npend = 0;                      /* (replayed segments whose graphs never launch) */
   gt_tree_abort(rt);
-  /* as if never made: the call before it stays the last (its outputs are
-     the next call's inputs), and what the dropped call made is stale */
-  t->prev_gen = prev;
-  t->gen = prev;
+  /* as if never made: the call before it stays the last, its buffer structs
+     (the slab's, which the dropped call reused) as it left them: its
+     outputs are live, and the next call's inputs; what the dropped call
+     made is stale */
+  for (int i = 0; i < t->nkept; i++) *t->bufs[i] = t->kept[i];
+  t->nbufs = t->nkept;
+  if (t->dry) t->calls--;            /* (a traced call: not counted, its history line the next call's) */
+  gt_tree_dry_release(t);
+  t->gen = t->kept_gen;
+  if (t->kept_prev >= 0) t->prev_gen = t->kept_prev;
+  t->nkept = -1;
+  return 1;
+}
+
+void gt_tree_dry(gt_tree *t, int on) { t->dry = on; }
+
+int gt_tree_dry_end(gt_runtime *rt) {
+  gt_tree *t = rt->active;
+  if (!t || !t->dry) return gt_fail(rt, "no traced call to end");
+  int st = gt_tree_flush(rt, GT_CUT_RETURN);
+  int nv = 0;
+  for (int d = 0; st == GT_OK && d < t->npath; d++) nv += t->path[d]->nargvals;
+  t->ndpath = -1;
+  if (st == GT_OK && (GT_GROW(t->dpath, t->dpathcap, t->npath + 1) || GT_GROW(t->dvals, t->dvalcap, nv + 1)))
+    st = gt_fail(rt, "out of host memory");
+  if (st == GT_OK) {
+    for (int d = 0, v = 0; d < t->npath; d++) {
+      const gt_node *n = t->path[d];
+      t->dpath[d] = t->path[d];
+      memcpy(t->dvals + v, n->argvals, (size_t)n->nargvals * sizeof *n->argvals);
+      v += n->nargvals;
+    }
+    t->ndpath = t->npath;
+  }
+  if (!gt_tree_discard(rt)) gt_tree_abort(rt);
+  return st;
+}
+
+/* Whether argument j of launch l is an address (a tensor's; else a scalar). */
+static int arg_is_address(const gt_qlaunch *l, int j) {
+  if (l->kind != GT_GN_KERNEL) return l->kind == GT_GN_MEMCPY ? j < 2 : j == 0;
+  return l->k->ptype[j] == GT_P_IN || l->k->ptype[j] == GT_P_OUT;
+}
+
+/* (the nodes being the same, a tensor argument's role and identity are; its
+   address may differ: a traced call's staged inputs lie elsewhere) */
+int gt_tree_dry_same(gt_tree *t) {
+  if (t->ndpath < 0 || t->ndpath != t->nlastpath) return 0;
+  for (int d = 0, v = 0; d < t->ndpath; d++) {
+    const gt_node *n = t->lastpath[d];
+    if (n != t->dpath[d] || !n->launches) return 0;
+    for (int i = 0; i < n->nlaunch; i++) {
+      const gt_qlaunch *l = &n->launches[i];
+      for (int j = 0; j < l->nargs; j++)
+        if (!arg_is_address(l, j) && t->dvals[v + l->arg0 + j] != n->argvals[l->arg0 + j]) return 0;
+    }
+    v += n->nargvals;
+  }
   return 1;
 }
 

@@ -363,47 +363,87 @@ local function traced_args(self, n, args)
   return r
 end
 
-local DISCARDED = trace.DISCARDED
-
--- A body run of leaf's key with its `patch` numbers traced, then settle:
--- begun (the call has begun: self._body, on the staged inputs if any) or
--- not (self._run begins it; mode: its eager argument).  A body that raised
--- before anything ran on the device (a use of a traced number that raises:
--- a `for` limit, a function that wants a number) leaves nothing of that
--- call: the call runs again with plain numbers, and the key is refused (if
--- it raises again, the error is the body's own).
-local function traced_run(self, leaf, begun, mode, n, a1, a2, a3, a4, rest)
-  local args = packed(n, a1, a2, a3, a4, rest)
-  local tr = trace.begin()
-  local ta = traced_args(self, n, begun and self._staged or args)
-  self._tracing = true
-  local function go()
-    if begun then return self._body(self, n, ta[1], ta[2], ta[3], ta[4], n > 4 and ta or nil) end
-    return self._run(self, mode, n, ta[1], ta[2], ta[3], ta[4], n > 4 and ta or nil)
-  end
-  local r = results(tr, pcall(go))
-  self._tracing = false
-  trace.finish()
-  if r.ok then return settle(self, leaf, false, tr, n, args, unpack(r, 1, r.n)) end
-  local err = r[1]
-  if getmetatable(err) ~= DISCARDED then error(err, 0) end
-  local why = ("the body cannot take a traced `patch` number: %s"):format((tostring(err.err):gsub("^[^:]*:%d+: ", "")))
-  local out = { n = 0 }
-  out = (function(...) return { n = select("#", ...), ... } end)(self._run(self, mode, n, a1, a2, a3, a4, rest))
-  leaf.refused = why
-  drop(leaf)
-  refuse(self, leaf, why)
-  return unpack(out, 1, out.n)
-end
-
-local verify_all = os.getenv("GTLUA_VERIFY_KEYS") == "1"
-
+-- Whether the call has a `patch` number (walk_args's kinds).
 -- Whether the call has a `patch` number (walk_args's kinds).
 local function has_patched(self, n)
   local kinds = self._kinds
   for i = 0, n - 1 do if kinds[i] == 2 then return true end end
   return false
 end
+
+local DISCARDED = trace.DISCARDED
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+-- A call of leaf's key that memoizes its path: the body runs first with its
+-- `patch` numbers traced in a call that runs nothing on the device (gt_tree_dry:
+-- every segment must replay, and the call is dropped at its end), begun (the
+-- call has begun: self._body, on the staged inputs if any) or not (self._run
+-- begins it; mode: its eager argument); then the call runs as usual, with
+-- plain numbers, and gives the results.  The trace is kept when the plain
+-- run took its path with the same values in every launch (so the trace saw
+-- all that decides them: a table indexed by a traced number, or `type` of
+-- one, would have given other values); else, or when the traced run raised
+-- or met a use it cannot follow, the key is refused.
+local EMPTY = { n = 0, op = {}, a = {}, b = {}, c = {}, arg = {}, slots = {}, refused = false }
+local function traced_run(self, leaf, begun, mode, n, a1, a2, a3, a4, rest)
+  local args = packed(n, a1, a2, a3, a4, rest)
+  local t = self._t
+  if not has_patched(self, n) then                -- nothing to trace: the call as usual, its trace empty
+    local st = self._staged
+    if begun and st then
+      return settle(self, leaf, false, EMPTY, n, args, self._body(self, n, st[1], st[2], st[3], st[4], n > 4 and st or nil))
+    elseif begun then
+      return settle(self, leaf, false, EMPTY, n, args, self._body(self, n, a1, a2, a3, a4, rest))
+    end
+    return settle(self, leaf, false, EMPTY, n, args, self._run(self, mode, n, a1, a2, a3, a4, rest))
+  end
+  if C.gt_tree_keep_last(t) ~= 0 then gt._error(gt._errmsg()) end   -- (what the dropped call gives back)
+  local tr = trace.begin()
+  local ta = traced_args(self, n, begun and self._staged or args)
+  self._tracing = true
+  C.gt_tree_dry(t, 1)
+  local function go()
+    if begun then return self._body(self, n, ta[1], ta[2], ta[3], ta[4], n > 4 and ta or nil) end
+    return self._run(self, mode, n, ta[1], ta[2], ta[3], ta[4], n > 4 and ta or nil)
+  end
+  local r = results(tr, pcall(go))
+  C.gt_tree_dry(t, 0)
+  self._tracing = false
+  trace.finish()
+  local why = tr.refused
+  if not r.ok then
+    local err = r[1]
+    if getmetatable(err) ~= DISCARDED then error(err, 0) end   -- (a failure to drop it: out of memory)
+    local msg = tostring(err.err)
+    -- (a segment that does not replay, or a host read: the plain run says what it is)
+    if not (msg:match("a traced call's segment %d+ does not replay") or msg:match("a traced call runs nothing on the device")) then
+      why = why or ("the body cannot take a traced `patch` number: %s"):format((msg:gsub("^[^:]*:%d+: ", "")))
+    end
+    tr = nil
+  end
+  local out = pack(self._run(self, mode, n, a1, a2, a3, a4, rest))       -- the call, as usual
+  if why then
+    leaf.refused = why
+    drop(leaf)
+    refuse(self, leaf, why)
+    return unpack(out, 1, out.n)
+  end
+  if tr and C.gt_tree_dry_same(t) == 0 then
+    tr = nil
+    if C.gt_tree_keyed_ready(t) ~= 0 then         -- the same path would replay: the trace missed what decides a value
+      local w = "the body gives its kernels values that depend on a `patch` number in a way the trace cannot follow " ..
+        "(a table indexed by it, `type` of it, a number kept from another call): add it to key"
+      leaf.refused = w
+      drop(leaf)
+      refuse(self, leaf, w)
+      return unpack(out, 1, out.n)
+    end
+  end
+  return settle(self, leaf, false, tr, n, args, unpack(out, 1, out.n))
+end
+
+local verify_all = os.getenv("GTLUA_VERIFY_KEYS") == "1"
 
 -- A keyed call; pad: its inputs are padded to their bucket (a bucketed call
 -- below the bucket's size), for the body (tree.lua's run: nil pads, false
@@ -460,7 +500,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
     return traced_run(self, leaf, true, mode, n, a1, a2, a3, a4, rest)
   end
   if not k then st.misses = st.misses + 1 end
-  if not verifying and (leaf.ready or not has_patched(self, n)) then   -- (nothing to trace: no risk in tracing)
+  if not verifying and (leaf.ready or not has_patched(self, n)) then   -- (nothing to trace: the call itself memoizes)
     return traced_run(self, leaf, false, mode, n, a1, a2, a3, a4, rest)
   end
   return settle(self, leaf, verifying, nil, n, packed(n, a1, a2, a3, a4, rest), self._run(self, mode, n, a1, a2, a3, a4, rest))

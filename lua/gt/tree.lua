@@ -580,13 +580,16 @@ local function anchor_extra(self, n)
   for i = 1, n - 2 do anchor(self, extra[i]) end
 end
 local function end_body(self, ok, n, r1, r2)
+  if self._tracing then          -- a traced keyed call runs nothing: dropped, then run as usual (keyed.lua)
+    if ok then ok = C.gt_tree_dry_end(rt) == 0; r1 = not ok and gt._errmsg() or r1
+    elseif C.gt_tree_discard(rt) == 0 then C.gt_tree_abort(rt) end
+    gt._active = nil
+    self._in1, self._in2, self._in3, self._in4 = false, false, false, false
+    self._wb = false
+    if not ok then error(setmetatable({ err = r1 }, DISCARDED), 0) end
+    return
+  end
   if not ok then
-    if self._tracing and C.gt_tree_discard(rt) == 1 then   -- (a traced keyed call: it runs again, keyed.lua)
-      gt._active = nil
-      self._in1, self._in2, self._in3, self._in4 = false, false, false, false
-      self._wb = false
-      error(setmetatable({ err = r1 }, DISCARDED), 0)
-    end
     C.gt_tree_abort_run(rt)          -- (what the body launched before its error runs, as outside a tree)
     gt._active = nil
     self._in1, self._in2, self._in3, self._in4 = false, false, false, false
