@@ -447,6 +447,7 @@ static int keyed_end(gt_tree *t, gt_keyed *k, const gt_arg *ins, gt_buf **outb) 
     const kout *o = &k->o[i];
     gt_buf *b = gt_tree_buf_ptr(t, o->ci);
     gt_slab_buf_init(b, t, t->pool.base + k->path[o->seg]->plan[o->idx], o->bytes, o->seg, o->idx, o->ci, 0);
+    if (o->ci >= t->nbufs) t->nbufs = o->ci + 1;   /* (the call's buffers: what gt_tree_keep_last keeps) */
     if (outb) outb[i] = b;
   }
   t->khits++;

@@ -61,7 +61,8 @@ local function flush(level, reason, cut)
   local r = C.gt_tree_flush(rt, cut or 0)
   if r ~= 0 then
     local msg = gt._errmsg()
-    abort()
+    local a = gt._active
+    if not (a and a._tracing) then abort() end   -- (a traced call is dropped at its body's end: keyed.lua)
     gt._error(msg)                  -- (the user's line, past gt's frames: a cut, a host read, a tail call)
   end
   local want = C.gt_tree_explain_wanted(rt)       -- a node's first visit: its cut and shapes

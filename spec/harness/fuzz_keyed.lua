@@ -32,7 +32,9 @@ local gt = require "gt"
 
 local M = { trace = os.getenv("KEYEDFUZZ_TRACE") == "1", skip = {} }
 -- M.skip[word]: leave out a feature, to tell one mismatch class from another
--- (KEYEDFUZZ_SKIP="floor,trim" say; words: floor, trim, trimB, U, O, verify,
+-- (KEYEDFUZZ_SKIP="floor,trim" say; words: floor, trim, trimB, U, Uarg (a
+-- captured tensor, U or O, also passed as an argument: a known limit,
+-- docs/DESIGN.md section 5), O, verify,
 -- copy, special, retnum, cond, W2, rows, patch (no patch numbers), zero (no
 -- -0.0 key or number), arith (numbers into kernels as they are), equal (p ~= q))
 for w in (os.getenv("KEYEDFUZZ_SKIP") or ""):gmatch("[%a%d]+") do M.skip[w] = true end
@@ -484,9 +486,10 @@ local function check(seed, calls, st)
       if steady then xs = xs <= 7 and 1 or 4 end
       if xs <= 3 or (xs <= 6 and not slot.A1) or (xs <= 8 and not slot.BO) then x = fresh(); what = "fresh"
       elseif xs <= 6 then x = slot.A1; what = "A's"
+      elseif xs <= 8 and M.skip.Uarg and slot.BO == slot.O then x = fresh(); what = "fresh"   -- (the captured O as an argument: Uarg)
       elseif xs <= 8 then x = slot.BO; what = "B's"
       elseif xs == 9 and not M.skip.rows then what = "rows"
-      elseif xs == 10 then x = slot.U; what = "U"
+      elseif xs == 10 and not M.skip.Uarg then x = slot.U; what = "U"
       else x = fresh(); what = "fresh" end
       local ys, ywhat = r(6), nil
       if steady then ys = r(7) == 1 and 3 or 1 end
