@@ -1,5 +1,6 @@
 -- gt.buckets: pad inputs of a tree to a few fixed sizes so that few recordings serve many shapes.
 local gt = require "gt"
+local type = require("gt.trace").type0   -- (the original: gt.trace wraps type for traced numbers)
 local ffi = require "ffi"
 local C, rt, is_tensor, SHAPES = gt._C, gt._rt, gt.is_tensor, gt._shapes
 local band, STATIC = require("bit").band, C.GT_BUF_STATIC

@@ -229,6 +229,11 @@ function gt.help(x) return require("gt.docs").help(x) end
 -- Called by the host at exit for --stats / --report=FILE.
 function gt._at_exit(o) return require("gt.report").at_exit(o) end
 
+-- Traced `patch` numbers and the library functions the user's code calls
+-- (gt.trace): installed last, so that gt's modules loaded so far hold the
+-- originals (those loaded on first use take them from gt.trace).
+require("gt.trace").install()
+
 -- Modules loaded on first use.
 local lazy = { ops = "gt.ops", buckets = "gt.buckets", report = "gt.report", keyed = "gt.keyed" }
 setmetatable(gt, { __lazy = { "buckets", "ops" }, __index = function(t, k)   -- __lazy: for completion

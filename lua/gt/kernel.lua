@@ -3,7 +3,7 @@ local ffi = require "ffi"
 
 local gt = require "gt"
 local C, rt = gt._C, gt._rt
-local floor = math.floor     -- (the original: gt.trace wraps math.floor for traced numbers)
+local floor, type = math.floor, type   -- (the originals: gt.trace wraps them for traced numbers)
 local PTR_IN, PTR_OUT = 1, 2
 local SCALAR = { [3] = "i32", [4] = "u32", [5] = "i64", [6] = "u64", [7] = "f32", [8] = "f64", [9] = "bool" }
 local INTEGER = { i32 = true, u32 = true, i64 = true, u64 = true }

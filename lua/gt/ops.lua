@@ -10,7 +10,7 @@ local gt = require "gt"
 
 local ceil, max = math.ceil, math.max
 local bor, bxor = bit.bor, bit.bxor
-local type, error, format, concat = type, gt._error, string.format, table.concat   -- errors name the user's line
+local type, error, format, concat = require("gt.trace").type0, gt._error, string.format, require("gt.trace").concat0   -- errors name the user's line
 
 local ops = {}
 

@@ -155,8 +155,8 @@ ffi.metatype(TR, mt)
 -- math.floor or table.concat as the user's code does, and a traced number
 -- must not make them raise, in the call or after it, kept in a table the
 -- body filled.)  math.floor, ceil, abs and sqrt of a traced number are
--- traced; tonumber gives its value, table.concat and io.write take it as
--- its value (refusing the path while it is live).  A plain call goes
+-- traced; type says "number"; tonumber gives its value, table.concat and
+-- io.write take it as its value (refusing the path while it is live).  A plain call goes
 -- straight to the original.  Other functions that want a number raise on
 -- a traced one (in the traced call: its call runs again with plain
 -- numbers, keyed.lua).
@@ -167,10 +167,6 @@ local function wrap1(name, op, f)
     return f(x)
   end
 end
-wrap1("floor", C.GT_TX_FLOOR, floor)
-wrap1("ceil", C.GT_TX_CEIL, ceil)
-wrap1("abs", C.GT_TX_ABS, abs)
-wrap1("sqrt", C.GT_TX_SQRT, sqrt)
 
 function M.any_traced(...)
   for i = 1, select("#", ...) do
@@ -193,15 +189,15 @@ local function plain_args(what, ...)
   return unpack(r, 1, n)
 end
 local tonumber0, concat0, write0 = tonumber, table.concat, io.write
-M.tonumber0 = tonumber0          -- (gt's own modules call the original)
-tonumber = function(x, base)
+M.tonumber0, M.type0, M.concat0 = tonumber0, type, concat0   -- (gt's own modules call the originals)
+local function wrapped_tonumber(x, base)
   if type(x) == "cdata" and istype(TR, x) then
     if live(x) then refuse(x, "given to tonumber") end
     return x.v
   end
   return tonumber0(x, base)
 end
-table.concat = function(t, sep, i, j)
+local function wrapped_concat(t, sep, i, j)
   local ok, r = pcall(concat0, t, sep, i, j)
   if ok then return r end
   if type(t) == "table" then
@@ -217,9 +213,25 @@ table.concat = function(t, sep, i, j)
   end
   error(r, 2)
 end
-io.write = function(...)
+local function wrapped_write(...)
   if not M.any_traced(...) then return write0(...) end
   return write0(plain_args("written", ...))
+end
+
+-- type of a traced number is "number", as of the number it stands for.
+local function wrapped_type(x)
+  local t = type(x)
+  if t == "cdata" and istype(TR, x) then return "number" end
+  return t
+end
+
+--- Installs the wrappers (init.lua, once gt's own modules hold the originals).
+function M.install()
+  wrap1("floor", C.GT_TX_FLOOR, floor)
+  wrap1("ceil", C.GT_TX_CEIL, ceil)
+  wrap1("abs", C.GT_TX_ABS, abs)
+  wrap1("sqrt", C.GT_TX_SQRT, sqrt)
+  _G.type, _G.tonumber, table.concat, io.write = wrapped_type, wrapped_tonumber, wrapped_concat, wrapped_write
 end
 
 --- Begins a trace: returns the traced number of argument i (1-based) with value v via M.arg.
