@@ -8,10 +8,10 @@
 # 8 calls of one: give them 40 calls.)
 set -eu
 cd "$(dirname "$0")/.."
-fuzzer=spec.fuzz only=
+fuzzer=spec.harness.fuzz only=
 case "${1:-}" in
-  wide) fuzzer=spec.fuzz_wide; shift ;;
-  [a-z]*) fuzzer=spec.fuzz_wide; only=$1; shift ;;
+  wide) fuzzer=spec.harness.fuzz_wide; shift ;;
+  [a-z]*) fuzzer=spec.harness.fuzz_wide; only=$1; shift ;;
 esac
 BIN=${GTLUA_BIN_UNDER_TEST:-build/gtlua}
 exec "$BIN" -e "
