@@ -4,8 +4,11 @@ local ffi = require "ffi"
 local gt = require "gt"
 local C, rt = gt._C, gt._rt
 local floor = math.floor     -- (the original: gt.trace wraps math.floor for traced numbers)
-local PTR_IN, PTR_OUT = 1, 2
-local SCALAR = { [3] = "i32", [4] = "u32", [5] = "i64", [6] = "u64", [7] = "f32", [8] = "f64", [9] = "bool" }
+local PTR_IN, PTR_OUT = C.GT_P_IN, C.GT_P_OUT        -- gt.h's parameter kinds (GT_P_*)
+local SCALAR = { [C.GT_P_I32] = "i32", [C.GT_P_U32] = "u32", [C.GT_P_I64] = "i64", [C.GT_P_U64] = "u64",
+                 [C.GT_P_F32] = "f32", [C.GT_P_F64] = "f64", [C.GT_P_BOOL] = "bool" }
+-- The scalar kinds a gt_arg holds in 32 bits (the lane compares v.u32), the others in 64 (v.u64).
+local NARROW = { [C.GT_P_I32] = true, [C.GT_P_U32] = true, [C.GT_P_F32] = true }
 local INTEGER = { i32 = true, u32 = true, i64 = true, u64 = true }
 local FIELD = { i32 = "i32", u32 = "u32", i64 = "i64", u64 = "u64", f32 = "f32", f64 = "f64" }
 
@@ -254,7 +257,7 @@ local function byvalue_code(k, cfg, args, bad, checks, made)
       end
       vals[t] = ("b%d, o%d, n%d, g%d"):format(t, t, t, t)
     else                                -- (the bound launcher's test: the same width as stored)
-      local f = (pt == 3 or pt == 4 or pt == 7) and "u32" or "u64"
+      local f = NARROW[pt] and "u32" or "u64"
       scalars[#scalars + 1] = ("%s[%d].v.%s == q[%d].v.%s"):format(args, i - 1, f, i - 1, f)
     end
   end
@@ -291,7 +294,7 @@ local function lane_handles_code(k)
         pd ~= 0 and (" and a%d._dt == %d"):format(i, pd) or "", i, i)
       t = t + 1
     else
-      local f = (pt == 3 or pt == 4 or pt == 7) and "u32" or "u64"
+      local f = NARROW[pt] and "u32" or "u64"
       scalars[#scalars + 1] = ("args[%d].v.%s == q[%d].v.%s"):format(i - 1, f, i - 1, f)
     end
   end
