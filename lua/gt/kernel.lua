@@ -2,8 +2,9 @@
 local ffi = require "ffi"
 
 local gt = require "gt"
-local C, rt = gt._C, gt._rt
-local floor = math.floor     -- (the original: gt.trace wraps math.floor for traced numbers)
+local I = require "gt.internal"
+local C, rt = I.C, I.rt
+local floor = require("gt.host_policy").original.floor   -- (not the wrapper for traced numbers)
 local PTR_IN, PTR_OUT = C.GT_P_IN, C.GT_P_OUT        -- gt.h's parameter kinds (GT_P_*)
 local SCALAR = { [C.GT_P_I32] = "i32", [C.GT_P_U32] = "u32", [C.GT_P_I64] = "i64", [C.GT_P_U64] = "u64",
                  [C.GT_P_F32] = "f32", [C.GT_P_F64] = "f64", [C.GT_P_BOOL] = "bool" }
@@ -16,7 +17,7 @@ local Kernel = {}
 Kernel.__index = Kernel
 gt.Kernel = Kernel
 
-local error = gt._error   -- every error names the user's file:line (init.lua)
+local error = I.error   -- every error names the user's file:line (init.lua)
 
 -- Grid and block sizes: integers in 1..2^31-1 (the device checks its own
 -- smaller limits); anything else raises saying which component is wrong.
@@ -57,15 +58,15 @@ local function arg_error(k, i, v, level)
   local where = "kernel '" .. name .. "': argument #" .. i .. " ('" .. pname .. "', " .. ptext .. ")"
   local pt = k.ptype[i - 1]
   if pt == PTR_IN or pt == PTR_OUT then
-    if not gt.is_tensor(v) then error(where .. " expects a tensor, got " .. gt._show(v), level + 1) end
-    if v:is_stale() then gt._stale_error(v, level + 1) end
+    if not gt.is_tensor(v) then error(where .. " expects a tensor, got " .. I.show(v), level + 1) end
+    if v:is_stale() then I.stale_error(v, level + 1) end
     if v._strides then error(where .. ": the tensor is a non-contiguous view; :clone() it first", level + 1) end
-    local want = gt._dtype_of_code[k.pdtype[i - 1]]
+    local want = I.dtype_of_code[k.pdtype[i - 1]]
     error(where .. " expects " .. tostring(want) .. ", got a " .. v.dtype .. " tensor", level + 1)
   end
   local st = SCALAR[pt]
-  if st == "bool" then error(where .. " expects a boolean or number, got " .. gt._show(v), level + 1) end
-  if type(v) ~= "number" then error(where .. " expects a number, got " .. gt._show(v), level + 1) end
+  if st == "bool" then error(where .. " expects a boolean or number, got " .. I.show(v), level + 1) end
+  if type(v) ~= "number" then error(where .. " expects a number, got " .. I.show(v), level + 1) end
   local r = RANGE[st]
   error(("%s expects an integer in %s, got %s"):format(where, r[3], tostring(v)), level + 1)
 end
@@ -212,13 +213,13 @@ local function compile_launcher(k, name, src, extra, lean)
     if is_traced(v) then return traced_arg(k, i, v, lean) end
     arg_error(k, i, v, 3)
   end
-  local function raise() error(gt._errmsg(), 3) end
+  local function raise() error(I.errmsg(), 3) end
   local head = "local rt, args, tensors, T, fail, floor, istype, type, raise, count_error, launch, tobit, select, " ..
     "ffi, n, extra, lean, lean_status, L, lane_buf = ...\n"
   local f = assert(loadstring(head .. src, name))
   return f(rt, args, tensors, ffi.typeof("gt_tensor"), fail, floor, ffi.istype, type, raise, count_error_of(k),
            C.gt_launch_tensors, bit.tobit, select, ffi, n, extra, C.gt_launch_lean, C.gt_lean_status, LANE,
-           gt._lane_buf)
+           I.lane_buf)
 end
 
 -- The code of a launch that passes kernel k's tensor parameters to the core
@@ -396,13 +397,13 @@ local CFG = ffi.typeof("gt_launchcfg")
 -- caller's caller).
 local function bound(k, factory, gx, gy, gz, bx, by, bz, smem)
   local cfg = CFG()
-  if C.gt_launch_config(rt, k, gx, gy, gz, bx, by, bz, smem, cfg) ~= 0 then error(gt._errmsg(), 3) end
+  if C.gt_launch_config(rt, k, gx, gy, gz, bx, by, bz, smem, cfg) ~= 0 then error(I.errmsg(), 3) end
   local f = factory(cfg)
   if k.graphable ~= 0 then return f end
   -- a kernel kept out of graphs: a keyed tree cannot replay a path with it (its file:line is the reason)
   local what = "kernel '" .. ffi.string(k.name) .. "' is not graphable (graph = false)"
   return function(...)
-    if gt._active then gt._note_sync(what, 1) end
+    if I.active then I.note_sync(what, 1) end
     return f(...)
   end
 end
@@ -441,15 +442,15 @@ end
 --- K.name:config(grid, block [, smem_bytes]) -> f(args...), a cheap bound launcher
 function Kernel:config(grid, block, smem)
   if getmetatable(self) ~= Kernel then
-    gt._error("K.name:config(grid, block [, smem]): call it with a colon on a kernel (K.name:config(...)), got " ..
-      gt._show(self) .. " for the kernel")
+    I.error("K.name:config(grid, block [, smem]): call it with a colon on a kernel (K.name:config(...)), got " ..
+      I.show(self) .. " for the kernel")
   end
   local gx, gy, gz = dims(grid, "grid", self.name, 2)
   local bx, by, bz = dims(block, "block", self.name, 2)
   smem = smem or 0
   if type(smem) ~= "number" or smem < 0 or smem > 2 ^ 32 - 1 or smem ~= math.floor(smem) then
     error("kernel '" .. self.name .. "': shared memory must be a whole number of bytes in 0..4294967295 " ..
-      "(the device allows far less), got " .. gt._show(smem), 2)
+      "(the device allows far less), got " .. I.show(smem), 2)
   end
   return bound(self._k, self._factory, gx, gy, gz, bx, by, bz, smem)
 end
@@ -464,7 +465,7 @@ function Kernel:_lean(grid, block, smem, ...)
   local bx, by, bz = dims(block, "block", self.name, 2)
   if not self._leanrun then self._leanrun, self._leanstate = make_lean(self._k) end
   local st = self._leanstate(...)
-  if C.gt_launch_config(rt, self._k, gx, gy, gz, bx, by, bz, smem, st.cfg) ~= 0 then error(gt._errmsg(), 2) end
+  if C.gt_launch_config(rt, self._k, gx, gy, gz, bx, by, bz, smem, st.cfg) ~= 0 then error(I.errmsg(), 2) end
   return st, self._leanrun
 end
 
@@ -480,7 +481,7 @@ local function compile(src, opts, chunk)
   local w = C.gt_take_warning()   -- e.g. the kernel cache refused: shown once
   if w ~= nil then gt.on_warning(ffi.string(w)) end
   if m == nil then
-    local msg = gt._errmsg()
+    local msg = I.errmsg()
     if opts.at then          -- a source string named by its gt.compile's file:line: its own lines said as such
       local esc = chunk:gsub("%p", "%%%0")
       msg = msg:gsub(esc .. ":(%d+):(%d+):", chunk .. ": kernel source line %1:%2:")
@@ -514,17 +515,17 @@ end
 -- string), graph (a boolean) and options (compiler flags, a string); what: the call.
 local COMPILE_OPTS = { name = "string", graph = "boolean", options = "string" }
 local function compile_opts(opts, what, names)
-  opts = gt._opts(opts, what)
+  opts = I.opts(opts, what)
   for k, v in pairs(opts) do
     local want = COMPILE_OPTS[k]
     if not want or (k == "name" and not names) then
-      error(what .. ": unknown option " .. (type(k) == "string" and ("'" .. k .. "'") or gt._show(k)) ..
+      error(what .. ": unknown option " .. (type(k) == "string" and ("'" .. k .. "'") or I.show(k)) ..
         ": the options are " .. (names and "name (a string), " or "") ..
         "graph (true or false) and options (compiler flags, a string)")
     end
     if type(v) ~= want then
       error(what .. ": option " .. k .. " must be " .. (want == "boolean" and "true or false" or "a string") ..
-        ", got " .. gt._show(v))
+        ", got " .. I.show(v))
     end
   end
   return opts
@@ -533,7 +534,7 @@ end
 local compiled = {}
 --- gt.compile(src [, {name=, graph=, options=}]) -> { name = kernel, ... }
 function gt.compile(src, opts)
-  if type(src) ~= "string" then error("gt.compile expects kernel source text, got " .. gt._show(src), 2) end
+  if type(src) ~= "string" then error("gt.compile expects kernel source text, got " .. I.show(src), 2) end
   opts = compile_opts(opts, "gt.compile(src [, opts])", true)
   local chunk = opts.name
   if not chunk then                          -- the caller's file:line (past pcall and other C frames)
@@ -588,7 +589,7 @@ end
 local loaded = {}
 --- gt.load(path [, opts]) -> kernels of a .cu file (relative to the cwd, else to GTLUA_HOME); cached
 function gt.load(path, opts)
-  if type(path) ~= "string" then error("gt.load expects a file path, got " .. gt._show(path), 2) end
+  if type(path) ~= "string" then error("gt.load expects a file path, got " .. I.show(path), 2) end
   opts = compile_opts(opts, "gt.load(path [, opts])", false)
   local f, full = find_file(path)
   if not f then error("gt.load: cannot open '" .. path .. "' (looked here and under " .. gt.home() .. ")", 2) end

@@ -9,17 +9,18 @@
 local ffi = require "ffi"
 local bit = require "bit"
 local gt = require "gt"
-local C, rt = gt._C, gt._rt
+local I = require "gt.internal"
+local C, rt = I.C, I.rt
 local select, type, getmetatable, rawequal = select, type, getmetatable, rawequal
-local is_tensor, view = gt.is_tensor, gt._view
-local unstage_res = gt._unstage_res
-local spread, arg_at, packed = gt._spread, gt._arg_at, gt._packed
+local is_tensor, view = gt.is_tensor, I.view
+local unstage_res = I.unstage_res
+local spread, arg_at, packed = I.spread, I.arg_at, I.packed
 local band = bit.band
 local STATIC, STAGING, RELEASED, SLAB = C.GT_BUF_STATIC, C.GT_BUF_STAGING, C.GT_BUF_RELEASED, C.GT_BUF_SLAB
 local TT = ffi.typeof("gt_tensor")
-local anchor = gt._anchor
+local anchor = I.anchor
 local trace = require "gt.trace"
-local is_traced, tonumber = trace.is_traced, trace.tonumber0
+local is_traced, tonumber = trace.is_traced, require("gt.host_policy").original.tonumber
 
 local M = {}
 
@@ -291,10 +292,10 @@ local function settle(self, leaf, verifying, tr, n, args, ...)
     local r = C.gt_tree_keyed_check(rt, leaf.k, self._ins)
     if r < 0 then
       drop(leaf)                                 -- (a key caught lying is memoized afresh)
-      gt._error(("tree '%s' (%s): keyed call with key %s %s" ..
+      I.error(("tree '%s' (%s): keyed call with key %s %s" ..
         " (the key must decide the path and every number and tensor the body gives its kernels; add what" ..
         " decides it to key, or pass it as an argument: a tensor argument's address and a `patch` number are patched)")
-        :format(self.name, self.where, key_text(self, unpack(args, 1, n)), gt._errmsg()))
+        :format(self.name, self.where, key_text(self, unpack(args, 1, n)), I.errmsg()))
     end
     st.verified = st.verified + 1
     if r == 1 then drop(leaf); leaf.ready = true end   -- (the same launches on nodes the runtime keyed anew: saved again)
@@ -310,7 +311,7 @@ local function settle(self, leaf, verifying, tr, n, args, ...)
   local ex, nex, sl, nsl = trace.arrays(tr)
   local k = C.gt_tree_keyed_save(rt, t, self._ins, self._kinds, n, ci, #cis, ex, nex, sl, nsl)
   if k == nil then
-    local why = gt._errmsg()
+    local why = I.errmsg()
     drop(leaf)
     if why:match("^not every segment replayed") then leaf.ready = C.gt_tree_keyed_ready(t) ~= 0
     elseif not why:match("^the call launched nothing") then
@@ -431,14 +432,14 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
     local outb = leaf.outb
     local r = C.gt_tree_keyed_call(rt, k, self._ins, outb)
     if r == 0 then return outputs(self, leaf.outs, outb, nil, a1, a2, a3, a4, rest) end
-    if r < 0 then gt._error(gt._errmsg()) end
+    if r < 0 then I.error(I.errmsg()) end
     self._enter(self, C.gt_tree_gen(self._t))                      -- begun: run the body
     st.misses = st.misses + 1
     return traced_run(self, leaf, true, mode, n, a1, a2, a3, a4, rest)
   end
   if k and not verifying then
     local gen = C.gt_tree_call(rt, self._t, nil)
-    if gen == 0 then gt._error(gt._errmsg()) end
+    if gen == 0 then I.error(I.errmsg()) end
     self._enter(self, gen)
     local staged
     if pad or self._kstage then
@@ -448,11 +449,11 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
     end
     local r = C.gt_tree_keyed_run(rt, k, self._ins, leaf.outb)
     if r == 0 then
-      gt._active = nil
-      if self._wb then gt._write_back(self) end          -- a write into a copied (padded) input reaches the caller
+      I.active = nil
+      if self._wb then I.write_back(self) end          -- a write into a copied (padded) input reaches the caller
       return outputs(self, leaf.outs, leaf.outb, staged, a1, a2, a3, a4, rest)
     end
-    if r < 0 then self._abort(); gt._error(gt._errmsg()) end
+    if r < 0 then self._abort(); I.error(I.errmsg()) end
     st.misses = st.misses + 1                      -- a patch needs the body: run it in this call
     return traced_run(self, leaf, true, mode, n, a1, a2, a3, a4, rest)
   end

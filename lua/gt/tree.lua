@@ -3,8 +3,11 @@ local ffi = require "ffi"
 local bit = require "bit"
 
 local gt = require "gt"
-local C, rt, is_tensor = gt._C, gt._rt, gt.is_tensor
-local DISCARDED, tonumber = require("gt.trace").DISCARDED, require("gt.trace").tonumber0
+local I = require "gt.internal"
+local C, rt, is_tensor = I.C, I.rt, gt.is_tensor
+local DISCARDED = require("gt.trace").DISCARDED
+local policy = require "gt.host_policy"
+local tonumber = policy.original.tonumber
 local STAGING, RELEASED = C.GT_BUF_STAGING, C.GT_BUF_RELEASED
 local select, getmetatable, type, pairs = select, getmetatable, type, pairs
 local huge = math.huge
@@ -13,42 +16,9 @@ local Tree = {}
 Tree.__index = Tree
 gt.Tree = Tree
 
--- A tree call runs to its end in one go: a coroutine that yielded inside
--- the body would leave the runtime inside the call (tensors made outside
--- would become the tree's, other trees would refuse to run).  A coroutine
--- resumed from the body may yield back to it: resumes during a call are
--- counted (nothing is done per call but setting the count to 0).
-local yield, resume, create = coroutine.yield, coroutine.resume, coroutine.create
-coroutine.yield = function(...)
-  local a = gt._active
-  if a and a._resumes == 0 then
-    gt._error(("coroutine.yield inside a call of tree '%s' (%s): a tree call must run to its end without " ..
-      "yielding; yield before or after calling the tree"):format(a.name, a.where), 2)
-  end
-  return yield(...)
-end
-local function resumed(a, ...)
-  a._resumes = a._resumes - 1
-  return ...
-end
-coroutine.resume = function(co, ...)
-  local a = gt._active
-  if not a then return resume(co, ...) end
-  a._resumes = a._resumes + 1
-  return resumed(a, resume(co, ...))
-end
-local function unwrap(ok, ...)
-  if not ok then error((...), 0) end
-  return ...
-end
-coroutine.wrap = function(f)
-  local co = create(f)
-  return function(...) return unwrap(coroutine.resume(co, ...)) end
-end
-
 local function abort()
   C.gt_tree_abort(rt)
-  gt._active = nil
+  I.active = nil
 end
 
 -- Ends the segment: its node warms up, records, replays or runs eagerly.
@@ -60,16 +30,16 @@ end
 local function flush(level, reason, cut)
   local r = C.gt_tree_flush(rt, cut or 0)
   if r ~= 0 then
-    local msg = gt._errmsg()
+    local msg = I.errmsg()
     abort()
-    gt._error(msg)                  -- (the user's line, past gt's frames: a cut, a host read, a tail call)
+    I.error(msg)                  -- (the user's line, past gt's frames: a cut, a host read, a tail call)
   end
   local want = C.gt_tree_explain_wanted(rt)       -- a node's first visit: its cut and shapes
-  if want ~= 0 then gt._explain(want, level + 1, reason) end
-  local a = gt._active
+  if want ~= 0 then I.explain(want, level + 1, reason) end
+  local a = I.active
   if a then a._seg0 = C.gt_tree_nbufs(a._t) end   -- the next segment's tensors come after these
 end
-gt._flush = flush
+I.flush = flush
 
 require("gt.explain")
 
@@ -84,8 +54,8 @@ gt.on_warning = default_warning
 
 -- A host read or write in a keyed tree's call: its path cannot be keyed.
 -- The first one of the call is kept as "what at file:line" (the user's line).
-function gt._note_sync(what, level)
-  local tree = gt._active
+function I.note_sync(what, level)
+  local tree = I.active
   if not tree or not tree._keyed or tree._sync then return end
   local lv, info = level + 1
   repeat
@@ -137,7 +107,7 @@ local function finalizer(held)
   end
   return fin
 end
-local plain_note = gt._plain_note
+local plain_note = I.plain_note
 local function anchor_one(self, x, gen)
   plain_note(x)                                          -- (a scope around the call releases it: tensor.lua)
   local held = self._held
@@ -152,7 +122,7 @@ end
 -- the collector runs (out:narrow(...) kept, out dropped).
 local held_of = setmetatable({}, WEAK_VALUES)
 local function held_key(t) return tonumber(ffi.cast("intptr_t", t)) end
-function gt._anchor_view(y, b)
+function I.anchor_view(y, b)
   local held = held_of[held_key(b.tree)]
   if not held or y._gen ~= b.gen_now[0] then return end   -- (a live tensor: of the tree's latest call)
   if held.tc then anchors[y] = held.tc                   -- the tree was collected: its outputs are anchored
@@ -163,14 +133,14 @@ function gt._anchor_view(y, b)
 end
 
 -- every tree made, for --stats/--report (weakly, unless the host asks to keep them)
-gt._trees = os.getenv("GTLUA_KEEP_TREES") == "1" and {} or setmetatable({}, WEAK_VALUES)
+I.trees = os.getenv("GTLUA_KEEP_TREES") == "1" and {} or setmetatable({}, WEAK_VALUES)
 --- gt.tree(fn [, opts]) -> a callable tree.  opts: name, warmup (1),
 --- max_recordings (64), on_limit ("eager"|"error"), copy_inputs (false),
 --- buckets ({dim=, sizes=} or a list of them), warn_shapes (8), key, patch, verify;
 --- checked by gt.treeopts (a bad or unknown option raises naming it)
 function gt.tree(fn, opts)
-  if type(fn) ~= "function" then gt._error("gt.tree expects a function (the step) as its first argument, got " .. (fn == nil and "nil" or "a " .. type(fn))) end
-  opts = check_opts(opts, gt._error)
+  if type(fn) ~= "function" then I.error("gt.tree expects a function (the step) as its first argument, got " .. (fn == nil and "nil" or "a " .. type(fn))) end
+  opts = check_opts(opts, I.error)
   local info = debug.getinfo(2, "Sl")
   local where = info.short_src .. ":" .. (info.currentline or 0)
   ntrees = ntrees + 1
@@ -182,7 +152,7 @@ function gt.tree(fn, opts)
   o.max_recordings = opts.max_recordings or 64
   o.on_limit_error = on_limit == "error" and 1 or 0
   local t = C.gt_tree_new(rt, o)
-  if t == nil then error(gt._errmsg(), 2) end
+  if t == nil then error(I.errmsg(), 2) end
   local held = setmetatable({ n = 0 }, WEAK_VALUES)
   held_of[held_key(t)] = held
   local self = setmetatable({ fn = fn, name = name, where = where, _t = ffi.gc(t, finalizer(held)), _held = held,
@@ -208,7 +178,7 @@ function gt.tree(fn, opts)
     gt.keyed._attach(self, opts)
   end
   if opts.buckets then gt.buckets._attach(self, opts.buckets, opts) end
-  gt._trees[#gt._trees + 1] = self
+  I.trees[#I.trees + 1] = self
   return self
 end
 
@@ -219,7 +189,7 @@ end
 --- run); nil outside such a call (eager code: `local n = gt.bucket() or x.shape[1]`)
 function gt.bucket(dim)
   if dim ~= nil and (type(dim) ~= "number" or dim < 1 or dim ~= math.floor(dim) or dim >= 2 ^ 31) then
-    gt._error("gt.bucket([dim]): dim must be a bucketed dimension (a whole number >= 1), got " .. gt._show(dim))
+    I.error("gt.bucket([dim]): dim must be a bucketed dimension (a whole number >= 1), got " .. I.show(dim))
   end
   local b = rawget(gt, "buckets")            -- (loaded by every tree with buckets)
   if not b then return nil end
@@ -242,14 +212,14 @@ local function check_input(self, x)
   local g, now = x._gen, b.gen_now[0]
   return own, g == now or (own and now == self._gen and g == C.gt_tree_prev_gen(self._t))
 end
-gt._check_input = check_input
+I.check_input = check_input
 
 -- An input that is not live, as the body gets it: itself, or for this tree's
 -- own output released by the caller a handle that raises as it does (the
 -- call's first buffers reuse its struct: tensor.lua's _dead_copy).
-function gt._unstaged(x, own)
+function I.unstaged(x, own)
   local b = x._b
-  if own and bit.band(b.flags, RELEASED) ~= 0 and b.gen == x._gen then return gt._dead_copy(x) end
+  if own and bit.band(b.flags, RELEASED) ~= 0 and b.gen == x._gen then return I.dead_copy(x) end
   return x
 end
 
@@ -260,9 +230,9 @@ local function span(x)
   if not st then return x._off, x._off + x._nb end
   local last, shape = 0, x._shape
   for i = 1, #shape do last = last + (shape[i] - 1) * st[i] end
-  return x._off, x._off + (last + 1) * gt._dtypes[x.dtype].size
+  return x._off, x._off + (last + 1) * I.dtypes[x.dtype].size
 end
-gt._span = span
+I.span = span
 
 -- The key of x's buffer among a call's inputs.
 local function buf_key(x) return tonumber(ffi.cast("intptr_t", x._b)) end
@@ -275,7 +245,7 @@ local function note_copy(self, x, px, outer, chunk, padded)
   if not wb then wb = {}; self._wb = wb end
   wb[#wb + 1] = { x = x, px = px, outer = outer, chunk = chunk, padded = padded }
 end
-gt._note_copy = note_copy
+I.note_copy = note_copy
 
 -- After a call: each staged copy of a caller's tensor that the call wrote
 -- into is copied back into it, so a write into an input reaches the caller
@@ -289,14 +259,14 @@ local function write_back(self)
     local x, px = w.x, w.px
     local pb = px._b
     if bit.band(pb.flags, RELEASED) ~= 0 and pb.gen == px._gen and x._b.tree ~= t then
-      gt._release_as(x, px)                 -- the body freed its copy: the caller's tensor, as eager code frees it
+      I.release_as(x, px)                 -- the body freed its copy: the caller's tensor, as eager code frees it
     elseif px._b.wgen == self._gen and x._b.tree ~= t and not x:is_stale() and   -- (the call wrote it: wgen; after an error too)
        C.gt_unstage(rt, px._b, px._off, x._b, x._off, w.outer, w.chunk, w.padded) ~= 0 then
-      error(gt._errmsg(), 4)
+      error(I.errmsg(), 4)
     end
   end
 end
-gt._write_back = write_back
+I.write_back = write_back
 
 -- A result on the staged copy of a caller's tensor (wbl: write_back's list)
 -- as the caller's own: x itself, or the same view of it, as without a tree
@@ -315,7 +285,7 @@ local function unstage_one(wbl, y)
       if rel >= 0 and hi - px._off <= w.chunk then
         local x = w.x
         if rel == 0 and y._sid == x._sid and y._dt == x._dt and y._vid == x._vid then return x end
-        return gt._view(x._b, x._off + rel, y._sid, y._dt, x._gen, y._vid)
+        return I.view(x._b, x._off + rel, y._sid, y._dt, x._gen, y._vid)
       end
     end
   end
@@ -329,7 +299,7 @@ local function unstage_res(wbl, y, depth)
   end
   return unstage_one(wbl, y)
 end
-gt._unstage_res = unstage_res
+I.unstage_res = unstage_res
 
 -- x staged into slot `slot` (returns x itself when it needs no staging) and
 -- the next free slot.  shared (from shared_inputs, or nil): the buffers that
@@ -339,7 +309,7 @@ gt._unstage_res = unstage_res
 local function stage(self, x, slot, shared)
   local b = x._b
   local own, live = check_input(self, x)
-  if not live then return gt._unstaged(x, own), slot end
+  if not live then return I.unstaged(x, own), slot end
   if not own and not self._copy then return x, slot end
   local g = shared and shared[buf_key(x)]
   local px, lo, hi = nil, span(x)            -- (a non-contiguous view: the bytes it spans, and the same view of them)
@@ -347,15 +317,15 @@ local function stage(self, x, slot, shared)
     if g[x] then return g[x], slot end
     local new = not g.sb
     if new then
-      if C.gt_tree_stage(rt, slot, b, g.lo, 1, g.hi - g.lo, g.hi - g.lo, self._out) ~= 0 then gt._error(gt._errmsg()) end
+      if C.gt_tree_stage(rt, slot, b, g.lo, 1, g.hi - g.lo, g.hi - g.lo, self._out) ~= 0 then I.error(I.errmsg()) end
       g.sb, slot = self._out[0], slot + 1
     end
-    px = gt._view(g.sb, x._off - g.lo, x._sid, x._dt, g.sb.gen, x._vid, new)
+    px = I.view(g.sb, x._off - g.lo, x._sid, x._dt, g.sb.gen, x._vid, new)
     g[x] = px
   else
-    if C.gt_tree_stage(rt, slot, b, lo, 1, hi - lo, hi - lo, self._out) ~= 0 then gt._error(gt._errmsg()) end
+    if C.gt_tree_stage(rt, slot, b, lo, 1, hi - lo, hi - lo, self._out) ~= 0 then I.error(I.errmsg()) end
     local sb = self._out[0]
-    px, slot = gt._view(sb, x._off - lo, x._sid, x._dt, sb.gen, x._vid, true), slot + 1
+    px, slot = I.view(sb, x._off - lo, x._sid, x._dt, sb.gen, x._vid, true), slot + 1
   end
   if not own then note_copy(self, x, px, 1, hi - lo, hi - lo) end
   return px, slot
@@ -393,7 +363,7 @@ local function packed(n, a1, a2, a3, a4, rest)
   if rest then return { unpack(rest, 1, n) } end
   return { a1, a2, a3, a4 }
 end
-gt._spread, gt._arg_at, gt._packed = spread, arg_at, packed
+I.spread, I.arg_at, I.packed = spread, arg_at, packed
 
 local function needs_stage(self, x)
   if not is_tensor(x) then return false end
@@ -426,7 +396,7 @@ local function pin_inputs(self, args, n)
     else pin(self, x) end
   end
 end
-gt._pin_inputs = pin_inputs
+I.pin_inputs = pin_inputs
 
 -- (groups by buf_key: one more input x viewing its buffer)
 local function add_input(groups, x)
@@ -459,7 +429,7 @@ local function shared_inputs(self, args, n)
   end
   return groups
 end
-gt._shared_inputs = shared_inputs
+I.shared_inputs = shared_inputs
 
 -- Argument x staged (a tensor, or a plain table whose tensors need staging:
 -- a copy of it holding their staged views) and the next free slot.
@@ -505,7 +475,7 @@ local function anchor(self, x, gen)
   end
   return x
 end
-gt._anchor = anchor
+I.anchor = anchor
 
 local function warned(self)
   local last = ffi.new("const char*[1]")
@@ -516,36 +486,30 @@ end
 -- The call's end after its body returned: the last segment, the core's end, warnings.
 -- (One call into the core when nothing needs explaining: in a step whose
 -- end runs in the interpreter every call into C costs.)
-local HOTLOOP = tonumber(os.getenv("GTLUA_JIT_HOTLOOP")) or 56   -- LuaJIT's default
 -- (n, r1, r2: the body's results, the rest in extra[1..n-2]: a new node's outputs.)
 local extra = {}
 local function end_call(self, n, r1, r2)
   local r = C.gt_tree_return(rt, self._nwarn)
-  if r == 0 then gt._active = nil; return end
+  if r == 0 then I.active = nil; return end
   if r >= 16 then                                 -- the first replays through the lane (gt.h's gt_tree_return)
-    jit.flush()
-    -- and the hot counters reset (setting hotloop does that), so that the
-    -- model's loops, which count twice as fast as calls, become traces
-    -- before the ops' functions: a side trace of a function's trace cannot
-    -- link back into the caller's loop, unrolls it and is blacklisted
-    jit.opt.start("hotloop=" .. HOTLOOP)
+    policy.retrace()                              -- (the traces formed on the recording's path go)
     r = r - 16
-    if r == 0 then gt._active = nil; return end
+    if r == 0 then I.active = nil; return end
   end
   if r < 0 then
-    local msg = gt._errmsg()
+    local msg = I.errmsg()
     abort()
     -- what the segments that ran wrote into copied inputs reaches the caller, as after a body's error
     if self._wb then pcall(write_back, self) end
-    gt._error(msg)                  -- (the line that called the tree: the body has returned)
+    I.error(msg)                  -- (the line that called the tree: the body has returned)
   end
   if r >= 8 then                                  -- a node's first visit: its cut and shapes
-    gt._explain(r - 8, 3, "return", { n = n, r1, r2, unpack(extra, 1, n - 2) })
-    gt._active = nil
-    if C.gt_tree_end(rt) ~= 0 then gt._error(gt._errmsg()) end
+    I.explain(r - 8, 3, "return", { n = n, r1, r2, unpack(extra, 1, n - 2) })
+    I.active = nil
+    if C.gt_tree_end(rt) ~= 0 then I.error(I.errmsg()) end
     if C.gt_tree_warnings(self._t, nil) == self._nwarn then return end
   end
-  gt._active = nil
+  I.active = nil
   warned(self)
 end
 
@@ -553,7 +517,7 @@ local function shapes_of(a1, a2, a3, a4)
   local parts, args = {}, { a1, a2, a3, a4 }
   for i = 1, 4 do
     local x = args[i]
-    if is_tensor(x) then parts[#parts + 1] = x.dtype .. " " .. gt._shape_str(x._shape) end
+    if is_tensor(x) then parts[#parts + 1] = x.dtype .. " " .. I.shape_str(x._shape) end
   end
   return table.concat(parts, ", ")
 end
@@ -582,13 +546,13 @@ end
 local function end_body(self, ok, n, r1, r2)
   if not ok then
     if self._tracing and C.gt_tree_discard(rt) == 1 then   -- (a traced keyed call: it runs again, keyed.lua)
-      gt._active = nil
+      I.active = nil
       self._in1, self._in2, self._in3, self._in4 = false, false, false, false
       self._wb = false
       error(setmetatable({ err = r1 }, DISCARDED), 0)
     end
     C.gt_tree_abort_run(rt)          -- (what the body launched before its error runs, as outside a tree)
-    gt._active = nil
+    I.active = nil
     self._in1, self._in2, self._in3, self._in4 = false, false, false, false
     -- what the segments that ran wrote into copied inputs reaches the caller, as eager code's writes do
     if self._wb then pcall(write_back, self) end
@@ -611,7 +575,7 @@ end
 -- frame.  (gt runs inside gtlua only: its core is the host's own code.)
 local hrun = require("gt.host").run
 
-local results = gt._host_results   -- (hrun's results: results(extra, hrun(extra, ...)))
+local results = I.host_results   -- (hrun's results: results(extra, hrun(extra, ...)))
 
 -- The body and the call's end.  (hrun's results are spread into results(): a
 -- trace stops at the C call, cleanly, rather than stitching on into frames
@@ -633,12 +597,11 @@ local function run_body(self, n, a1, a2, a3, a4, rest)
 end
 
 -- A call has begun in the core (gen: its generation): the Lua side's state.
-gt._ops_new_call = gt._ops_new_call or function() end   -- (gt.ops's, once loaded, whichever loads first)
 local function enter(self, gen)
   self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
   self._sync, self._staged, self._wb, self._wbl = false, false, false, false
-  gt._active, self._resumes = self, 0
-  gt._ops_new_call()
+  I.active, self._resumes = self, 0
+  I.ops_new_call()
 end
 
 -- f(self, n, a1, a2, a3, a4, rest) (stage_args, or buckets' prep): the call's
@@ -661,7 +624,7 @@ end
 -- The arguments: n, a1..a4, rest (see spread).
 local function run(self, eager, n, a1, a2, a3, a4, rest)
   local gen = C.gt_tree_call(rt, self._t, eager or nil)
-  if gen == 0 then gt._error(gt._errmsg()) end   -- (the user's line: a call may come through several of gt's frames)
+  if gen == 0 then I.error(I.errmsg()) end   -- (the user's line: a call may come through several of gt's frames)
   enter(self, gen)
   local prep = eager == nil and self._prep or nil         -- a call beyond the buckets pads nothing
   local staged = prep ~= nil
@@ -685,7 +648,7 @@ local function run(self, eager, n, a1, a2, a3, a4, rest)
 end
 Tree._run = run
 Tree._body, Tree._enter, Tree._abort, Tree._stage_args, Tree._stage_call = run_body, enter, abort, stage_args, stage_call
-gt._stage_arg = stage_arg   -- buckets stage their non-bucketed inputs the same way
+I.stage_arg = stage_arg   -- buckets stage their non-bucketed inputs the same way
 
 -- The call's kind: bucketed, keyed or plain (n, a1..a4, rest: see spread).
 local function call(self, n, a1, a2, a3, a4, rest)
@@ -738,8 +701,8 @@ end
 -- at the user's line, instead of passing nil to the core.
 local function me(self, name)
   if getmetatable(self) ~= Tree then
-    gt._error("tree:" .. name .. "(...): call it with a colon on a tree from gt.tree (tree:" .. name ..
-      "(...)), got " .. gt._show(self) .. " for the tree", 2)
+    I.error("tree:" .. name .. "(...): call it with a colon on a tree from gt.tree (tree:" .. name ..
+      "(...)), got " .. I.show(self) .. " for the tree", 2)
   end
 end
 
@@ -819,10 +782,10 @@ function Tree:trim(keep)
   me(self, "trim")
   keep = keep or 0
   if type(keep) ~= "number" or keep < 0 or keep ~= math.floor(keep) or keep >= 2 ^ 31 then
-    gt._error("tree:trim(keep): keep must be a whole number of graphs to keep, 0 or more, got " .. gt._show(keep))
+    I.error("tree:trim(keep): keep must be a whole number of graphs to keep, 0 or more, got " .. I.show(keep))
   end
   local n = C.gt_tree_trim(rt, self._t, keep)
-  if n < 0 then error(gt._errmsg(), 2) end
+  if n < 0 then error(I.errmsg(), 2) end
   return n
 end
 
@@ -838,28 +801,28 @@ function Tree:floor(iters, sync_each, patch, calls)
   me(self, "floor")
   local what = "tree:floor(iters [, sync_each [, patch [, calls]]])"
   if iters ~= nil and (type(iters) ~= "number" or iters < 1 or iters ~= math.floor(iters) or iters >= 2 ^ 31) then
-    gt._error(what .. ": iters must be a whole number of steps, 1 or more, got " .. gt._show(iters))
+    I.error(what .. ": iters must be a whole number of steps, 1 or more, got " .. I.show(iters))
   end
   if sync_each ~= nil and type(sync_each) ~= "boolean" then
-    gt._error(what .. ": sync_each must be true or false, got " .. gt._show(sync_each))
+    I.error(what .. ": sync_each must be true or false, got " .. I.show(sync_each))
   end
   if patch ~= nil and type(patch) ~= "boolean" then
-    gt._error(what .. ": patch must be true or false, got " .. gt._show(patch))
+    I.error(what .. ": patch must be true or false, got " .. I.show(patch))
   end
   local t = self._t
   C.gt_tree_floor_clear(t)               -- (marks a failed call left)
   if calls ~= nil then
-    if type(calls) ~= "table" or #calls == 0 then gt._error("tree:floor: calls must be a list of argument lists") end
+    if type(calls) ~= "table" or #calls == 0 then I.error("tree:floor: calls must be a list of argument lists") end
     for i, a in ipairs(calls) do
-      if type(a) ~= "table" then gt._error("tree:floor: calls[" .. i .. "] must be a list of arguments") end
+      if type(a) ~= "table" then I.error("tree:floor: calls[" .. i .. "] must be a list of arguments") end
       self(unpack(a, 1, a.n or #a))
-      if C.gt_tree_floor_mark(rt, t) < 0 then C.gt_tree_floor_clear(t); error(gt._errmsg(), 2) end
+      if C.gt_tree_floor_mark(rt, t) < 0 then C.gt_tree_floor_clear(t); error(I.errmsg(), 2) end
     end
   end
   local c, s = ffi.new("double[1]"), ffi.new("double[1]")
   local np = C.gt_tree_bench_floor(rt, t, iters or 100, sync_each == false and 0 or 1, patch and 1 or 0, c, s)
   if calls ~= nil then C.gt_tree_floor_clear(t) end
-  if np < 0 then error(gt._errmsg(), 2) end
+  if np < 0 then error(I.errmsg(), 2) end
   return c[0], s[0], np
 end
 
