@@ -158,7 +158,8 @@ end
 
 local function prep(self, n, a1, a2, a3, a4, rest)
   local args, slot = I.packed(n, a1, a2, a3, a4, rest), 0
-  local specs, real = self._buckets, self._breal[1]
+  local specs = self._buckets
+  local real = specs.real[1]
   I.pin_inputs(self, args, n)
   -- (padded[view]: a view passed twice, by one handle or two, is padded once)
   local shared, padded, pads = I.shared_inputs(self, args, n), {}, {}
@@ -171,7 +172,7 @@ local function prep(self, n, a1, a2, a3, a4, rest)
     local m = x._shape[sp.dim]
     local p = bucket_of(sp.sizes, m)
     local px = pad(self, x, sp, i, p, slot)
-    note_padded(self._bn, sp.dim, p, m)
+    note_padded(self._buckets.bn, sp.dim, p, m)
     slot = slot + 1
     padded[vkey] = px
     local outer = 1
@@ -218,7 +219,7 @@ local unstage_res = I.unstage_res
 
 -- -- Narrowing the results back ---------------------------------------------
 -- Only the call's own tensors are narrowed (a static or outside tensor
--- returned is the caller's as it is), along each padded dimension (self._bn:
+-- returned is the caller's as it is), along each padded dimension (self._buckets.bn:
 -- {dim, p, n} per spec that padded this call) where the result has the
 -- padded size, and only those the rule covers (specs.narrow): result
 -- positions (a set), a function(i, t, k), or nil: every such result, with
@@ -237,7 +238,8 @@ end
 
 local function narrow_one(self, x, i, k)
   if is_tensor(x) and x._b.tree == self._t and not x:is_stale() then
-    local bn, y, specs = self._bn, x, self._buckets
+    local specs, y = self._buckets, x
+    local bn = specs.bn
     local decided = nil
     for j = 1, #bn do
       local c = bn[j]
@@ -567,7 +569,7 @@ local function compare(self, want, got)
   end
   if not d then return end
   local pads = {}
-  for _, c in ipairs(self._bn) do
+  for _, c in ipairs(self._buckets.bn) do
     if c.p ~= c.n then pads[#pads + 1] = ("dim %d: %d padded to %d"):format(c.dim, c.n, c.p) end
   end
   I.error(("tree '%s' (%s): buckets verify: %s (%s): the results depend on the padding. Give kernels the real " ..
@@ -605,7 +607,7 @@ local function padded_plain(self, na, a1, a2, a3, a4, rest)
   return narrow_all(self, self._run(self, nil, na, a1, a2, a3, a4, rest))
 end
 local function padded_keyed(self, na, a1, a2, a3, a4, rest)
-  return narrow_all(self, self:_keyed_call(true, na, a1, a2, a3, a4, rest))
+  return narrow_all(self, self._keyed.call(self, true, na, a1, a2, a3, a4, rest))
 end
 
 -- A call (its arguments: n, a1..a4, rest, as tree.lua's spread takes them).
@@ -626,12 +628,12 @@ local function bucket_call(self, na, a1, a2, a3, a4, rest)
   local several = #specs > 1
   if several then other_sizes(specs, na, a1, a2, a3, a4, rest) end
   if not p then return self._run(self, "beyond buckets", na, a1, a2, a3, a4, rest) end   -- a call of the tree all the same, run eagerly
-  self._breal[1], self._bpad = n, p
+  specs.real[1], specs.pad = n, p
   if several and beyond_other(self, na, a1, a2, a3, a4, rest) then
     for k = 1, #specs do specs[k].p = specs[k].n end                  -- (nothing is padded)
     return self._run(self, "beyond buckets", na, a1, a2, a3, a4, rest)
   end
-  local bn = self._bn                    -- (the dims this call pads: prep notes them)
+  local bn = specs.bn                    -- (the dims this call pads: prep notes them)
   for i = #bn, 1, -1 do bn[i] = nil end
   -- already at the bucket's size: nothing to pad or to narrow (the inputs are
   -- used where they are, as in a tree without buckets)
@@ -644,8 +646,8 @@ local function bucket_call(self, na, a1, a2, a3, a4, rest)
     end
   end
   if self._keyed then                    -- a keyed call of the bucket's path (keyed.lua pads with prep)
-    if exact then return self:_keyed_call(false, na, a1, a2, a3, a4, rest) end
-    return narrow_all(self, self:_keyed_call(true, na, a1, a2, a3, a4, rest))
+    if exact then return self._keyed.call(self, false, na, a1, a2, a3, a4, rest) end
+    return narrow_all(self, self._keyed.call(self, true, na, a1, a2, a3, a4, rest))
   end
   if exact then return self._run(self, false, na, a1, a2, a3, a4, rest) end
   return narrow_all(self, self._run(self, nil, na, a1, a2, a3, a4, rest))
@@ -668,8 +670,11 @@ function M._attach(tree, spec, _)
   -- default rule's warning)
   specs.narrow, specs.verify, specs.calls, specs.verified = rule, spec.verify, 0, 0
   specs.noted, specs.warned = nil, false
-  tree._buckets, tree._prep, tree._breal, tree._bn = specs, prep, {}, {}
-  tree._bucket_call = bucket_call
+  -- (the tree's bucket state, its one field tree._buckets: prep stages a
+  -- padded call's inputs, for tree.lua's run and keyed.lua; real[1], pad: the
+  -- call's real and padded size; bn: the dims it pads; call: a call's entry)
+  specs.prep, specs.real, specs.pad, specs.bn, specs.call = prep, {}, false, {}, bucket_call
+  tree._buckets = specs
 end
 
 return M

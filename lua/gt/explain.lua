@@ -49,9 +49,10 @@ end
 
 local function tensor_text(t) return I.shape_str(t._shape) .. " " .. t.dtype end
 
--- The names of fn's parameters (cached per tree).
+-- The names of a tree's function's parameters (cached per function).
+local PNAMES = setmetatable({}, { __mode = "k" })
 local function param_names(tree)
-  local names = tree._pnames
+  local names = PNAMES[tree.fn]
   if names then return names end
   names = {}
   for i = 1, 16 do
@@ -59,7 +60,7 @@ local function param_names(tree)
     if not nm then break end
     names[i] = nm
   end
-  tree._pnames = names
+  PNAMES[tree.fn] = names
   return names
 end
 

@@ -163,16 +163,12 @@ function gt.tree(fn, opts)
                               -- in its first calls is rehashed, and the traces that formed on it differ)
                               _in1 = false, _in2 = false, _in3 = false, _in4 = false, _inn = 0, _resumes = 0,
                               _watch = false, _ang = 0, _staged = false, _wb = false, _sync = false,
-                              -- (and the fields gt.keyed's and gt.buckets' _attach and explain set:
-                              -- every tree's table then has one layout, and a trace through an op
-                              -- that reads the active tree's fields serves every tree.  With a keyed
-                              -- tree's extra fields its table's hash part had another size, the
-                              -- trace of a shared body formed on it guarded the slots, and the plain
-                              -- tree's replays left it each op: 1.8 kB of garbage a 32-op call)
-                              _keyed = false, _key = false, _patch = false, _verify = false, _memo = false,
-                              _nins = 0, _kstats = false, _keyed_call = false, _kstage = false, _ins = false,
-                              _kinds = false, _kwarned = false, _tracing = false, _buckets = false, _prep = false, _breal = false,
-                              _bn = false, _bucket_call = false, _bpad = false, _pnames = false,
+                              -- (every tree's table has this one layout, keyed or bucketed too: a
+                              -- trace through an op that reads the active tree's fields serves every
+                              -- tree.  A table whose hash part had another size made the trace of a
+                              -- shared body guard the slots, and another tree's replays left it
+                              -- each op.  gt.keyed's and gt.buckets' state is one sub-object each.)
+                              _keyed = false, _buckets = false,   -- (keyed.lua's and buckets.lua's state, when the tree has it)
                               _warn_shapes = opts.warn_shapes == false and huge or (opts.warn_shapes or 8) }, Tree)
   if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
     gt.keyed._attach(self, opts)
@@ -545,7 +541,8 @@ local function anchor_extra(self, n)
 end
 local function end_body(self, ok, n, r1, r2)
   if not ok then
-    if self._tracing and C.gt_tree_discard(rt) == 1 then   -- (a traced keyed call: it runs again, keyed.lua)
+    local K = self._keyed
+    if K and K.tracing and C.gt_tree_discard(rt) == 1 then   -- (a traced keyed call: it runs again, keyed.lua)
       I.active = nil
       self._in1, self._in2, self._in3, self._in4 = false, false, false, false
       self._wb = false
@@ -626,7 +623,8 @@ local function run(self, eager, n, a1, a2, a3, a4, rest)
   local gen = C.gt_tree_call(rt, self._t, eager or nil)
   if gen == 0 then I.error(I.errmsg()) end   -- (the user's line: a call may come through several of gt's frames)
   enter(self, gen)
-  local prep = eager == nil and self._prep or nil         -- a call beyond the buckets pads nothing
+  local bk = self._buckets
+  local prep = eager == nil and bk and bk.prep or nil     -- a call beyond the buckets pads nothing
   local staged = prep ~= nil
   if not staged then
     if not rest then                                      -- up to four arguments without a loop (see walk_keys)
@@ -652,8 +650,10 @@ I.stage_arg = stage_arg   -- buckets stage their non-bucketed inputs the same wa
 
 -- The call's kind: bucketed, keyed or plain (n, a1..a4, rest: see spread).
 local function call(self, n, a1, a2, a3, a4, rest)
-  if self._buckets then return self:_bucket_call(n, a1, a2, a3, a4, rest) end   -- (a keyed call inside, with key)
-  if self._keyed then return self:_keyed_call(false, n, a1, a2, a3, a4, rest) end
+  local bk = self._buckets
+  if bk then return bk.call(self, n, a1, a2, a3, a4, rest) end   -- (a keyed call inside, with key)
+  local K = self._keyed
+  if K then return K.call(self, false, n, a1, a2, a3, a4, rest) end
   self._watch = self._warn_shapes ~= huge                   -- its end counts new first nodes' shapes
   return run(self, nil, n, a1, a2, a3, a4, rest)
 end
@@ -746,7 +746,7 @@ function Tree:stats()
   end
   if self._buckets then r.buckets = { verified = self._buckets.verified } end
   if self._keyed then
-    local c = self._kstats
+    local c = self._keyed.stats
     local refused = {}
     for why, count in pairs(c.refused) do refused[why] = count end
     r.keyed = { hits = s.keyed_hits, misses = c.misses, verified = c.verified, refused = refused, fused = s.keyed_fused }
