@@ -41,22 +41,26 @@ local I = {
   plain_note = false,     -- plain_note(t): t noted in the innermost scope outside tree calls
   host_results = false,   -- host_results(extra, ok, n, r1, r2) -> the results of gt.host.run
 
-  -- tree.lua: the active call, segment ends, staging, anchors
+  -- tree.lua: the active call, segment ends, a call's arguments
   active = false,         -- the tree whose call runs now (false or nil: none)
   trees = false,          -- every tree made (weakly, unless GTLUA_KEEP_TREES=1): --stats, --report, soak.sh
   flush = false,          -- flush(level, reason, cut): ends the segment (cond.lua wraps it)
   note_sync = false,      -- note_sync(what, level): a host read or write in a keyed tree's call
+  spread = false,         -- spread(n, a1, a2, a3, a4, rest) -> the n arguments
+  arg_at = false,         -- arg_at(i, a1, a2, a3, a4, rest) -> argument i
+  packed = false,         -- packed(n, a1, a2, a3, a4, rest) -> the arguments in a table of their own
+
+  -- tree_anchor.lua: how long a call's results keep the tree's memory
   anchor = false,         -- anchor(tree, x [, gen]) -> x: a call's result keeps the tree's memory
   anchor_view = false,    -- anchor_view(y, b): a view made outside calls of a tree's latest output
+
+  -- tree_stage.lua: a call's inputs staged, and written back
   check_input = false,    -- check_input(tree, x) -> own, live
   unstaged = false,       -- unstaged(x, own) -> a not-live input as the body gets it
   span = false,           -- span(x) -> lo, hi: the bytes of its buffer tensor x spans
   note_copy = false,      -- note_copy(tree, x, px, outer, chunk, padded): px is x's staged copy
   write_back = false,     -- write_back(tree): what a call wrote into staged copies, back into the inputs
   unstage_res = false,    -- unstage_res(wbl, y) -> a result on a staged copy as the caller's tensor
-  spread = false,         -- spread(n, a1, a2, a3, a4, rest) -> the n arguments
-  arg_at = false,         -- arg_at(i, a1, a2, a3, a4, rest) -> argument i
-  packed = false,         -- packed(n, a1, a2, a3, a4, rest) -> the arguments in a table of their own
   pin_inputs = false,     -- pin_inputs(tree, args, n): the staging slots inputs live in, kept
   shared_inputs = false,  -- shared_inputs(tree, args, n) -> the buffers several staged inputs view
   stage_arg = false,      -- stage_arg(tree, x, slot, shared) -> x staged, the next free slot
