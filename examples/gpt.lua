@@ -149,10 +149,11 @@ local rows_linear = M.rows_linear
 
 -- -- Host <-> device of raw arrays ------------------------------------------------------
 
-local C, rt = gt._C, gt._rt
+local I = require "gt.internal"
+local C, rt = I.C, I.rt
 
 local function upload(t, ptr)
-  if C.gt_buf_write(rt, t._b, t._off, ptr, t._nb) ~= 0 then error(gt._errmsg(), 2) end
+  if C.gt_buf_write(rt, t._b, t._off, ptr, t._nb) ~= 0 then error(I.errmsg(), 2) end
   return t
 end
 
@@ -160,7 +161,7 @@ end
 function M.read_f32(t)
   assert(t.dtype == "f32" and not t._strides, "read_f32: a contiguous f32 tensor")
   local buf = ffi.new("float[?]", max(t.numel, 1))
-  if C.gt_buf_read(rt, t._b, t._off, buf, t._nb) ~= 0 then error(gt._errmsg(), 2) end
+  if C.gt_buf_read(rt, t._b, t._off, buf, t._nb) ~= 0 then error(I.errmsg(), 2) end
   return buf
 end
 

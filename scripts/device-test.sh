@@ -31,7 +31,7 @@ for l in libbsd.so.0 libmd.so.0 libtinfo.so.6; do
 done
 shared=$(cd .. && pwd)/shared/device/bundle-lua.sh
 sh "$shared" .devlua >/dev/null
-# LuaJIT's own jit.* modules (jit.v, jit.dump, jit.p: scripts/bench/traces.sh) travel too
+# LuaJIT's own jit.* modules (jit.v, jit.dump, jit.p: scripts/bench/probes/traces.sh) travel too
 for j in /usr/share/luajit-2.1*/jit; do [ -d "$j" ] && mkdir -p .devlua/share && cp -r "$j" .devlua/share/; done
 env='d=$PWD/.devlua; export LUA_PATH="$d/share/?.lua;$d/share/?/init.lua;;" LUA_CPATH="$d/lib/?.so;;" BUSTED=$d/bin/busted GTLUA_BUSTED=$d/bin/busted GTLUA_CACHE=/tmp/gtlua-cache GTLUA_BACKEND=cuda; nvidia-smi -L'
 if [ "$mode" = bench ] || [ "$mode" = ab ]; then   # the anchors' raw launch floor travels in .anchors

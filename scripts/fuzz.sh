@@ -1,6 +1,6 @@
 #!/bin/sh
 # fuzz.sh [wide|MODE] [seeds] [calls] [first]: differential fuzzing of trees
-# against eager runs (spec/fuzz.lua; with wide, spec/fuzz_wide.lua: views,
+# against eager runs (spec/harness/fuzz.lua; with wide, spec/harness/fuzz_wide.lua: views,
 # in-place writes, item branches, buckets, keys, ...; with a word of a mode
 # of fuzz_wide, e.g. keyed or steady, only its seeds of such modes) over more
 # seeds than `make test` runs; prints each mismatch and a closing count.
@@ -27,10 +27,10 @@ os.exit(#bad == 0 and 0 or 1, true)" || status=$?
   fi
   exit "$status"
 fi
-fuzzer=spec.fuzz only=
+fuzzer=spec.harness.fuzz only=
 case "${1:-}" in
-  wide) fuzzer=spec.fuzz_wide; shift ;;
-  [a-z]*) fuzzer=spec.fuzz_wide; only=$1; shift ;;
+  wide) fuzzer=spec.harness.fuzz_wide; shift ;;
+  [a-z]*) fuzzer=spec.harness.fuzz_wide; only=$1; shift ;;
 esac
 exec "$BIN" -e "
 package.path = './?.lua;' .. package.path

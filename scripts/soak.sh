@@ -88,10 +88,10 @@ print(("  %.2f us per call; %d replays, %d graphs recorded"):format((gt.clock() 
 compare(a, b, "replays")
 
 -- phase 2: trees made, called (warmup, record, replay) and dropped; the pool
--- bytes of the trees still alive (gt._trees holds them weakly)
+-- bytes of the trees still alive (gt.internal's trees holds them weakly)
 local function live_pools()
   local n = 0
-  for _, t in pairs(gt._trees) do if t.name == "soak_drop" then n = n + t:stats().pool.reserved end end
+  for _, t in pairs(require("gt.internal").trees) do if t.name == "soak_drop" then n = n + t:stats().pool.reserved end end
   return n
 end
 local function make_and_drop()

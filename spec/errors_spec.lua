@@ -1,5 +1,5 @@
 -- errors_spec.lua - every error raised by gt.ops, kernels and tensors names the
--- user's file:line (gt._where in init.lua), also through a tail call.
+-- user's file:line (I.where in init.lua), also through a tail call.
 local gt = require "gt"
 local ops = gt.ops
 

@@ -1,9 +1,9 @@
--- Differential fuzzing (spec/fuzz.lua): random step functions in a tree against
+-- Differential fuzzing (spec/harness/fuzz.lua): random step functions in a tree against
 -- the same functions run eagerly, with returned, kept and fed-back
 -- intermediates and staged inputs.  Fixed seeds here; scripts/fuzz.sh runs more.
 local gt = require "gt"
-local F = require "spec.fuzz"
-local FW = require "spec.fuzz_wide"
+local F = require "spec.harness.fuzz"
+local FW = require "spec.harness.fuzz_wide"
 
 -- The mismatches of seeds first..last over `calls` calls each (a collection every gc_every seeds).
 local function mismatches(first, last, calls, gc_every, fuzzer)

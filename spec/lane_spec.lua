@@ -6,7 +6,8 @@ local gt = require "gt"
 require "gt.busted"
 
 local ops = gt.ops
-local C, rt = gt._C, gt._rt
+local I = require "gt.internal"
+local C, rt = I.C, I.rt
 local lane = C.gt_lane_of(rt)
 
 local maxdiff = require("spec.support").maxdiff

@@ -3,6 +3,7 @@
 -- kernel called with a colon, a tensor for a number, arithmetic on tensors, a string size,
 -- out of memory, nested trees, a tensor a one-body gt.cond may leave unwritten, a cpu fault.
 local gt = require "gt"
+local I = require "gt.internal"
 local ops = gt.ops
 
 local function here() return debug.getinfo(2, "l").currentline end
@@ -54,8 +55,8 @@ describe("messages", function()
     assert.is_false(ok)
     assert.matches("^spec/messages_spec%.lua:" .. line .. ": kernel 'scale2': argument #2 %('a', float%) expects a " ..
       "number, got a tensor 4x4 f32$", err)
-    assert.are.equal("a tensor 4x4 f32", gt._show(y))
-    assert.are.equal("a scalar tensor i32", gt._show(gt.zeros({}, "i32")))
+    assert.are.equal("a tensor 4x4 f32", I.show(y))
+    assert.are.equal("a scalar tensor i32", I.show(gt.zeros({}, "i32")))
   end)
 
   it("arithmetic on tensors names the gt.ops call that does it", function()

@@ -46,7 +46,7 @@ describe("a replayed op", function()
 
   -- gt.ops.linear passes its tensors to the core by value and builds its
   -- result's handle after the launch, so LuaJIT keeps a handle that the next
-  -- op consumes in registers (kernel.lua's make_lean).  A handle that must
+  -- op consumes in registers (launcher.lua's make_lean).  A handle that must
   -- exist in memory (a comparison with nil, a pointer passed to C, a store
   -- into a table) makes every op allocate again: 48 bytes an op.
   it("allocates no handle for a result the next op consumes: a 32-op chain's call allocates < 8 bytes an op", function()

@@ -227,7 +227,7 @@ gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args
 int gt_lean_status(gt_runtime *rt);
 
 /* The replay lane: a lean launch that the predicted node recorded next,
-   argument for argument, is replayed from Lua (kernel.lua's make_lean)
+   argument for argument, is replayed from Lua (launcher.lua's make_lean)
    (or a bound launcher's, its scalars compared too) without calling the
    core: tested against the node's record, its output's
    buffer struct made in place, counted in lazy.  The core writes those
@@ -269,7 +269,7 @@ typedef struct gt_lane {
   gt_tree *tree;
 } gt_lane;
 gt_lane *gt_lane_of(gt_runtime *rt);
-/* GTLUA_VERIFY_LANE=1: 1, and kernel.lua's lane test writes what it saw of
+/* GTLUA_VERIFY_LANE=1: 1, and launcher.lua's lane test writes what it saw of
    each launch it replays into gt_lane.seen, which the core compares in full
    with the record when it queues the launch. */
 int gt_lane_verifying(void);

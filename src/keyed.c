@@ -122,7 +122,7 @@ static uint64_t scalar_bits(double v, int ptype) {
   }
 }
 
-/* Whether a launch takes v for a parameter of type ptype (kernel.lua's
+/* Whether a launch takes v for a parameter of type ptype (launcher.lua's
    checks: an integer parameter takes a whole number in its range). */
 static int scalar_ok(double v, int ptype) {
   switch (ptype) {

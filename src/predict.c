@@ -19,7 +19,7 @@
    of the call's own buffers or a static one (gt_arg_quick's test), or an
    input from outside the call (numbered and tested by the cursor
    afterwards: gt_lane_check).  The lane hands Lua the predicted node's
-   launches in that form (gt_lrec), so that kernel.lua's lean runner makes
+   launches in that form (gt_lrec), so that launcher.lua's lean runner makes
    the test, the output's buffer struct and the count itself, with no call
    into the core; the core writes those launches into its queue, exactly
    as it would have queued them, when anything first reads the queue
@@ -32,7 +32,7 @@
    they run: a hit's every launch compared again in full (fresh numbering)
    at the segment's end, the launches it must patch among those noted, and
    each launch the lane replays tested against its record's roles
-   (gt_lane_verify, called by kernel.lua's generated test); a disagreement
+   (gt_lane_verify, called by launcher.lua's generated test); a disagreement
    is an error naming the launch. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -424,7 +424,7 @@ int gt_predict_verify(gt_tree *t, gt_node *n) {
    its record's roles in full.  GT_ERR on a disagreement. */
 static int verify_lazy(gt_tree *t, const gt_node *n, int li) {
   gt_lseen *e = &t->rt->lane.seen[li];
-  if (!e->seen) return disagree(t, n, li, -1, "lane", "no note of what the lane's test saw (kernel.lua's lane code)");
+  if (!e->seen) return disagree(t, n, li, -1, "lane", "no note of what the lane's test saw (launcher.lua's lane code)");
   e->seen = 0;
   const gt_qlaunch *l = &n->launches[li];
   const gt_kernel *k = l->k;

@@ -24,6 +24,7 @@
 -- Each finding is { n, q = 1|2|3, title, text, advice, level = "ok"|"warn"|"info" }:
 -- n numbers the findings 1.. in order (as printed), q is the question answered.
 local gt = require "gt"
+local I = require "gt.internal"
 
 local format, concat, sort = string.format, table.concat, table.sort
 local max, min, floor = math.max, math.min, math.floor
@@ -61,7 +62,7 @@ local launch_cost   -- host µs to issue one small eager op on this backend (mea
 -- a tree call (an op there is queued, not issued).
 local function eager_op_us()
   if launch_cost then return launch_cost end
-  if gt._active then return nil end
+  if I.active then return nil end
   local x, t = gt.zeros({ 1 }), {}
   for _ = 1, 16 do gt.ops.mul(x, 1) end
   gt.sync()
@@ -588,19 +589,19 @@ end }
 --- measure (default: advise.relaunch, true at exit): relaunch the last path's graphs to time the device
 function M.tree(tree, opts)
   if type(tree) ~= "table" or getmetatable(tree) ~= gt.Tree then
-    gt._error("gt.advise.tree: expected a tree (from gt.tree), got " .. gt._show(tree))
+    I.error("gt.advise.tree: expected a tree (from gt.tree), got " .. I.show(tree))
   end
   if opts ~= nil then
     local what = "tree:advise([opts])"
     if type(opts) ~= "table" then
-      gt._error(what .. ": options must be a table such as {measure = true}, or nil, got " .. gt._show(opts))
+      I.error(what .. ": options must be a table such as {measure = true}, or nil, got " .. I.show(opts))
     end
     for k, v in pairs(opts) do
       if k ~= "measure" then
-        gt._error(what .. ": unknown option " .. (type(k) == "string" and ("'" .. k .. "'") or gt._show(k)) ..
+        I.error(what .. ": unknown option " .. (type(k) == "string" and ("'" .. k .. "'") or I.show(k)) ..
           ": the one option is measure (true or false)")
       elseif type(v) ~= "boolean" then
-        gt._error(what .. ": option measure must be true or false, got " .. gt._show(v))
+        I.error(what .. ": option measure must be true or false, got " .. I.show(v))
       end
     end
   end

@@ -1,8 +1,9 @@
 -- gt.buckets: pad inputs of a tree to a few fixed sizes so that few recordings serve many shapes.
 local gt = require "gt"
-local type = require("gt.trace").type0   -- (the original: gt.trace wraps type for traced numbers)
+local type = require("gt.host_policy").original.type   -- (not the wrapper for traced numbers)
+local I = require "gt.internal"
 local ffi = require "ffi"
-local C, rt, is_tensor, SHAPES = gt._C, gt._rt, gt.is_tensor, gt._shapes
+local C, rt, is_tensor, SHAPES = I.C, I.rt, gt.is_tensor, I.shapes
 local band, STATIC = require("bit").band, C.GT_BUF_STATIC
 
 -- A tensor argument buckets may pad: an external input, not a static tensor
@@ -14,7 +15,7 @@ local M = {}
 --- gt.buckets.pow2(max) -> {1, 2, 4, ..., max}
 function M.pow2(max)
   if type(max) ~= "number" or max ~= max or max < 1 or max == math.huge then
-    gt._error("gt.buckets.pow2(max): max must be a number >= 1 (the largest bucket), got " .. gt._show(max))
+    I.error("gt.buckets.pow2(max): max must be a number >= 1 (the largest bucket), got " .. I.show(max))
   end
   local r, s = {}, 1
   while s < max do r[#r + 1] = s; s = s * 2 end
@@ -25,13 +26,13 @@ end
 --- gt.buckets.linear(step, max) -> {step, 2*step, ..., max}
 function M.linear(step, max)
   if type(step) ~= "number" or step ~= step or step < 1 or step == math.huge then
-    gt._error("gt.buckets.linear(step, max): step must be a number >= 1, got " .. gt._show(step))
+    I.error("gt.buckets.linear(step, max): step must be a number >= 1, got " .. I.show(step))
   end
   if type(max) ~= "number" or max ~= max or max < step or max == math.huge then
-    gt._error("gt.buckets.linear(step, max): max must be a number >= step (" .. gt._show(step) .. "), got " .. gt._show(max))
+    I.error("gt.buckets.linear(step, max): max must be a number >= step (" .. I.show(step) .. "), got " .. I.show(max))
   end
   if max / step > 2 ^ 20 then
-    gt._error("gt.buckets.linear(step, max): " .. gt._show(max) .. " / " .. gt._show(step) ..
+    I.error("gt.buckets.linear(step, max): " .. I.show(max) .. " / " .. I.show(step) ..
       " is more than 2^20 buckets (each is its own recording): use a larger step or gt.buckets.pow2(max)")
   end
   local r, s = {}, step
@@ -72,11 +73,11 @@ local function pad_fill(sp, x, i)
   if h then return h end
   local lim = LIMITS[dt]
   if lim and (v ~= math.floor(v) or v < lim[1] or v > lim[2]) then
-    gt._error(("buckets: pad = %s cannot be held by the %s elements of argument %d; give that input a bucket " ..
-      "spec of its own (arg = %d) with a pad it can hold"):format(gt._show(v), dt, i, i))
+    I.error(("buckets: pad = %s cannot be held by the %s elements of argument %d; give that input a bucket " ..
+      "spec of its own (arg = %d) with a pad it can hold"):format(I.show(v), dt, i, i))
   end
   if lim and v == 0 then return nil end
-  h = gt._dtypes[dt].ct(1)
+  h = I.dtypes[dt].ct(1)
   h[0] = v
   sp.fills[dt] = h
   return h
@@ -86,22 +87,22 @@ end
 -- (filled with spec sp's pad value).
 local function pad(self, x, sp, i, p, slot)
   local b, dim = x._b, sp.dim
-  if x._strides then gt._error("a non-contiguous view as a bucketed input: :clone() it first") end
-  local shape, esz = x._shape, gt._dtypes[x.dtype].size
+  if x._strides then I.error("a non-contiguous view as a bucketed input: :clone() it first") end
+  local shape, esz = x._shape, I.dtypes[x.dtype].size
   local outer, inner = 1, esz
   for d = 1, dim - 1 do outer = outer * shape[d] end
   for d = dim + 1, #shape do inner = inner * shape[d] end
   local fill = pad_fill(sp, x, i)
   if C.gt_tree_stage_pad(rt, slot, b, x._off, outer, shape[dim] * inner, p * inner, fill, esz, self._out) ~= 0 then
-    gt._error(gt._errmsg())
+    I.error(I.errmsg())
   end
   local s = {}
   for i = 1, #shape do s[i] = shape[i] end
   s[dim] = p
   local sb = self._out[0]
-  local px = gt._view(sb, 0, gt._shape_id(s, 5), x._dt, sb.gen, 0, true)
+  local px = I.view(sb, 0, I.shape_id(s, 5), x._dt, sb.gen, 0, true)
   -- a write into the padded copy goes back into x after the call (tree.lua's write_back)
-  if b.tree ~= self._t then gt._note_copy(self, x, px, outer, shape[dim] * inner, p * inner) end
+  if b.tree ~= self._t then I.note_copy(self, x, px, outer, shape[dim] * inner, p * inner) end
   return px
 end
 
@@ -110,7 +111,7 @@ local function view_key(x)
   return ("%s:%d:%d:%d:%d"):format(tostring(ffi.cast("uintptr_t", x._b)), x._off, x._sid, x._dt, x._vid)
 end
 
-local span = gt._span   -- (the bytes [lo, hi) of its buffer a tensor spans)
+local span = I.span   -- (the bytes [lo, hi) of its buffer a tensor spans)
 
 -- Tensor v (argument i) as the call sees it when it views the memory of a
 -- padded input (pads: {x, px, lo, hi}): the same view of the padded copy,
@@ -123,9 +124,9 @@ local function alias_of(pads, v, i)
   for _, p in ipairs(pads) do
     if p.x._b == v._b and lo < p.hi and p.lo < hi then
       if p.outer == 1 and lo >= p.lo and hi <= p.hi then
-        return gt._view(p.px._b, p.px._off + (lo - p.lo), v._sid, v._dt, p.px._gen, v._vid)
+        return I.view(p.px._b, p.px._off + (lo - p.lo), v._sid, v._dt, p.px._gen, v._vid)
       end
-      gt._error(("buckets: argument %d views the memory of bucketed argument %d, which the call pads into a copy of " ..
+      I.error(("buckets: argument %d views the memory of bucketed argument %d, which the call pads into a copy of " ..
         "its own: a write through one would not reach the other; pass one tensor, or a clone"):format(i, p.i))
     end
   end
@@ -157,21 +158,22 @@ local function note_padded(bn, dim, p, n)
 end
 
 local function prep(self, n, a1, a2, a3, a4, rest)
-  local args, slot = gt._packed(n, a1, a2, a3, a4, rest), 0
-  local specs, real = self._buckets, self._breal[1]
-  gt._pin_inputs(self, args, n)
+  local args, slot = I.packed(n, a1, a2, a3, a4, rest), 0
+  local specs = self._buckets
+  local real = specs.real[1]
+  I.pin_inputs(self, args, n)
   -- (padded[view]: a view passed twice, by one handle or two, is padded once)
-  local shared, padded, pads = gt._shared_inputs(self, args, n), {}, {}
+  local shared, padded, pads = I.shared_inputs(self, args, n), {}, {}
   local function padded_of(x, sp, i)
     local vkey = view_key(x)
     if padded[vkey] then return padded[vkey] end
-    local own, live = gt._check_input(self, x)
-    if not live then return gt._unstaged(x, own) end   -- (released or stale: the body raises where it uses it)
+    local own, live = I.check_input(self, x)
+    if not live then return I.unstaged(x, own) end   -- (released or stale: the body raises where it uses it)
     alias_of(pads, x, i)                      -- (two padded inputs over one memory: refused)
     local m = x._shape[sp.dim]
     local p = bucket_of(sp.sizes, m)
     local px = pad(self, x, sp, i, p, slot)
-    note_padded(self._bn, sp.dim, p, m)
+    note_padded(self._buckets.bn, sp.dim, p, m)
     slot = slot + 1
     padded[vkey] = px
     local outer = 1
@@ -196,36 +198,36 @@ local function prep(self, n, a1, a2, a3, a4, rest)
     local x = args[i]
     if is_tensor(x) then
       if not out[i] then out[i] = alias_of(pads, x, i) end
-      if not out[i] then out[i], slot = gt._stage_arg(self, x, slot, shared) end
+      if not out[i] then out[i], slot = I.stage_arg(self, x, slot, shared) end
     elseif type(x) == "table" and getmetatable(x) == nil and (out[i] or pads[1]) then
       local copy = out[i] or {}
       for k, t in pairs(x) do
         if copy[k] == nil then
           copy[k] = alias_of(pads, t, i)
-          if copy[k] == nil then copy[k], slot = gt._stage_arg(self, t, slot, shared) end
+          if copy[k] == nil then copy[k], slot = I.stage_arg(self, t, slot, shared) end
         end
       end
       out[i] = copy
     else
-      out[i], slot = gt._stage_arg(self, x, slot, shared)
+      out[i], slot = I.stage_arg(self, x, slot, shared)
     end
   end
   for i = 1, n do args[i] = out[i] end
   return args
 end
 
-local unstage_res = gt._unstage_res
+local unstage_res = I.unstage_res
 
 -- -- Narrowing the results back ---------------------------------------------
 -- Only the call's own tensors are narrowed (a static or outside tensor
--- returned is the caller's as it is), along each padded dimension (self._bn:
+-- returned is the caller's as it is), along each padded dimension (self._buckets.bn:
 -- {dim, p, n} per spec that padded this call) where the result has the
 -- padded size, and only those the rule covers (specs.narrow): result
 -- positions (a set), a function(i, t, k), or nil: every such result, with
 -- one warning per tree naming them (a result can have the bucket's size by
 -- coincidence, and the tree cannot tell it from a batched one).
 
-local function describe(x) return "a " .. x.dtype .. " " .. gt._shape_str(x._shape) .. " tensor" end
+local function describe(x) return "a " .. x.dtype .. " " .. I.shape_str(x._shape) .. " tensor" end
 
 -- Whether result i (k: its key in a table result) x, padded along a dim, is narrowed.
 local function covered(specs, i, x, k)
@@ -237,7 +239,8 @@ end
 
 local function narrow_one(self, x, i, k)
   if is_tensor(x) and x._b.tree == self._t and not x:is_stale() then
-    local bn, y, specs = self._bn, x, self._buckets
+    local specs, y = self._buckets, x
+    local bn = specs.bn
     local decided = nil
     for j = 1, #bn do
       local c = bn[j]
@@ -246,7 +249,7 @@ local function narrow_one(self, x, i, k)
         if decided == nil then decided = covered(specs, i, x, k) end
         if not decided then break end
         if c.other then
-          gt._error(("buckets: a result has the padded size %d along dim %d, to which inputs of %d and %d were padded " ..
+          I.error(("buckets: a result has the padded size %d along dim %d, to which inputs of %d and %d were padded " ..
             "in this call: which size it has cannot be told; give those inputs buckets of their own sizes, or " ..
             "return results that keep their size along dim %d"):format(c.p, c.dim, c.n, c.other, c.dim))
         end
@@ -257,10 +260,10 @@ local function narrow_one(self, x, i, k)
       if specs.narrow == nil and not specs.warned then      -- (the default rule: noted for the warning)
         local noted = specs.noted or {}
         specs.noted = noted
-        noted[#noted + 1] = ("result %d%s (%s, narrowed to %s)"):format(i, k ~= nil and ("[" .. gt._show(k) .. "]") or "",
-          describe(x), gt._shape_str(y._shape))
+        noted[#noted + 1] = ("result %d%s (%s, narrowed to %s)"):format(i, k ~= nil and ("[" .. I.show(k) .. "]") or "",
+          describe(x), I.shape_str(y._shape))
       end
-      return gt._anchor(self, y)
+      return I.anchor(self, y)
     end
   end
   return x
@@ -335,11 +338,11 @@ local function real_size(spec, n, a1, a2, a3, a4, rest)
     end
   end
   for i = 1, n do
-    local r = size_of(gt._arg_at(i, a1, a2, a3, a4, rest), i)
+    local r = size_of(I.arg_at(i, a1, a2, a3, a4, rest), i)
     if r then return r end
   end
   for i = 1, n do
-    local x = gt._arg_at(i, a1, a2, a3, a4, rest)
+    local x = I.arg_at(i, a1, a2, a3, a4, rest)
     if type(x) == "table" and getmetatable(x) == nil then
       for _, t in pairs(x) do
         local r = size_of(t, i)
@@ -360,7 +363,7 @@ local function beyond_other(self, na, a1, a2, a3, a4, rest)
   local specs = self._buckets
   for k = 2, #specs do
     local sp = specs[k]
-    local x = sp.arg and sp.arg <= na and gt._arg_at(sp.arg, a1, a2, a3, a4, rest)
+    local x = sp.arg and sp.arg <= na and I.arg_at(sp.arg, a1, a2, a3, a4, rest)
     if is_tensor(x) then
       if beyond_spec(sp, x) then return true end
     elseif type(x) == "table" and getmetatable(x) == nil then
@@ -375,7 +378,7 @@ end
 local function other_sizes(specs, na, a1, a2, a3, a4, rest)
   for k = 2, #specs do
     local sp = specs[k]
-    local x = sp.arg and sp.arg <= na and gt._arg_at(sp.arg, a1, a2, a3, a4, rest)
+    local x = sp.arg and sp.arg <= na and I.arg_at(sp.arg, a1, a2, a3, a4, rest)
     local m
     if is_tensor(x) then
       if #x._shape >= sp.dim then m = x._shape[sp.dim] end
@@ -398,13 +401,13 @@ local function spec_for(specs, dim, name)
   for k = 1, #specs do if specs[k].dim == dim then return specs[k] end end
   local dims = {}
   for k = 1, #specs do dims[#dims + 1] = tostring(specs[k].dim) end
-  gt._error(("gt.bucket(%d): tree '%s' buckets dim %s, not %d; ask for one of those (gt.bucket() is the first)")
+  I.error(("gt.bucket(%d): tree '%s' buckets dim %s, not %d; ask for one of those (gt.bucket() is the first)")
     :format(dim, name, table.concat(dims, ", "), dim), 3)
 end
 
 --- (gt.bucket's answer, tree.lua) -> real, padded along dim in the bucketed call now running, or nil
 function M._sizes(dim)
-  local a = gt._active
+  local a = I.active
   local specs = a and a._buckets
   if specs then
     local sp = spec_for(specs, dim, a.name)
@@ -441,14 +444,14 @@ local function snapshot(args, na)
   for _, e in ipairs(list) do
     if e.hi > e.lo then
       e.copy = gt.tensor({ e.hi - e.lo }, "u8")
-      if C.gt_buf_copy(rt, e.copy._b, 0, e.b, e.lo, e.hi - e.lo) ~= 0 then gt._error(gt._errmsg()) end
+      if C.gt_buf_copy(rt, e.copy._b, 0, e.b, e.lo, e.hi - e.lo) ~= 0 then I.error(I.errmsg()) end
     end
   end
   return list
 end
 local function restore(list)
   for _, e in ipairs(list) do
-    if e.copy and C.gt_buf_copy(rt, e.b, e.lo, e.copy._b, 0, e.hi - e.lo) ~= 0 then gt._error(gt._errmsg()) end
+    if e.copy and C.gt_buf_copy(rt, e.b, e.lo, e.copy._b, 0, e.hi - e.lo) ~= 0 then I.error(I.errmsg()) end
   end
 end
 
@@ -498,13 +501,13 @@ local TOL = 1e-5   -- f32 results: equal within TOL * max(1, |a|, |b|)
 -- give it back.
 local F32 = ffi.new("float[1]")
 local function show_elem(v, int)
-  if int or v ~= v or v == math.huge or v == -math.huge then return gt._show(v) end
+  if int or v ~= v or v == math.huge or v == -math.huge then return I.show(v) end
   for digits = 6, 9 do
     local s = ("%." .. digits .. "g"):format(v)
     F32[0] = tonumber(s)
     if F32[0] == v then return s end
   end
-  return gt._show(v)
+  return I.show(v)
 end
 
 -- What differs between the unpadded eager value a and the padded call's b
@@ -512,17 +515,17 @@ end
 local function differs(what, a, b, depth)
   if type(a) == "table" and a[UNREAD] then return nil end          -- (eager code could not read it either)
   if is_tensor(a) ~= is_tensor(b) or (not is_tensor(a) and type(a) ~= type(b)) then
-    return ("%s is %s unpadded but %s from the padded call"):format(what, is_tensor(a) and describe(a) or gt._show(a),
-      is_tensor(b) and describe(b) or gt._show(b))
+    return ("%s is %s unpadded but %s from the padded call"):format(what, is_tensor(a) and describe(a) or I.show(a),
+      is_tensor(b) and describe(b) or I.show(b))
   end
   if is_tensor(a) then
-    if a.dtype ~= b.dtype or gt._shape_str(a._shape) ~= gt._shape_str(b._shape) then
+    if a.dtype ~= b.dtype or I.shape_str(a._shape) ~= I.shape_str(b._shape) then
       return ("%s is %s unpadded but %s from the padded call (narrowed by the rule, or left as it is)"):format(
         what, describe(a), describe(b))
     end
     local ok, vb = pcall(flat, b)
     if not ok then return ("%s cannot be read from the padded call: %s"):format(what, tostring(vb)) end
-    local va, int = flat(a), gt._dtypes[a.dtype].int
+    local va, int = flat(a), I.dtypes[a.dtype].int
     for j = 1, #va do
       local x, y = va[j], vb[j]
       local same = x == y or (x ~= x and y ~= y) or
@@ -536,21 +539,21 @@ local function differs(what, a, b, depth)
   end
   if type(a) == "table" and getmetatable(a) == nil and depth < 8 then
     for k, v in pairs(a) do
-      local d = differs(what .. "[" .. gt._show(k) .. "]", v, b[k], depth + 1)
+      local d = differs(what .. "[" .. I.show(k) .. "]", v, b[k], depth + 1)
       if d then return d end
     end
     for k, v in pairs(b) do
-      if a[k] == nil then return differs(what .. "[" .. gt._show(k) .. "]", nil, v, depth + 1) end
+      if a[k] == nil then return differs(what .. "[" .. I.show(k) .. "]", nil, v, depth + 1) end
     end
     return nil
   end
   if type(a) == "number" then
     if a == b or (a ~= a and b ~= b) then return nil end
-    return ("%s is %s unpadded but %s from the padded call"):format(what, gt._show(a), gt._show(b))
+    return ("%s is %s unpadded but %s from the padded call"):format(what, I.show(a), I.show(b))
   end
   if type(a) == "string" or type(a) == "boolean" then
     if a == b then return nil end
-    return ("%s is %s unpadded but %s from the padded call"):format(what, gt._show(a), gt._show(b))
+    return ("%s is %s unpadded but %s from the padded call"):format(what, I.show(a), I.show(b))
   end
   return nil                                    -- (functions, userdata: made anew by each run)
 end
@@ -567,10 +570,10 @@ local function compare(self, want, got)
   end
   if not d then return end
   local pads = {}
-  for _, c in ipairs(self._bn) do
+  for _, c in ipairs(self._buckets.bn) do
     if c.p ~= c.n then pads[#pads + 1] = ("dim %d: %d padded to %d"):format(c.dim, c.n, c.p) end
   end
-  gt._error(("tree '%s' (%s): buckets verify: %s (%s): the results depend on the padding. Give kernels the real " ..
+  I.error(("tree '%s' (%s): buckets verify: %s (%s): the results depend on the padding. Give kernels the real " ..
     "size (local n = gt.bucket()), pad with a value that leaves them unchanged (buckets = {..., pad = -math.huge} " ..
     "before a max), or narrow only the batched results (narrow = {...})"):format(self.name, self.where, d,
     table.concat(pads, "; ")))
@@ -583,7 +586,7 @@ local function packed_results(...) return { n = select("#", ...), ... } end
 -- when they match (compare), each narrowed as the rule says.
 local function verified(self, padded_call, na, a1, a2, a3, a4, rest)
   local specs = self._buckets
-  local args = gt._packed(na, a1, a2, a3, a4, rest)
+  local args = I.packed(na, a1, a2, a3, a4, rest)
   local list = snapshot(args, na)
   local sizes = { name = self.name }
   for k = 1, #specs do sizes[k] = { dim = specs[k].dim, n = specs[k].n } end
@@ -605,7 +608,7 @@ local function padded_plain(self, na, a1, a2, a3, a4, rest)
   return narrow_all(self, self._run(self, nil, na, a1, a2, a3, a4, rest))
 end
 local function padded_keyed(self, na, a1, a2, a3, a4, rest)
-  return narrow_all(self, self:_keyed_call(true, na, a1, a2, a3, a4, rest))
+  return narrow_all(self, self._keyed.call(self, true, na, a1, a2, a3, a4, rest))
 end
 
 -- A call (its arguments: n, a1..a4, rest, as tree.lua's spread takes them).
@@ -618,7 +621,7 @@ local function bucket_call(self, na, a1, a2, a3, a4, rest)
     n = SHAPES[a1._sid][first.dim]                                    -- the usual case, without a loop
   end
   if not n then n = real_size(first, na, a1, a2, a3, a4, rest) end
-  if not n then gt._error("tree '" .. self.name .. "': no tensor input to bucket along dim " .. first.dim) end
+  if not n then I.error("tree '" .. self.name .. "': no tensor input to bucket along dim " .. first.dim) end
   -- the bucket of n, remembered (a loop on every call would stop the caller's trace)
   local p = first.of[n]
   if p == nil then p = bucket_of(first.sizes, n) or false; first.of[n] = p end
@@ -626,12 +629,12 @@ local function bucket_call(self, na, a1, a2, a3, a4, rest)
   local several = #specs > 1
   if several then other_sizes(specs, na, a1, a2, a3, a4, rest) end
   if not p then return self._run(self, "beyond buckets", na, a1, a2, a3, a4, rest) end   -- a call of the tree all the same, run eagerly
-  self._breal[1], self._bpad = n, p
+  specs.real[1], specs.pad = n, p
   if several and beyond_other(self, na, a1, a2, a3, a4, rest) then
     for k = 1, #specs do specs[k].p = specs[k].n end                  -- (nothing is padded)
     return self._run(self, "beyond buckets", na, a1, a2, a3, a4, rest)
   end
-  local bn = self._bn                    -- (the dims this call pads: prep notes them)
+  local bn = specs.bn                    -- (the dims this call pads: prep notes them)
   for i = #bn, 1, -1 do bn[i] = nil end
   -- already at the bucket's size: nothing to pad or to narrow (the inputs are
   -- used where they are, as in a tree without buckets)
@@ -644,8 +647,8 @@ local function bucket_call(self, na, a1, a2, a3, a4, rest)
     end
   end
   if self._keyed then                    -- a keyed call of the bucket's path (keyed.lua pads with prep)
-    if exact then return self:_keyed_call(false, na, a1, a2, a3, a4, rest) end
-    return narrow_all(self, self:_keyed_call(true, na, a1, a2, a3, a4, rest))
+    if exact then return self._keyed.call(self, false, na, a1, a2, a3, a4, rest) end
+    return narrow_all(self, self._keyed.call(self, true, na, a1, a2, a3, a4, rest))
   end
   if exact then return self._run(self, false, na, a1, a2, a3, a4, rest) end
   return narrow_all(self, self._run(self, nil, na, a1, a2, a3, a4, rest))
@@ -668,8 +671,11 @@ function M._attach(tree, spec, _)
   -- default rule's warning)
   specs.narrow, specs.verify, specs.calls, specs.verified = rule, spec.verify, 0, 0
   specs.noted, specs.warned = nil, false
-  tree._buckets, tree._prep, tree._breal, tree._bn = specs, prep, {}, {}
-  tree._bucket_call = bucket_call
+  -- (the tree's bucket state, its one field tree._buckets: prep stages a
+  -- padded call's inputs, for tree.lua's run and keyed.lua; real[1], pad: the
+  -- call's real and padded size; bn: the dims it pads; call: a call's entry)
+  specs.prep, specs.real, specs.pad, specs.bn, specs.call = prep, {}, false, {}, bucket_call
+  tree._buckets = specs
 end
 
 return M

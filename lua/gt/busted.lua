@@ -1,6 +1,7 @@
 -- gt.busted: luassert extensions for specs: assert.recorded, assert.replayed,
 -- assert.nodes, assert.stale, assert.tensor_near, and a tensor formatter.
 local gt = require "gt"
+local I = require "gt.internal"
 local reg = debug.getregistry()
 local assert = require "luassert"
 local say = require "say"
@@ -63,7 +64,7 @@ end, "assertion.tensor_near.positive", "assertion.tensor_near.negative")
 -- Tensors print as "f32 8x256 [values...]", not as a table address.
 assert:add_formatter(function(v)
   if not gt.is_tensor(v) then return nil end
-  local head = v.dtype .. " " .. gt._shape_str(v._shape)
+  local head = v.dtype .. " " .. I.shape_str(v._shape)
   if v:is_stale() then return head .. " (stale)" end
   local ok, vals = pcall(v.tolist, v)
   if not ok then return head end

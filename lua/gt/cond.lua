@@ -8,8 +8,9 @@ local ffi = require "ffi"
 local bit = require "bit"
 
 local gt = require "gt"
-local C, rt = gt._C, gt._rt
-local error = gt._error   -- every error names the user's file:line (init.lua)
+local I = require "gt.internal"
+local C, rt = I.C, I.rt
+local error = I.error   -- every error names the user's file:line (init.lua)
 local type, pcall = type, pcall
 local IF, ELSE, WHILE, END = C.GT_COND_IF, C.GT_COND_ELSE, C.GT_COND_WHILE, C.GT_COND_END
 local NODES, ELSE_NODES = C.GT_COND_NODES, C.GT_COND_ELSE_NODES
@@ -30,8 +31,8 @@ local function body_sync(what, level)
     sites[depth]:match("^gt%.%a+")), level + 1)
 end
 
-local flush = gt._flush
-gt._flush = function(level, reason, cut)
+local flush = I.flush
+I.flush = function(level, reason, cut)
   if depth > 0 then body_sync("a segment end (gt.cut, gt.sync or a host read)", level + 1) end
   return flush(level + 1, reason, cut)
 end
@@ -48,7 +49,7 @@ end
 local function enter(site)
   depth = depth + 1
   sites[depth] = site
-  gt._in_body = body_sync
+  I.in_body = body_sync
 end
 -- A body runs in a pcall made from C (gt.host.run, as a tree's body does):
 -- LuaJIT cannot compile a return across the frame of its own pcall (the
@@ -60,7 +61,7 @@ local function body_end(dev, ok, _, err)
   if dev then ndev = ndev - 1 end
   sites[depth] = nil
   depth = depth - 1
-  if depth == 0 then gt._in_body = nil end
+  if depth == 0 then I.in_body = nil end
   if not ok then error(err, 0) end
 end
 local hrun = require("gt.host").run
@@ -92,7 +93,7 @@ local function site_id(site)
   local id = site_ids[site]
   if not id then
     id = C.gt_cond_site(rt, site)
-    if id < 0 then error(gt._errmsg(), 3) end
+    if id < 0 then error(I.errmsg(), 3) end
     site_ids[site] = id
   end
   return id
@@ -104,10 +105,10 @@ local function check_p(name, p, level)
     error(name .. ": p must be a one-element tensor (f32, i32, i64 or u8) that the device writes, got a " ..
       type(p) .. (type(p) == "boolean" and "; a Lua value is decided on the host: use if" or ""), level + 1)
   end
-  if p._gen ~= p._b.gen_now[0] then gt._stale_error(p, level + 1) end
+  if p._gen ~= p._b.gen_now[0] then I.stale_error(p, level + 1) end
   if p.numel ~= 1 or not CODE[p.dtype] then
     error(("%s: p must be a one-element tensor (f32, i32, i64 or u8; nonzero is true), got a %s %s tensor"):format(
-      name, p.dtype, gt._shape_str(p._shape)), level + 1)
+      name, p.dtype, I.shape_str(p._shape)), level + 1)
   end
   if p._strides then error(name .. ": p is a non-contiguous view; :clone() it", level + 1) end
 end
@@ -119,7 +120,7 @@ end
 -- p's value on the host (a sync on cuda), without the body check.
 local function read(p, level)
   local h = HOST[p.dtype]()
-  if C.gt_buf_read(rt, p._b, p._off, h, SIZE[p.dtype]) ~= 0 then error(gt._errmsg(), level + 1) end
+  if C.gt_buf_read(rt, p._b, p._off, h, SIZE[p.dtype]) ~= 0 then error(I.errmsg(), level + 1) end
   return tonumber(h[0]) ~= 0
 end
 
@@ -141,7 +142,7 @@ local function device(need_else, level)
   end
   if not warned then
     warned = true
-    local why = bits == 0 and gt._errmsg() or "an else body needs CUDA 12.8 conditional nodes"
+    local why = bits == 0 and I.errmsg() or "an else body needs CUDA 12.8 conditional nodes"
     gt.on_warning("gt.cond and gt.loop branch on the host in tree calls (" .. why .. "): each way is its own " ..
       "child node, and reading p is a sync")
   end
@@ -150,7 +151,7 @@ end
 
 -- The host's branch inside a tree call: the segment ends here, p is read.
 local function host_point(level)
-  gt._note_sync("gt.cond (host branch)", level + 1)
+  I.note_sync("gt.cond (host branch)", level + 1)
   flush(level + 1, nil, C.GT_CUT_HOST)
 end
 
@@ -163,7 +164,7 @@ end
 
 local function plural(n, what) return n .. " " .. what .. (n == 1 and "" or "s") end
 
-local function describe(x) return "a " .. x.dtype .. " " .. gt._shape_str(x._shape) .. " tensor" end
+local function describe(x) return "a " .. x.dtype .. " " .. I.shape_str(x._shape) .. " tensor" end
 
 -- Results r of body `which` must be tensors that can be copied on the
 -- device: nil, or what is wrong.
@@ -201,7 +202,7 @@ local function differ(a, b)
   end
   for i = 1, a.n do
     local x, y = a[i], b[i]
-    if x.dtype ~= y.dtype or gt._shape_str(x._shape) ~= gt._shape_str(y._shape) then
+    if x.dtype ~= y.dtype or I.shape_str(x._shape) ~= I.shape_str(y._shape) then
       return ("gt.cond: result %d is %s from then_fn but %s from else_fn: both bodies return tensors of the " ..
         "same shapes and dtypes"):format(i, describe(x), describe(y))
     end
@@ -245,8 +246,8 @@ function gt.cond(p, then_fn, else_fn)
   check_fn("gt.cond", "then_fn", then_fn, 2)
   if else_fn ~= nil then check_fn("gt.cond", "else_fn", else_fn, 2) end
   local site = site_of("gt.cond", 2)
-  if not gt._active or not device(else_fn ~= nil, 2) then
-    if gt._active then host_point(2) end
+  if not I.active or not device(else_fn ~= nil, 2) then
+    if I.active then host_point(2) end
     local yes = read(p, 2)
     local f = yes and then_fn or else_fn
     if not f then return end
@@ -262,7 +263,7 @@ function gt.cond(p, then_fn, else_fn)
   end
   local code = CODE[p.dtype]
   local at = C.gt_cond_mark(rt, IF, p._b, p._off, code, 0, site_id(site))
-  if at < 0 then error(gt._errmsg(), 2) end
+  if at < 0 then error(I.errmsg(), 2) end
   -- (from here an error closes the cond's entries before it is raised: when
   -- the user's pcall catches it, the call goes on as eager code does)
   local ok, n, r1, r2 = run_in(site, then_fn, true)
@@ -276,7 +277,7 @@ function gt.cond(p, then_fn, else_fn)
     if not ok then close_raise(at, out, 0) end
   end
   if else_fn then
-    if C.gt_cond_mark(rt, ELSE, nil, 0, 0, 0, 0) < 0 then close_raise(at, gt._errmsg(), 2) end
+    if C.gt_cond_mark(rt, ELSE, nil, 0, 0, 0, 0) < 0 then close_raise(at, I.errmsg(), 2) end
     ok, n, r1, r2 = run_in(site, else_fn, true)
     if not ok then close_raise(at, r1, 0) end
     if n > 0 or out then
@@ -290,7 +291,7 @@ function gt.cond(p, then_fn, else_fn)
       end
     end
   end
-  if C.gt_cond_mark(rt, END, nil, 0, 0, 0, 0) < 0 then close_raise(at, gt._errmsg(), 2) end
+  if C.gt_cond_mark(rt, END, nil, 0, 0, 0, 0) < 0 then close_raise(at, I.errmsg(), 2) end
   if out then return unpack(out, 1, out.n) end
 end
 
@@ -361,11 +362,11 @@ function gt.loop(p, body, opts)
     error("gt.loop: max must be a whole number of passes, at least 1, got " .. tostring(max), 2)
   end
   local site = site_of("gt.loop", 2)
-  if not gt._active then return eager_loop(p, body, max, site) end
+  if not I.active then return eager_loop(p, body, max, site) end
   if not device(false, 2) then return host_loop(p, body, max, site) end
   local code = CODE[p.dtype]
   local at = C.gt_cond_mark(rt, WHILE, p._b, p._off, code, max or 0, site_id(site))
-  if at < 0 then error(gt._errmsg(), 2) end
+  if at < 0 then error(I.errmsg(), 2) end
   -- (an error from here closes the loop's entries first, bounded to the one
   -- pass: eager code's loop stops at the pass that raised)
   local ok, n, err = run_in(site, body, true)
@@ -378,12 +379,12 @@ function gt.loop(p, body, opts)
     C.gt_cond_close(rt, at)
     never_writes(site, 2)
   end
-  if C.gt_cond_mark(rt, END, p._b, p._off, code, max or 0, 0) < 0 then close_raise(at, gt._errmsg(), 2) end
+  if C.gt_cond_mark(rt, END, p._b, p._off, code, max or 0, 0) < 0 then close_raise(at, I.errmsg(), 2) end
 end
 
 --- gt.cond_nodes() -> true when tree calls record gt.cond/gt.loop as conditional nodes
 --- (false: they branch on the host; the reason as a second value)
 function gt.cond_nodes()
   local ok = has_nodes(true)
-  return ok, not ok and (has_nodes(false) and "an else body needs CUDA 12.8 conditional nodes" or gt._errmsg()) or nil
+  return ok, not ok and (has_nodes(false) and "an else body needs CUDA 12.8 conditional nodes" or I.errmsg()) or nil
 end

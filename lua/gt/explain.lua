@@ -1,13 +1,14 @@
 -- gt.explain: the notes a new node gets from Lua after its segment ends: where and why it was cut, its shapes.
 --
 -- The C core knows the launches; Lua knows the user's line, the API that cut
--- the segment, and tensor shapes.  gt._flush asks the core what the node it
+-- the segment, and tensor shapes.  I.flush asks the core what the node it
 -- just visited lacks (gt_tree_explain_wanted) and this module answers: on a
 -- node's first visit (and, for the cut site, on visits the core cannot count
 -- by the API alone: warmups, records, an API other than last time), so
 -- replays pay one FFI call per segment.
 local gt = require "gt"
-local C, rt = gt._C, gt._rt
+local I = require "gt.internal"
+local C, rt = I.C, I.rt
 local getmetatable, type, pairs, concat = getmetatable, type, pairs, table.concat
 local band = require("bit").band
 
@@ -46,11 +47,12 @@ local function cut_site()
   end
 end
 
-local function tensor_text(t) return gt._shape_str(t._shape) .. " " .. t.dtype end
+local function tensor_text(t) return I.shape_str(t._shape) .. " " .. t.dtype end
 
--- The names of fn's parameters (cached per tree).
+-- The names of a tree's function's parameters (cached per function).
+local PNAMES = setmetatable({}, { __mode = "k" })
 local function param_names(tree)
-  local names = tree._pnames
+  local names = PNAMES[tree.fn]
   if names then return names end
   names = {}
   for i = 1, 16 do
@@ -58,7 +60,7 @@ local function param_names(tree)
     if not nm then break end
     names[i] = nm
   end
-  tree._pnames = names
+  PNAMES[tree.fn] = names
   return names
 end
 
@@ -103,18 +105,18 @@ local function results_text(results)
 end
 local function output_text(tree, results)
   if results then return results_text(results) end
-  local last = gt._last_made
+  local last = I.last_made
   if last[0] > 0 and C.gt_tree_nbufs(tree._t) > (tree._seg0 or 0) then
-    return gt._shape_str(gt._shapes[last[0]]) .. " " .. gt._dtype_of_code[last[1]]
+    return I.shape_str(I.shapes[last[0]]) .. " " .. I.dtype_of_code[last[1]]
   end
   return "(nothing made)"
 end
 
--- want: gt_tree_explain_wanted's bits; level: the caller of gt._flush's caller;
+-- want: gt_tree_explain_wanted's bits; level: the caller of I.flush's caller;
 -- reason: "return" at the end of the call, nil at a sync point (read off the stack);
 -- results: at the end of the call, the body's results ({n = count, ...}).
-function gt._explain(want, level, reason, results)
-  local tree = gt._active
+function I.explain(want, level, reason, results)
+  local tree = I.active
   local cut = band(want, 1) ~= 0 and (reason or cut_site()) or nil
   local shapes
   if band(want, 2) ~= 0 and tree then

@@ -21,40 +21,19 @@ if rt == nil then
   error(setmetatable({ msg = msg }, { __tostring = function(e) return e.msg end }), 0)
 end
 
--- LuaJIT's loop optimisation (hoisting what does not change across a
--- loop's iterations) stays on: with today's op path a layer loop's replayed
--- ops cost 20-24% less host time with it (cpu backend, kernels off, medians
--- of 5 alternating processes, 2026-12-01: 32-, 128- and 512-op chains 3.25,
--- 12.2 and 47.7 us a step without, 2.61, 9.5 and 36.2 with); branch, shapes
--- and decode at batch 1 the same, decode at batch 8 2.9 -> 3.4 us.  (Session
--- 4 turned it off: then a layer loop ran out of spill slots and GPT decode
--- paid a third more.)  GTLUA_JIT_LOOP=0 turns it off.
-if jit and os.getenv("GTLUA_JIT_LOOP") == "0" then jit.opt.start("-loop") end
--- Room for machine code: LuaJIT's default of 512 KiB holds the traces of
--- one model's step, not always those of a GPT decode step with its side
--- traces.  When it is full, LuaJIT flushes every trace and records them again;
--- in a process whose traces formed larger it filled again within a few calls,
--- and the decode step's replay cost milliseconds instead of microseconds (one
--- process in ten, cpu backend and H200 alike, 2026-12-02).  16 MiB, and room
--- for as many traces.
-if jit then jit.opt.start("maxmcode=16384", "maxtrace=8000") end
+local policy = require "gt.host_policy"   -- what gt changes for the whole process, and why
+policy.jit()
 
-local gt = { _C = C, _rt = rt, version = "0.1.0" }
+local gt = { version = "0.1.0" }
 package.loaded.gt = gt   -- the modules below (gt.tensor, ...) require "gt" while it loads
 reg["gtlua.gt"] = gt
+local I = require "gt.internal"   -- the names gt's modules share (internal.lua lists them)
+I.C, I.rt = C, rt
 
--- At exit a dropped tree's finalizer frees it, whatever outputs it left
--- (tree.lua: else it would wait for them, and the state's close calls each
--- finalizer once).  The host says so before it closes the state
--- (main.c), and os.exit(code, true) closes it from here.
-local exit = os.exit
-os.exit = function(code, close)   -- luacheck: ignore 122
-  if close then gt._closing = true end
-  return exit(code, close)
-end
+policy.exit(gt)   -- (os.exit(code, true) marks gt closing: tree.lua's finalizers)
 
 -- The last failure of the core as a message.
-function gt._errmsg() return ffi.string(C.gt_errmsg(rt)) end
+function I.errmsg() return ffi.string(C.gt_errmsg(rt)) end
 
 -- -- Errors at the user's line -------------------------------------------------
 -- Every error gt raises names the first stack frame outside gt itself (lua/gt/*.lua,
@@ -97,10 +76,10 @@ local function public_name(f)
   return public_names[f]
 end
 
--- gt._where([level]) -> "file:line: " of the first stack frame outside gt (the
+-- I.where([level]) -> "file:line: " of the first stack frame outside gt (the
 -- user's line), or "" when there is none, and the public function's name when
 -- it was reached by a tail call; level: where to start (default: the caller).
-function gt._where(level)
+function I.where(level)
   local l = (level or 1) + 1
   local callee, tail   -- the gt frame just below; a public function the caller did not call by name
   while true do
@@ -126,14 +105,14 @@ function gt._where(level)
   end
 end
 
--- gt._error(msg [, level]): error() for gt's modules: msg at the user's line (gt._where);
+-- I.error(msg [, level]): error() for gt's modules: msg at the user's line (I.where);
 -- level 0 (an already placed message) and non-string errors pass through unchanged
-function gt._error(msg, level)
+function I.error(msg, level)
   if level == 0 or type(msg) ~= "string" then error(msg, level == 0 and 0 or (level or 1) + 1) end
-  local where, tail = gt._where(2)
+  local where, tail = I.where(2)
   if where == "" then error(msg, (level or 1) + 1) end
   if tail then
-    local tree = rawget(gt, "_active")
+    local tree = I.active
     msg = msg .. " (in " .. tail .. ", reached by a tail call `return " .. tail .. "(...)`" ..
       (tree and (" in the function of tree '" .. tostring(tree.name) .. "' (" .. tostring(tree.where) .. ")") or "") ..
       "; the line shown is the nearest caller left on the stack)"
@@ -141,13 +120,13 @@ function gt._error(msg, level)
   error(where .. msg, 0)
 end
 
--- gt._show(v) -> v for a message: strings quoted, numbers as written, a tensor as
+-- I.show(v) -> v for a message: strings quoted, numbers as written, a tensor as
 -- "a tensor 4x4 f32", else its type ("a table"); what an argument error says it got.
-function gt._show(v)
+function I.show(v)
   local t = type(v)
   if t == "cdata" and gt.is_tensor and gt.is_tensor(v) then
     local shape = v._shape
-    return (#shape == 0 and "a scalar tensor " or ("a tensor " .. gt._shape_str(shape) .. " ")) .. v.dtype
+    return (#shape == 0 and "a scalar tensor " or ("a tensor " .. I.shape_str(shape) .. " ")) .. v.dtype
   end
   if t == "string" then return string.format("%q (a string)", v) end
   if t == "number" then
@@ -160,18 +139,18 @@ function gt._show(v)
   return "a " .. t
 end
 
--- gt._opts(opts, what) -> opts, or {} for nil; raises at the user's line when opts is
+-- I.opts(opts, what) -> opts, or {} for nil; raises at the user's line when opts is
 -- not a table (what: the call as the user wrote it, e.g. "gt.randn(shape [, opts])").
-function gt._opts(opts, what)
+function I.opts(opts, what)
   if opts == nil then return {} end
   if type(opts) ~= "table" then
-    gt._error(what .. ": options must be a table (or nil), got " .. gt._show(opts))
+    I.error(what .. ": options must be a table (or nil), got " .. I.show(opts))
   end
   return opts
 end
 
 -- Raises the core's last failure at the user's line.
-function gt._fail() gt._error(gt._errmsg(), 2) end
+function I.fail() I.error(I.errmsg(), 2) end
 
 --- gt.backend() -> "cpu" | "cuda"
 function gt.backend() return ffi.string(C.gt_backend_name(rt)) end
@@ -179,7 +158,7 @@ function gt.backend() return ffi.string(C.gt_backend_name(rt)) end
 --- gt.device() -> { backend, name, cc, sms, memory, driver, nvrtc, compiler }
 function gt.device()
   local d = ffi.new("gt_device_info")
-  if C.gt_device(rt, d) ~= 0 then gt._fail() end
+  if C.gt_device(rt, d) ~= 0 then I.fail() end
   return {
     backend = ffi.string(d.backend), name = ffi.string(d.name),
     cc = d.cc_major .. "." .. d.cc_minor, sms = d.sms, memory = tonumber(d.total_mem),
@@ -193,19 +172,20 @@ function gt.home() return os.getenv("GTLUA_HOME") or "." end
 require("gt.tensor")
 require("gt.kernel")
 require("gt.tree")
+policy.coroutines(I)                    -- (no yield out of a tree call)
 
 --- gt.sync(): ends the segment in a tree call, then waits for the device.
 function gt.sync()
-  if C.gt_tree_active(rt) ~= nil then gt._note_sync("gt.sync", 2); gt._flush(3, nil, C.GT_CUT_SYNC) end
-  if C.gt_sync(rt) ~= 0 then gt._fail() end
+  if C.gt_tree_active(rt) ~= nil then I.note_sync("gt.sync", 2); I.flush(3, nil, C.GT_CUT_SYNC) end
+  if C.gt_sync(rt) ~= 0 then I.fail() end
 end
 
 --- gt.cut(): ends the current segment of a tree call (a no-op outside one).
 function gt.cut()
-  if C.gt_tree_active(rt) ~= nil then gt._flush(3, nil, C.GT_CUT_CUT) end
+  if C.gt_tree_active(rt) ~= nil then I.flush(3, nil, C.GT_CUT_CUT) end
 end
 
-require("gt.cond")   -- gt.cond, gt.loop (wraps gt.sync and gt._flush: no syncs inside a body)
+require("gt.cond")   -- gt.cond, gt.loop (wraps gt.sync and I.flush: no syncs inside a body)
 
 --- gt.profile(on) -> previous: GPU time per node (events on cuda, wall time on cpu).
 function gt.profile(on) return C.gt_profile(rt, on and 1 or 0) ~= 0 end
@@ -229,10 +209,10 @@ function gt.help(x) return require("gt.docs").help(x) end
 -- Called by the host at exit for --stats / --report=FILE.
 function gt._at_exit(o) return require("gt.report").at_exit(o) end
 
--- Traced `patch` numbers and the library functions the user's code calls
--- (gt.trace): installed last, so that gt's modules loaded so far hold the
--- originals (those loaded on first use take them from gt.trace).
-require("gt.trace").install()
+-- math.floor, type and the like take keyed calls' traced numbers (gt.trace):
+-- set last, so that gt's modules loaded so far hold the originals (those
+-- loaded on first use take them from gt.host_policy's original).
+policy.traced_numbers(require "gt.trace")
 
 -- Modules loaded on first use.
 local lazy = { ops = "gt.ops", buckets = "gt.buckets", report = "gt.report", keyed = "gt.keyed" }

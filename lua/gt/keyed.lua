@@ -9,17 +9,18 @@
 local ffi = require "ffi"
 local bit = require "bit"
 local gt = require "gt"
-local C, rt = gt._C, gt._rt
-local select, type, getmetatable, rawequal = select, require("gt.trace").type0, getmetatable, rawequal
-local is_tensor, view = gt.is_tensor, gt._view
-local unstage_res = gt._unstage_res
-local spread, arg_at, packed = gt._spread, gt._arg_at, gt._packed
+local I = require "gt.internal"
+local C, rt = I.C, I.rt
+local select, type, getmetatable, rawequal = select, require("gt.host_policy").original.type, getmetatable, rawequal
+local is_tensor, view = gt.is_tensor, I.view
+local unstage_res = I.unstage_res
+local spread, arg_at, packed = I.spread, I.arg_at, I.packed
 local band = bit.band
 local STATIC, STAGING, RELEASED, SLAB = C.GT_BUF_STATIC, C.GT_BUF_STAGING, C.GT_BUF_RELEASED, C.GT_BUF_SLAB
 local TT = ffi.typeof("gt_tensor")
-local anchor = gt._anchor
+local anchor = I.anchor
 local trace = require "gt.trace"
-local is_traced, tonumber = trace.is_traced, trace.tonumber0
+local is_traced, tonumber = trace.is_traced, require("gt.host_policy").original.tonumber
 
 local M = {}
 
@@ -68,9 +69,10 @@ end
 -- Argument i (x) below node: fills ins/kinds for the core; returns the next
 -- node, or nil and why the call cannot be keyed.
 local function walk_arg(self, node, i, x)
-  local a = self._ins[i - 1]
+  local K = self._keyed
+  local a = K.ins[i - 1]
   a.buf = nil
-  self._kinds[i - 1] = 0
+  K.kinds[i - 1] = 0
   if is_tensor(x) then
     local b = x._b
     -- a released or overwritten tensor (this tree's own too: its last call's
@@ -80,7 +82,7 @@ local function walk_arg(self, node, i, x)
     if x._vid ~= 0 then return nil, "a non-contiguous tensor argument" end
     local staged = self._copy or b.tree == self._t
     if staged then                                   -- staged: a path of its own (its outputs may be staged views)
-      self._kstage = true
+      K.stage = true
       node = child(node, STAGED)
     end
     node = child(child(node, TENSOR), x._sid * 16 + x._dt)   -- shape and dtype: interned, one key
@@ -94,17 +96,17 @@ local function walk_arg(self, node, i, x)
     -- recording's edges and the core's inputs assumed otherwise;
     -- gt_tree_keyed_save refuses a path whose arguments share memory)
     for j = 1, i - 1 do
-      if self._kinds[j - 1] == 1 and self._ins[j - 1].buf == b then
-        node = child(child(node, SHARES[j]), x._off - tonumber(self._ins[j - 1].off))
+      if K.kinds[j - 1] == 1 and K.ins[j - 1].buf == b then
+        node = child(child(node, SHARES[j]), x._off - tonumber(K.ins[j - 1].off))
         break
       end
     end
     a.buf, a.off, a.nbytes = b, x._off, x._nb
-    self._kinds[i - 1] = 1
+    K.kinds[i - 1] = 1
     return node
-  elseif type(x) == "number" and self._patch[i] then
+  elseif type(x) == "number" and K.patch[i] then
     a.v.f64 = x
-    self._kinds[i - 1] = 2
+    K.kinds[i - 1] = 2
     node = child(node, PATCHED)
     return node
   elseif type(x) == "table" and getmetatable(x) == nil then
@@ -118,7 +120,8 @@ end
 -- why the call cannot be keyed.  Up to four arguments without a loop.  (The
 -- arguments: n, a1..a4, rest, as tree.lua's spread takes them.)
 local function walk_args(self, node, n, a1, a2, a3, a4, rest)
-  self._kstage = false                     -- whether an argument needs staging (this tree's own output)
+  local K = self._keyed
+  K.stage = false                     -- whether an argument needs staging (this tree's own output)
   local why
   if not rest then
     if n >= 1 then node, why = walk_arg(self, node, 1, a1); if not node then return nil, why end end
@@ -136,18 +139,20 @@ local function walk_args(self, node, n, a1, a2, a3, a4, rest)
 end
 
 local function key_text(self, ...)
+  local K = self._keyed
   local parts = {}
-  for i = 1, select("#", self._key(...)) do parts[i] = tostring((select(i, self._key(...)))) end
+  for i = 1, select("#", K.key(...)) do parts[i] = tostring((select(i, K.key(...)))) end
   return "(" .. table.concat(parts, ", ") .. ")"
 end
 
 -- (one warning per reason: a reason names its file:line, so a path's
 -- refusal warns once however many key values take it)
 local function refuse(self, leaf, why)
-  local st = self._kstats
+  local K = self._keyed
+  local st = K.stats
   st.refused[why] = (st.refused[why] or 0) + 1
-  local warned = self._kwarned
-  if not warned then warned = {}; self._kwarned = warned end
+  local warned = K.warned
+  if not warned then warned = {}; K.warned = warned end
   if not warned[why] then
     warned[why] = true
     gt.on_warning(("tree '%s' (%s): a keyed call's path cannot be replayed without its body: %s; the body runs")
@@ -262,8 +267,9 @@ end
 
 -- The call's arguments as the core sees them (staged copies in place of own-pool inputs).
 local function fill_staged(self, staged, n)
+  local K = self._keyed
   if not staged then return end
-  local ins, kinds = self._ins, self._kinds
+  local ins, kinds = K.ins, K.kinds
   for i = 1, n do
     local s = staged[i]
     if kinds[i - 1] == 1 and is_tensor(s) then ins[i - 1].buf, ins[i - 1].off = s._b, s._off end
@@ -278,8 +284,9 @@ end
 -- After a body run of leaf's key: memoize (tr: the call's trace), or
 -- verify (the body's launches against the memoized path's).
 local function settle(self, leaf, verifying, tr, n, args, ...)
+  local K = self._keyed
   fill_staged(self, self._staged, n)
-  local t, st = self._t, self._kstats
+  local t, st = self._t, K.stats
   if self._sync then leaf.refused = self._sync; drop(leaf); refuse(self, leaf, self._sync); return ... end
   for i = 1, n do                                -- a hit would not release it (the body frees an input)
     local a = args[i]
@@ -291,13 +298,13 @@ local function settle(self, leaf, verifying, tr, n, args, ...)
   end
   if tr and tr.refused then leaf.refused = tr.refused; drop(leaf); refuse(self, leaf, tr.refused); return ... end
   if verifying then
-    local r = C.gt_tree_keyed_check(rt, leaf.k, self._ins)
+    local r = C.gt_tree_keyed_check(rt, leaf.k, K.ins)
     if r < 0 then
       drop(leaf)                                 -- (a key caught lying is memoized afresh)
-      gt._error(("tree '%s' (%s): keyed call with key %s %s" ..
+      I.error(("tree '%s' (%s): keyed call with key %s %s" ..
         " (the key must decide the path and every number and tensor the body gives its kernels; add what" ..
         " decides it to key, or pass it as an argument: a tensor argument's address and a `patch` number are patched)")
-        :format(self.name, self.where, key_text(self, unpack(args, 1, n)), gt._errmsg()))
+        :format(self.name, self.where, key_text(self, unpack(args, 1, n)), I.errmsg()))
     end
     st.verified = st.verified + 1
     if r == 1 then drop(leaf); leaf.ready = true end   -- (the same launches on nodes the runtime keyed anew: saved again)
@@ -311,9 +318,9 @@ local function settle(self, leaf, verifying, tr, n, args, ...)
   end
   local ci = ffi.new("int[?]", math.max(#cis, 1), cis)
   local ex, nex, sl, nsl = trace.arrays(tr)
-  local k = C.gt_tree_keyed_save(rt, t, self._ins, self._kinds, n, ci, #cis, ex, nex, sl, nsl)
+  local k = C.gt_tree_keyed_save(rt, t, K.ins, K.kinds, n, ci, #cis, ex, nex, sl, nsl)
   if k == nil then
-    local why = gt._errmsg()
+    local why = I.errmsg()
     drop(leaf)
     if why:match("^not every segment replayed") then leaf.ready = C.gt_tree_keyed_ready(t) ~= 0
     elseif not why:match("^the call launched nothing") then
@@ -354,7 +361,8 @@ end
 
 -- args (a table of the call's n arguments) with each `patch` number traced.
 local function traced_args(self, n, args)
-  local patch, r = self._patch, {}
+  local K = self._keyed
+  local patch, r = K.patch, {}
   for i = 1, n do
     local x = args[i]
     if patch[i] and type(x) == "number" then x = trace.arg(i, x) end
@@ -364,9 +372,8 @@ local function traced_args(self, n, args)
 end
 
 -- Whether the call has a `patch` number (walk_args's kinds).
--- Whether the call has a `patch` number (walk_args's kinds).
 local function has_patched(self, n)
-  local kinds = self._kinds
+  local kinds = self._keyed.kinds
   for i = 0, n - 1 do if kinds[i] == 2 then return true end end
   return false
 end
@@ -387,6 +394,7 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- or met a use it cannot follow, the key is refused.
 local EMPTY = { n = 0, op = {}, a = {}, b = {}, c = {}, arg = {}, slots = {}, refused = false }
 local function traced_run(self, leaf, begun, mode, n, a1, a2, a3, a4, rest)
+  local K = self._keyed
   local args = packed(n, a1, a2, a3, a4, rest)
   local t = self._t
   if not has_patched(self, n) then                -- nothing to trace: the call as usual, its trace empty
@@ -398,10 +406,10 @@ local function traced_run(self, leaf, begun, mode, n, a1, a2, a3, a4, rest)
     end
     return settle(self, leaf, false, EMPTY, n, args, self._run(self, mode, n, a1, a2, a3, a4, rest))
   end
-  if C.gt_tree_keep_last(t) ~= 0 then gt._error(gt._errmsg()) end   -- (what the dropped call gives back)
+  if C.gt_tree_keep_last(t) ~= 0 then I.error(I.errmsg()) end   -- (what the dropped call gives back)
   local tr = trace.begin()
   local ta = traced_args(self, n, begun and self._staged or args)
-  self._tracing = true
+  K.tracing = true
   C.gt_tree_dry(t, 1)
   local function go()
     if begun then return self._body(self, n, ta[1], ta[2], ta[3], ta[4], n > 4 and ta or nil) end
@@ -409,7 +417,7 @@ local function traced_run(self, leaf, begun, mode, n, a1, a2, a3, a4, rest)
   end
   local r = results(tr, pcall(go))
   C.gt_tree_dry(t, 0)
-  self._tracing = false
+  K.tracing = false
   trace.finish()
   local why = tr.refused
   if not r.ok then
@@ -450,52 +458,53 @@ local verify_all = os.getenv("GTLUA_VERIFY_KEYS") == "1"
 -- does not) and for the staging of a hit.  The arguments: n, a1..a4, rest
 -- (tree.lua's spread): no vararg function on the way to a hit's outputs.
 local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
+  local K = self._keyed                    -- (the tree's keyed state: M._attach)
   local mode = false
   if pad then mode = nil end
-  if n > self._nins then
-    self._nins = n
-    self._ins, self._kinds = ffi.new("gt_arg[?]", n), ffi.new("uint8_t[?]", n)
+  if n > K.nins then
+    K.nins = n
+    K.ins, K.kinds = ffi.new("gt_arg[?]", n), ffi.new("uint8_t[?]", n)
   end
-  local leaf, why = walk_args(self, walk_keys(self._memo, key_values(self._key(spread(n, a1, a2, a3, a4, rest)))),
+  local leaf, why = walk_args(self, walk_keys(K.memo, key_values(K.key(spread(n, a1, a2, a3, a4, rest)))),
                               n, a1, a2, a3, a4, rest)
-  local st = self._kstats
+  local st = K.stats
   if not leaf then
-    if why then refuse(self, self._memo, why) else st.misses = st.misses + 1 end
+    if why then refuse(self, K.memo, why) else st.misses = st.misses + 1 end
     return self._run(self, mode, n, a1, a2, a3, a4, rest)
   end
   if leaf.refused then refuse(self, leaf, leaf.refused); return self._run(self, mode, n, a1, a2, a3, a4, rest) end
   local k = leaf.k
   local verifying = false
-  if k and (verify_all or self._verify) then      -- (a hit touches no Lua counter: the core counts hits)
+  if k and (verify_all or K.verify) then      -- (a hit touches no Lua counter: the core counts hits)
     st.calls = st.calls + 1
-    verifying = verify_all or st.calls % self._verify == 0
+    verifying = verify_all or st.calls % K.verify == 0
   end
-  if k and not verifying and not (pad or self._kstage) then      -- nothing to stage: one call into the core
+  if k and not verifying and not (pad or K.stage) then      -- nothing to stage: one call into the core
     local outb = leaf.outb
-    local r = C.gt_tree_keyed_call(rt, k, self._ins, outb)
+    local r = C.gt_tree_keyed_call(rt, k, K.ins, outb)
     if r == 0 then return outputs(self, leaf.outs, outb, nil, a1, a2, a3, a4, rest) end
-    if r < 0 then gt._error(gt._errmsg()) end
+    if r < 0 then I.error(I.errmsg()) end
     self._enter(self, C.gt_tree_gen(self._t))                      -- begun: run the body
     st.misses = st.misses + 1
     return traced_run(self, leaf, true, mode, n, a1, a2, a3, a4, rest)
   end
   if k and not verifying then
     local gen = C.gt_tree_call(rt, self._t, nil)
-    if gen == 0 then gt._error(gt._errmsg()) end
+    if gen == 0 then I.error(I.errmsg()) end
     self._enter(self, gen)
     local staged
-    if pad or self._kstage then
-      staged = self:_stage_call(pad and self._prep or self._stage_args, n, a1, a2, a3, a4, rest)
+    if pad or K.stage then
+      staged = self:_stage_call(pad and self._buckets.prep or self._stage_args, n, a1, a2, a3, a4, rest)
       self._staged = staged
       fill_staged(self, staged, n)
     end
-    local r = C.gt_tree_keyed_run(rt, k, self._ins, leaf.outb)
+    local r = C.gt_tree_keyed_run(rt, k, K.ins, leaf.outb)
     if r == 0 then
-      gt._active = nil
-      if self._wb then gt._write_back(self) end          -- a write into a copied (padded) input reaches the caller
+      I.active = nil
+      if self._wb then I.write_back(self) end          -- a write into a copied (padded) input reaches the caller
       return outputs(self, leaf.outs, leaf.outb, staged, a1, a2, a3, a4, rest)
     end
-    if r < 0 then self._abort(); gt._error(gt._errmsg()) end
+    if r < 0 then self._abort(); I.error(I.errmsg()) end
     st.misses = st.misses + 1                      -- a patch needs the body: run it in this call
     return traced_run(self, leaf, true, mode, n, a1, a2, a3, a4, rest)
   end
@@ -517,10 +526,16 @@ function M._attach(tree, opts)
   end
   local v = opts.verify
   if v ~= nil and (type(v) ~= "number" or v < 1 or v ~= math.floor(v)) then error("gt.tree: verify must be a whole number >= 1", 3) end
-  tree._keyed, tree._key, tree._patch, tree._verify = true, key, patch, v
-  tree._memo, tree._nins = {}, 0
-  tree._kstats = { misses = 0, verified = 0, calls = 0, refused = {} }   -- (hits: the core's, tree:stats)
-  tree._keyed_call = keyed_call
+  -- The tree's keyed state, its one field tree._keyed (every field here from
+  -- the start: its table keeps one layout).  key, patch (positions -> true),
+  -- verify (every how many hits, or false); memo: the memo trie; ins, kinds,
+  -- nins: the call's arguments for the core (grown to the most a call had);
+  -- stage: a call's argument needs staging; stats (hits: the core's,
+  -- tree:stats); warned: the refusals warned of; tracing: a traced body run
+  -- (tree.lua's end_body); call: a call's entry.
+  tree._keyed = { key = key, patch = patch, verify = v or false, memo = {}, ins = false, kinds = false, nins = 0,
+                  stage = false, stats = { misses = 0, verified = 0, calls = 0, refused = {} }, warned = false,
+                  tracing = false, call = keyed_call }
 end
 
 return M

@@ -7,10 +7,12 @@
 -- Tensors are f32 unless said otherwise; "rows" means the last dimension, any
 -- leading dimensions flattened (x {B, T, D} has B*T rows of D).
 local gt = require "gt"
+local I = require "gt.internal"
 
 local ceil, max = math.ceil, math.max
 local bor, bxor = bit.bor, bit.bxor
-local type, error, format, concat = require("gt.trace").type0, gt._error, string.format, require("gt.trace").concat0   -- errors name the user's line
+local original = require("gt.host_policy").original   -- (not the wrappers for traced numbers)
+local type, error, format, concat = original.type, I.error, string.format, original.concat   -- errors name the user's line
 
 local ops = {}
 
@@ -98,10 +100,10 @@ local function fail(level, op, fmt, ...)
   error("gt.ops." .. op .. ": " .. format(fmt, ...), level + 1)
 end
 
-local DT = gt._dtypes
+local DT = I.dtypes
 local table_new = require "table.new"
 local F32 = DT.f32
-local SHAPES, NUMEL, shape_id, new_sid = gt._shapes, gt._numel, gt._shape_id, gt._new_sid
+local SHAPES, NUMEL, shape_id, new_sid = I.shapes, I.numel, I.shape_id, I.new_sid
 
 -- The slow path of check: says what is wrong with t.
 local function check_failed(op, name, t, dtype, level)
@@ -179,10 +181,10 @@ end
 -- An op whose scalars follow from its shapes launches through a lean state
 -- per plan (Kernel:_lean): the result is the kernel's first parameter, and
 -- in a tree call its buffer is made by the launch, so that a replayed launch
--- goes through the replay lane (kernel.lua) without calling the core.
+-- goes through the replay lane (launcher.lua) without calling the core.
 local TT = require("ffi").typeof("gt_tensor")
-local LAST = gt._last_made            -- (tensor.lua: the last tensor a tree call made)
-local DTC = {}                       -- dtype code -> its entry in gt._dtypes
+local LAST = I.last_made            -- (tensor.lua: the last tensor a tree call made)
+local DTC = {}                       -- dtype code -> its entry in I.dtypes
 for _, d in pairs(DT) do DTC[d.code] = d end
 
 -- The lean state of kernel file:name over grid gx x gy of blocks bx x by
@@ -196,7 +198,7 @@ end
 
 -- The result of state st (runner run) on the tensors a2, a3, a4.
 local function lean_go(run, st, a2, a3, a4)
-  local tree = gt._active
+  local tree = I.active
   if tree then
     local buf = run(st, nil, a2, a3, a4)
     local sid, dt = st.sid, st.dt
@@ -365,7 +367,7 @@ local c2_xs, c2_ws, c2_bs, c2_act, c2_st = -1, -1, -1, false, nil
 local F32C = F32.code
 
 -- A tree call begins: ops.linear's two places empty (see the note there).
-function gt._ops_new_call()
+function I.ops_new_call()
   c1_xs, c1_ws, c2_xs, c2_ws = -1, -1, -1, -1
 end
 
@@ -404,7 +406,7 @@ function ops.linear(x, W, b, act)
     -- of two alternating, as an MLP's up and down, hits them: four compares
     -- against values a loop's trace keeps in registers, instead of five
     -- lookups).  A miss takes the first place and a hit moves nothing, and
-    -- every tree call starts with both empty (gt._ops_new_call), so each op of a
+    -- every tree call starts with both empty (I.ops_new_call), so each op of a
     -- step meets the same outcome on every call, whatever ran before it: a
     -- side trace for a changed outcome costs an allocation per op (the
     -- loop's handle is no longer sunk).  (Without the emptying, a plan that

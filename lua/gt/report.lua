@@ -52,6 +52,7 @@
 --     shared, shared_with   a new branch: its leading launches that sibling shared_with begins with too
 --                       (a host branch without gt.cut() where the paths part); 0 and null: none
 local gt = require "gt"
+local I = require "gt.internal"
 local C = require "gt.report.common"
 local units = require "gt.units"
 
@@ -61,7 +62,7 @@ local max = math.max
 local M = { color = nil }
 
 function M.raised(tree)
-  if not C.is_tree(tree) then gt._error("gt.report.raised(tree): expected a tree (from gt.tree), got " .. gt._show(tree)) end
+  if not C.is_tree(tree) then I.error("gt.report.raised(tree): expected a tree (from gt.tree), got " .. I.show(tree)) end
   return C.raised(tree)
 end
 
@@ -89,7 +90,7 @@ end
 --- per node, under it a line of its shapes, why it exists and its cut (unless
 --- explain = false), and one more under a node that is skipped, with the reason.
 function M.draw(tree, opts)
-  if opts ~= nil then gt._opts(opts, "gt.report.draw(tree [, {color = bool, explain = bool}])") end
+  if opts ~= nil then I.opts(opts, "gt.report.draw(tree [, {color = bool, explain = bool}])") end
   local s = C.stats_of(tree, "draw")
   local color = opts and opts.color
   if color == nil then color = use_color() end
@@ -157,8 +158,8 @@ function M.html(x, path, what)
   C.check_path(path, what)
   local trees = x
   if C.is_tree(x) then trees = { x }
-  elseif type(x) ~= "table" then gt._error("gt.report.html: expected a tree or a list of trees, got " .. gt._show(x)) end
-  for _, t in ipairs(trees) do if not C.is_tree(t) then gt._error("gt.report.html: expected a tree or a list of trees") end end
+  elseif type(x) ~= "table" then I.error("gt.report.html: expected a tree or a list of trees, got " .. I.show(x)) end
+  for _, t in ipairs(trees) do if not C.is_tree(t) then I.error("gt.report.html: expected a tree or a list of trees") end end
   local text = require("gt.report.html").page(trees)
   if path then C.write_file(path, text, what) end
   return text
@@ -166,12 +167,12 @@ end
 
 -- -- At exit ------------------------------------------------------------------------------
 
---- report.trees() -> the live trees (gt._trees, a weak table), in creation order
+--- report.trees() -> the live trees (I.trees, a weak table), in creation order
 function M.trees()
   local keys, out = {}, {}
-  for k in pairs(gt._trees or {}) do keys[#keys + 1] = k end
+  for k in pairs(I.trees or {}) do keys[#keys + 1] = k end
   sort(keys)
-  for _, k in ipairs(keys) do out[#out + 1] = gt._trees[k] end
+  for _, k in ipairs(keys) do out[#out + 1] = I.trees[k] end
   return out
 end
 

@@ -4,14 +4,16 @@
 -- object a replayed op allocates.  Its shape and strides are interned here
 -- (the struct holds their ids), so that an op that passes its input's shape
 -- on builds no table; `shape`, `numel` and `dtype` read through the interned
--- tables.  This file is the one place that makes tensors (gt._view).
+-- tables.  This file is the one place that makes tensors (I.view).
 local ffi = require "ffi"
 local bit = require "bit"
 
 local gt = require "gt"
-local C, rt = gt._C, gt._rt
-local error = gt._error   -- every error names the user's file:line (init.lua)
-local floor, concat, type = math.floor, table.concat, type
+local I = require "gt.internal"
+local C, rt = I.C, I.rt
+local error = I.error   -- every error names the user's file:line (init.lua)
+local original = require("gt.host_policy").original   -- (not the wrappers for traced numbers)
+local floor, concat, type = original.floor, original.concat, type
 local istype = ffi.istype
 
 local DT = {
@@ -24,7 +26,7 @@ local BY_CODE = { [C.GT_F32] = "f32", [C.GT_I32] = "i32", [C.GT_I64] = "i64", [C
                   [C.GT_F64] = "f64", [C.GT_U32] = "u32", [C.GT_U64] = "u64" }
 local DT_OF = {}       -- code -> DT entry
 for name, d in pairs(DT) do d.name = name; DT_OF[d.code] = d end
-gt._dtypes, gt._dtype_of_code = DT, BY_CODE
+I.dtypes, I.dtype_of_code = DT, BY_CODE
 
 local Tensor = {}      -- the methods
 gt.Tensor = Tensor
@@ -41,14 +43,14 @@ gt.is_tensor = is_tensor
 local function dtype_of(dtype, level)
   local d = DT[dtype or "f32"]
   if not d then if type(dtype) ~= "string" then
-    error("dtype must be a string (f32, i32, i64 or u8), got " .. gt._show(dtype), level + 1)
+    error("dtype must be a string (f32, i32, i64 or u8), got " .. I.show(dtype), level + 1)
   end
   error("unknown dtype '" .. dtype .. "': use f32, i32, i64 or u8", level + 1) end
   return d
 end
 
 local function shape_str(shape) return #shape == 0 and "scalar" or concat(shape, "x") end
-gt._shape_str = shape_str
+I.shape_str = shape_str
 
 -- -- Interned shapes and strides -----------------------------------------
 
@@ -59,7 +61,7 @@ local SHAPES, NUMEL, nshapes = {}, {}, 0
 local trie, sid_of = {}, {}
 local SID = -1                              -- the trie's key for "a shape ends here" (sizes are >= 0)
 local MAX_BYTES = 2 ^ 53                    -- beyond this, byte counts are not exact numbers
-gt._shapes, gt._numel = SHAPES, NUMEL
+I.shapes, I.numel = SHAPES, NUMEL
 
 local function intern_new(node, shape, n)
   nshapes = nshapes + 1
@@ -86,13 +88,13 @@ local function size_ok(d) return type(d) == "number" and d >= 0 and d == floor(d
 local function shape_id_slow(shape, level)
   if type(shape) ~= "table" or getmetatable(shape) ~= nil then
     if type(shape) == "number" then shape = { shape }
-    else error("a shape is a table of sizes, e.g. {8, 256}, got " .. gt._show(shape), level + 1) end
+    else error("a shape is a table of sizes, e.g. {8, 256}, got " .. I.show(shape), level + 1) end
   end
   local node, n = trie, 1
   for i = 1, #shape do
     local d = shape[i]
     if type(d) ~= "number" or d < 0 or d ~= floor(d) or d >= MAX_BYTES then
-      error("bad shape: dimension " .. i .. " is " .. gt._show(d) .. ", not a size: each dimension is a whole " ..
+      error("bad shape: dimension " .. i .. " is " .. I.show(d) .. ", not a size: each dimension is a whole " ..
         "number, 0 or more (e.g. {8, 256})", level + 1)
     end
     n = n * d
@@ -126,7 +128,7 @@ local function shape_id(shape, level)
   end
   return shape_id_slow(shape, level + 1)
 end
-gt._shape_id = shape_id
+I.shape_id = shape_id
 
 -- Strides of non-contiguous views, interned the same way (in elements).
 local STRIDES, vtrie, nstrides = { [0] = false }, {}, 0
@@ -165,7 +167,7 @@ local function view(b, off, sid, dt, gen, vid, new)
   t = gc(t, drop)          -- (not a tail call: a trace that began in view aborts when it returns to a
   return t                 -- lower frame straight from a fast function with side effects)
 end
-gt._view = view
+I.view = view
 
 -- A view the caller makes (t:view, t:narrow) of a tree's output, its pool or
 -- its staging, outside the tree's calls: noted with the output, so that it
@@ -173,7 +175,7 @@ gt._view = view
 -- in view itself: a replayed op's handle would pay the test.)
 local function user_view(b, off, sid, dt, gen, vid)
   local t = view(b, off, sid, dt, gen, vid)
-  if b.tree ~= nil and not gt._active then gt._anchor_view(t, b) end
+  if b.tree ~= nil and not I.active then I.anchor_view(t, b) end
   return t
 end
 
@@ -207,7 +209,7 @@ local TREE_SLAB = bor(C.GT_BUF_TREE, C.GT_BUF_SLAB)
 -- The shape id and dtype code of the last tensor a tree call made (an FFI
 -- array: two plain stores an op, where a table's fields cost a write barrier).
 local LAST = ffi.new("int32_t[2]")
-gt._last_made = LAST
+I.last_made = LAST
 
 local function lane_buf(j, bytes, li)
   local L = LANE
@@ -220,7 +222,7 @@ local function lane_buf(j, bytes, li)
   L.nbufs[0] = j + 1
   return y
 end
-gt._lane_buf = lane_buf
+I.lane_buf = lane_buf
 -- (the fields above are all of them: a field added to gt_buf needs its store here)
 assert(ffi.sizeof("gt_buf") == 96, "gt_buf changed: update lane_buf (tensor.lua) as gt_slab_buf_init (core.h)")
 
@@ -230,23 +232,23 @@ assert(ffi.sizeof("gt_buf") == 96, "gt_buf changed: update lane_buf (tensor.lua)
 -- released or when its last handle is collected).
 local function new_sid(sid, d, level)
   local nb = NUMEL[sid] * d.size
-  local tree = gt._active
+  local tree = I.active
   if tree then
     local L, b = LANE, nil
     if L.n > 0 and L.nbufs[0] < L.room then b = lane_buf(L.nbufs[0], nb, L.qn[0] + L.lazy)
     else b = C.gt_tree_buf_new(rt, nb) end
-    if b == nil then error(gt._errmsg(), level + 1) end
+    if b == nil then error(I.errmsg(), level + 1) end
     local t = TT(b, 0, nb, tree._gen, sid, d.code, 0)
     LAST[0], LAST[1] = sid, d.code                       -- a new node's shapes name its last tensor (explain.lua)
     return t
   end
   local b = C.gt_buf_new(rt, nb)
-  if b == nil then error(gt._errmsg(), level + 1) end
+  if b == nil then error(I.errmsg(), level + 1) end
   local t = gc(TT(b, 0, nb, 0, sid, d.code, 0), drop)
   if nplain > 0 then local l = plain[nplain]; l[#l + 1] = t end
   return t
 end
-gt._new_sid = new_sid
+I.new_sid = new_sid
 
 local function new(shape, dtype, level)
   local d = DT[dtype or "f32"] or dtype_of(dtype, level + 1)
@@ -316,7 +318,7 @@ end
 
 -- x released as y was (the caller's tensor whose staged copy y the body
 -- freed: tree.lua's write_back), with y's site in its message.
-function gt._release_as(x, y)
+function I.release_as(x, y)
   local b = x._b
   if band(b.flags, RELEASED) ~= 0 or x._gen ~= b.gen_now[0] then return end
   if C.gt_buf_free(rt, b) ~= 0 then return end
@@ -349,7 +351,7 @@ local function stale_error(t, level)
   end
   error(what .. " is no longer valid", level + 1)
 end
-gt._stale_error = stale_error
+I.stale_error = stale_error
 
 -- A handle that raises as released tensor x does, over a buffer struct of
 -- its own: a tree call passes it for x, its own last output released by the
@@ -357,7 +359,7 @@ gt._stale_error = stale_error
 -- read "overwritten by a later call").
 local DEAD_GEN = ffi.new("int32_t[1]", -1)
 local dead_of = setmetatable({}, { __mode = "k" })   -- handle -> its struct (kept while the handle lives)
-function gt._dead_copy(x)
+function I.dead_copy(x)
   local b = x._b
   local a = ffi.new("gt_buf[1]")
   local d = a + 0
@@ -372,7 +374,7 @@ local function not_tensor(t, level)
   local name = debug.getinfo(level, "n")
   name = name and name.name or "method"
   error("t:" .. name .. "(...): call it with a colon on a tensor (t:" .. name .. "(...)), got " ..
-    gt._show(t) .. " for the tensor", level + 1)
+    I.show(t) .. " for the tensor", level + 1)
 end
 
 local function live(t, level)
@@ -390,10 +392,10 @@ function Tensor:is_stale() if not istype(TT, self) then not_tensor(self, 2) end 
 local CUT = { item = C.GT_CUT_ITEM, tolist = C.GT_CUT_TOLIST }   -- (what ended a segment, gt.h; else GT_CUT_HOST)
 local CUT_HOST = C.GT_CUT_HOST
 local function sync_point(level, what)
-  if gt._in_body then gt._in_body(what, level + 1) end   -- inside a gt.cond/gt.loop body: an error (cond.lua)
+  if I.in_body then I.in_body(what, level + 1) end   -- inside a gt.cond/gt.loop body: an error (cond.lua)
   if C.gt_tree_active(rt) ~= nil then
-    gt._note_sync(what, level + 1)
-    gt._flush(level + 1, nil, CUT[what] or CUT_HOST)
+    I.note_sync(what, level + 1)
+    I.flush(level + 1, nil, CUT[what] or CUT_HOST)
   end
 end
 
@@ -408,7 +410,7 @@ function gt.tensor(shape, dtype) return new(shape, dtype, 2) end
 --- gt.zeros(shape [, dtype])
 function gt.zeros(shape, dtype)
   local t = new(shape, dtype, 2)
-  if C.gt_buf_memset(rt, t._b, 0, 0, t._nb) ~= 0 then gt._fail() end
+  if C.gt_buf_memset(rt, t._b, 0, 0, t._nb) ~= 0 then I.fail() end
   return t
 end
 
@@ -416,14 +418,14 @@ end
 local function fill_value(v, what)
   if type(v) ~= "number" then
     error(what .. ": the fill value " .. (v == nil and "is missing: pass a number" or "must be a number") ..
-      ", got " .. gt._show(v))
+      ", got " .. I.show(v))
   end
 end
 
 local fillk
 local function fill(t, v, level)
   if v == 0 then
-    if C.gt_buf_memset(rt, t._b, t._off, 0, t._nb) ~= 0 then gt._fail(level + 1) end
+    if C.gt_buf_memset(rt, t._b, t._off, 0, t._nb) ~= 0 then I.fail(level + 1) end
     return t
   end
   if not fillk then fillk = gt.load("kernels/elementwise.cu") end
@@ -469,14 +471,14 @@ local function write_values(t, vals, level)
   local host = d.ct(n)
   for i = 1, n do host[i - 1] = vals[i] end
   sync_point(level + 1, "a host copy")
-  if C.gt_buf_write(rt, t._b, t._off, host, n * d.size) ~= 0 then gt._fail(level + 1) end
+  if C.gt_buf_write(rt, t._b, t._off, host, n * d.size) ~= 0 then I.fail(level + 1) end
 end
 
 --- gt.from(nested_table_or_number [, dtype])
 function gt.from(tbl, dtype)
   if type(tbl) == "number" then tbl = { tbl } end
   if type(tbl) ~= "table" or getmetatable(tbl) ~= nil then
-    error("gt.from expects a (nested) table of numbers, got " .. gt._show(tbl), 2)
+    error("gt.from expects a (nested) table of numbers, got " .. I.show(tbl), 2)
   end
   local shape, vals = flatten(tbl, 1)
   local t = new(shape, dtype, 2)
@@ -497,14 +499,14 @@ end
 --- gt.randn(shape [, {seed=, dtype=, scale=}]): normal values, deterministic per seed
 local RANDN_OPTS = { seed = "number", scale = "number", dtype = "string" }
 function gt.randn(shape, opts)
-  opts = gt._opts(opts, "gt.randn(shape [, {seed=, dtype=, scale=}])")
+  opts = I.opts(opts, "gt.randn(shape [, {seed=, dtype=, scale=}])")
   for k, v in pairs(opts) do
     local want = RANDN_OPTS[k]
     if not want then
-      error("gt.randn(shape [, opts]): unknown option " .. (type(k) == "string" and ("'" .. k .. "'") or gt._show(k)) ..
+      error("gt.randn(shape [, opts]): unknown option " .. (type(k) == "string" and ("'" .. k .. "'") or I.show(k)) ..
         ": the options are seed (a number), dtype (a string) and scale (a number)")
     elseif type(v) ~= want then
-      error("gt.randn(shape [, opts]): option " .. k .. " must be a " .. want .. ", got " .. gt._show(v))
+      error("gt.randn(shape [, opts]): option " .. k .. " must be a " .. want .. ", got " .. I.show(v))
     end
   end
   local t = new(shape, opts.dtype, 2)
@@ -521,7 +523,7 @@ function gt.randn(shape, opts)
     if i + 1 < n then host[i + 1] = r * math.sin(2 * math.pi * u2) * scale end
   end
   sync_point(2, "a host copy")
-  if C.gt_buf_write(rt, t._b, 0, host, t._nb) ~= 0 then gt._fail() end
+  if C.gt_buf_write(rt, t._b, 0, host, t._nb) ~= 0 then I.fail() end
   return t
 end
 
@@ -534,7 +536,7 @@ local function read_flat(t, level, what)
   local d = DT[t.dtype]
   if not t._strides then
     local host = d.ct(math.max(t.numel, 1))
-    if C.gt_buf_read(rt, b, t._off, host, t._nb) ~= 0 then gt._fail(level + 1) end
+    if C.gt_buf_read(rt, b, t._off, host, t._nb) ~= 0 then I.fail(level + 1) end
     return host, t.numel
   end
   -- a strided view: read the span it covers, then gather
@@ -542,7 +544,7 @@ local function read_flat(t, level, what)
   local span = 1
   for i = 1, #shape do span = span + (shape[i] - 1) * st[i] end
   local raw = d.ct(span)
-  if C.gt_buf_read(rt, b, t._off, raw, span * d.size) ~= 0 then gt._fail(level + 1) end
+  if C.gt_buf_read(rt, b, t._off, raw, span * d.size) ~= 0 then I.fail(level + 1) end
   local out, k = d.ct(math.max(t.numel, 1)), 0
   local function walk(dim, base)
     if dim > #shape then out[k] = raw[base]; k = k + 1; return end
@@ -589,8 +591,8 @@ function Tensor:clone()
   if self._strides then
     local flat, n = read_flat(self, 2)
     sync_point(2, "a host copy")
-    if C.gt_buf_write(rt, c._b, 0, flat, n * d.size) ~= 0 then gt._fail() end
-  elseif C.gt_buf_copy(rt, c._b, 0, b, self._off, self._nb) ~= 0 then gt._fail() end
+    if C.gt_buf_write(rt, c._b, 0, flat, n * d.size) ~= 0 then I.fail() end
+  elseif C.gt_buf_copy(rt, c._b, 0, b, self._off, self._nb) ~= 0 then I.fail() end
   return c
 end
 
@@ -605,7 +607,7 @@ function Tensor:copy(src)
             self.dtype .. " " .. shape_str(self._shape), 2)
     end
     if src._strides then src = src:clone(); sb = src._b end
-    if C.gt_buf_copy(rt, b, self._off, sb, src._off, self._nb) ~= 0 then gt._fail() end
+    if C.gt_buf_copy(rt, b, self._off, sb, src._off, self._nb) ~= 0 then I.fail() end
     return self
   end
   if type(src) ~= "table" then error("copy expects a tensor or a table of numbers", 2) end
@@ -630,7 +632,7 @@ function Tensor:view(shape)
   if type(shape) ~= "table" then error("view expects a shape table", 2) end
   local s, known, hole = {}, 1, nil
   for i = 1, #shape do
-    if type(shape[i]) ~= "number" then error("view: size " .. i .. " is " .. gt._show(shape[i]) .. ", not a number", 2) end
+    if type(shape[i]) ~= "number" then error("view: size " .. i .. " is " .. I.show(shape[i]) .. ", not a number", 2) end
     if shape[i] == -1 then
       if hole then error("view: only one size may be -1", 2) end
       hole = i
@@ -649,10 +651,10 @@ end
 function Tensor:narrow(dim, start, len)
   live(self, 2)
   local shape = self._shape
-  if type(dim) ~= "number" or dim ~= floor(dim) or dim < 1 or dim > #shape then error("narrow: dim " .. gt._show(dim) .. " out of 1.." .. #shape, 2) end
+  if type(dim) ~= "number" or dim ~= floor(dim) or dim < 1 or dim > #shape then error("narrow: dim " .. I.show(dim) .. " out of 1.." .. #shape, 2) end
   if type(start) ~= "number" or type(len) ~= "number" or start ~= floor(start) or len ~= floor(len) or
      start < 1 or len < 0 or start + len - 1 > shape[dim] then
-    error("narrow: start " .. gt._show(start) .. ", len " .. gt._show(len) .. " outside dim " .. dim .. " of size " ..
+    error("narrow: start " .. I.show(start) .. ", len " .. I.show(len) .. " outside dim " .. dim .. " of size " ..
       shape[dim] .. " (start: a whole number from 1, len: a whole number >= 0, start + len - 1 <= the size)", 2)
   end
   local d = DT_OF[self._dt]
@@ -679,7 +681,7 @@ function Tensor:t()
   if not istype(TT, self) then not_tensor(self, 2) end
   local n = #SHAPES[self._sid]
   if n ~= 2 then
-    error("t:t(): the tensor must be 2-D (a matrix), got " .. gt._show(self) .. (n > 2 and "; :view() it as 2-D first" or ""), 2)
+    error("t:t(): the tensor must be 2-D (a matrix), got " .. I.show(self) .. (n > 2 and "; :view() it as 2-D first" or ""), 2)
   end
   return gt.ops.transpose(self)
 end
@@ -698,7 +700,7 @@ end
 --- still read it; only later ones may reuse the memory.
 function Tensor:free()
   local b = live(self, 2)
-  if C.gt_buf_free(rt, b) ~= 0 then gt._fail(2) end
+  if C.gt_buf_free(rt, b) ~= 0 then I.fail(2) end
   local i = debug.getinfo(2, "Sl")
   b.site = text_id(":free() at " .. (i and (i.short_src .. ":" .. (i.currentline or 0)) or "?"))
 end
@@ -807,7 +809,7 @@ local function host_results(extra, ok, n, r1, r2)
   for i = 1, n - 2 do extra[i] = nil end
   return r1, r2, unpack(more, 1, n - 2)
 end
-gt._host_results = host_results
+I.host_results = host_results
 
 --- gt.scope(fn, ...) -> fn(...): when fn returns, every tensor made inside
 --- it that is not among its results (or in a table it returns, one level
@@ -818,13 +820,13 @@ gt._host_results = host_results
 -- A tree call's output made inside scopes outside tree calls (tree.lua's
 -- anchor): the innermost one releases it unless it returns it, as it does
 -- what a plain function called there makes.
-function gt._plain_note(t)
+function I.plain_note(t)
   if nplain > 0 then local l = plain[nplain]; l[#l + 1] = t end
 end
 
 function gt.scope(fn, ...)
   if type(fn) ~= "function" then error("gt.scope(fn, ...): fn must be a function, got " .. type(fn), 2) end
-  local tree = gt._active
+  local tree = I.active
   local ok, n, r1, r2
   if tree then
     local first = C.gt_tree_nbufs(tree._t)
@@ -840,7 +842,7 @@ function gt.scope(fn, ...)
         sc.gen, sc.n = tree._gen, 0
       end
       if sc[sc.n] ~= fn then sc.n = sc.n + 1; sc[sc.n] = fn end
-      if C.gt_tree_scope_end(rt, first, site_id(fn)) ~= 0 then ok, n, r1 = false, 1, gt._errmsg() end
+      if C.gt_tree_scope_end(rt, first, site_id(fn)) ~= 0 then ok, n, r1 = false, 1, I.errmsg() end
     end
   else
     nplain = nplain + 1
@@ -861,7 +863,7 @@ function Tensor:size(d)
     local n = #SHAPES[self._sid]
     if type(d) ~= "number" or d ~= floor(d) or d < 1 or d > n then
       error("t:size([d]): d must be a dimension in 1.." .. n .. " of this " .. shape_str(self._shape) ..
-        " tensor, got " .. gt._show(d), 2)
+        " tensor, got " .. I.show(d), 2)
     end
     return self._shape[d]
   end local s = {} for i, v in ipairs(self._shape) do s[i] = v end return s end
@@ -920,8 +922,8 @@ local OPERATORS = {
 local MT = { __index = index, __tostring = function(t) return Tensor.__tostring(t) end }
 for mm, say in pairs(OPERATORS) do
   MT[mm] = function(a, b)
-    local what = (mm == "__unm" or mm == "__len") and gt._show(a) or (gt._show(a) .. " and " .. gt._show(b))
-    gt._error(say[1] .. " on " .. what .. ": gtlua tensors have no operators; write " .. say[2])
+    local what = (mm == "__unm" or mm == "__len") and I.show(a) or (I.show(a) .. " and " .. I.show(b))
+    I.error(say[1] .. " on " .. what .. ": gtlua tensors have no operators; write " .. say[2])
   end
 end
 

@@ -18,12 +18,14 @@
 -- call runs again with plain numbers (keyed.lua).
 local ffi = require "ffi"
 local gt = require "gt"
-local C = gt._C
+local I = require "gt.internal"
+local C = I.C
 
 local M = {}
 local TR = ffi.typeof("gt_traced")
 local istype, type, tostring, getinfo = ffi.istype, type, tostring, debug.getinfo
-local floor, ceil, abs, sqrt = math.floor, math.ceil, math.abs, math.sqrt
+local original = require("gt.host_policy").original   -- (the library's own, not the wrappers)
+local floor, ceil, abs, sqrt = original.floor, original.ceil, original.abs, original.sqrt
 
 -- The trace being taken (nil: none).  serial tells a traced number of this
 -- trace from one that outlived an earlier one (it acts as its value).
@@ -151,22 +153,10 @@ local mt = {
 }
 ffi.metatype(TR, mt)
 
--- Library functions and traced numbers.  (Process-wide: the body calls
--- math.floor or table.concat as the user's code does, and a traced number
--- must not make them raise, in the call or after it, kept in a table the
--- body filled.)  math.floor, ceil, abs and sqrt of a traced number are
--- traced; type says "number"; tonumber gives its value, table.concat and
--- io.write take it as its value (refusing the path while it is live).  A plain call goes
--- straight to the original.  Other functions that want a number raise on
--- a traced one (in the traced call: its call runs again with plain
--- numbers, keyed.lua).
-local function wrap1(name, op, f)
-  local traced = unary(op, f)
-  math[name] = function(x)
-    if type(x) == "cdata" and istype(TR, x) then return traced(x) end
-    return f(x)
-  end
-end
+-- math.floor, ceil, abs and sqrt of a traced number, traced (gt.host_policy
+-- wraps the library's functions with these).
+M.math = { floor = unary(C.GT_TX_FLOOR, floor), ceil = unary(C.GT_TX_CEIL, ceil),
+           abs = unary(C.GT_TX_ABS, abs), sqrt = unary(C.GT_TX_SQRT, sqrt) }
 
 function M.any_traced(...)
   for i = 1, select("#", ...) do
@@ -174,64 +164,6 @@ function M.any_traced(...)
     if type(x) == "cdata" and istype(TR, x) then return true end
   end
   return false
-end
-
--- args with each traced number as its value (a live one refuses the path: what).
-local function plain_args(what, ...)
-  local n, r = select("#", ...), { ... }
-  for i = 1, n do
-    local x = r[i]
-    if type(x) == "cdata" and istype(TR, x) then
-      if live(x) then refuse(x, what) end
-      r[i] = x.v
-    end
-  end
-  return unpack(r, 1, n)
-end
-local tonumber0, concat0, write0 = tonumber, table.concat, io.write
-M.tonumber0, M.type0, M.concat0 = tonumber0, type, concat0   -- (gt's own modules call the originals)
-local function wrapped_tonumber(x, base)
-  if type(x) == "cdata" and istype(TR, x) then
-    if live(x) then refuse(x, "given to tonumber") end
-    return x.v
-  end
-  return tonumber0(x, base)
-end
-local function wrapped_concat(t, sep, i, j)
-  local ok, r = pcall(concat0, t, sep, i, j)
-  if ok then return r end
-  if type(t) == "table" then
-    local c, any = {}, false
-    for k, v in pairs(t) do
-      if type(v) == "cdata" and istype(TR, v) then
-        if live(v) then refuse(v, "concatenated") end
-        v, any = tostring(v.v), true
-      end
-      c[k] = v
-    end
-    if any then return concat0(c, sep, i, j) end
-  end
-  error(r, 2)
-end
-local function wrapped_write(...)
-  if not M.any_traced(...) then return write0(...) end
-  return write0(plain_args("written", ...))
-end
-
--- type of a traced number is "number", as of the number it stands for.
-local function wrapped_type(x)
-  local t = type(x)
-  if t == "cdata" and istype(TR, x) then return "number" end
-  return t
-end
-
---- Installs the wrappers (init.lua, once gt's own modules hold the originals).
-function M.install()
-  wrap1("floor", C.GT_TX_FLOOR, floor)
-  wrap1("ceil", C.GT_TX_CEIL, ceil)
-  wrap1("abs", C.GT_TX_ABS, abs)
-  wrap1("sqrt", C.GT_TX_SQRT, sqrt)
-  _G.type, _G.tonumber, table.concat, io.write = wrapped_type, wrapped_tonumber, wrapped_concat, wrapped_write
 end
 
 --- Begins a trace: returns the traced number of argument i (1-based) with value v via M.arg.
@@ -264,7 +196,7 @@ function M.value(x) return value(x) end
 function M.slot(i, x)
   if x.call ~= serial or not cur then return x.v end
   local launch, seg = 0, ffi.new("int32_t[1]")
-  launch = C.gt_tree_next_launch(gt._rt, seg)
+  launch = C.gt_tree_next_launch(I.rt, seg)
   if seg[0] < 0 then return x.v end
   local s = cur.slots
   s[#s + 1] = { seg[0], launch, i - 1, x.e }

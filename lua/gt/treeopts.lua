@@ -3,8 +3,8 @@
 -- did-you-mean).  Returns a function check(opts, fail) -> opts, fail(msg) raising at the user's line.
 local INT_MAX = 2147483647
 
--- v for a message: strings quoted, numbers as written (1.5, 4294967296, inf, nan): gt._show.
-local show = require("gt")._show
+-- v for a message: strings quoted, numbers as written (1.5, 4294967296, inf, nan): I.show.
+local show = require("gt.internal").show
 
 local function whole(v, lo, hi)
   return type(v) == "number" and v == math.floor(v) and v >= lo and v <= hi

@@ -138,7 +138,7 @@ fi
 # the device (launch_probe.c: built with nvcc when no build/launch_probe came)
 if [ -z "$quick" ] && [ -z "$only" ]; then
   if [ ! -x build/launch_probe ] && command -v nvcc >/dev/null 2>&1; then
-    stage "$dir/nvcc-probe.log" "$T_NVCC" nvcc -O2 -o build/launch_probe scripts/bench/launch_probe.c -lcuda -lnvrtc \
+    stage "$dir/nvcc-probe.log" "$T_NVCC" nvcc -O2 -o build/launch_probe scripts/bench/probes/launch_probe.c -lcuda -lnvrtc \
       || say "nvcc failed for launch_probe.c (soft)"
   fi
   if [ -x build/launch_probe ]; then

@@ -41,7 +41,7 @@ for w in (os.getenv("KEYEDFUZZ_SKIP") or ""):gmatch("[%a%d]+") do M.skip[w] = tr
 
 local N = 8                                   -- every data tensor is {N} f32
 
-local function rng(seed) return require("spec.fuzz").rng(seed, true) end
+local function rng(seed) return require("spec.harness.fuzz").rng(seed, true) end
 
 -- The kernels (one compile per process: gt.compile caches by source).  Grid-
 -- stride loops, so one launch shape fits every n.
@@ -579,7 +579,7 @@ local function check(seed, calls, st)
       mirror()
     end
   end
-  local F = require "spec.fuzz"
+  local F = require "spec.harness.fuzz"
   return F.counted(A, "keyedfuzz seed " .. seed .. " A") or F.counted(B, "keyedfuzz seed " .. seed .. " B")
 end
 

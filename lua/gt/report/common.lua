@@ -1,5 +1,6 @@
 -- gt.report.common: what the drawing, DOT and HTML share: node states, the walk, text width, colours.
 local gt = require "gt"
+local I = require "gt.internal"
 
 local format, concat, rep = string.format, table.concat, string.rep
 local floor, max, min = math.floor, math.max, math.min
@@ -109,7 +110,7 @@ end
 --- the text only); raises at the user's line naming what (e.g. "tree:dot(path)").
 function M.check_path(path, what)
   if path ~= nil and type(path) ~= "string" then
-    gt._error(what .. ": path must be a file name (a string), or nil for the text only, got " .. gt._show(path))
+    I.error(what .. ": path must be a file name (a string), or nil for the text only, got " .. I.show(path))
   end
 end
 
@@ -117,23 +118,23 @@ end
 --- user's line (the tree:dot(path) line), naming what, the path and the reason.
 function M.write_file(path, text, what)
   local f, err = io.open(path, "wb")
-  if not f then gt._error(what .. ": cannot write " .. tostring(err)) end
+  if not f then I.error(what .. ": cannot write " .. tostring(err)) end
   local ok, werr = f:write(text)
   local cok, cerr = f:close()
-  if not ok or not cok then gt._error(what .. ": cannot write " .. path .. ": " .. tostring(werr or cerr)) end
+  if not ok or not cok then I.error(what .. ": cannot write " .. path .. ": " .. tostring(werr or cerr)) end
 end
 
 function M.is_tree(x) return type(x) == "table" and getmetatable(x) == gt.Tree end
 
 --- stats_of(tree, fn) -> tree:stats(); raises at the user's line for a non-tree
 function M.stats_of(tree, fn)
-  if not M.is_tree(tree) then gt._error("gt.report." .. fn .. ": expected a tree (from gt.tree), got " .. gt._show(tree)) end
+  if not M.is_tree(tree) then I.error("gt.report." .. fn .. ": expected a tree (from gt.tree), got " .. I.show(tree)) end
   return tree:stats()
 end
 
 --- raised(tree) -> whether a call of the tree raised (its buffers were dropped)
 function M.raised(tree)
-  return tree._t ~= nil and gt._C.gt_tree_failed_gen(tree._t) ~= 0
+  return tree._t ~= nil and I.C.gt_tree_failed_gen(tree._t) ~= 0
 end
 
 -- -- Colours shared by DOT and HTML ---------------------------------------------

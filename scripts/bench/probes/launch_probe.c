@@ -3,7 +3,7 @@
 
    Build here (the CUDA toolkit's headers and stub libcuda), run on the GPU
    machine (carry build/):
-     cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L scripts/bench/launch_probe.c \
+     cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L scripts/bench/probes/launch_probe.c \
         -I/usr/local/cuda/include -L/usr/local/cuda/lib64/stubs -L/usr/local/cuda/lib64 \
         -lcuda -lnvrtc -Wl,-rpath,/usr/local/cuda/lib64 -o build/launch_probe
      taskset -c 4 build/launch_probe

@@ -1,13 +1,13 @@
 #!/bin/sh
 # traces.sh: LuaJIT's trace aborts on the bench scenarios (issue: a replayed
 # step should run compiled; an abort on the op path means the interpreter).
-#   sh scripts/bench/traces.sh [SCENARIOS]     # default chain,branch,grow-128; also decode-1, decode-8
+#   sh scripts/bench/probes/traces.sh [SCENARIOS]     # default chain,branch,grow-128; also decode-1, decode-8
 # Runs gtlua_bench.lua's full-size scenarios (on the cpu backend the graphs do
 # not run their kernels, GTLUA_CPU_NOEXEC=1, so that only host work is timed
 # and traced) under jit.v, then prints each abort reason with its count, the
 # most frequent first, and the traces that fell back to the interpreter.
 set -u
-cd "$(dirname "$0")/../.." || exit 1
+cd "$(dirname "$0")/../../.." || exit 1
 BIN=${GTLUA_BIN:-build/gtlua}
 only=${1:-chain,branch,grow-128}
 log=$(mktemp)

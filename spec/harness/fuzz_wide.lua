@@ -1,5 +1,5 @@
--- spec/fuzz_wide.lua: differential fuzzing of trees against eager runs over
--- more of the API than spec/fuzz.lua.  The programs use views and row
+-- spec/harness/fuzz_wide.lua: differential fuzzing of trees against eager runs over
+-- more of the API than spec/harness/fuzz.lua.  The programs use views and row
 -- slices, in-place writes (into intermediates and into the call's own
 -- inputs), host reads that branch (item), device-side branches (gt.cond,
 -- gt.loop), syncs, clones and fills inside a call, norms, row reductions,
@@ -23,7 +23,7 @@ local M = {}
 
 local ROWS, COLS = 4, 8
 
-local function rng(seed) return require("spec.fuzz").rng(seed, true) end
+local function rng(seed) return require("spec.harness.fuzz").rng(seed, true) end
 
 local UNARY = { "relu", "tanh", "sigmoid", "gelu" }
 
@@ -330,7 +330,7 @@ function M.check(seed, calls)
       tb, eb = ta, ea
     end
   end
-  return require("spec.fuzz").counted(step, ("seed %d (%s)"):format(seed, mode))
+  return require("spec.harness.fuzz").counted(step, ("seed %d (%s)"):format(seed, mode))
 end
 
 return M

@@ -1,4 +1,4 @@
--- spec/fuzz.lua: differential fuzzing of trees against eager runs.
+-- spec/harness/fuzz.lua: differential fuzzing of trees against eager runs.
 -- A seed makes a random step function: ops over a register file, some of them
 -- only on some routes, gt.cut()s, gt.scope()s, frees, tensors kept in a
 -- table past the call, and outputs (intermediates or inputs unchanged) that

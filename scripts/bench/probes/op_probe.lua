@@ -6,7 +6,7 @@
 -- cache line of an MB-sized buffer (the host's caches cold, as a long step or
 -- other work leaves them); NW=n: n distinct weights (default 32); SYNC=k: a
 -- sync after every k-th call only (default 1: the host's caches as a synced
--- step leaves them; a larger k, as back-to-back calls leave them).  scripts/bench/icount.sh counts its instructions.
+-- step leaves them; a larger k, as back-to-back calls leave them).  scripts/bench/probes/icount.sh counts its instructions.
 local gt = require "gt"
 local N = tonumber(arg[1]) or 128
 local mode = arg[2] or "tree"
