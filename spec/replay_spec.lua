@@ -460,3 +460,18 @@ __global__ void bump(float *acc, float *x, int n) {
       "tree 'inner': tree:floor inside a call of tree 'outer'; measure the floor outside tree calls")
   end)
 end)
+
+describe("tree:floor after another tree gave its memory back #floor", function()
+  it("refuses when its last call read a tensor in memory a trim gave back, and runs once the tree is called again", function()
+    local ops = gt.ops
+    local B = gt.tree(function(x) return ops.mul(x, 2) end)
+    local A = gt.tree(function(x) return ops.add(x, 1) end)
+    local x = gt.full({ 8 }, 1)
+    for _ = 1, 4 do A(B(x)) end
+    B:trim(0)                                             -- B's output, A's last input, lay in memory given back
+    assert.error_matches(function() A:floor(2) end, "an input of its last call lay in memory a tree's pool gave back")
+    A(B(x))
+    local cpu = A:floor(2)
+    assert.is_true(cpu >= 0)
+  end)
+end)

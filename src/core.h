@@ -41,6 +41,11 @@ typedef struct gt_pool {
   int nrng;
 } gt_pool;
 
+/* Bumped whenever a pool gives memory back (a shrink that decommits, a
+   destroy): memory a graph held an address in may be unmapped since. */
+extern uint64_t gt_pool_epoch;
+/* 1 when memory given back after epoch since held addr (or may have: the log reaches back 64 releases). */
+int gt_pool_released_since(uint64_t since, uint64_t addr);
 /* A fixed pool: reserve bytes of addresses now.  On failure err says why. */
 int gt_pool_init(gt_pool *p, gt_backend *be, uint64_t reserve, char *err);
 /* A growing pool: nothing reserved yet.  first_gib: the first range's size
@@ -290,6 +295,7 @@ struct gt_tree {
   int eager_call;                    /* this call runs every segment eagerly, without nodes */
   int ran;                           /* something of this call ran on the device, or was launched (gt_tree_discard) */
   int lastn;                         /* nbufs of the call before this one (gt_tree_keep_last) */
+  uint64_t epoch_last;               /* gt_pool_epoch when the last call ended (the floor: its inputs still mapped) */
   int cur_planned;                   /* the node visited last followed a plan (children may record) */
   int nbufs, nrels, npath, npatched, nlastpath;   /* (the arrays below) */
   gt_call_info at_begin;             /* counters when the call began */

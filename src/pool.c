@@ -96,9 +96,27 @@ int gt_pool_init_growing(gt_pool *p, gt_backend *be, const char *first_gib, char
   return GT_OK;
 }
 
+uint64_t gt_pool_epoch;
+enum { RELEASED_LOG = 64 };
+static struct { uint64_t lo, hi; } released[RELEASED_LOG];   /* by gt_pool_epoch */
+
+static void note_released(uint64_t lo, uint64_t hi) {
+  gt_pool_epoch++;
+  released[gt_pool_epoch % RELEASED_LOG].lo = lo;
+  released[gt_pool_epoch % RELEASED_LOG].hi = hi;
+}
+
+int gt_pool_released_since(uint64_t since, uint64_t addr) {
+  if (gt_pool_epoch - since > RELEASED_LOG) return gt_pool_epoch != since;   /* (the log no longer reaches back) */
+  for (uint64_t e = since + 1; e <= gt_pool_epoch; e++)
+    if (addr >= released[e % RELEASED_LOG].lo && addr < released[e % RELEASED_LOG].hi) return 1;
+  return 0;
+}
+
 void gt_pool_destroy(gt_pool *p) {
   for (int i = 0; i < p->nrng; i++) {
     gt_range *r = &p->rng[i];
+    note_released(r->addr, r->addr + r->size);
     if (r->committed) p->be->decommit(p->be, r->addr, r->committed);
     p->be->release(p->be, r->addr, r->size);
   }
@@ -131,6 +149,7 @@ void gt_pool_shrink(gt_pool *p, uint64_t keep_end) {
     keep = align_up(keep, p->be->granularity);
     if (keep >= r->committed) continue;
     p->be->decommit(p->be, r->addr + keep, r->committed - keep);
+    note_released(r->addr + keep, r->addr + r->committed);
     p->committed -= r->committed - keep;
     r->committed = keep;
   }

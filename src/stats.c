@@ -241,6 +241,16 @@ static int floor_paths(gt_runtime *rt, gt_tree *t, gt_floorpath *last, gt_floorp
                    t->name, rt->active->name);
   *paths = t->fpaths;
   *npaths = t->nfpaths;
+  /* a tree's pool gave memory back since the last call: an input it read
+     from another tree's pool (or its own) may be unmapped now */
+  if (gt_pool_epoch != t->epoch_last)
+    for (int d = 0; d < t->nlastpath; d++) {
+      const gt_node *n = t->lastpath[d];
+      for (int j = 0; n->asig && n->argvals && j < n->nargvals; j++)
+        if (n->asig[j].role == GT_ROLE_EXTERNAL && gt_pool_released_since(t->epoch_last, n->argvals[j]))
+          return gt_fail(rt, "tree '%s': an input of its last call lay in memory a tree's pool gave back since "
+                         "(tree:trim, or a tree freed): call the tree again before tree:floor", t->name);
+    }
   if (!*npaths) {                             /* the last call's path */
     for (int d = 0; d < t->nlastpath; d++)
       if (!t->lastpath[d]->graph || !t->lastpath[d]->launches)

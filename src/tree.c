@@ -724,6 +724,7 @@ static void note_call(gt_tree *t) {
 void gt_tree_finish_call(gt_tree *t) {
   if (t->npath && !GT_GROW(t->lastpath, t->lastcap, t->npath)) memcpy(t->lastpath, t->path, t->npath * sizeof *t->path);
   t->nlastpath = t->npath;
+  t->epoch_last = gt_pool_epoch;
   note_call(t);
   gt_lane_close(t->rt);
   t->rt->active = NULL;
