@@ -374,7 +374,8 @@ int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
   int moved = 0;
   for (int i = 0; i < k->nguard; i++)          /* a hit would not have taken the path: memoize it again */
     if (k->ev[k->guard[2 * i]] != k->guard[2 * i + 1]) return 1;
-  for (int d = 0; d < k->npath; d++) if (!statics_kept(k->path[d])) return 1;   /* (likewise) */
+  for (int d = 0; d < k->npath; d++)           /* (likewise: a trim dropped its graph, or a static it read was freed) */
+    if (!k->path[d]->graph || !k->path[d]->launches || !statics_kept(k->path[d])) return 1;
   for (int d = 0, j = 0; d < k->npath; d++) {
     const gt_node *n = k->path[d], *m = t->lastpath[d];
     if (m != n) {
