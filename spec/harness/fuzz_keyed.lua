@@ -477,6 +477,11 @@ local function check(seed, calls, st)
     end
     return nil, tr, er
   end
+  -- (a slot whose tensor is the captured U or O, or a view of it: a captured tensor as an argument)
+  local function captured(v)
+    local b = v and gt.is_tensor(v.t) and v.t._b
+    return b and ((slot.U and slot.U.t._b == b) or (slot.O and gt.is_tensor(slot.O.t) and slot.O.t._b == b)) or false
+  end
   for step = 1, calls do
     local c = r(20)
     if steady and c > 14 and r(3) > 1 then c = r(14) end
@@ -485,6 +490,7 @@ local function check(seed, calls, st)
       local xs = r(10)
       if steady then xs = xs <= 7 and 1 or 4 end
       if xs <= 3 or (xs <= 6 and not slot.A1) or (xs <= 8 and not slot.BO) then x = fresh(); what = "fresh"
+      elseif xs <= 6 and M.skip.Uarg and captured(slot.A1) then x = fresh(); what = "fresh"   -- (A returned U: Uarg)
       elseif xs <= 6 then x = slot.A1; what = "A's"
       elseif xs <= 8 and M.skip.Uarg and slot.BO == slot.O then x = fresh(); what = "fresh"   -- (the captured O as an argument: Uarg)
       elseif xs <= 8 then x = slot.BO; what = "B's"
@@ -501,7 +507,7 @@ local function check(seed, calls, st)
         else y = x; ywhat = "x" end
       elseif ys <= 2 then y = fresh(); ywhat = "fresh"
       elseif ys <= 4 then y = x; ywhat = "x"
-      elseif ys == 5 and slot.A2 then y = slot.A2; ywhat = "A's 2nd"
+      elseif ys == 5 and slot.A2 and not (M.skip.Uarg and captured(slot.A2)) then y = slot.A2; ywhat = "A's 2nd"
       else y = fresh(); ywhat = "fresh" end
       local w = r(steady and 10 or 2) == 1 and W2 or W1
       local p = num()
