@@ -62,8 +62,9 @@ describe("keyed calls are never wrong #keyed", function()
     local calls = {}
     for pos = 1, 24 do calls[#calls + 1] = { x, pos } end
     same_as_eager(step, body, calls)
-    assert.are.equal(4, runs)                      -- warmup, record, the replay that memoizes (traced, then as usual)
-    assert.are.equal(21, step:stats().keyed.hits)
+    -- warmup, record, the replay that memoizes (traced, then as usual), the first call with another number (confirming)
+    assert.are.equal(5, runs)
+    assert.are.equal(20, step:stats().keyed.hits)
   end)
 
   it("case 1: a patch number through a branch: every result is eager's, hits where the branch repeats", function()
@@ -94,7 +95,7 @@ describe("keyed calls are never wrong #keyed", function()
     end, { key = function() return 1 end, patch = { 2 } })
     local x = gt.zeros { 4 }
     for pos = 1, 20 do assert.are.equal(pos, step(x, pos):tolist()[1]) end
-    assert.are.equal(4, runs)
+    assert.are.equal(5, runs)
     assert.has_error(function() step(x, 70) end, "position out of range")   -- the guard fails: the body runs, raising
     assert.are.equal(21, step(x, 21):tolist()[1])
   end)
@@ -143,7 +144,7 @@ describe("keyed calls are never wrong #keyed", function()
     local step = gt.tree(body, { key = function() return 1 end, patch = { 2, 3 } })
     local x = gt.full({ 4 }, 1)
     same_as_eager(step, body, { { x, 2, 2 }, { x, 2, 2 }, { x, 2, 2 }, { x, 3, 7 }, { x, 7, 3 }, { x, 5, 5 }, { x, 1, 9 } })
-    assert.is_true(step:stats().keyed.hits >= 4)
+    assert.is_true(step:stats().keyed.hits >= 3)
   end)
 
   it("case 3: a patch number into an int or unsigned parameter is checked as a launch checks it", function()

@@ -391,7 +391,7 @@ describe("keyed calls", function()
       end
     end
     local k = step:stats().keyed
-    assert.is_true(runs <= 40, "the body ran " .. runs .. " times")
+    assert.is_true(runs <= 50, "the body ran " .. runs .. " times")
     assert.is_true(k.hits >= 90, "hits " .. k.hits)
     assert.are.same({}, k.refused)
   end)
@@ -451,14 +451,14 @@ describe("keyed calls", function()
     for _, s in ipairs { 1, 2, 3, 4, 5, 3, 6, 2, 7 } do   -- (3: the constant's value, on the saving call)
       assert.tensor_near({ 3 * s, 6 * s }, step(x, s))
     end
-    assert.are.equal(4, runs)                              -- warmup, record, replay (traced, then as usual)
-    assert.are.equal(6, step:stats().keyed.hits)
+    assert.are.equal(5, runs)                              -- warmup, record, replay (traced, then as usual), confirming
+    assert.are.equal(5, step:stats().keyed.hits)
     -- a number unchanged from the recording call to the saving one: the trace tells the constant from it all the same
     runs = 0
     local same = gt.tree(function(x, s) runs = runs + 1; return gt.ops.mul(gt.ops.mul(x, 3), s) end,
       { key = function() return 0 end, patch = { 2 } })
     for _, s in ipairs { 3, 3, 3, 3, 4, 5, 3 } do assert.tensor_near({ 3 * s, 6 * s }, same(x, s)) end
-    assert.are.equal(4, runs)
+    assert.are.equal(5, runs)
   end)
 
   it("never launches a freed static weight's address: a weight captured as an upvalue, swapped and collected", function()

@@ -279,6 +279,21 @@ end
 -- leaf's memoized path goes (another takes its place, or none).
 local function drop(leaf)
   if leaf.k then C.gt_tree_keyed_drop(leaf.k); leaf.k = nil end
+  leaf.confirm = nil
+end
+
+-- The first call of leaf's key with other `patch` numbers than the saving
+-- call's ran the body: its launches are those the trace gives, or the trace
+-- missed what decides a value (the key is refused).
+local function confirmed(self, leaf, K)
+  local r = C.gt_tree_keyed_check(rt, leaf.k, K.ins)
+  leaf.confirm = nil
+  if r < 0 then
+    leaf.refused = "the body gives its kernels values that depend on a `patch` number in a way the trace cannot " ..
+      "follow (a table indexed by it, a number kept from another call): " .. I.errmsg() .. "; add it to key"
+    drop(leaf)
+    refuse(self, leaf, leaf.refused)
+  elseif r == 1 then drop(leaf); leaf.ready = true end
 end
 
 -- After a body run of leaf's key: memoize (tr: the call's trace), or
@@ -297,6 +312,7 @@ local function settle(self, leaf, verifying, tr, n, args, ...)
     end
   end
   if tr and tr.refused then leaf.refused = tr.refused; drop(leaf); refuse(self, leaf, tr.refused); return ... end
+  if verifying == "confirm" then confirmed(self, leaf, K); return ... end
   if verifying then
     local r = C.gt_tree_keyed_check(rt, leaf.k, K.ins)
     if r < 0 then
@@ -330,6 +346,13 @@ local function settle(self, leaf, verifying, tr, n, args, ...)
     return ...
   end
   drop(leaf)
+  -- a trace of numbers is confirmed by the first call with other numbers, which runs the body and compares
+  -- (a table the body indexes with a number has no entry for the saving call's, say, but has one for others)
+  if nex > 0 then
+    local nums = {}
+    for i = 1, n do if K.kinds[i - 1] == 2 then nums[i] = K.ins[i - 1].v.f64 end end
+    leaf.confirm = nums
+  end
   leaf.k, leaf.outs, leaf.outb = k, outs.n == 1 and outs[1] or outs, ffi.new("gt_buf*[?]", math.max(#cis, 1))
   return ...
 end
@@ -453,6 +476,15 @@ end
 
 local verify_all = os.getenv("GTLUA_VERIFY_KEYS") == "1"
 
+-- Whether the call's `patch` numbers differ from those of the call that saved the path (nums).
+local function other_numbers(nums, K, n)
+  for i = 1, n do
+    local v = nums[i]
+    if v ~= nil and K.kinds[i - 1] == 2 and K.ins[i - 1].v.f64 ~= v then return true end
+  end
+  return false
+end
+
 -- A keyed call; pad: its inputs are padded to their bucket (a bucketed call
 -- below the bucket's size), for the body (tree.lua's run: nil pads, false
 -- does not) and for the staging of a hit.  The arguments: n, a1..a4, rest
@@ -479,6 +511,8 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
     st.calls = st.calls + 1
     verifying = verify_all or st.calls % K.verify == 0
   end
+  local confirm = leaf.confirm
+  if k and confirm and not verifying and other_numbers(confirm, K, n) then verifying = "confirm" end
   if k and not verifying and not (pad or K.stage) then      -- nothing to stage: one call into the core
     local outb = leaf.outb
     local r = C.gt_tree_keyed_call(rt, k, K.ins, outb)
