@@ -293,7 +293,6 @@ struct gt_tree {
   int npend;                         /* replayed segments whose graphs are not launched yet: the last npend of path */
   int depth;
   int eager_call;                    /* this call runs every segment eagerly, without nodes */
-  int ran;                           /* something of this call ran on the device, or was launched (gt_tree_discard) */
   int lastn;                         /* nbufs of the call before this one (gt_tree_keep_last) */
   uint64_t epoch_last;               /* gt_pool_epoch when the last call ended (the floor: its inputs still mapped) */
   int cur_planned;                   /* the node visited last followed a plan (children may record) */
@@ -343,7 +342,7 @@ struct gt_tree {
   gt_buf **stage; int stagecap, pinnedcap;       /* staging slots (ordinary memory) */
   uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
   gt_buf *kept; int nkept, keptcap;  /* the last call's buffer structs, kept for a call that may be dropped (gt_tree_discard) */
-  int32_t kept_gen, kept_prev;       /* its generation, and the one before (-1: unchanged) */
+  int32_t kept_gen;                  /* its generation (the dropped call's prev_gen) */
   int dry;                           /* the call is traced: nothing of it runs (gt_tree_dry) */
   gt_buf **dryb; int ndryb, drybcap;  /* its staged inputs' memory (stage.c) */
   gt_node **dpath; uint64_t *dvals; int ndpath, dpathcap, dvalcap;   /* the last traced call's path and values */

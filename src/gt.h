@@ -403,11 +403,10 @@ int gt_tree_keyed_call(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **
    the path again); GT_ERR naming the first segment, launch and argument
    that differ. */
 int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins);
-/* A body run of a traced call failed before anything ran on the device
-   (every segment so far replayed, its graph not launched yet): the call is
-   dropped without running anything, as if never made (the last call's
-   buffers as gt_tree_keep_last kept them); 1 when so, 0 when something ran
-   already or nothing was kept (abort it as usual). */
+/* The active traced call (gt_tree_dry: nothing of it ran on the device) is
+   dropped, as if never made: the last call's buffers as gt_tree_keep_last
+   kept them, the call not counted.  1 when so, 0 when the call is not
+   traced or nothing was kept for it (abort it as usual). */
 int gt_tree_discard(gt_runtime *rt);
 /* Before a traced call (begun or about to begin): keeps the last call's
    buffer structs, which a dropped call gives back (gt_tree_discard). */

@@ -209,7 +209,6 @@ int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   t->nrels = 0;
   t->eager_call = 0;
   t->npend = 0;
-  t->ran = 0;
   t->calls++;
   t->at_begin = (gt_call_info){ t->calls, t->warmups, t->records, t->replays, t->eager, t->updates, 0, 0, 0 };
   t->begin_us = always || timed_call(t->calls) ? gt_fast_us() : -1;
@@ -265,7 +264,6 @@ static int gpu_events(gt_backend *be, gt_node *n) {
 
 int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
   gt_backend *be = &t->rt->be;
-  t->ran = 1;
   if (!t->rt->profile) {
     if (n->gev_pending) gt_node_gpu_harvest(be, n);
     int timed = !n->gev_pending && gpu_sampled(n) && gpu_events(be, n) && be->event_record(be, n->gev[0]) == GT_BOK;
@@ -287,7 +285,6 @@ int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
 
 static int run_eager(gt_tree *t, gt_node *n) {
   gt_backend *be = &t->rt->be;
-  t->ran = 1;
   double t0 = t->rt->profile ? gt_now_us() : 0;
   int at;
   if (gt_cond_run_queue(be, &t->q, &at) != GT_BOK) {   /* a cond is decided on the host here */
@@ -477,7 +474,6 @@ int gt_tree_launch_pending(gt_tree *t) {
   gt_pathg *pg = &p[np - 1]->pg;
   gt_backend *be = &t->rt->be;
   int whole = np == t->npath && np > 1;
-  t->ran = 1;
   if (whole && gt_pathg_ok(pg, p, np)) {
     if (be->graph_launch(be, pg->g) != GT_BOK) return gt_fail_be(t->rt, "graph launch");
     t->pfused++;
@@ -788,13 +784,12 @@ int gt_tree_keep_last(gt_tree *t) {
   for (int i = 0; i < n; i++) t->kept[i] = *t->bufs[i];
   t->nkept = n;
   t->kept_gen = t->rt->active == t ? t->prev_gen : t->gen;
-  t->kept_prev = t->rt->active == t ? -1 : t->prev_gen;
   return GT_OK;
 }
 
 int gt_tree_discard(gt_runtime *rt) {
   gt_tree *t = rt->active;
-  if (!t || t->ran || t->rt->profile || t->nkept < 0 || t->kept_gen != t->prev_gen) return 0;
+  if (!t || !t->dry || t->nkept < 0 || t->kept_gen != t->prev_gen) return 0;   /* (a traced call runs nothing) */
   t->npend = 0;                      /* (replayed segments whose graphs never launch) */
   gt_tree_abort(rt);
   /* as if never made: the call before it stays the last, its buffer structs
@@ -803,10 +798,9 @@ int gt_tree_discard(gt_runtime *rt) {
      made is stale */
   for (int i = 0; i < t->nkept; i++) *t->bufs[i] = t->kept[i];
   t->nbufs = t->nkept;
-  if (t->dry) t->calls--;            /* (a traced call: not counted, its history line the next call's) */
+  t->calls--;                        /* (not counted: its history line is the next call's) */
   gt_tree_dry_release(t);
   t->gen = t->kept_gen;
-  if (t->kept_prev >= 0) t->prev_gen = t->kept_prev;
   t->nkept = -1;
   return 1;
 }

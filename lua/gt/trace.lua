@@ -12,10 +12,11 @@
 -- with the path, and a hit whose numbers answer otherwise runs the body.  A
 -- use the trace cannot follow (tostring, concatenation, a function of gt
 -- that fixes the number in a plan) gives the value as a number would and
--- refuses the path (naming the argument and the user's file:line); a use that
--- raises (a `for` limit, string.format, any function of gt that wants a
--- number) ends the body run before anything ran on the device, and the
--- call runs again with plain numbers (keyed.lua).
+-- refuses the path (naming the argument and the user's file:line).  The
+-- traced body runs in a call that runs nothing on the device and is dropped
+-- at its end; the call then runs as usual with plain numbers, and a use that
+-- raised on a traced number (a `for` limit, string.format, a function of gt
+-- that wants a number) refuses the path (keyed.lua's traced_run).
 local ffi = require "ffi"
 local gt = require "gt"
 local I = require "gt.internal"
