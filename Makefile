@@ -46,10 +46,10 @@ endif
 $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
 	$(CC) $(WARN) $(CFLAGS) $(LUAJIT_CFLAGS) $(EDIT_CFLAGS) $(CUDA_CFLAGS) -MMD -MP -c -o $@ $<
 
-# gt.h travels inside the binary so that the FFI declarations are gt.h itself;
-# the cpu backend's prelude travels the same way.
-$(BUILD)/obj/gt_header.c: src/gt.h scripts/embed.sh | $(BUILD)/obj
-	sh scripts/embed.sh gt_header_text $< > $@
+# gt.h and gt_internal.h travel inside the binary so that the FFI declarations
+# are those headers themselves; the cpu backend's prelude travels the same way.
+$(BUILD)/obj/gt_header.c: src/gt.h src/gt_internal.h scripts/embed.sh | $(BUILD)/obj
+	sh scripts/embed.sh gt_header_text src/gt.h src/gt_internal.h > $@
 $(BUILD)/obj/cpu_prelude.c: src/cpu_prelude.h scripts/embed.sh | $(BUILD)/obj
 	sh scripts/embed.sh gt_cpu_prelude_text $< > $@
 $(BUILD)/obj/%.o: $(BUILD)/obj/%.c

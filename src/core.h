@@ -1,159 +1,26 @@
-/* core.h - private declarations shared by the core's files (never included by Lua). */
+/* core.h - the core's shared state: the runtime, the shells of a tree and a node
+   (each subsystem's part of them declared in its own header, embedded here),
+   errors.  Each subsystem's functions are declared in its header (pool.h,
+   queue.h, key.h, predict.h, ...); never included by Lua. */
 #ifndef GT_CORE_H
 #define GT_CORE_H
 #include <stdarg.h>
 #include <stdbool.h>
-#include "gt.h"
+#include "gt_internal.h"
 #include "backend.h"
+#include "pool.h"
+#include "queue.h"
+#include "key.h"
+#include "pathg.h"
+#include "plan.h"
+#include "explain.h"
+#include "floor.h"
 
 #define GT_ALIGN 256u
 #define GT_SLAB (1 << GT_SLAB_BITS)
 #define GT_HISTORY 1024
 #define GT_JIT_FLUSHES 8       /* a tree's JIT flushes at most (gt_tree_return) */
 #define GT_MAX_PARAMS 64      /* a kernel's parameters at most (kernel.c refuses more) */
-
-/* -- Pool (pool.c): reserved address ranges, grown by committing ---------- */
-typedef struct gt_block { uint64_t off, size; gt_buf *buf; } gt_block;
-typedef struct gt_range {
-  uint64_t addr, size;
-  uint64_t committed;        /* bytes committed from addr */
-  uint64_t high;             /* the highest end of a block ever placed, from addr */
-} gt_range;
-
-/* A block at offset off lives at address base + off.  A fixed pool
-   (gt_pool_init, ordinary memory) is one range reserved at once, base its
-   address.  A growing pool (gt_pool_init_growing, a tree's) reserves nothing
-   until its first allocation, then adds ranges, each at least as large as all
-   before it; ranges never move and are released only by gt_pool_destroy, so
-   an offset (there base is 0 and an offset is an address) stays valid for
-   every graph that holds it.  A block never straddles two ranges. */
-typedef struct gt_pool {
-  gt_backend *be;
-  uint64_t base;             /* fixed: the range's address; growing: 0 */
-  gt_block *blk;             /* live blocks, sorted by offset (n: every call clears them, next to base: every hit reads it) */
-  int n, cap;
-  uint64_t reserve;          /* bytes reserved, all ranges */
-  uint64_t committed;        /* bytes committed, all ranges */
-  uint64_t high_water;       /* the ranges' highs added up (one range: the largest end ever used) */
-  uint64_t first;            /* growing: the first range's size */
-  int growing;               /* 0: fixed; 1: growing; 2: growing, first set by the user (not retried smaller) */
-  gt_range *rng;             /* sorted by address */
-  int nrng;
-} gt_pool;
-
-/* Bumped whenever a pool gives memory back (a shrink that decommits, a
-   destroy): memory a graph held an address in may be unmapped since. */
-extern uint64_t gt_pool_epoch;
-/* 1 when memory given back after epoch since held addr (or may have: the log reaches back 64 releases). */
-int gt_pool_released_since(uint64_t since, uint64_t addr);
-/* A fixed pool: reserve bytes of addresses now.  On failure err says why. */
-int gt_pool_init(gt_pool *p, gt_backend *be, uint64_t reserve, char *err);
-/* A growing pool: nothing reserved yet.  first_gib: the first range's size
-   (GTLUA_POOL_RESERVE: GiB, or with a K/M/G suffix; NULL or empty: 64 MiB, less
-   under a small `ulimit -v`, retried with just the request when it cannot be
-   reserved).  GT_ERR with err set when first_gib is not a size. */
-int gt_pool_init_growing(gt_pool *p, gt_backend *be, const char *first_gib, char *err);
-/* Decommits and releases every range. */
-void gt_pool_destroy(gt_pool *p);
-uint64_t gt_pool_in_use(const gt_pool *p);
-/* Best-fit allocation of size bytes for buf; *off on success.  A growing pool
-   adds a range when nothing fits; on failure err names the request, the
-   pool's size, its largest free block and the variables that size it. */
-int gt_pool_alloc(gt_pool *p, uint64_t size, gt_buf *buf, uint64_t *off, char *err);
-void gt_pool_free(gt_pool *p, uint64_t off);
-void gt_pool_clear(gt_pool *p);
-/* Fixed pool: make sure [0, end) is committed. */
-int gt_pool_ensure(gt_pool *p, uint64_t end, char *err);
-/* Give back committed memory at offsets from keep_end up (rounded up to
-   granularity); the ranges stay reserved. */
-void gt_pool_shrink(gt_pool *p, uint64_t keep_end);
-/* Plan: given the current live blocks and n intervals [first, end) in queue
-   positions (end = UINT32_MAX: alive at the end), assign offsets by best fit,
-   reusing a planned block for tensors made at or after its end.  old: live
-   blocks (at off) released at position end; their memory is reused likewise.
-   On return the pool holds the live blocks not in old plus the planned blocks
-   still alive at the end. */
-typedef struct gt_interval { uint64_t size; uint32_t first, end; gt_buf *buf; uint64_t off; } gt_interval;
-int gt_pool_plan(gt_pool *p, gt_interval *iv, int n, const gt_interval *old, int nold, char *err);
-
-/* -- Queue (queue.c): the launches of the segment being built ------------- */
-typedef struct gt_qlaunch {
-  int kind;                  /* GT_GN_KERNEL / GT_GN_MEMCPY / GT_GN_MEMSET */
-  uint32_t cfg;              /* the launch configuration's id (0: none): equal ids, equal kernel and dims */
-  gt_kernel *k;
-  unsigned grid[3], block[3], smem;
-  int arg0, nargs;           /* slice of queue.args */
-  uint64_t bytes;            /* memcpy/memset */
-  int value;                 /* memset */
-  int made;                  /* kernels: the tensor (1.., in parameter order) whose buffer the launch made; 0: none */
-} gt_qlaunch;
-
-typedef struct gt_queue {
-  gt_qlaunch *l; int n, cap;
-  gt_arg *args; int nargs, argcap;
-  uint64_t *vals; int valcap;     /* resolved argument values (scratch) */
-  void **ptrs; int ptrcap;
-} gt_queue;
-
-int gt_queue_push(gt_queue *q, const gt_qlaunch *l, const gt_arg *args);
-/* Room for one more launch of nargs arguments at the queue's end: its entry,
-   and in *args where its arguments go; gt_queue_commit appends it once
-   filled in.  NULL when host memory runs out.  (Inline: every replayed op
-   queues through these.) */
-static inline gt_qlaunch *gt_queue_reserve(gt_queue *q, int nargs, gt_arg **args) {
-  if (GT_GROW(q->l, q->cap, q->n + 1) || GT_GROW(q->args, q->argcap, q->nargs + nargs)) return NULL;
-  *args = q->args + q->nargs;
-  return &q->l[q->n];
-}
-
-static inline void gt_queue_commit(gt_queue *q, gt_qlaunch *d) {
-  d->arg0 = q->nargs;
-  q->nargs += d->nargs;
-  q->n++;
-}
-void gt_queue_clear(gt_queue *q);
-void gt_queue_free(gt_queue *q);
-/* Launch i's arguments as values (addresses, scalar bits) into vals. */
-void gt_queue_resolve(const gt_queue *q, int i, uint64_t *vals);
-/* A backend node for launch l whose argument values are vals (ptrs: scratch
-   of nargs, kept alive by the caller while the node is used). */
-void gt_launch_gnode(const gt_qlaunch *l, uint64_t *vals, void **ptrs, gt_gnode *out);
-/* Run launch i now; backend status. */
-int gt_queue_run(gt_backend *be, gt_queue *q, int i);
-/* A launch from the API: queued in a tree call (and pushed past the replay
-   cursor), else run now (watched writes noted).  args: l->nargs, copied. */
-int gt_submit(gt_runtime *rt, const gt_qlaunch *l, gt_arg *args);
-/* Whether launch l writes its argument j (`T *` of a kernel, a copy's or fill's destination; cond entries read p). */
-static inline int gt_launch_writes(const gt_qlaunch *l, int j) {
-  return l->kind == GT_GN_KERNEL ? l->k->ptype[j] == GT_P_OUT : (l->kind == GT_GN_MEMCPY || l->kind == GT_GN_MEMSET) && j == 0;
-}
-static inline int gt_kind_is_begin(int kind) { return kind == GT_GN_IF || kind == GT_GN_WHILE; }
-static inline int gt_kind_is_cond(int kind) { return kind >= GT_GN_IF && kind <= GT_GN_END; }
-/* A launch as messages name it: its kernel, or what it is. */
-static inline const char *gt_launch_what(const gt_qlaunch *l) {
-  return l->kind == GT_GN_KERNEL ? l->k->name : l->kind == GT_GN_MEMCPY ? "copy" : l->kind == GT_GN_MEMSET ? "fill" : "gt.cond";
-}
-/* cond.c: GT_ERR (the message naming the gt.cond or gt.loop and the launch)
-   when a launch of t's queue reads a tensor made in a device-side body where
-   that body's writes may not have happened: after a gt.loop, in the other
-   body, or after a gt.cond whose other body does not write it. */
-int gt_cond_check(struct gt_tree *t);
-
-void gt_tree_dry_release(gt_tree *t);   /* stage.c: a traced call's staged memory freed */
-/* Marks the buffers that the queued launches write into as written by t's
-   call (gt_buf.wgen; stage.c). */
-void gt_queue_note_writes(gt_tree *t);
-
-/* -- Dependencies (deps.c) ------------------------------------------------ */
-/* The edges of the queue's launches as graph nodes g (vals: the resolved
-   argument values, q->nargs of them): g[i].ndeps and g[i].deps, pointing
-   into *deps (the caller frees it).  A body of a cond waits on nothing
-   outside it: its IF/WHILE does.  GT_ERR when out of host memory (g's deps
-   then unset, nothing to free). */
-int gt_deps_build(const gt_queue *q, const uint64_t *vals, gt_gnode *g, int **deps);
-
-/* Segment keys: a hash over everything a graph bakes in; scalars excluded. */
-typedef struct gt_segkey { uint64_t full, nostatic; } gt_segkey;   /* nostatic: the topology (no static addresses, no grids) */
 
 /* -- Runtime (runtime.c) ------------------------------------------------- */
 typedef struct gt_later { gt_buf **b; int n, cap; } gt_later;
@@ -193,40 +60,14 @@ void gt_buf_return(gt_runtime *rt, gt_buf *b);     /* b's ordinary memory back t
 int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const char *what);  /* [off, off+bytes) lies in b's memory */
 void gt_tree_unref(gt_tree *t);                    /* a buffer no longer points at t: the struct goes with the last */
 
-/* -- Trees (tree.c) ------------------------------------------------------ */
+/* -- Trees: the shells --------------------------------------------------- */
 /* Visits of a segment: what gt_tree_flush chooses, and what ran.  PLANNED: a
    skipped node run eagerly on planned memory (its children may record);
    LIMIT: past max_recordings (an error, or an eager run). */
 enum { GT_V_NONE = 0, GT_V_WARMUP, GT_V_RECORD, GT_V_REPLAY, GT_V_EAGER, GT_V_UPDATE, GT_V_PLANNED, GT_V_LIMIT };
-
-
-typedef struct gt_ckpt { int32_t seg, idx; uint64_t off, size; } gt_ckpt;
-/* What the key sees of one argument (role 0: a scalar), and of one release. */
-enum { GT_ROLE_INTERNAL = 1, GT_ROLE_PATH, GT_ROLE_STATIC, GT_ROLE_EXTERNAL };
-/* One tensor argument as a key sees it; buf: the struct it was (the cursor's
-   shortcut for the call's own buffers and static ones, see key.c). */
-typedef struct gt_asig { uint64_t id; int64_t off, nbytes; int role, write; const gt_buf *buf; } gt_asig;
-typedef struct gt_rsig { uint32_t rel; int32_t seg, idx; } gt_rsig;
 typedef struct gt_skip { char *reason; int count; } gt_skip;
 
-/* A path of segments kept as one graph (keyed.c: keyed hits, tree.c's
-   deferred launches): built once GT_PATHG_AFTER launches of the path segment
-   by segment found its graphs unchanged (gt_node.gver), at most
-   GT_PATHG_BUILDS times; it holds what the path's graphs held then, so it
-   is launched only while they still do (gt_pathg_ok). */
-typedef struct gt_pathg {
-  gt_bgraph *g;                      /* the one graph, or NULL */
-  uint32_t *ver; int n;              /* the path's gver at its last launch segment by segment (or at the build) */
-  int same, builds;                  /* such launches in a row with those versions; graphs built */
-} gt_pathg;
-enum { GT_PATHG_AFTER = 8, GT_PATHG_BUILDS = 4 };
-
-/* One site a node's segment ended at: its text as node.cut's ("model.lua:31
-   item"), its API (GT_CUT_*), its visits (explain.c). */
-typedef struct gt_cutsite { char *text; int api, count; } gt_cutsite;
-enum { GT_CUT_SITES = 8 };
-
-typedef struct gt_node {
+struct gt_node {
   /* -- What a replay or a keyed hit reads or writes, together (see gt_tree) */
   gt_bgraph *graph;
   uint32_t gver;                     /* bumped whenever graph changes (made, patched, updated, dropped): keyed.c's fused graphs */
@@ -267,18 +108,8 @@ typedef struct gt_node {
   int replay_n;
   gt_bevent *gev[2];                 /* a sampled launch's device time: events around it (tree.c's gpu_sampled) */
   uint64_t planned_bytes, plan_end, reusable_bytes;
-  /* explain.c: why the node exists, where its segment ended, its shapes */
-  char *why, *cut, *shapes;
-  gt_cutsite *cuts; int ncuts;       /* every distinct site the segment ended at, in order of first visit (at most GT_CUT_SITES) */
-  int cut_other;                     /* visits that ended at sites past those */
-  int cut_last;                      /* the site counted last (cut_nlast's, and where stats.c counts a keyed hit's visit) */
-  int cut_ask;                       /* 1 + the API whose site Lua names this visit (gt_tree_note), 0: none */
-  uint64_t kseq;                     /* hash of the kernels alone (no shapes, no grids) */
-  uint32_t *kinds; int nkinds;       /* each launch's kind and kernel id, in order (a new branch's shared launches) */
-  int shared, shared_with;           /* a new branch: its leading launches that sibling shared_with has too (-1: none) */
-  uint64_t *statics; int nstatics;   /* static addresses in order of use */
-  int why_sib;                       /* "new shape": the sibling compared with (-1: none) */
-} gt_node;
+  gt_explain ex;                     /* explain.c: why the node exists, where its segment ended, its shapes */
+};
 
 struct gt_tree {
   /* -- What every call reads or writes, together: a call touches these few
@@ -353,7 +184,7 @@ struct gt_tree {
      an external view is keyed by its offset from there, so one view at any
      offset (a window sliding over a buffer) is one node */
   int64_t *kfirst, *cfirst; int kfirstcap, cfirstcap;
-  struct gt_floorpath *fpaths; int nfpaths, fpathcap;   /* stats.c: the paths a floor launches in turn */
+  gt_floor floor;                    /* stats.c: the paths a floor launches in turn */
   void (*floor_free)(struct gt_tree *t);   /* frees them (stats.c sets it: the tree does not call up into stats.c) */
 };
 
@@ -361,80 +192,4 @@ struct gt_tree {
    its pool may hold what the call's queued launches read, so the memory goes
    when they have run (tree.c's settle). */
 enum { GT_DEFER_NONE = 0, GT_DEFER_SHRINK, GT_DEFER_FREE };
-
-/* pathg.c: a path's one graph (gt_pathg).  ok: it holds what path p's
-   np graphs hold now; note: p was just launched segment by segment (counts,
-   drops a stale graph, builds one when due); drop: the graph goes (its
-   device memory with it); free: everything goes. */
-int gt_pathg_ok(const gt_pathg *o, gt_node *const *p, int np);
-void gt_pathg_note(gt_backend *be, gt_pathg *o, gt_node *const *p, int np);
-void gt_pathg_drop(gt_backend *be, gt_pathg *o);
-void gt_pathg_free(gt_backend *be, gt_pathg *o);
-/* tree.c: launches the call's replayed segments not launched yet (in order,
-   or as one graph): before anything that needs them to have run. */
-int gt_tree_launch_pending(gt_tree *t);
-static inline int gt_pending(gt_runtime *rt) {
-  return rt->active && rt->active->npend ? rt->launch_pending(rt->active) : GT_OK;
-}
-
-
-/* A tree call's buffer struct made afresh, every field written (a memset
-   or a struct literal of it compiles to rep stos, slow at this size; the
-   assert catches a field added without its store here). */
-#if UINTPTR_MAX == 0xffffffffffffffffu
-_Static_assert(sizeof(gt_buf) == 96, "gt_buf changed: update gt_slab_buf_init");
-#endif
-static inline void gt_slab_buf_init(gt_buf *b, gt_tree *t, uint64_t addr, uint64_t bytes, int seg, int idx, int ci,
-                                    uint32_t qpos) {
-  b->addr = addr; b->bytes = bytes; b->gen = t->gen; b->gen_now = &t->gen;
-  b->flags = GT_BUF_TREE | GT_BUF_SLAB; b->refs = 0; b->tree = t; b->seg = seg; b->idx = idx; b->block = 0;
-  b->qpos = qpos; b->kmark = 0; b->kord = 0; b->ci = ci; b->relseg = -1; b->rel = 0; b->site = 0;
-}
-
-
-/* The call's next buffer struct, of bytes, when t has room for it without
-   growing (NULL: gt_tree_buf_new, which grows, or fails); the same struct
-   gt_tree_buf_new would give.  A replayed op's output comes from here. */
-static inline gt_buf *gt_tree_buf_quick(gt_tree *t, uint64_t bytes) {
-  int i = t->nbufs;
-  if (i >= t->bufcap || i / GT_SLAB >= t->nslab) return NULL;
-  gt_buf *b = &t->slab[i / GT_SLAB][i % GT_SLAB];
-  gt_slab_buf_init(b, t, 0, bytes, t->depth, i - t->segstart[t->depth], i, (uint32_t)t->q.n);
-  t->bufs[t->nbufs++] = b;
-  return b;
-}
-
-/* Backend nodes for t's queue as n's graph: n->argvals receives the argument
-   values the graph holds; *ptrs (argument pointers) and *deps live while the
-   nodes are used, the caller frees all three.  GT_ERR when out of host memory. */
-int gt_deps_nodes(gt_tree *t, gt_node *n, gt_gnode **nodes, int **deps, void ***ptrs);
-
-/* -- A call's buffers (stage.c) and a segment's memory (plan.c) ----------- */
-void gt_slab_give(gt_tree *t);      /* the tree's slab chunks go to the runtime (Lua handles may point into them) */
-int gt_plan_run(gt_tree *t, int first);               /* the segment's new buffers placed for one eager run */
-int gt_plan_node(gt_tree *t, gt_node *n, int first);  /* placed for n's recording: the plan and checkpoint saved on n */
-
-int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always);   /* gt_tree_begin of a keyed call */
-int gt_tree_begin_body(gt_tree *t);   /* ... and the rest when its body runs after all */
-/* gt_buf_free within t's call (or none), without syncing the lane first. */
-int gt_buf_free_in(gt_runtime *rt, gt_tree *t, gt_buf *b);
-/* -- Device-side branches (cond.c) ---------------------------------------- */
-/* Runs the queue's launches in order, deciding each IF and WHILE on the host
-   (p read back: a sync on cuda).  *at: the launch that failed. */
-int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at);
-
-/* -- Keyed calls (keyed.c) ------------------------------------------------ */
-int gt_tree_grow_path(gt_tree *t, int n);
-int gt_tree_launch_graph(gt_tree *t, gt_node *n);   /* launch n's graph (timed when profiling) */
-void gt_tree_finish_call(gt_tree *t);               /* end the active call after its segments ran */
-void gt_node_gpu_harvest(gt_backend *be, gt_node *n);   /* tree.c: a sampled launch's device time, if it has run */
-/* Sets launch i of n's graph to the values n->argvals holds (d >= 0: n's
-   index in the call's path, noted for the floor); 1: the driver refused
-   (a node in a conditional body): gt_tree_rebuild_node sets them all. */
-int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i);
-int gt_tree_rebuild_node(gt_tree *t, gt_node *n);
-/* -- Explaining nodes (explain.c) ----------------------------------------- */
-void gt_explain_node(gt_tree *t, gt_node *n);     /* at creation: why (shapes come later from Lua) */
-void gt_explain_free(gt_node *n);
-void gt_explain_count_cut(gt_tree *t, gt_node *n, int api, int ran);   /* a visit ended at api's site (off the one-increment path) */
 #endif

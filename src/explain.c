@@ -30,17 +30,17 @@ static void summarize(gt_tree *t, gt_node *n) {
     h = (h ^ ((uint64_t)l->kind << 40 ^ (l->k ? (uint64_t)l->k->id : 0))) * 0x100000001b3ull;
     for (int j = 0; j < l->nargs; j++) if (q->args[l->arg0 + j].buf && is_static(t, q->args[l->arg0 + j].buf)) ns++;
   }
-  n->kseq = h;
-  n->kinds = q->n ? malloc(q->n * sizeof *n->kinds) : NULL;
-  n->nkinds = n->kinds ? q->n : 0;                  /* (out of host memory: no shared launches are found) */
-  for (int i = 0; i < n->nkinds; i++) n->kinds[i] = (uint32_t)q->l[i].kind << 24 ^ (q->l[i].k ? (uint32_t)q->l[i].k->id : 0);
-  n->statics = ns ? malloc(ns * sizeof *n->statics) : NULL;
-  if (!n->statics) return;
+  n->ex.kseq = h;
+  n->ex.kinds = q->n ? malloc(q->n * sizeof *n->ex.kinds) : NULL;
+  n->ex.nkinds = n->ex.kinds ? q->n : 0;                  /* (out of host memory: no shared launches are found) */
+  for (int i = 0; i < n->ex.nkinds; i++) n->ex.kinds[i] = (uint32_t)q->l[i].kind << 24 ^ (q->l[i].k ? (uint32_t)q->l[i].k->id : 0);
+  n->ex.statics = ns ? malloc(ns * sizeof *n->ex.statics) : NULL;
+  if (!n->ex.statics) return;
   for (int i = 0; i < q->n; i++) {
     const gt_qlaunch *l = &q->l[i];
     for (int j = 0; j < l->nargs; j++) {
       const gt_buf *b = q->args[l->arg0 + j].buf;
-      if (b && is_static(t, b)) n->statics[n->nstatics++] = b->addr;
+      if (b && is_static(t, b)) n->ex.statics[n->ex.nstatics++] = b->addr;
     }
   }
 }
@@ -89,13 +89,13 @@ static char *make_label(const gt_queue *q) {
 }
 
 /* A new branch's leading launches that a sibling has too (same kinds and
-   kernels): the sibling with the most, into n->shared and n->shared_with. */
+   kernels): the sibling with the most, into n->ex.shared and n->ex.shared_with. */
 static void shared_launches(gt_node *n, const gt_node *p) {
   for (int i = 0; i < p->nkids; i++) {
     const gt_node *s = p->kids[i];
     int k = 0;
-    while (k < n->nkinds && k < s->nkinds && n->kinds[k] == s->kinds[k]) k++;
-    if (k > n->shared) n->shared = k, n->shared_with = s->id;
+    while (k < n->ex.nkinds && k < s->ex.nkinds && n->ex.kinds[k] == s->ex.kinds[k]) k++;
+    if (k > n->ex.shared) n->ex.shared = k, n->ex.shared_with = s->id;
   }
 }
 
@@ -103,47 +103,47 @@ void gt_explain_node(gt_tree *t, gt_node *n) {
   n->label = make_label(&t->q);
   gt_node *p = n->parent;
   char why[256];
-  n->why_sib = -1;
-  n->shared = 0, n->shared_with = -1;
+  n->ex.why_sib = -1;
+  n->ex.shared = 0, n->ex.shared_with = -1;
   summarize(t, n);
   gt_node *topo = NULL, *same = NULL;
   for (int i = 0; i < p->nkids; i++) {
     gt_node *s = p->kids[i];
     if (!topo && s->key_nostatic == n->key_nostatic) topo = s;
-    if (!same && s->kseq == n->kseq) same = s;
+    if (!same && s->ex.kseq == n->ex.kseq) same = s;
   }
-  if (topo && topo->nstatics == n->nstatics) {
+  if (topo && topo->ex.nstatics == n->ex.nstatics) {
     int k = 0;
-    while (k < n->nstatics && topo->statics && n->statics && topo->statics[k] == n->statics[k]) k++;
-    const char *param, *kernel = static_name(t, k < n->nstatics ? k : 0, &param);
-    if (k < n->nstatics)             /* "static W moved (linear_f32, sibling [0])" */
+    while (k < n->ex.nstatics && topo->ex.statics && n->ex.statics && topo->ex.statics[k] == n->ex.statics[k]) k++;
+    const char *param, *kernel = static_name(t, k < n->ex.nstatics ? k : 0, &param);
+    if (k < n->ex.nstatics)             /* "static W moved (linear_f32, sibling [0])" */
       snprintf(why, sizeof why, "static %s moved (%s%ssibling [%d])", param, kernel ? kernel : "", kernel ? ", " : "", topo->id);
     else {                            /* same bytes everywhere: the shapes may still tell them apart */
-      n->why_sib = topo->id;
+      n->ex.why_sib = topo->id;
       snprintf(why, sizeof why, "new launch dimensions (sibling [%d])", topo->id);
     }
   } else if (same) {
-    n->why_sib = same->id;
+    n->ex.why_sib = same->id;
     snprintf(why, sizeof why, "new shape (sibling [%d])", same->id);
   } else if (p->nkids > 0) {
     shared_launches(n, p);
     if (p->id < 0) snprintf(why, sizeof why, "new branch at the start (first segments: %d before)", p->nkids);
     else snprintf(why, sizeof why, "new branch after [%d]", p->id);
-  } else if (p->id < 0 || (p->why && !strcmp(p->why, "first path"))) {
+  } else if (p->id < 0 || (p->ex.why && !strcmp(p->ex.why, "first path"))) {
     snprintf(why, sizeof why, "first path");
   } else snprintf(why, sizeof why, "continues [%d]", p->id);
-  set_text(&n->why, why);
+  set_text(&n->ex.why, why);
 }
 
 void gt_explain_free(gt_node *n) {
-  free(n->why); free(n->cut); free(n->shapes); free(n->statics); free(n->kinds);
-  n->why = n->cut = n->shapes = NULL;
-  n->statics = NULL;
-  n->kinds = NULL, n->nkinds = 0;
-  for (int i = 0; i < n->ncuts; i++) free(n->cuts[i].text);
-  free(n->cuts);
-  n->cuts = NULL;
-  n->ncuts = 0;
+  free(n->ex.why); free(n->ex.cut); free(n->ex.shapes); free(n->ex.statics); free(n->ex.kinds);
+  n->ex.why = n->ex.cut = n->ex.shapes = NULL;
+  n->ex.statics = NULL;
+  n->ex.kinds = NULL, n->ex.nkinds = 0;
+  for (int i = 0; i < n->ex.ncuts; i++) free(n->ex.cuts[i].text);
+  free(n->ex.cuts);
+  n->ex.cuts = NULL;
+  n->ex.ncuts = 0;
 }
 
 /* -- Cut sites: every distinct place a node's segment ended, with its visits --
@@ -160,52 +160,52 @@ void gt_explain_free(gt_node *n) {
    an API already seen at one line of the node is counted at that line. */
 
 static void fold_nlast(gt_node *n) {   /* the replays counted in cut_nlast into their site */
-  if (n->cut_nlast && n->cut_last < n->ncuts) n->cuts[n->cut_last].count += n->cut_nlast;
-  else n->cut_other += n->cut_nlast;
+  if (n->cut_nlast && n->ex.cut_last < n->ex.ncuts) n->ex.cuts[n->ex.cut_last].count += n->cut_nlast;
+  else n->ex.cut_other += n->cut_nlast;
   n->cut_nlast = 0;
 }
 
 /* The node's last counted site i (ncuts: the other sites): a replay may count there alone if its API is unique. */
 static void set_last(gt_node *n, int i) {
   fold_nlast(n);
-  n->cut_last = i;
+  n->ex.cut_last = i;
   n->cut_fast = -1;
-  if (i >= n->ncuts) return;
-  int api = n->cuts[i].api;
-  for (int j = 0; j < n->ncuts; j++) if (j != i && n->cuts[j].api == api) return;
+  if (i >= n->ex.ncuts) return;
+  int api = n->ex.cuts[i].api;
+  for (int j = 0; j < n->ex.ncuts; j++) if (j != i && n->ex.cuts[j].api == api) return;
   n->cut_fast = api;
 }
 
 void gt_explain_count_cut(gt_tree *t, gt_node *n, int api, int ran) {
   (void)t;
-  n->cut_ask = 0;
+  n->ex.cut_ask = 0;
   if (ran == GT_V_REPLAY || ran == GT_V_EAGER || ran == GT_V_PLANNED) {
     int found = -1, same = 0;
-    for (int i = 0; i < n->ncuts; i++) if (n->cuts[i].api == api) { found = i; same++; }
+    for (int i = 0; i < n->ex.ncuts; i++) if (n->ex.cuts[i].api == api) { found = i; same++; }
     if (same == 1) {
       set_last(n, found);
-      n->cuts[found].count++;
+      n->ex.cuts[found].count++;
       return;
     }
   }
-  n->cut_ask = 1 + api;                /* gt_tree_explain_wanted asks Lua for the site */
+  n->ex.cut_ask = 1 + api;                /* gt_tree_explain_wanted asks Lua for the site */
 }
 
-/* The visit that asked ended at site text (API n->cut_ask - 1): counted there. */
+/* The visit that asked ended at site text (API n->ex.cut_ask - 1): counted there. */
 static void count_site(gt_node *n, const char *text) {
-  int api = n->cut_ask - 1;
-  n->cut_ask = 0;
+  int api = n->ex.cut_ask - 1;
+  n->ex.cut_ask = 0;
   int i = 0;
-  while (i < n->ncuts && strcmp(n->cuts[i].text, text)) i++;
-  if (i == n->ncuts && n->ncuts < GT_CUT_SITES) {
-    gt_cutsite *c = realloc(n->cuts, (n->ncuts + 1) * sizeof *c);
+  while (i < n->ex.ncuts && strcmp(n->ex.cuts[i].text, text)) i++;
+  if (i == n->ex.ncuts && n->ex.ncuts < GT_CUT_SITES) {
+    gt_cutsite *c = realloc(n->ex.cuts, (n->ex.ncuts + 1) * sizeof *c);
     char *d = c ? gt_strdup(text) : NULL;
-    if (c) n->cuts = c;
-    if (d) n->cuts[n->ncuts++] = (gt_cutsite){ d, api, 0 };
+    if (c) n->ex.cuts = c;
+    if (d) n->ex.cuts[n->ex.ncuts++] = (gt_cutsite){ d, api, 0 };
   }
   set_last(n, i);                      /* (i == ncuts: out of room, an "other site") */
-  if (i < n->ncuts) n->cuts[i].count++;
-  else n->cut_other++;
+  if (i < n->ex.ncuts) n->ex.cuts[i].count++;
+  else n->ex.cut_other++;
 }
 
 /* -- Notes from Lua ------------------------------------------------------- */
@@ -214,7 +214,7 @@ int gt_tree_explain_wanted(gt_runtime *rt) {
   gt_tree *t = gt_active(rt);
   if (!t || !t->cur) return 0;
   const gt_node *n = t->cur;
-  int want = (n->cut && !n->cut_ask ? 0 : 1) | (n->shapes ? 0 : 2);
+  int want = (n->ex.cut && !n->ex.cut_ask ? 0 : 1) | (n->ex.shapes ? 0 : 2);
   /* (4 alone asks nothing: 0, so a replayed first segment ending at the
      return ends its call in gt_tree_return, with no explain round trip) */
   return want ? want | (n->parent == &t->root ? 4 : 0) : 0;
@@ -238,26 +238,26 @@ static void first_difference(const char *a, const char *b, char *oa, char *ob, s
 /* Shapes name the change behind a "new shape" node: "new shape 16x256
    (sibling [4] has 8x256)". */
 static void explain_shape(gt_tree *t, gt_node *n) {
-  if (n->why_sib < 0 || n->why_sib >= t->nnodes) return;
-  const gt_node *s = t->nodes[n->why_sib];
+  if (n->ex.why_sib < 0 || n->ex.why_sib >= t->nnodes) return;
+  const gt_node *s = t->nodes[n->ex.why_sib];
   char why[400], mine[128], theirs[128];
-  if (!s->shapes || !strcmp(s->shapes, n->shapes)) {
+  if (!s->ex.shapes || !strcmp(s->ex.shapes, n->ex.shapes)) {
     snprintf(why, sizeof why, "new launch or release pattern, same kernels and shapes as sibling [%d]", s->id);
   } else {
-    first_difference(n->shapes, s->shapes, mine, theirs, sizeof mine);
+    first_difference(n->ex.shapes, s->ex.shapes, mine, theirs, sizeof mine);
     snprintf(why, sizeof why, "new shape %s (sibling [%d] has %s)", mine, s->id, theirs);
   }
-  set_text(&n->why, why);
+  set_text(&n->ex.why, why);
 }
 
 void gt_tree_note(gt_runtime *rt, const char *cut, const char *shapes) {
   gt_tree *t = gt_active(rt);
   if (!t || !t->cur) return;
   gt_node *n = t->cur;
-  if (cut && !n->cut) set_text(&n->cut, cut);
-  if (cut && n->cut_ask) count_site(n, cut);
-  if (shapes && !n->shapes) {
-    set_text(&n->shapes, shapes);
-    if (n->shapes) explain_shape(t, n);
+  if (cut && !n->ex.cut) set_text(&n->ex.cut, cut);
+  if (cut && n->ex.cut_ask) count_site(n, cut);
+  if (shapes && !n->ex.shapes) {
+    set_text(&n->ex.shapes, shapes);
+    if (n->ex.shapes) explain_shape(t, n);
   }
 }

@@ -7,6 +7,7 @@
 #include "core.h"
 #include "predict.h"
 #include "kernel.h"
+#include "stage.h"
 
 struct gt_module {
   int n;

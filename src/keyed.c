@@ -31,6 +31,8 @@
 #include <math.h>
 #include <stdio.h>
 #include "core.h"
+#include "stage.h"
+#include "tree.h"
 
 enum { KP_ADDR = 1, KP_COPY, KP_SCALAR };
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <stdint.h>
 #include "core.h"
+#include "deps.h"
 
 /* Whether a path of np segments can be one graph: several segments, each
    with its recording (launches, the values its graph holds, the arguments

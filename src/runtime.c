@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "core.h"
+#include "tree.h"
 
 static gt_runtime *g_rt;          /* the one runtime of this process */
 static char g_open_err[GT_ERRLEN];

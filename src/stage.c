@@ -3,6 +3,7 @@
 #include <string.h>
 #include "core.h"
 #include "predict.h"
+#include "stage.h"
 
 /* -- The call's buffers ---------------------------------------------------- */
 

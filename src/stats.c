@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#include "tree.h"
 
 int gt_tree_stats(gt_tree *t, gt_tree_info *o) {
   memset(o, 0, sizeof *o);
@@ -53,11 +54,11 @@ int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
   o->key = n->key;
   o->last_call = n->last_call;
   o->keyed = n->keyed;
-  o->shapes = n->shapes;
-  o->cut = n->cut;
-  o->why = n->why;
-  o->shared = n->shared;
-  o->shared_with = n->shared_with;
+  o->shapes = n->ex.shapes;
+  o->cut = n->ex.cut;
+  o->why = n->ex.why;
+  o->shared = n->ex.shared;
+  o->shared_with = n->ex.shared_with;
   return GT_OK;
 }
 
@@ -120,15 +121,15 @@ static int floorpath_of(gt_tree *t, gt_floorpath *f) {
 
 int gt_tree_floor_mark(gt_runtime *rt, gt_tree *t) {
   if (!t->nlastpath) return gt_fail(rt, "tree '%s': call it before marking a path for the floor", t->name);
-  if (GT_GROW(t->fpaths, t->fpathcap, t->nfpaths + 1) || floorpath_of(t, &t->fpaths[t->nfpaths]))
+  if (GT_GROW(t->floor.paths, t->floor.cap, t->floor.n + 1) || floorpath_of(t, &t->floor.paths[t->floor.n]))
     return gt_fail(rt, "out of host memory");
   t->floor_free = gt_tree_floor_clear;
-  return ++t->nfpaths;
+  return ++t->floor.n;
 }
 
 void gt_tree_floor_clear(gt_tree *t) {
-  for (int i = 0; i < t->nfpaths; i++) floorpath_free(&t->fpaths[i]);
-  t->nfpaths = 0;
+  for (int i = 0; i < t->floor.n; i++) floorpath_free(&t->floor.paths[i]);
+  t->floor.n = 0;
 }
 
 /* One step of the floor: f's patches (its values into the graphs, and into
@@ -239,8 +240,8 @@ static int floor_paths(gt_runtime *rt, gt_tree *t, gt_floorpath *last, gt_floorp
   if (rt->active)
     return gt_fail(rt, "tree '%s': tree:floor inside a call of tree '%s'; measure the floor outside tree calls",
                    t->name, rt->active->name);
-  *paths = t->fpaths;
-  *npaths = t->nfpaths;
+  *paths = t->floor.paths;
+  *npaths = t->floor.n;
   /* a tree's pool gave memory back since the last call: an input it read
      from another tree's pool (or its own) may be unmapped now */
   if (gt_pool_epoch != t->epoch_last)
@@ -271,7 +272,7 @@ static int floor_paths(gt_runtime *rt, gt_tree *t, gt_floorpath *last, gt_floorp
 
 int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, int patch, double *cpu_us, double *step_us) {
   gt_backend *be = &rt->be;
-  if ((!t->nlastpath && !t->nfpaths) || iters < 1)
+  if ((!t->nlastpath && !t->floor.n) || iters < 1)
     return gt_fail(rt, "tree '%s': call it at least once before measuring the floor", t->name);
   gt_floorpath last = { 0 }, *paths = NULL;
   gt_kept kept = { 0 };
@@ -310,19 +311,19 @@ int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, in
 int gt_tree_node_cut(gt_tree *t, int id, int i, const char **site, int *count) {
   if (id < 0 || id >= t->nnodes || i < 0) return GT_ERR;
   const gt_node *n = t->nodes[id];
-  int other = n->cut_other + (n->cut_last >= n->ncuts ? n->cut_nlast : 0);
-  if (i > n->ncuts || (i == n->ncuts && !other)) return GT_ERR;
-  if (i == n->ncuts) { *site = "other sites"; *count = other; return GT_OK; }
-  int c = n->cuts[i].count;
-  if (i == n->cut_last) {
+  int other = n->ex.cut_other + (n->ex.cut_last >= n->ex.ncuts ? n->cut_nlast : 0);
+  if (i > n->ex.ncuts || (i == n->ex.ncuts && !other)) return GT_ERR;
+  if (i == n->ex.ncuts) { *site = "other sites"; *count = other; return GT_OK; }
+  int c = n->ex.cuts[i].count;
+  if (i == n->ex.cut_last) {
     /* plus the replays counted at it since it became the last, and visits no
        flush counted (a keyed hit launches its path without segment ends) */
     int sum = other;
-    for (int j = 0; j < n->ncuts; j++) sum += n->cuts[j].count;
+    for (int j = 0; j < n->ex.ncuts; j++) sum += n->ex.cuts[j].count;
     sum += n->cut_nlast;
     c += n->cut_nlast + (n->visits > sum ? n->visits - sum : 0);
   }
-  *site = n->cuts[i].text;
+  *site = n->ex.cuts[i].text;
   *count = c;
   return GT_OK;
 }

@@ -16,6 +16,10 @@
 #include "core.h"
 #include "key.h"
 #include "predict.h"
+#include "cond.h"
+#include "deps.h"
+#include "stage.h"
+#include "tree.h"
 
 /* -- Creating and freeing ------------------------------------------------- */
 
@@ -128,7 +132,7 @@ static void free_now(gt_tree *t) {
   t->nstage = 0;
   if (t->keyed) t->keyed_free(t);
   if (t->floor_free) t->floor_free(t);
-  free(t->fpaths);
+  free(t->floor.paths);
   for (int i = 0; i < t->nnodes; i++) free_node(t, t->nodes[i]);
   t->nnodes = 0;
   free(t->root.kids);
@@ -686,8 +690,8 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
     n = upd;
     n->key_before[n->nkey_before++ % 4] = n->key;
     n->key = key.full;
-    free(n->shapes);
-    n->shapes = NULL;
+    free(n->ex.shapes);
+    n->ex.shapes = NULL;
   }
   else if (created && !(n = new_node(t, parent, key))) return GT_ERR;
   int ran = visit(t, n, mode, first, t0);

@@ -145,7 +145,7 @@ local function verify_code(k, nt, field, args)
   return table.concat(c, "; ")
 end
 
--- The code of a replay through the lane (gt.h's gt_lane): when the cursor's
+-- The code of a replay through the lane (gt_internal.h's gt_lane): when the cursor's
 -- predicted launch is this lean state's (cfg) with these very tensors (the
 -- same buffer structs, views and bytes, each live; the one made: nil here,
 -- NULL there), the launch is counted (the core queues it when it next

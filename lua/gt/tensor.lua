@@ -198,7 +198,7 @@ end
 -- Scopes outside tree calls: per nesting level, the tensors made in it.
 local plain, nplain = {}, 0
 
--- The replay lane (gt.h's gt_lane): while it is open, the call's next
+-- The replay lane (gt_internal.h's gt_lane): while it is open, the call's next
 -- buffer struct (index j, its room checked by the caller) is made here, every field as
 -- gt_slab_buf_init (core.h) writes it, for a buffer of bytes made after the
 -- lane's li-th launch; the core need not be called.

@@ -1,0 +1,7 @@
+/* floor.h - the benchmark floor: the last call's graphs launched back to back from C (stats.c; private to the core). */
+#ifndef GT_FLOOR_H
+#define GT_FLOOR_H
+
+/* A tree's marked paths (gt_tree_floor_mark), launched in turn by gt_tree_bench_floor. */
+typedef struct gt_floor { struct gt_floorpath *paths; int n, cap; } gt_floor;
+#endif
