@@ -43,8 +43,6 @@ struct gt_runtime {
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
   gt_lane lane;              /* predict.c: the replay lane of the active call */
   struct gt_tree **tlater; int ntlater, tlatercap;   /* tree.c: other trees whose memory waits for the active call's queue (gt_tree.deferred) */
-  int (*launch_pending)(struct gt_tree *t);  /* tree.c's gt_tree_launch_pending, set by gt_tree_new (gt_pending:
-                                                runtime.c's syncs and host copies do not call up into tree.c) */
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
@@ -177,15 +175,12 @@ struct gt_tree {
   int dry;                           /* the call is traced: nothing of it runs (gt_tree_dry) */
   gt_buf **dryb; int ndryb, drybcap;  /* its staged inputs' memory (stage.c) */
   gt_node **dpath; uint64_t *dvals; int ndpath, dpathcap, dvalcap;   /* the last traced call's path and values */
-  void (*keyed_free)(struct gt_tree *t);  /* frees them (keyed.c sets it: the tree does not call up into keyed.c) */
-  void (*keyed_trim)(struct gt_tree *t);  /* drops their one-graph paths (a trim frees graph memory; keyed.c sets it) */
   /* key.c: the offset at which each external buffer (by ordinal) was first
      used in a key computation (k: keys and saved signatures; c: the cursor):
      an external view is keyed by its offset from there, so one view at any
      offset (a window sliding over a buffer) is one node */
   int64_t *kfirst, *cfirst; int kfirstcap, cfirstcap;
   gt_floor floor;                    /* stats.c: the paths a floor launches in turn */
-  void (*floor_free)(struct gt_tree *t);   /* frees them (stats.c sets it: the tree does not call up into stats.c) */
 };
 
 /* A trim or a free of a tree during another tree's call (gt_tree.deferred):

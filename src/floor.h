@@ -4,4 +4,5 @@
 
 /* A tree's marked paths (gt_tree_floor_mark), launched in turn by gt_tree_bench_floor. */
 typedef struct gt_floor { struct gt_floorpath *paths; int n, cap; } gt_floor;
+void gt_floor_free(struct gt_tree *t);   /* the marks and their array freed (the tree is freed) */
 #endif

@@ -33,6 +33,7 @@
 #include "core.h"
 #include "stage.h"
 #include "tree.h"
+#include "keyed.h"
 
 enum { KP_ADDR = 1, KP_COPY, KP_SCALAR };
 
@@ -102,11 +103,9 @@ static int snapshot(gt_keyed *k) {
   return GT_OK;
 }
 
-static void keyed_free_all(gt_tree *t) {
+void gt_keyed_free_all(gt_tree *t) {
   while (t->keyed) { gt_keyed *n = t->keyed->next; keyed_free(t->keyed); t->keyed = n; }
 }
-
-static void keyed_trim_all(gt_tree *t);
 
 /* A number as the bits a kernel scalar of type ptype holds (as gt_launch
    stores it), once scalar_ok said it fits. */
@@ -319,8 +318,6 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   for (int d = 0; d < k->npath; d++) k->path[d]->keyed = 1;
   k->next = t->keyed;
   t->keyed = k;
-  t->keyed_free = keyed_free_all;
-  t->keyed_trim = keyed_trim_all;
   return k;
 }
 
@@ -426,7 +423,7 @@ int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
 
 /* A trim that dropped graphs: the one graphs go too, with their device
    memory (a path fuses again once it repeats), as the tree's own do. */
-static void keyed_trim_all(gt_tree *t) {
+void gt_keyed_trim_all(gt_tree *t) {
   for (gt_keyed *k = t->keyed; k; k = k->next) gt_pathg_drop(&t->rt->be, &k->pg);
 }
 

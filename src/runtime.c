@@ -8,7 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 #include "core.h"
-#include "tree.h"
 
 static gt_runtime *g_rt;          /* the one runtime of this process */
 static char g_open_err[GT_ERRLEN];
@@ -123,11 +122,6 @@ int gt_device(gt_runtime *rt, gt_device_info *out) {
   return GT_OK;
 }
 
-int gt_sync(gt_runtime *rt) {
-  if (gt_pending(rt)) return GT_ERR;
-  if (rt->be.sync(&rt->be) != GT_BOK) return gt_fail_be(rt, NULL);
-  return GT_OK;
-}
 
 int gt_profile(gt_runtime *rt, int on) {
   int old = rt->profile;
@@ -328,15 +322,4 @@ int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const 
   return GT_OK;
 }
 
-int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint64_t bytes) {
-  if (gt_buf_check(rt, b, off, bytes, "copy to device") != GT_OK || gt_pending(rt)) return GT_ERR;
-  if (bytes && rt->be.htod(&rt->be, b->addr + off, src, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
-  if (rt->active) b->wgen = rt->active->gen;   /* written by the call (gt_buf.wgen) */
-  return GT_OK;
-}
 
-int gt_buf_read(gt_runtime *rt, gt_buf *b, uint64_t off, void *dst, uint64_t bytes) {
-  if (gt_buf_check(rt, b, off, bytes, "copy to host") != GT_OK || gt_pending(rt)) return GT_ERR;
-  if (bytes && rt->be.dtoh(&rt->be, dst, b->addr + off, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
-  return GT_OK;
-}

@@ -123,13 +123,18 @@ int gt_tree_floor_mark(gt_runtime *rt, gt_tree *t) {
   if (!t->nlastpath) return gt_fail(rt, "tree '%s': call it before marking a path for the floor", t->name);
   if (GT_GROW(t->floor.paths, t->floor.cap, t->floor.n + 1) || floorpath_of(t, &t->floor.paths[t->floor.n]))
     return gt_fail(rt, "out of host memory");
-  t->floor_free = gt_tree_floor_clear;
   return ++t->floor.n;
 }
 
 void gt_tree_floor_clear(gt_tree *t) {
   for (int i = 0; i < t->floor.n; i++) floorpath_free(&t->floor.paths[i]);
   t->floor.n = 0;
+}
+
+void gt_floor_free(gt_tree *t) {
+  gt_tree_floor_clear(t);
+  free(t->floor.paths);
+  t->floor = (gt_floor){ 0 };
 }
 
 /* One step of the floor: f's patches (its values into the graphs, and into

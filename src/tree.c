@@ -27,7 +27,6 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   gt_tree *t = calloc(1, sizeof *t);
   if (!t) { gt_fail(rt, "out of host memory"); return NULL; }
   t->rt = rt;
-  rt->launch_pending = gt_tree_launch_pending;     /* (gt_pending's: runtime.c does not call up into tree.c) */
   t->opts = *opts;
   t->name = gt_strdup(opts->name && *opts->name ? opts->name : "tree");
   t->where = gt_strdup(opts->where);
@@ -108,11 +107,12 @@ static void settle(gt_runtime *rt) {
   }
 }
 
-/* Lua's tree object was collected: graphs, nodes and memory go now (during
-   another tree's call, once its queue has run: settle); the struct itself
-   stays while tensors still point at it (they are stale from now on: a new
-   generation), and goes with the last (gt_tree_unref). */
-void gt_tree_free(gt_tree *t) {
+/* gt_tree_free's part in the tree (host.c frees its keyed paths and floor
+   first): graphs, nodes and memory go now (during another tree's call, once
+   its queue has run: settle); the struct itself stays while tensors still
+   point at it (they are stale from now on: a new generation), and goes with
+   the last (gt_tree_unref). */
+void gt_tree_release(gt_tree *t) {
   gt_runtime *rt = t->rt;
   if (rt->active == t) gt_tree_abort(rt);
   if (rt->active) {
@@ -130,9 +130,6 @@ static void free_now(gt_tree *t) {
   release_call_bufs(t);
   for (int i = 0; i < t->nstage; i++) if (t->stage[i]) gt_buf_unref(t->stage[i]);
   t->nstage = 0;
-  if (t->keyed) t->keyed_free(t);
-  if (t->floor_free) t->floor_free(t);
-  free(t->floor.paths);
   for (int i = 0; i < t->nnodes; i++) free_node(t, t->nodes[i]);
   t->nnodes = 0;
   free(t->root.kids);
@@ -894,7 +891,7 @@ static int by_last_call(const void *a, const void *b) {
   return x->last_call < y->last_call ? 1 : x->last_call > y->last_call ? -1 : 0;
 }
 
-int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
+int gt_tree_trim_drop(gt_runtime *rt, gt_tree *t, int keep) {
   if (rt->active == t) return gt_fail(rt, "tree '%s': trim inside its own call", t->name);
   gt_node **rec = malloc((t->nnodes ? t->nnodes : 1) * sizeof *rec);
   if (!rec) return gt_fail(rt, "out of host memory");
@@ -904,8 +901,10 @@ int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
   for (int i = keep < 0 ? 0 : keep; i < n; i++)
     if (rec[i]->graph) { drop_graph(t, rec[i]); drop_below(t, rec[i]); }
   free(rec);
-  int dropped = before - t->recorded;       /* (with the graphs below a dropped one: their plans began at its end) */
-  if (dropped && t->keyed_trim) t->keyed_trim(t);
+  return before - t->recorded;       /* (with the graphs below a dropped one: their plans began at its end) */
+}
+
+int gt_tree_trim_shrink(gt_runtime *rt, gt_tree *t, int dropped) {
   for (int i = 0; dropped && i < t->nnodes; i++)     /* the paths' one graphs (rebuilt when those paths repeat) */
     gt_pathg_drop(&t->rt->be, &t->nodes[i]->pg);
   uint64_t end = 0;

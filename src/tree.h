@@ -4,11 +4,18 @@
 #include "core.h"
 
 /* tree.c: launches the call's replayed segments not launched yet (in order,
-   or as one graph): before anything that needs them to have run. */
+   or as one graph): before anything that needs them to have run (host.c's
+   syncs and host copies). */
 int gt_tree_launch_pending(gt_tree *t);
-static inline int gt_pending(gt_runtime *rt) {
-  return rt->active && rt->active->npend ? rt->launch_pending(rt->active) : GT_OK;
-}
+/* gt_tree_free's part in the tree itself (host.c frees the keyed paths and
+   the floor first). */
+void gt_tree_release(gt_tree *t);
+/* gt_tree_trim in two parts around the keyed paths' (host.c): drop graphs
+   beyond the keep most recently used (returns how many), then the paths'
+   one graphs and the pool's memory past what the kept graphs use (returns
+   dropped, or GT_ERR). */
+int gt_tree_trim_drop(gt_runtime *rt, gt_tree *t, int keep);
+int gt_tree_trim_shrink(gt_runtime *rt, gt_tree *t, int dropped);
 
 int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always);   /* gt_tree_begin of a keyed call */
 int gt_tree_begin_body(gt_tree *t);   /* ... and the rest when its body runs after all */
