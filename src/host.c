@@ -5,6 +5,8 @@
    does not call up into keyed.c or stats.c, nor runtime.c into the tree. */
 #include "core.h"
 #include "tree.h"
+#include "graph.h"
+#include "life.h"
 #include "keyed.h"
 
 /* The active call's replayed segments not launched yet are launched (in

@@ -33,6 +33,7 @@
 #include "core.h"
 #include "stage.h"
 #include "tree.h"
+#include "graph.h"
 #include "keyed.h"
 
 enum { KP_ADDR = 1, KP_COPY, KP_SCALAR };

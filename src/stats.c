@@ -3,6 +3,7 @@
 #include <string.h>
 #include "core.h"
 #include "tree.h"
+#include "graph.h"
 
 int gt_tree_stats(gt_tree *t, gt_tree_info *o) {
   memset(o, 0, sizeof *o);
