@@ -26,10 +26,10 @@ EMBED = $(BUILD)/obj/gt_header.c $(BUILD)/obj/cpu_prelude.c
 OBJS = $(SRCS:src/%.c=$(BUILD)/obj/%.o) $(EMBED:.c=.o)
 DEPS = $(OBJS:.o=.d)
 
-# The C tests (tests/c/) link the core's objects without the host (main.o).
+# The C tests (tests/c/) link the core's objects without the host (main*.o).
 TEST_SRCS = $(wildcard tests/c/*.c)
 TEST_OBJS = $(TEST_SRCS:tests/c/%.c=$(BUILD)/tests/%.o)
-CORE_OBJS = $(filter-out $(BUILD)/obj/main.o,$(OBJS))
+CORE_OBJS = $(filter-out $(BUILD)/obj/main%.o,$(OBJS))
 DEPS += $(TEST_OBJS:.o=.d)
 
 .PHONY: all run test check asan bench install clean deps cuda-note

@@ -180,7 +180,7 @@ struct gt_tree {
      an external view is keyed by its offset from there, so one view at any
      offset (a window sliding over a buffer) is one node */
   int64_t *kfirst, *cfirst; int kfirstcap, cfirstcap;
-  gt_floor floor;                    /* stats.c: the paths a floor launches in turn */
+  gt_floor floor;                    /* floor.c: the paths a floor launches in turn */
 };
 
 /* A trim or a free of a tree during another tree's call (gt_tree.deferred):

@@ -8,6 +8,7 @@
 #include "graph.h"
 #include "life.h"
 #include "keyed.h"
+#include "floor.h"
 
 /* The active call's replayed segments not launched yet are launched (in
    order, or as one graph) before a sync or a host copy. */
