@@ -42,7 +42,7 @@ struct gt_runtime {
   int watch_hit[16], watching;          /* watching: slots in use */
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
   gt_lane lane;              /* predict.c: the replay lane of the active call */
-  struct gt_tree **tlater; int ntlater, tlatercap;   /* tree.c: other trees whose memory waits for the active call's queue (gt_tree.deferred) */
+  struct gt_tree **tlater; int ntlater, tlatercap;   /* life.c: other trees whose memory waits for the active call's queue (gt_tree.deferred) */
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
@@ -100,11 +100,11 @@ struct gt_node {
   char *label, *skip;                /* skip: why it runs eagerly (NULL: it graphs) */
   const char *eager_why;             /* why its last eager visit ran eagerly, where skip is NULL (max_recordings) */
   int warmups, records, updates, eager;
-  gt_pathg pg;                       /* the call's path from the root to this node as one graph (tree.c's deferred launches) */
+  gt_pathg pg;                       /* the call's path from the root to this node as one graph (graph.c's deferred launches) */
   gt_ckpt *ckpt; int nckpt;          /* pool state after the segment */
   double record_us, instantiate_us, replay_us_sum, gpu_us_sum;
   int replay_n;
-  gt_bevent *gev[2];                 /* a sampled launch's device time: events around it (tree.c's gpu_sampled) */
+  gt_bevent *gev[2];                 /* a sampled launch's device time: events around it (graph.c's gpu_sampled) */
   uint64_t planned_bytes, plan_end, reusable_bytes;
   gt_explain ex;                     /* explain.c: why the node exists, where its segment ended, its shapes */
 };
@@ -159,7 +159,7 @@ struct gt_tree {
   gt_node root;                      /* sentinel: its kids are the first segments */
   gt_node **nodes; int nnodes, nodecap;
   int skips, recorded, limit_hit;
-  int pfused;                        /* calls whose replayed path launched as one graph (tree.c) */
+  int pfused;                        /* calls whose replayed path launched as one graph (graph.c) */
   gt_call_info hist[GT_HISTORY];     /* ring of the last calls */
   gt_skip *skip; int nskip, skipcap;
   int nwarn; char *warn;
@@ -185,6 +185,6 @@ struct gt_tree {
 
 /* A trim or a free of a tree during another tree's call (gt_tree.deferred):
    its pool may hold what the call's queued launches read, so the memory goes
-   when they have run (tree.c's settle). */
+   when they have run (life.c's gt_tree_settle). */
 enum { GT_DEFER_NONE = 0, GT_DEFER_SHRINK, GT_DEFER_FREE };
 #endif

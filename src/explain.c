@@ -13,7 +13,7 @@ static void set_text(char **dst, const char *s) {
 }
 
 /* A static weight as the key sees it: marked static, not one of this call's
-   buffers, not staging (tree.c's role_of, reduced to the one question). */
+   buffers, not staging (key.c's gt_role_of, reduced to the one question). */
 static int is_static(const gt_tree *t, const gt_buf *b) {
   if (b->flags & GT_BUF_STAGING) return 0;
   if ((b->flags & GT_BUF_TREE) && b->tree == t && b->gen == t->gen) return 0;

@@ -2,7 +2,7 @@
    syncs and host copies (the active call's replayed segments launched
    first: graph.c's pending launches), and a tree's free and trim (its keyed
    paths and its floor with it).  Calls go down from here only: the tree
-   does not call up into keyed.c or stats.c, nor runtime.c into the tree. */
+   does not call up into keyed.c or floor.c, nor runtime.c into the tree. */
 #include "core.h"
 #include "tree.h"
 #include "graph.h"

@@ -3,7 +3,7 @@
    segment's edges as in its own graph, and a segment's first launches wait
    for the previous segment's last ones), and launched instead of one graph a
    segment while none of them changed (gt_node.gver).  Keyed hits (keyed.c)
-   and a tree's replayed paths (tree.c's deferred launches) use it; it calls
+   and a tree's replayed paths (graph.c's deferred launches) use it; it calls
    down only (deps.c, queue.c, the backend). */
 #include <stdlib.h>
 #include <string.h>

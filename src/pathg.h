@@ -5,7 +5,7 @@
 
 typedef struct gt_node gt_node;
 
-/* A path of segments kept as one graph (keyed.c: keyed hits, tree.c's
+/* A path of segments kept as one graph (keyed.c: keyed hits, graph.c's
    deferred launches): built once GT_PATHG_AFTER launches of the path segment
    by segment found its graphs unchanged (gt_node.gver), at most
    GT_PATHG_BUILDS times; it holds what the path's graphs held then, so it

@@ -3,7 +3,7 @@
    A segment begins with a prediction: the child of its parent that followed
    the one visited there last (gt_cursor_start).  Each launch, as it is
    queued, is compared with the launch at the same position of the
-   predicted node's recording (gt_cursor_push, and kernel.c's binds through
+   predicted node's recording (gt_cursor_push, and launch.c's binds through
    gt_predict_arg as they bind each argument): the launch-match predicate,
    stated once in predict.h (gt_predict_arg: the quick tier, gt_arg_quick,
    then the full compare, gt_cursor_arg).  A segment that matched to its end

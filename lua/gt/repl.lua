@@ -1,5 +1,5 @@
 -- gt.repl - the REPL's Lua side: printing results, timing, completion, ?help.
--- The host (src/main.c) reads and compiles lines; at the start it calls
+-- The host (src/main_repl.c) reads and compiles lines; at the start it calls
 -- repl.start() (the banner's second line, the global help), after each command
 -- repl.show(quiet, seconds, ...), on Tab repl.complete(word), on "?x" repl.help("x").
 -- Loading touches no globals; start() sets help (unless defined), show() sets _LAST.

@@ -280,7 +280,7 @@ local function end_body(self, ok, n, r1, r2)
   self._in1, self._in2, self._in3, self._in4 = false, false, false, false   -- (the caller's tensors are theirs again)
 end
 
--- host.run (main.c's host_run): the body and end_body, each in a pcall made
+-- host.run (main_gthost.c's host_run): the body and end_body, each in a pcall made
 -- from C, so that compiled code returning from either stops cleanly at a C
 -- frame.  (gt runs inside gtlua only: its core is the host's own code.)
 local hrun = require("gt.host").run

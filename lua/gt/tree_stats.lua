@@ -136,7 +136,7 @@ end
 --- last call made (patches: how many a step repeats); calls: a list of argument
 --- lists (n = their count where nils end them), each called once, whose paths
 --- (and patches) the steps then launch in turn.  What the graphs write is
---- copied aside before the steps and back after (stats.c): the floor changes
+--- copied aside before the steps and back after (floor.c): the floor changes
 --- no value a tensor reads
 function Tree:floor(iters, sync_each, patch, calls)
   me(self, "floor")
