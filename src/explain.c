@@ -214,10 +214,10 @@ int gt_tree_explain_wanted(gt_runtime *rt) {
   gt_tree *t = gt_active(rt);
   if (!t || !t->cur) return 0;
   const gt_node *n = t->cur;
-  int want = (n->ex.cut && !n->ex.cut_ask ? 0 : 1) | (n->ex.shapes ? 0 : 2);
-  /* (4 alone asks nothing: 0, so a replayed first segment ending at the
+  int want = (n->ex.cut && !n->ex.cut_ask ? 0 : GT_WANT_CUT) | (n->ex.shapes ? 0 : GT_WANT_SHAPES);
+  /* (GT_WANT_FIRST alone asks nothing: 0, so a replayed first segment ending at the
      return ends its call in gt_tree_return, with no explain round trip) */
-  return want ? want | (n->parent == &t->root ? 4 : 0) : 0;
+  return want ? want | (n->parent == &t->root ? GT_WANT_FIRST : 0) : 0;
 }
 
 /* The first word where a and b differ (the shape that changed), into out. */

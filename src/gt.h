@@ -224,13 +224,15 @@ int gt_tree_end(gt_runtime *rt);                  /* end the call (flushes) */
 /* gt_tree_begin returning the call's generation (0: it failed, the message set). */
 int32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager);
 /* The body returned: flush its last segment and end the call, in one call.
-   nwarn: the warnings the caller has seen.  0: ended; 1: ended with new
-   warnings; 8 | gt_tree_explain_wanted's bits: flushed, not ended (a node's
-   first visit: explain it, then gt_tree_end); GT_ERR: the flush failed (the
-   call is still open: abort it).  Plus 16 (not with GT_ERR): the call
-   replayed through the lane (gt_lane) after one that did not, so LuaJIT's
-   traces formed on the recording's path: flush them (jit.flush()); at most
-   GT_JIT_FLUSHES times a tree. */
+   nwarn: the warnings the caller has seen.  GT_RET_ENDED; GT_RET_WARNED:
+   ended with new warnings; GT_RET_EXPLAIN | gt_tree_explain_wanted's bits:
+   flushed, not ended (a node's first visit: explain it, then gt_tree_end);
+   GT_ERR: the flush failed (the call is still open: abort it).  Plus
+   GT_RET_JIT_FLUSH (not with GT_ERR): the call replayed through the lane
+   (gt_lane) after one that did not, so LuaJIT's traces formed on the
+   recording's path: flush them (jit.flush()); at most GT_JIT_FLUSHES times
+   a tree. */
+enum { GT_RET_ENDED = 0, GT_RET_WARNED = 1, GT_RET_EXPLAIN = 8, GT_RET_JIT_FLUSH = 16 };
 int gt_tree_return(gt_runtime *rt, int nwarn);
 void gt_tree_abort(gt_runtime *rt);               /* a Lua error: drop the queued segment, end the call */
 void gt_tree_abort_run(gt_runtime *rt);           /* a Lua error in the body: the queued launches run eagerly, then abort */
@@ -264,10 +266,12 @@ int gt_tree_skip_reason(gt_tree *t, int i, const char **reason, int *count); /* 
 int gt_tree_history(gt_tree *t, int i, gt_call_info *out); /* i-th of the remembered calls, oldest first; GT_ERR past the end */
 int gt_tree_warnings(gt_tree *t, const char **last);     /* warnings so far, the last one's text */
 /* Explaining nodes: after gt_tree_flush, what the visited node still lacks
-   (1: its cut site, on a first visit and whenever the visit's site is not
-   known to the node yet; 2: its shapes; 4 is added for a first segment; 0
-   outside a call or when nothing was visited); gt_tree_note fills them (NULL
-   leaves one as it is; a cut site counts the visit at that site). */
+   (GT_WANT_CUT: its cut site, on a first visit and whenever the visit's site
+   is not known to the node yet; GT_WANT_SHAPES: its shapes; GT_WANT_FIRST is
+   added for a first segment; 0 outside a call or when nothing was visited);
+   gt_tree_note fills them (NULL leaves one as it is; a cut site counts the
+   visit at that site). */
+enum { GT_WANT_CUT = 1, GT_WANT_SHAPES = 2, GT_WANT_FIRST = 4 };
 int gt_tree_explain_wanted(gt_runtime *rt);
 void gt_tree_note(gt_runtime *rt, const char *cut, const char *shapes);
 /* The floor: the last call's graphs launched back to back from C, no tree
@@ -302,13 +306,14 @@ typedef struct gt_tslot { int32_t seg, launch, param, expr; } gt_tslot;
 int gt_tree_next_launch(gt_runtime *rt, int32_t *seg);
 /* Memoizes the path of the tree's last call (every segment replayed) for
    keyed calls.  ins: the call's arguments by position (a tensor: buf and
-   off; a number: v.f64); kinds[i]: 1 = a tensor whose address is patched,
-   2 = a `patch` number, 0 = neither.  outs: buffer indices within the call
+   off; a number: v.f64); kinds[i]: GT_KIN_TENSOR, a tensor whose address is
+   patched; GT_KIN_PATCH, a `patch` number; GT_KIN_OTHER, neither.  outs: buffer indices within the call
    (gt_buf.ci) of the tensors it returned.  ex, nex and sl, nsl: the call's
    trace (its steps, and the kernel scalars its numbers reached): a hit
    evaluates each step with its own numbers and patches those scalars; every
    other scalar is the path's.  NULL when the path cannot be keyed, the
    reason in gt_errmsg. */
+enum { GT_KIN_OTHER = 0, GT_KIN_TENSOR = 1, GT_KIN_PATCH = 2 };
 gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
                              const int *outs, int nout, const gt_texpr *ex, int nex, const gt_tslot *sl, int nsl);
 /* A memoized path no key replays any more (another saved for its key): freed. */
@@ -318,22 +323,26 @@ void gt_tree_keyed_drop(gt_keyed *k);
 int gt_tree_keyed_ready(gt_tree *t);
 /* In a call begun with gt_tree_begin (inputs staged): patch the memoized
    path's inputs and scalars from ins, launch its graphs, make the output
-   buffers of the call (to outb, when not NULL), end the call.  1: the path is
-   gone (a trim), a static buffer it reads was freed, a patched scalar is not
-   what its parameter takes (the body raises eager's error), or it needs more
-   than a patch: run the body in the same call instead.  GT_ERR on failure. */
+   buffers of the call (to outb, when not NULL), end the call.  GT_KEYED_BODY:
+   the path is gone (a trim), a static buffer it reads was freed, a patched
+   scalar is not what its parameter takes (the body raises eager's error), or
+   it needs more than a patch: run the body in the same call instead.  GT_ERR
+   on failure. */
+enum { GT_KEYED_HIT = 0, GT_KEYED_BODY = 1 };
 int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb);
 /* A keyed call whose inputs need no staging, in one call: begins the tree's
    call, then as gt_tree_keyed_run.  outb (k's output count, the order of
-   gt_tree_keyed_save's outs) receives the output buffers of a replay.  1: the
-   call has begun and its body must run; GT_ERR: nothing is left begun. */
+   gt_tree_keyed_save's outs) receives the output buffers of a replay.
+   GT_KEYED_BODY: the call has begun and its body must run; GT_ERR: nothing
+   is left begun. */
 int gt_tree_keyed_call(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb);
 /* After a body run of k's key (verify): GT_OK when what the body launched
    is what k replays with ins (the same launches, each argument's role, k's
    values and ins's patches), segment by segment, whichever nodes hold them;
-   1 when it is, on other nodes than k's (the runtime keyed it anew: save
-   the path again); GT_ERR naming the first segment, launch and argument
-   that differ. */
+   GT_KEYED_ANEW when it is, on other nodes than k's (the runtime keyed it
+   anew: save the path again); GT_ERR naming the first segment, launch and
+   argument that differ. */
+enum { GT_KEYED_ANEW = 1 };
 int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins);
 /* The active traced call (gt_tree_dry: nothing of it ran on the device) is
    dropped, as if never made: the last call's buffers as gt_tree_keep_last

@@ -190,7 +190,7 @@ static int add_patch(gt_keyed *k, kpatch p) {
 static int input_of(uint64_t v, const gt_arg *ins, const uint8_t *kinds, int nin) {
   int found = -1;
   for (int a = 0; a < nin; a++) {
-    if (kinds[a] != 1 || !ins[a].buf) continue;
+    if (kinds[a] != GT_KIN_TENSOR || !ins[a].buf) continue;
     uint64_t lo = ins[a].buf->addr + (uint64_t)ins[a].off, hi = lo + (uint64_t)ins[a].nbytes;
     if (v >= lo && (v < hi || v == lo)) { if (found >= 0) return -2; found = a; }
   }
@@ -302,7 +302,7 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   }
   k->no = nout;
   for (int i = 0; i < nex; i++)             /* (steps refer to arguments and earlier steps only) */
-    if ((ex[i].op == GT_TX_ARG && (ex[i].a < 0 || ex[i].a >= nin || kinds[ex[i].a] != 2)) ||
+    if ((ex[i].op == GT_TX_ARG && (ex[i].a < 0 || ex[i].a >= nin || kinds[ex[i].a] != GT_KIN_PATCH)) ||
         (ex[i].op > GT_TX_CONST && (ex[i].a < 0 || ex[i].a >= i || ex[i].op > GT_TX_EQ ||
                                     ((ex[i].op < GT_TX_UNM || ex[i].op >= GT_TX_LT) && (ex[i].b < 0 || ex[i].b >= i))))) {
       keyed_free(k);
@@ -371,15 +371,15 @@ int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
   if (t->nlastpath != k->npath)
     return gt_fail(rt, "took another path than the memoized one: %d segments where it has %d", t->nlastpath, k->npath);
   trace_eval(k, ins);
-  int moved = 0;
+  int moved = GT_OK;
   for (int i = 0; i < k->nguard; i++)          /* a hit would not have taken the path: memoize it again */
-    if (k->ev[k->guard[2 * i]] != k->guard[2 * i + 1]) return 1;
+    if (k->ev[k->guard[2 * i]] != k->guard[2 * i + 1]) return GT_KEYED_ANEW;
   for (int d = 0; d < k->npath; d++)           /* (likewise: a trim dropped its graph, or a static it read was freed) */
-    if (!k->path[d]->graph || !k->path[d]->launches || !statics_kept(k->path[d])) return 1;
+    if (!k->path[d]->graph || !k->path[d]->launches || !statics_kept(k->path[d])) return GT_KEYED_ANEW;
   for (int d = 0, j = 0; d < k->npath; d++) {
     const gt_node *n = k->path[d], *m = t->lastpath[d];
     if (m != n) {
-      moved = 1;
+      moved = GT_KEYED_ANEW;
       /* a node visited without a recording (its first visit): its key, which
          hashes what a graph bakes in, says whether it is the same segment */
       if (!m->launches || !m->argvals) {
@@ -389,7 +389,7 @@ int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
       if (m->nlaunch != n->nlaunch || m->nargvals != k->s[d].nvals)
         return gt_fail(rt, "took another path than the memoized one: its segment %d differs (%d launches where it has %d)",
                        d + 1, m->nlaunch, n->nlaunch);
-    } else if (n->key != k->s[d].key) return 1;   /* updated in place since (another static): a hit would not take it */
+    } else if (n->key != k->s[d].key) return GT_KEYED_ANEW;   /* updated in place since (another static): a hit would not take it */
     else if (n->nargvals != k->s[d].nvals)
       return gt_fail(rt, "took another path than the memoized one: its segment %d was recorded again with other launches", d + 1);
     for (int i = 0; i < n->nlaunch; i++) {
@@ -508,24 +508,24 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
   for (int d = 0; d < k->npath; d++) {         /* first the checks: nothing runs unless all can be patched */
     gt_node *n = k->path[d];
     const kseg *g = &k->s[d];
-    if (!n->graph || n->key != g->key || n->nargvals != g->nvals) return 1;
+    if (!n->graph || n->key != g->key || n->nargvals != g->nvals) return GT_KEYED_BODY;
     /* a static buffer it reads freed: the graph may hold its address, now
        another buffer's (the body runs; its segments compare the statics again) */
-    if (!statics_kept(n)) return 1;
+    if (!statics_kept(n)) return GT_KEYED_BODY;
     if (n->gver != k->s[d].gv) {                 /* another key's body, or a plain call, patched it since */
       clean = 0;
-      if (!rebuildable(n)) return 1;
+      if (!rebuildable(n)) return GT_KEYED_BODY;
     }
   }
   if (k->nex) trace_eval(k, ins);
   for (int i = 0; i < k->nguard; i++)          /* a comparison the body made answers otherwise: its path may differ */
-    if (k->ev[k->guard[2 * i]] != k->guard[2 * i + 1]) return 1;
+    if (k->ev[k->guard[2 * i]] != k->guard[2 * i + 1]) return GT_KEYED_BODY;
   for (int i = 0; i < k->np; i++) {
     const kpatch *p = &k->p[i];
-    if (p->kind == KP_SCALAR && !scalar_ok(k->ev[p->in], p->ptype)) return 1;   /* (the body's launch raises eager's error) */
+    if (p->kind == KP_SCALAR && !scalar_ok(k->ev[p->in], p->ptype)) return GT_KEYED_BODY;   /* (the body's launch raises eager's error) */
     uint64_t v = patch_value(k, p, ins);
     if (v == k->path[p->node]->argvals[p->slot]) continue;
-    if (p->kind == KP_COPY && !rebuildable(k->path[p->node])) return 1;     /* (a copy at other addresses: a rebuild) */
+    if (p->kind == KP_COPY && !rebuildable(k->path[p->node])) return GT_KEYED_BODY;     /* (a copy at other addresses: a rebuild) */
     clean = 0;
   }
   if (gt_tree_grow_path(t, k->npath)) return gt_fail(rt, "out of host memory");
@@ -548,7 +548,7 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
 int gt_tree_keyed_call(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **outb) {
   if (gt_tree_begin_timed(rt, k->t, 0)) return GT_ERR;
   int r = gt_tree_keyed_run(rt, k, ins, outb);
-  if (r == 1) {                                /* the body runs: the call is timed (its start was a few checks ago) */
+  if (r == GT_KEYED_BODY) {                                /* the body runs: the call is timed (its start was a few checks ago) */
     k->t->begin_us = gt_fast_us();
     if (gt_tree_begin_body(k->t)) r = GT_ERR;
   }

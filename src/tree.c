@@ -151,18 +151,18 @@ int32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager) {
 
 int gt_tree_return(gt_runtime *rt, int nwarn) {
   gt_tree *t = rt->active;        /* (gt_tree_flush queues the lane's launches if it must) */
-  if (!t) return 0;
+  if (!t) return GT_RET_ENDED;
   if (gt_tree_flush(rt, GT_CUT_RETURN) || gt_tree_launch_pending(t)) return GT_ERR;
   /* the first call (of the first few) to replay through the lane after one
      that did not: LuaJIT's traces formed on the recording calls' path */
-  int jit = t->lane_call && !t->lane_prev && t->jit_flushes < GT_JIT_FLUSHES ? 16 : 0;
+  int jit = t->lane_call && !t->lane_prev && t->jit_flushes < GT_JIT_FLUSHES ? GT_RET_JIT_FLUSH : 0;
   t->jit_flushes += jit != 0;
   t->lane_prev = t->lane_call;
   t->lane_call = 0;
   int want = gt_tree_explain_wanted(rt);
-  if (want) return jit | 8 | want;
+  if (want) return jit | GT_RET_EXPLAIN | want;
   gt_tree_finish_call(t);
-  return jit | (t->nwarn != nwarn);
+  return jit | (t->nwarn != nwarn ? GT_RET_WARNED : GT_RET_ENDED);
 }
 
 int gt_tree_grow_path(gt_tree *t, int n) { return GT_GROW(t->path, t->pathcap, n); }

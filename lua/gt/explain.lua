@@ -11,6 +11,7 @@ local I = require "gt.internal"
 local C, rt = I.C, I.rt
 local getmetatable, type, pairs, concat = getmetatable, type, pairs, table.concat
 local band = require("bit").band
+local WANT_CUT, WANT_SHAPES, WANT_FIRST = C.GT_WANT_CUT, C.GT_WANT_SHAPES, C.GT_WANT_FIRST   -- gt_tree_explain_wanted's bits
 
 -- Frames of gtlua's own Lua modules are skipped when naming the user's line.
 local here = debug.getinfo(1, "S").source
@@ -117,10 +118,10 @@ end
 -- results: at the end of the call, the body's results ({n = count, ...}).
 function I.explain(want, level, reason, results)
   local tree = I.active
-  local cut = band(want, 1) ~= 0 and (reason or cut_site()) or nil
+  local cut = band(want, WANT_CUT) ~= 0 and (reason or cut_site()) or nil
   local shapes
-  if band(want, 2) ~= 0 and tree then
-    local ins = band(want, 4) ~= 0 and inputs_text(tree) or ""
+  if band(want, WANT_SHAPES) ~= 0 and tree then
+    local ins = band(want, WANT_FIRST) ~= 0 and inputs_text(tree) or ""
     shapes = (ins ~= "" and (ins .. " ") or "") .. "-> " .. output_text(tree, results)
   end
   C.gt_tree_note(rt, cut, shapes)

@@ -17,6 +17,8 @@ local unstage_res = I.unstage_res
 local spread, arg_at, packed = I.spread, I.arg_at, I.packed
 local band = bit.band
 local STATIC, STAGING, RELEASED, SLAB = C.GT_BUF_STATIC, C.GT_BUF_STAGING, C.GT_BUF_RELEASED, C.GT_BUF_SLAB
+local KIN_OTHER, KIN_TENSOR, KIN_PATCH = C.GT_KIN_OTHER, C.GT_KIN_TENSOR, C.GT_KIN_PATCH   -- gt_tree_keyed_save's kinds
+local KEYED_HIT, KEYED_ANEW = C.GT_KEYED_HIT, C.GT_KEYED_ANEW
 local TT = ffi.typeof("gt_tensor")
 local anchor = I.anchor
 local trace = require "gt.trace"
@@ -72,7 +74,7 @@ local function walk_arg(self, node, i, x)
   local K = self._keyed
   local a = K.ins[i - 1]
   a.buf = nil
-  K.kinds[i - 1] = 0
+  K.kinds[i - 1] = KIN_OTHER
   if is_tensor(x) then
     local b = x._b
     -- a released or overwritten tensor (this tree's own too: its last call's
@@ -96,17 +98,17 @@ local function walk_arg(self, node, i, x)
     -- recording's edges and the core's inputs assumed otherwise;
     -- gt_tree_keyed_save refuses a path whose arguments share memory)
     for j = 1, i - 1 do
-      if K.kinds[j - 1] == 1 and K.ins[j - 1].buf == b then
+      if K.kinds[j - 1] == KIN_TENSOR and K.ins[j - 1].buf == b then
         node = child(child(node, SHARES[j]), x._off - tonumber(K.ins[j - 1].off))
         break
       end
     end
     a.buf, a.off, a.nbytes = b, x._off, x._nb
-    K.kinds[i - 1] = 1
+    K.kinds[i - 1] = KIN_TENSOR
     return node
   elseif type(x) == "number" and K.patch[i] then
     a.v.f64 = x
-    K.kinds[i - 1] = 2
+    K.kinds[i - 1] = KIN_PATCH
     node = child(node, PATCHED)
     return node
   elseif type(x) == "table" and getmetatable(x) == nil then
@@ -272,7 +274,7 @@ local function fill_staged(self, staged, n)
   local ins, kinds = K.ins, K.kinds
   for i = 1, n do
     local s = staged[i]
-    if kinds[i - 1] == 1 and is_tensor(s) then ins[i - 1].buf, ins[i - 1].off = s._b, s._off end
+    if kinds[i - 1] == KIN_TENSOR and is_tensor(s) then ins[i - 1].buf, ins[i - 1].off = s._b, s._off end
   end
 end
 
@@ -293,7 +295,7 @@ local function confirmed(self, leaf, K)
       "follow (a table indexed by it, a number kept from another call): " .. I.errmsg() .. "; add it to key"
     drop(leaf)
     refuse(self, leaf, leaf.refused)
-  elseif r == 1 then drop(leaf); leaf.ready = true end
+  elseif r == KEYED_ANEW then drop(leaf); leaf.ready = true end
 end
 
 -- After a body run of leaf's key: memoize (tr: the call's trace), or
@@ -323,7 +325,7 @@ local function settle(self, leaf, verifying, tr, n, args, ...)
         :format(self.name, self.where, key_text(self, unpack(args, 1, n)), I.errmsg()))
     end
     st.verified = st.verified + 1
-    if r == 1 then drop(leaf); leaf.ready = true end   -- (the same launches on nodes the runtime keyed anew: saved again)
+    if r == KEYED_ANEW then drop(leaf); leaf.ready = true end   -- (the same launches on nodes the runtime keyed anew: saved again)
     return ...
   end
   local outs, cis = describe_outputs(self, args, n, tr and tr.results, ...)
@@ -350,7 +352,7 @@ local function settle(self, leaf, verifying, tr, n, args, ...)
   -- (a table the body indexes with a number has no entry for the saving call's, say, but has one for others)
   if nex > 0 then
     local nums = {}
-    for i = 1, n do if K.kinds[i - 1] == 2 then nums[i] = K.ins[i - 1].v.f64 end end
+    for i = 1, n do if K.kinds[i - 1] == KIN_PATCH then nums[i] = K.ins[i - 1].v.f64 end end
     leaf.confirm = nums
   end
   leaf.k, leaf.outs, leaf.outb = k, outs.n == 1 and outs[1] or outs, ffi.new("gt_buf*[?]", math.max(#cis, 1))
@@ -397,7 +399,7 @@ end
 -- Whether the call has a `patch` number (walk_args's kinds).
 local function has_patched(self, n)
   local kinds = self._keyed.kinds
-  for i = 0, n - 1 do if kinds[i] == 2 then return true end end
+  for i = 0, n - 1 do if kinds[i] == KIN_PATCH then return true end end
   return false
 end
 
@@ -480,7 +482,7 @@ local verify_all = os.getenv("GTLUA_VERIFY_KEYS") == "1"
 local function other_numbers(nums, K, n)
   for i = 1, n do
     local v = nums[i]
-    if v ~= nil and K.kinds[i - 1] == 2 and K.ins[i - 1].v.f64 ~= v then return true end
+    if v ~= nil and K.kinds[i - 1] == KIN_PATCH and K.ins[i - 1].v.f64 ~= v then return true end
   end
   return false
 end
@@ -516,7 +518,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
   if k and not verifying and not (pad or K.stage) then      -- nothing to stage: one call into the core
     local outb = leaf.outb
     local r = C.gt_tree_keyed_call(rt, k, K.ins, outb)
-    if r == 0 then return outputs(self, leaf.outs, outb, nil, a1, a2, a3, a4, rest) end
+    if r == KEYED_HIT then return outputs(self, leaf.outs, outb, nil, a1, a2, a3, a4, rest) end
     if r < 0 then I.error(I.errmsg()) end
     self._enter(self, C.gt_tree_gen(self._t))                      -- begun: run the body
     st.misses = st.misses + 1
@@ -533,7 +535,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
       fill_staged(self, staged, n)
     end
     local r = C.gt_tree_keyed_run(rt, k, K.ins, leaf.outb)
-    if r == 0 then
+    if r == KEYED_HIT then
       I.active = nil
       if self._wb then I.write_back(self) end          -- a write into a copied (padded) input reaches the caller
       return outputs(self, leaf.outs, leaf.outb, staged, a1, a2, a3, a4, rest)

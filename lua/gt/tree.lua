@@ -194,13 +194,14 @@ end
 -- end runs in the interpreter every call into C costs.)
 -- (n, r1, r2: the body's results, the rest in extra[1..n-2]: a new node's outputs.)
 local extra = {}
+local ENDED, EXPLAIN, JIT_FLUSH = C.GT_RET_ENDED, C.GT_RET_EXPLAIN, C.GT_RET_JIT_FLUSH   -- gt_tree_return's answers
 local function end_call(self, n, r1, r2)
   local r = C.gt_tree_return(rt, self._nwarn)
-  if r == 0 then I.active = nil; return end
-  if r >= 16 then                                 -- the first replays through the lane (gt.h's gt_tree_return)
+  if r == ENDED then I.active = nil; return end
+  if r >= JIT_FLUSH then                          -- the first replays through the lane (gt.h's gt_tree_return)
     policy.retrace()                              -- (the traces formed on the recording's path go)
-    r = r - 16
-    if r == 0 then I.active = nil; return end
+    r = r - JIT_FLUSH
+    if r == ENDED then I.active = nil; return end
   end
   if r < 0 then
     local msg = I.errmsg()
@@ -209,8 +210,8 @@ local function end_call(self, n, r1, r2)
     if self._wb then pcall(write_back, self) end
     I.error(msg)                  -- (the line that called the tree: the body has returned)
   end
-  if r >= 8 then                                  -- a node's first visit: its cut and shapes
-    I.explain(r - 8, 3, "return", { n = n, r1, r2, unpack(extra, 1, n - 2) })
+  if r >= EXPLAIN then                            -- a node's first visit: its cut and shapes
+    I.explain(r - EXPLAIN, 3, "return", { n = n, r1, r2, unpack(extra, 1, n - 2) })
     I.active = nil
     if C.gt_tree_end(rt) ~= 0 then I.error(I.errmsg()) end
     if C.gt_tree_warnings(self._t, nil) == self._nwarn then return end
