@@ -46,7 +46,7 @@ static int nsites, sitecap;
 
 int gt_cond_site(gt_runtime *rt, const char *where) {
   char *c = gt_strdup(where);
-  if (!c || GT_GROW(sites, sitecap, nsites + 1)) { free(c); return gt_fail(rt, "out of host memory"); }
+  if (!c || GT_GROW(sites, sitecap, nsites + 1)) { free(c); return gt_err(rt, GT_E_NOMEM); }
   sites[nsites++] = c;
   return nsites;
 }
@@ -85,7 +85,7 @@ int gt_cond_close(gt_runtime *rt, int at) {
   if (!t || at < 0 || at >= t->q.n || !gt_kind_is_begin(t->q.l[at].kind)) return GT_OK;
   int n = t->q.n, top = 0;
   int *open = malloc((size_t)(n - at) * sizeof *open);
-  if (!open) return gt_fail(rt, "out of host memory");
+  if (!open) return gt_err(rt, GT_E_NOMEM);
   for (int i = at; i < n; i++) {
     int k = t->q.l[i].kind;
     if (gt_kind_is_begin(k)) open[top++] = i;
@@ -137,7 +137,7 @@ int gt_cond_check(gt_tree *t) {
   int *open = malloc((size_t)(n + 1) * sizeof *open), *up = malloc((size_t)(n + 1) * sizeof *up);
   int *other = malloc((size_t)(n + 1) * sizeof *other), *close = malloc((size_t)(n + 1) * sizeof *close);
   int *stack = malloc((size_t)(n + 1) * sizeof *stack), sp = 0;
-  if (!open || !up || !other || !close || !stack) { st = gt_fail(t->rt, "out of host memory"); goto done; }
+  if (!open || !up || !other || !close || !stack) { st = gt_err(t->rt, GT_E_NOMEM); goto done; }
   for (int i = 0; i <= n; i++) {
     open[i] = sp ? stack[sp - 1] : -1;
     if (i == n) break;
@@ -262,7 +262,7 @@ int gt_cond_run_queue(gt_backend *be, gt_queue *q, int *at) {
     return GT_BOK;
   }
   int *match = malloc(3 * (size_t)n * sizeof *match), *stack = match + n, *iters = stack + n;
-  if (!match) { strcpy(be->err, "out of host memory"); return GT_BOOM; }
+  if (!match) { strcpy(be->err, gt_errmsg_text(GT_E_NOMEM)); return GT_BOOM; }
   if (gt_cond_match(q, match, stack) != GT_OK) {
     free(match);
     strcpy(be->err, "gt.cond: the queued cond entries do not nest (an IF or WHILE without its END)");

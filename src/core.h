@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include "gt_internal.h"
 #include "backend.h"
+#include "errmsg.h"
 #include "pool.h"
 #include "queue.h"
 #include "key.h"
@@ -46,6 +47,8 @@ struct gt_runtime {
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
+int gt_err(gt_runtime *rt, gt_errcode e);          /* gt_fail with errmsg.h's message e */
+int gt_err_be(gt_runtime *rt, gt_errcode what);    /* gt_fail_be naming errmsg.h's what */
 void gt_buf_retain(gt_buf *b);
 void gt_buf_unref(gt_buf *b);                      /* the core's reference */
 extern const int32_t gt_released_gen;              /* what a released buffer's gen_now points at */

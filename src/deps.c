@@ -99,7 +99,7 @@ int gt_deps_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, void ***
   return GT_OK;
 oom:
   free(ptrs); free(g);
-  return gt_fail(t->rt, "out of host memory");
+  return gt_err(t->rt, GT_E_NOMEM);
 }
 
 /* -- Lifting for conditional bodies --------------------------------------- */

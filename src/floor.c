@@ -45,7 +45,7 @@ static int floorpath_of(gt_tree *t, gt_floorpath *f) {
 int gt_tree_floor_mark(gt_runtime *rt, gt_tree *t) {
   if (!t->nlastpath) return gt_fail(rt, "tree '%s': call it before marking a path for the floor", t->name);
   if (GT_GROW(t->floor.paths, t->floor.cap, t->floor.n + 1) || floorpath_of(t, &t->floor.paths[t->floor.n]))
-    return gt_fail(rt, "out of host memory");
+    return gt_err(rt, GT_E_NOMEM);
   return ++t->floor.n;
 }
 
@@ -185,7 +185,7 @@ static int floor_paths(gt_runtime *rt, gt_tree *t, gt_floorpath *last, gt_floorp
       if (!t->lastpath[d]->graph || !t->lastpath[d]->launches)
         return gt_fail(rt, "tree '%s': the last call's segment %d holds no graph (trimmed, or not recorded): call the "
                        "tree again before tree:floor", t->name, d + 1);
-    if (floorpath_of(t, last)) return gt_fail(rt, "out of host memory");
+    if (floorpath_of(t, last)) return gt_err(rt, GT_E_NOMEM);
     *paths = last;
     *npaths = 1;
   }
@@ -212,7 +212,7 @@ int gt_tree_bench_floor(gt_runtime *rt, gt_tree *t, int iters, int sync_each, in
   }
   for (int f = 0; f < npaths; f++) if (patch && paths[f].npatched > np) np = paths[f].npatched;
   double *c = malloc(iters * sizeof *c), *s = malloc(iters * sizeof *s);
-  int st = !c || !s ? gt_fail(rt, "out of host memory") : be->sync(be) ? gt_fail_be(rt, NULL) : GT_OK;
+  int st = !c || !s ? gt_err(rt, GT_E_NOMEM) : be->sync(be) ? gt_fail_be(rt, NULL) : GT_OK;
   double start = gt_now_us();
   for (int k = 0; k < iters && st == GT_OK; k++) {
     double t0 = gt_now_us();

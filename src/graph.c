@@ -15,7 +15,7 @@
 #include "graph.h"
 
 static int scratch(gt_tree *t, int n) {
-  if (GT_GROW(t->scratch, t->scratchcap, n) || GT_GROW(t->pscratch, t->pscratchcap, n)) return gt_fail(t->rt, "out of host memory");
+  if (GT_GROW(t->scratch, t->scratchcap, n) || GT_GROW(t->pscratch, t->pscratchcap, n)) return gt_err(t->rt, GT_E_NOMEM);
   return GT_OK;
 }
 
@@ -45,7 +45,7 @@ int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
   if (!t->rt->profile) {
     if (n->gev_pending) gt_node_gpu_harvest(be, n);
     int timed = !n->gev_pending && gpu_sampled(n) && gpu_events(be, n) && be->event_record(be, n->gev[0]) == GT_BOK;
-    if (be->graph_launch(be, n->graph) != GT_BOK) return gt_fail_be(t->rt, "graph launch");
+    if (be->graph_launch(be, n->graph) != GT_BOK) return gt_err_be(t->rt, GT_E_GRAPH_LAUNCH);
     if (timed && be->event_record(be, n->gev[1]) == GT_BOK) n->gev_pending = 1;
     return GT_OK;
   }
@@ -55,7 +55,7 @@ int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
            be->graph_launch(be, n->graph) || be->event_record(be, e1) || be->event_elapsed_us(be, e0, e1, &us);
   if (e0) be->event_destroy(be, e0);
   if (e1) be->event_destroy(be, e1);
-  if (st) return gt_fail_be(t->rt, "graph launch");
+  if (st) return gt_err_be(t->rt, GT_E_GRAPH_LAUNCH);
   n->gpu_us_sum += us;
   n->gpu_n++;
   return GT_OK;
@@ -121,7 +121,7 @@ int gt_tree_record(gt_tree *t, gt_node *n, int first, int update) {
   }
   free(n->launches);
   n->launches = malloc((t->q.n ? t->q.n : 1) * sizeof *n->launches);
-  if (!n->launches) return gt_fail(t->rt, "out of host memory");
+  if (!n->launches) return gt_err(t->rt, GT_E_NOMEM);
   if (t->q.n) memcpy(n->launches, t->q.l, t->q.n * sizeof *n->launches);   /* (an empty queue may have no array) */
   if (gt_cursor_save(t, n, first)) return GT_ERR;
   if (gt_tree_launch_graph(t, n)) return GT_ERR;
@@ -148,7 +148,7 @@ int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i) {
   n->gver++;
   int st = t->rt->be.graph_set_kernel(&t->rt->be, n->graph, i, &g);
   if (st == GT_BREFUSED) return 1;     /* (a node in a conditional body the driver will not patch) */
-  if (st != GT_BOK) return gt_fail_be(t->rt, "graph patch");
+  if (st != GT_BOK) return gt_err_be(t->rt, GT_E_GRAPH_PATCH);
   if (d >= 0) note_patch(t, d, i);
   return GT_OK;
 }
@@ -181,7 +181,7 @@ int gt_tree_rebuild_node(gt_tree *t, gt_node *n) {
   for (int i = 0; st == GT_OK && i < n->nlaunch; i++)
     gt_launch_gnode(&n->launches[i], n->argvals + n->launches[i].arg0, ptrs + n->launches[i].arg0, &g[i]);
   if (st == GT_OK && gt_deps_build(&q, n->argvals, g, &deps)) st = GT_ERR;
-  if (st != GT_OK) gt_fail(t->rt, "out of host memory");
+  if (st != GT_OK) gt_err(t->rt, GT_E_NOMEM);
   else st = update_exec(t, n, g, n->nlaunch);
   free(g); free(ptrs); free(deps);
   return st;
@@ -208,7 +208,7 @@ int gt_tree_replay(gt_tree *t, gt_node *n, int first) {
     n->gver++;
     int pst = be->graph_set_kernel(be, n->graph, i, &g);
     if (pst == GT_BREFUSED) { refused = 1; continue; }   /* (a node in a conditional body the driver will not patch) */
-    if (pst != GT_BOK) return gt_fail_be(t->rt, "graph patch");
+    if (pst != GT_BOK) return gt_err_be(t->rt, GT_E_GRAPH_PATCH);
     memcpy(was, now, l->nargs * sizeof *now);
     gt_lane_patched(n, i);
     note_patch(t, t->npath, i);
@@ -253,7 +253,7 @@ int gt_tree_launch_pending(gt_tree *t) {
   gt_backend *be = &t->rt->be;
   int whole = np == t->npath && np > 1;
   if (whole && gt_pathg_ok(pg, p, np)) {
-    if (be->graph_launch(be, pg->g) != GT_BOK) return gt_fail_be(t->rt, "graph launch");
+    if (be->graph_launch(be, pg->g) != GT_BOK) return gt_err_be(t->rt, GT_E_GRAPH_LAUNCH);
     t->pfused++;
   } else {
     for (int i = 0; i < np; i++) if (gt_tree_launch_graph(t, p[i])) return GT_ERR;

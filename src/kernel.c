@@ -127,7 +127,7 @@ static int parse_param(const char *a, const char *b, gt_kparam *p, const char *k
 
 int gt_kernel_parse(const char *src, gt_kdecl *ks, int cap, int *nk, char *err) {
   char *s = strip_comments(src);
-  if (!s) { snprintf(err, GT_ERRLEN, "out of host memory"); return GT_ERR; }
+  if (!s) { snprintf(err, GT_ERRLEN, "%s", gt_errmsg_text(GT_E_NOMEM)); return GT_ERR; }
   int n = 0, st = GT_OK;
   for (char *g = strstr(s, "__global__"); g && st == GT_OK; g = strstr(g + 10, "__global__")) {
     if ((g > s && is_id(g[-1])) || is_id(g[10])) continue;
@@ -280,7 +280,7 @@ static int is_device_header(const char *name, size_t len) {
    src) the includes both compilers serve; GT_ERR with rt's message. */
 int gt_kernel_portable(gt_runtime *rt, const char *src, char *out, const char *chunk) {
   char *s = strip_comments(src);
-  if (!s) return gt_fail(rt, "out of host memory");
+  if (!s) return gt_err(rt, GT_E_NOMEM);
   char file[256], name[64];
   snprintf(file, sizeof file, "%s", chunk);
   int line = 1, st = GT_OK;
@@ -389,7 +389,7 @@ gt_module *gt_compile(gt_runtime *rt, const char *src, const char *opts, const c
   char *full = malloc(strlen(common_prelude) + strlen(src) + 4 * strlen(chunkname) + 32), *dev = gt_strdup(src);
   if (!m || !mem || !kk || !sig || !fns || !full || !dev) {
     free(m); free(mem); free(kk); free(sig); free(fns); free(full); free(dev);
-    gt_fail(rt, "out of host memory");
+    gt_err(rt, GT_E_NOMEM);
     return NULL;
   }
   if (gt_kernel_portable(rt, src, dev, chunkname) != GT_OK) {

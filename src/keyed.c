@@ -223,7 +223,7 @@ static int find_inputs(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, const uin
         kpatch p = { d, i, slot, a, patchable(l) ? KP_ADDR : KP_COPY, 0, 0, 0 };
         p.delta = (int64_t)(v - (ins[a].buf->addr + (uint64_t)ins[a].off));
         p.write = gt_launch_writes(l, j);
-        if (add_patch(k, p)) return gt_fail(rt, "out of host memory");
+        if (add_patch(k, p)) return gt_err(rt, GT_E_NOMEM);
       }
     }
   }
@@ -236,7 +236,7 @@ static int find_traced(gt_runtime *rt, gt_keyed *k, const gt_tslot *sl, int nsl)
     const gt_tslot *x = &sl[s];
     if (x->seg == -1) {                          /* a guard */
       if (x->expr < 0 || x->expr >= k->nex || k->ex[x->expr].op < GT_TX_LT || k->ex[x->expr].op > GT_TX_EQ) return gt_fail(rt, "the call's trace is malformed");
-      if (GT_GROW(k->guard, k->gcap, 2 * k->nguard + 2)) return gt_fail(rt, "out of host memory");
+      if (GT_GROW(k->guard, k->gcap, 2 * k->nguard + 2)) return gt_err(rt, GT_E_NOMEM);
       k->guard[2 * k->nguard] = x->expr;
       k->guard[2 * k->nguard + 1] = x->param;
       k->nguard++;
@@ -248,7 +248,7 @@ static int find_traced(gt_runtime *rt, gt_keyed *k, const gt_tslot *sl, int nsl)
         x->expr < 0 || x->expr >= k->nex)
       return gt_fail(rt, "a traced `patch` number reached a launch the path does not hold");
     kpatch p = { x->seg, x->launch, l->arg0 + x->param, x->expr, KP_SCALAR, 0, l->k->ptype[x->param], 0 };
-    if (add_patch(k, p)) return gt_fail(rt, "out of host memory");
+    if (add_patch(k, p)) return gt_err(rt, GT_E_NOMEM);
   }
   return GT_OK;
 }
@@ -263,7 +263,7 @@ static int by_slot(const void *a, const void *b) {
 static gt_keyed *keyed_new(gt_runtime *rt, gt_tree *t, int nout) {
   int npath = t->nlastpath;
   gt_keyed *k = calloc(1, sizeof *k + npath * (sizeof *k->path + sizeof *k->s) + (nout ? nout : 1) * sizeof *k->o);
-  if (!k) { gt_fail(rt, "out of host memory"); return NULL; }
+  if (!k) { gt_err(rt, GT_E_NOMEM); return NULL; }
   k->t = t;
   k->npath = npath;
   k->path = (gt_node **)(k + 1);          /* (every part's alignment is 8) */
@@ -271,7 +271,7 @@ static gt_keyed *keyed_new(gt_runtime *rt, gt_tree *t, int nout) {
   k->o = (kout *)(k->s + npath);
   memcpy(k->path, t->lastpath, k->npath * sizeof *k->path);
   for (int d = 0; d < k->npath; d++) k->s[d].nvals = -1;
-  if (snapshot(k)) { keyed_free(k); gt_fail(rt, "out of host memory"); return NULL; }
+  if (snapshot(k)) { keyed_free(k); gt_err(rt, GT_E_NOMEM); return NULL; }
   return k;
 }
 
@@ -312,7 +312,7 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   k->nex = nex;
   k->ex = malloc((size_t)(nex ? nex : 1) * sizeof *k->ex);
   k->ev = malloc((size_t)(nex ? nex : 1) * sizeof *k->ev);
-  if (!k->ex || !k->ev) { keyed_free(k); gt_fail(rt, "out of host memory"); return NULL; }
+  if (!k->ex || !k->ev) { keyed_free(k); gt_err(rt, GT_E_NOMEM); return NULL; }
   if (nex) memcpy(k->ex, ex, (size_t)nex * sizeof *ex);
   if (find_inputs(rt, k, ins, kinds, nin) || find_traced(rt, k, sl, nsl)) { keyed_free(k); return NULL; }
   if (k->np > 1) qsort(k->p, (size_t)k->np, sizeof *k->p, by_slot);
@@ -528,10 +528,10 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
     if (p->kind == KP_COPY && !rebuildable(k->path[p->node])) return GT_KEYED_BODY;     /* (a copy at other addresses: a rebuild) */
     clean = 0;
   }
-  if (gt_tree_grow_path(t, k->npath)) return gt_fail(rt, "out of host memory");
+  if (gt_tree_grow_path(t, k->npath)) return gt_err(rt, GT_E_NOMEM);
   if (clean && !rt->profile && gt_pathg_ok(&k->pg, k->path, k->npath)) {   /* the path as one graph */
     gt_backend *be = &rt->be;
-    if (be->graph_launch(be, k->pg.g) != GT_BOK) return gt_fail_be(rt, "graph launch");
+    if (be->graph_launch(be, k->pg.g) != GT_BOK) return gt_err_be(rt, GT_E_GRAPH_LAUNCH);
     for (int e = 0; e < k->npath; e++) note_visit(t, k, e, 0);
     t->kfused++;
     return keyed_end(t, k, ins, outb);

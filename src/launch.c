@@ -203,7 +203,7 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
   if (t) {                         /* in a tree call: straight into the queue, compared as it lands */
     gt_arg *a;
     gt_qlaunch *d = gt_queue_reserve(&t->q, k->nparams, &a);
-    if (!d) return gt_fail(rt, "out of host memory");
+    if (!d) return gt_err(rt, GT_E_NOMEM);
     const uint64_t *was = NULL;
     int kept = 0, quick = 0;
     uint64_t dirty = 0;

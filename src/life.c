@@ -110,7 +110,7 @@ static int by_last_call(const void *a, const void *b) {
 int gt_tree_trim_drop(gt_runtime *rt, gt_tree *t, int keep) {
   if (rt->active == t) return gt_fail(rt, "tree '%s': trim inside its own call", t->name);
   gt_node **rec = malloc((t->nnodes ? t->nnodes : 1) * sizeof *rec);
-  if (!rec) return gt_fail(rt, "out of host memory");
+  if (!rec) return gt_err(rt, GT_E_NOMEM);
   int n = 0, before = t->recorded;
   for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph) rec[n++] = t->nodes[i];
   qsort(rec, n, sizeof *rec, by_last_call);
@@ -137,6 +137,6 @@ int gt_tree_trim_shrink(gt_runtime *rt, gt_tree *t, int dropped) {
      output of this tree passed to it): the memory goes once they have run */
   t->shrink_end = end;
   if (!rt->active) gt_pool_shrink(&t->pool, end);
-  else if (defer_tree(rt, t, GT_DEFER_SHRINK)) return gt_fail(rt, "out of host memory");
+  else if (defer_tree(rt, t, GT_DEFER_SHRINK)) return gt_err(rt, GT_E_NOMEM);
   return dropped;
 }

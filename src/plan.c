@@ -14,7 +14,7 @@ static int materialize(gt_tree *t) {
   for (int i = 0; i < n->nckpt; i++) {
     gt_ckpt *c = &n->ckpt[i];
     int k = t->segstart[c->seg] + c->idx;
-    if (GT_GROW(t->pool.blk, t->pool.cap, t->pool.n + 1)) return gt_fail(t->rt, "out of host memory");
+    if (GT_GROW(t->pool.blk, t->pool.cap, t->pool.n + 1)) return gt_err(t->rt, GT_E_NOMEM);
     t->pool.blk[t->pool.n++] = (gt_block){ c->off, c->size, t->bufs[k] };
   }
   t->state_node = NULL;
@@ -52,7 +52,7 @@ static int plan_segment(gt_tree *t, int first, uint64_t *plan, plan_info *info) 
   gt_queue *q = &t->q;
   if (materialize(t)) return GT_ERR;
   gt_interval *iv = calloc(2 * nn + t->nrels + 1, sizeof *iv), *ideal = iv + nn, *old = ideal + nn;
-  if (!iv) return gt_fail(t->rt, "out of host memory");
+  if (!iv) return gt_err(t->rt, GT_E_NOMEM);
   for (int i = 0; i < nn; i++) {
     gt_buf *b = t->bufs[first + i];
     iv[i] = (gt_interval){ b->bytes, b->qpos, b->relseg == t->depth ? b->rel : UINT32_MAX, b, 0 };
@@ -96,10 +96,10 @@ int gt_plan_node(gt_tree *t, gt_node *n, int first) {
   int nn = t->nbufs - first;
   plan_info info;
   uint64_t *plan = malloc((nn ? nn : 1) * sizeof *plan);
-  if (!plan) return gt_fail(t->rt, "out of host memory");
+  if (!plan) return gt_err(t->rt, GT_E_NOMEM);
   if (plan_segment(t, first, plan, &info)) { free(plan); return GT_ERR; }
   gt_ckpt *ck = malloc((t->pool.n ? t->pool.n : 1) * sizeof *ck);
-  if (!ck) { free(plan); return gt_fail(t->rt, "out of host memory"); }
+  if (!ck) { free(plan); return gt_err(t->rt, GT_E_NOMEM); }
   uint64_t ckb = 0, end = info.end;
   for (int i = 0; i < t->pool.n; i++) {
     gt_block *k = &t->pool.blk[i];

@@ -17,7 +17,7 @@ static uint64_t rstart(const gt_pool *p, const gt_range *r) { return r->addr - p
    -1 with the backend's message in be->err. */
 static int add_range(gt_pool *p, uint64_t bytes) {
   gt_range *nr = realloc(p->rng, (p->nrng + 1) * sizeof *nr);
-  if (!nr) { snprintf(p->be->err, GT_ERRLEN, "out of host memory"); return -1; }
+  if (!nr) { snprintf(p->be->err, GT_ERRLEN, "%s", gt_errmsg_text(GT_E_NOMEM)); return -1; }
   p->rng = nr;
   uint64_t size = align_up(bytes ? bytes : 1, p->be->granularity), addr;
   if (size < bytes || p->be->reserve(p->be, size, &addr) != GT_BOK) {
@@ -222,7 +222,7 @@ int gt_pool_alloc(gt_pool *p, uint64_t size, gt_buf *buf, uint64_t *off, char *e
     return GT_ERR;
   }
   if (insert_at(p, best_i, best_off, size, buf) != GT_OK) {
-    snprintf(err, GT_ERRLEN, "out of host memory");
+    snprintf(err, GT_ERRLEN, "%s", gt_errmsg_text(GT_E_NOMEM));
     return GT_ERR;
   }
   uint64_t end = best_off + size - rstart(p, r);
@@ -254,7 +254,7 @@ void gt_pool_clear(gt_pool *p) { p->n = 0; }
 
 int gt_pool_plan(gt_pool *p, gt_interval *iv, int n, const gt_interval *old, int nold, char *err) {
   char *placed = calloc(n + nold ? n + nold : 1, 1), *held = placed + n;
-  if (!placed) { snprintf(err, GT_ERRLEN, "out of host memory"); return GT_ERR; }
+  if (!placed) { snprintf(err, GT_ERRLEN, "%s", gt_errmsg_text(GT_E_NOMEM)); return GT_ERR; }
   memset(held, 1, nold);
   for (int i = 0; i < n; i++) {
     for (int j = 0; j < nold; j++)

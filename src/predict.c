@@ -185,7 +185,7 @@ int gt_cursor_save(gt_tree *t, gt_node *n, int first) {
   uint64_t *bs = malloc((nb ? nb : 1) * sizeof *bs);
   gt_rsig *rs = malloc((t->nrels ? t->nrels : 1) * sizeof *rs);
   gt_arg *qa = malloc((q->nargs ? q->nargs : 1) * sizeof *qa);
-  if (!as || !bs || !rs || !qa) { free(as); free(bs); free(rs); free(qa); return gt_fail(t->rt, "out of host memory"); }
+  if (!as || !bs || !rs || !qa) { free(as); free(bs); free(rs); free(qa); return gt_err(t->rt, GT_E_NOMEM); }
   if (q->nargs) memcpy(qa, q->args, q->nargs * sizeof *qa);   /* (an empty queue may have no array) */
   uint32_t nseen = 0, ser = gt_key_serial();
   for (int i = 0; i < q->nargs; i++) as[i] = q->args[i].buf ? gt_key_arg(t, &q->args[i], 0, ser, &nseen, &t->kfirst, &t->kfirstcap) : (gt_asig){ 0 };
@@ -395,7 +395,7 @@ int gt_predict_verify(gt_tree *t, gt_node *n) {
   if (t->lane_lost) {                /* the lane's check failed (the message set), or it found no room */
     int v = t->lane_lost;
     t->lane_lost = 0;
-    return v == 2 ? GT_ERR : gt_fail(t->rt, "out of host memory");
+    return v == 2 ? GT_ERR : gt_err(t->rt, GT_E_NOMEM);
   }
   const gt_queue *q = &t->q;
   uint32_t serial = gt_key_serial(), nseen = 0;

@@ -53,7 +53,7 @@ void gt_launch_gnode(const gt_qlaunch *l, uint64_t *vals, void **ptrs, gt_gnode 
 int gt_queue_run(gt_backend *be, gt_queue *q, int i) {
   int n = q->l[i].nargs;
   if (GT_GROW(q->vals, q->valcap, n) || GT_GROW(q->ptrs, q->ptrcap, n)) {
-    strcpy(be->err, "out of host memory");
+    strcpy(be->err, gt_errmsg_text(GT_E_NOMEM));
     return GT_BERR;
   }
   gt_gnode g;
@@ -86,7 +86,7 @@ static void note_watched(gt_runtime *rt, const gt_qlaunch *l, const gt_arg *args
 int gt_submit(gt_runtime *rt, const gt_qlaunch *l, gt_arg *args) {
   gt_tree *t = gt_active(rt);
   if (t) {
-    if (gt_queue_push(&t->q, l, args) != GT_OK) return gt_fail(rt, "out of host memory");
+    if (gt_queue_push(&t->q, l, args) != GT_OK) return gt_err(rt, GT_E_NOMEM);
     gt_cursor_push(t);
     return GT_OK;
   }
@@ -103,7 +103,7 @@ int gt_submit(gt_runtime *rt, const gt_qlaunch *l, gt_arg *args) {
 /* b (a buffer of this call) is released here: launches queued from now on
    may reuse its memory.  Part of the segment's key. */
 static int release_queued(gt_tree *t, gt_buf *b) {
-  if (GT_GROW(t->rels, t->relcap, t->nrels + 1)) return gt_fail(t->rt, "out of host memory");
+  if (GT_GROW(t->rels, t->relcap, t->nrels + 1)) return gt_err(t->rt, GT_E_NOMEM);
   b->relseg = t->depth;
   b->rel = (uint32_t)(t->q.n + t->rt->lane.lazy);   /* (the lane's launches are the queue's next ones) */
   t->rels[t->nrels++] = b;

@@ -29,6 +29,9 @@ int gt_fail_be(gt_runtime *rt, const char *what) {
   return gt_fail(rt, "%s", rt->be.err);
 }
 
+int gt_err(gt_runtime *rt, gt_errcode e) { return gt_fail(rt, "%s", gt_errmsg_text(e)); }
+int gt_err_be(gt_runtime *rt, gt_errcode what) { return gt_fail_be(rt, gt_errmsg_text(what)); }
+
 const char *gt_errmsg(gt_runtime *rt) { return rt ? rt->err : g_open_err; }
 
 /* -- Opening ------------------------------------------------------------- */
@@ -67,7 +70,7 @@ gt_runtime *gt_runtime_open(const char *backend) {
     return g_rt;
   }
   gt_runtime *rt = calloc(1, sizeof *rt);
-  if (!rt) { gt_fail(NULL, "out of host memory"); return NULL; }
+  if (!rt) { gt_err(NULL, GT_E_NOMEM); return NULL; }
   int st;
   if (!strcmp(backend, "cuda")) st = gt_backend_cuda_open(&rt->be);
   else if (!strcmp(backend, "cpu")) st = gt_backend_cpu_open(&rt->be);
@@ -174,7 +177,7 @@ static uint64_t guard_shift(uint64_t size, uint64_t bytes) {
 static int mem_alloc(gt_runtime *rt, uint64_t bytes, uint64_t *off) {
   uint64_t size = size_class(bytes);
   struct gt_freelist *f = freelist(rt, size);
-  if (!f) return gt_fail(rt, "out of host memory");
+  if (!f) return gt_err(rt, GT_E_NOMEM);
   if (f->n) { *off = f->off[--f->n]; rt->mem_live += size; return GT_OK; }
   uint64_t start = rt->mem_top, guard = is_guarded(size) ? g_guard : 0;
   if (guard) start = (start + guard - 1) / guard * guard;
@@ -217,7 +220,7 @@ static void mem_free(gt_runtime *rt, uint64_t off, uint64_t bytes) {
    (gt_buf_release drops it). */
 gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes) {
   gt_buf *b = calloc(1, sizeof *b);
-  if (!b) { gt_fail(rt, "out of host memory"); return NULL; }
+  if (!b) { gt_err(rt, GT_E_NOMEM); return NULL; }
   b->bytes = bytes;
   b->refs = 1;
   b->gen_now = &rt->zero_gen;

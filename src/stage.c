@@ -9,9 +9,9 @@
 
 static int grow_slab(gt_tree *t) {
   gt_runtime *rt = t->rt;
-  if (GT_GROW(t->slab, t->slabcap, t->nslab + 1)) return gt_fail(rt, "out of host memory");
+  if (GT_GROW(t->slab, t->slabcap, t->nslab + 1)) return gt_err(rt, GT_E_NOMEM);
   gt_buf *chunk = rt->nspare ? rt->spare[--rt->nspare] : malloc(GT_SLAB * sizeof *chunk);
-  if (!chunk) return gt_fail(rt, "out of host memory");
+  if (!chunk) return gt_err(rt, GT_E_NOMEM);
   t->slab[t->nslab++] = chunk;
   return GT_OK;
 }
@@ -20,7 +20,7 @@ gt_buf *gt_tree_buf_new(gt_runtime *rt, uint64_t bytes) {
   gt_tree *t = gt_active(rt);
   if (!t) { gt_fail(rt, "gt_tree_buf_new outside a tree call"); return NULL; }
   int i = t->nbufs;
-  if (GT_GROW(t->bufs, t->bufcap, i + 1)) { gt_fail(rt, "out of host memory"); return NULL; }
+  if (GT_GROW(t->bufs, t->bufcap, i + 1)) { gt_err(rt, GT_E_NOMEM); return NULL; }
   if (i / GT_SLAB >= t->nslab && grow_slab(t)) return NULL;
   gt_lane_room(t);
   return gt_tree_buf_quick(t, bytes);
@@ -103,7 +103,7 @@ int gt_unstage(gt_runtime *rt, const gt_buf *src, uint64_t src_off, gt_buf *dst,
 static int stage_slot(gt_tree *t, int k) {
   for (int i = 0;; i++) {
     if (i >= t->nstage) {
-      if (GT_GROW(t->stage, t->stagecap, i + 1) || GT_GROW(t->pinned, t->pinnedcap, i + 1)) return gt_fail(t->rt, "out of host memory");
+      if (GT_GROW(t->stage, t->stagecap, i + 1) || GT_GROW(t->pinned, t->pinnedcap, i + 1)) return gt_err(t->rt, GT_E_NOMEM);
       t->stage[i] = NULL;
       t->pinned[i] = 0;
       t->nstage = i + 1;
@@ -119,14 +119,14 @@ static gt_buf *staging_buf(gt_tree *t, uint64_t addr, uint64_t bytes);
    last call's outputs may live, changes; freed with the call
    (gt_tree_dry_release). */
 static int stage_dry(gt_runtime *rt, gt_tree *t, uint64_t need, gt_buf **out) {
-  if (GT_GROW(t->dryb, t->drybcap, t->ndryb + 1)) return gt_fail(rt, "out of host memory");
+  if (GT_GROW(t->dryb, t->drybcap, t->ndryb + 1)) return gt_err(rt, GT_E_NOMEM);
   rt->active = NULL;                 /* ordinary memory, not the call's */
   gt_buf *m = gt_buf_new(rt, need ? need : 1);
   rt->active = t;
   if (!m) return GT_ERR;
   t->dryb[t->ndryb++] = m;
   gt_buf *b = staging_buf(t, m->addr, need);
-  if (!b) return gt_fail(rt, "out of host memory");
+  if (!b) return gt_err(rt, GT_E_NOMEM);
   *out = b;
   return GT_OK;
 }
@@ -161,7 +161,7 @@ int gt_tree_stage_pad(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t
   if (fill && esz > 0 && padded > chunk && (padded - chunk) % (uint64_t)esz == 0) {   /* the pad value, element by element */
     uint64_t tail = padded - chunk;
     unsigned char *h = malloc(tail);
-    if (!h) return gt_fail(rt, "out of host memory");
+    if (!h) return gt_err(rt, GT_E_NOMEM);
     for (uint64_t j = 0; j < tail; j += (uint64_t)esz) memcpy(h + j, fill, (size_t)esz);
     int st = GT_BOK;
     for (uint64_t i = 0; i < outer && st == GT_BOK; i++) st = be->htod(be, m->addr + i * padded + chunk, h, tail);
@@ -171,7 +171,7 @@ int gt_tree_stage_pad(gt_runtime *rt, int k, gt_buf *src, uint64_t off, uint64_t
   for (uint64_t i = 0; i < outer; i++)
     if (chunk && be->dtod(be, m->addr + i * padded, src->addr + off + i * chunk, chunk) != GT_BOK) return gt_fail_be(rt, NULL);
   gt_buf *b = staging_buf(t, m->addr, need);
-  if (!b) return gt_fail(rt, "out of host memory");
+  if (!b) return gt_err(rt, GT_E_NOMEM);
   *out = b;
   return GT_OK;
 }

@@ -25,7 +25,7 @@
 
 gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   gt_tree *t = calloc(1, sizeof *t);
-  if (!t) { gt_fail(rt, "out of host memory"); return NULL; }
+  if (!t) { gt_err(rt, GT_E_NOMEM); return NULL; }
   t->rt = rt;
   t->opts = *opts;
   t->name = gt_strdup(opts->name && *opts->name ? opts->name : "tree");
@@ -41,7 +41,7 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   int nomem = !t->name || !t->where;
   if (nomem || gt_pool_init_growing(&t->pool, &rt->be, getenv("GTLUA_POOL_RESERVE"), rt->err) != GT_OK) {
     free(t->name); free(t->where); free(t);
-    if (nomem) gt_fail(rt, "out of host memory");
+    if (nomem) gt_err(rt, GT_E_NOMEM);
     return NULL;
   }
   return t;
@@ -103,7 +103,7 @@ int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
 int gt_tree_begin_body(gt_tree *t) {
   gt_cursor_start(t, &t->root);
   if (t->nstage) memset(t->pinned, 0, t->nstage);
-  if (GT_GROW(t->segstart, t->segcap, 1)) return gt_fail(t->rt, "out of host memory");
+  if (GT_GROW(t->segstart, t->segcap, 1)) return gt_err(t->rt, GT_E_NOMEM);
   t->segstart[0] = 0;
   return GT_OK;
 }
@@ -188,7 +188,7 @@ void gt_tree_abort(gt_runtime *rt) {
 int gt_tree_keep_last(gt_tree *t) {
   int n = t->rt->active == t ? t->lastn : t->nbufs;    /* (begun: not one made yet) */
   t->nkept = -1;
-  if (GT_GROW(t->kept, t->keptcap, n + 1)) return gt_fail(t->rt, "out of host memory");
+  if (GT_GROW(t->kept, t->keptcap, n + 1)) return gt_err(t->rt, GT_E_NOMEM);
   for (int i = 0; i < n; i++) t->kept[i] = *t->bufs[i];
   t->nkept = n;
   t->kept_gen = t->rt->active == t ? t->prev_gen : t->gen;
@@ -223,7 +223,7 @@ int gt_tree_dry_end(gt_runtime *rt) {
   for (int d = 0; st == GT_OK && d < t->npath; d++) nv += t->path[d]->nargvals;
   t->ndpath = -1;
   if (st == GT_OK && (GT_GROW(t->dpath, t->dpathcap, t->npath + 1) || GT_GROW(t->dvals, t->dvalcap, nv + 1)))
-    st = gt_fail(rt, "out of host memory");
+    st = gt_err(rt, GT_E_NOMEM);
   if (st == GT_OK) {
     for (int d = 0, v = 0; d < t->npath; d++) {
       const gt_node *n = t->path[d];

@@ -51,7 +51,7 @@ static gt_node *new_node(gt_tree *t, gt_node *parent, gt_segkey key) {
   gt_node *n = calloc(1, sizeof *n);
   if (!n || GT_GROW(parent->kids, parent->kidcap, parent->nkids + 1) || GT_GROW(t->nodes, t->nodecap, t->nnodes + 1)) {
     free(n);
-    gt_fail(t->rt, "out of host memory");
+    gt_err(t->rt, GT_E_NOMEM);
     return NULL;
   }
   n->id = t->nnodes;
@@ -182,7 +182,7 @@ static int advance(gt_tree *t, gt_node *parent, gt_node *n, int ran) {
 
 static int next_segment(gt_tree *t) {
   t->depth++;
-  if (GT_GROW(t->segstart, t->segcap, t->depth + 1)) return gt_fail(t->rt, "out of host memory");
+  if (GT_GROW(t->segstart, t->segcap, t->depth + 1)) return gt_err(t->rt, GT_E_NOMEM);
   t->segstart[t->depth] = t->nbufs;
   t->nrels = 0;
   gt_queue_clear(&t->q);
@@ -197,7 +197,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
   gt_tree *t = rt->active;           /* (the lane's launches are queued below only if the visit reads them) */
   if (!t) return GT_OK;
   int first = t->segstart[t->depth];
-  if (t->lane_lost) { int v = t->lane_lost; t->lane_lost = 0; return v == 2 ? GT_ERR : gt_fail(rt, "out of host memory"); }
+  if (t->lane_lost) { int v = t->lane_lost; t->lane_lost = 0; return v == 2 ? GT_ERR : gt_err(rt, GT_E_NOMEM); }
   if (t->q.n + rt->lane.lazy == 0 && t->nbufs == first && t->nrels == 0) return GT_OK;
   if (t->eager_call) return flush_eager_call(t, first);
   /* a replay's host time is sampled (every call for the first 64, then one
