@@ -12,6 +12,7 @@
 #include "pool.h"
 #include "queue.h"
 #include "key.h"
+#include "predict.h"
 #include "pathg.h"
 #include "plan.h"
 #include "explain.h"
@@ -145,15 +146,7 @@ struct gt_tree {
   uint8_t *pinned;                   /* per slot: an input of this call lives there */
   struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
   gt_pool pool;
-  gt_node *cand; int cmiss;          /* key.c: the cursor's predicted node, and whether it missed */
-  int lane_lost;                     /* predict.c: a sync found no room for a launch (1), or GTLUA_VERIFY_LANE a
-                                        disagreement (2, the message set): the call fails */
-  int lane_checked;                  /* lane.c: the segment's launches whose external inputs the cursor has numbered */
-  int lane_call, lane_prev, jit_flushes;  /* the lane replayed launches in this call, in the one before; JIT flushes asked */
-  uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
-  uint64_t cfrees;                   /* gt_static_frees when the segment began (key.c) */
-  int *cdirty, ndirty, cdirtycap;    /* launches whose scalars or external addresses differ from cand's graph */
-  int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
+  gt_cursor pred;                    /* predict.c: the cursor's prediction and the lane's state */
   gt_queue q;
   /* -- The rest */
   char *name, *where;
@@ -190,4 +183,13 @@ struct gt_tree {
    its pool may hold what the call's queued launches read, so the memory goes
    when they have run (life.c's gt_tree_settle). */
 enum { GT_DEFER_NONE = 0, GT_DEFER_SHRINK, GT_DEFER_FREE };
+
+/* The active call's tree, its queue holding every launch so far (what the
+   core's functions reach the call through; NULL outside one): the lane's
+   launches are queued first (predict.c). */
+static inline gt_tree *gt_active(gt_runtime *rt) {
+  gt_tree *t = rt->active;
+  if (t && rt->lane.lazy) gt_lane_sync(t);
+  return t;
+}
 #endif

@@ -14,6 +14,10 @@
 #include "life.h"
 #include "graph.h"
 
+/* Launch i of n's graph was patched: its values may differ from the
+   recording's, which the lane replays, so the lane leaves it to the core. */
+static inline void gt_lane_patched(gt_node *n, int i) { if (n->lrec) n->lrec[i].cfg = 0; }
+
 static int scratch(gt_tree *t, int n) {
   if (GT_GROW(t->scratch, t->scratchcap, n) || GT_GROW(t->pscratch, t->pscratchcap, n)) return gt_err(t->rt, GT_E_NOMEM);
   return GT_OK;
@@ -197,7 +201,7 @@ int gt_tree_replay(gt_tree *t, gt_node *n, int first) {
   uint64_t *vals = t->scratch;
   int refused = 0, ndirty = gt_cursor_dirty(t, n), all = ndirty < 0;
   for (int d = 0; d < (all ? q->n : ndirty); d++) {
-    int i = all ? d : t->cdirty[d];
+    int i = all ? d : t->pred.cdirty[d];
     const gt_qlaunch *l = &q->l[i];
     uint64_t *now = vals + l->arg0, *was = n->argvals + l->arg0;
     gt_queue_resolve(q, i, now);

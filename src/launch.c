@@ -11,6 +11,23 @@
 #include "predict.h"
 #include "stage.h"
 
+/* For a launch of configuration cfg (an id, 0: none) with nargs arguments
+   about to be queued in t: the signature of the predicted node's launch at
+   that position, its graph values (*was) and whether statics are kept; NULL
+   when there is nothing to test quickly (no prediction, another
+   configuration, values unknown): gt_cursor_push decides. */
+static inline const gt_asig *gt_cursor_expect(const gt_tree *t, uint32_t cfg, int nargs, const uint64_t **was,
+                                              int *statics_kept) {
+  const gt_node *n = t->pred.cand;
+  int i = t->q.n;
+  if (t->pred.cmiss || !cfg || i >= n->nsig) return NULL;
+  const gt_qlaunch *r = &n->launches[i];
+  if (r->cfg != cfg || !n->argvals || n->nargvals < r->arg0 + nargs) return NULL;
+  *was = n->argvals + r->arg0;
+  *statics_kept = n->sfrees == gt_static_frees;
+  return n->asig + r->arg0;
+}
+
 /* After a launch that faulted past the start of a tensor parameter (the cpu
    backend names it): that tensor's size, appended to the message. */
 static void fault_sizes(gt_runtime *rt, const gt_kernel *k, const gt_arg *args) {

@@ -8,7 +8,7 @@
    stated once in predict.h (gt_predict_arg: the quick tier, gt_arg_quick,
    then the full compare, gt_cursor_arg).  A segment that matched to its end
    is that node (gt_cursor_hit), and the launches whose scalars or external
-   addresses differ from what its graph holds are noted (t->cdirty) for the
+   addresses differ from what its graph holds are noted (t->pred.cdirty) for the
    replay to patch.  A mismatch may switch the prediction to a sibling whose
    recording matches what was queued so far; else the key (key.c) decides.
 
@@ -55,13 +55,13 @@ static int same_launch(const gt_qlaunch *a, const gt_qlaunch *b) {
    its scalars or external addresses differs from the value the graph holds;
    unknown: the values are not known). */
 static void note_dirty(gt_tree *t, int i, uint64_t dirty, int unknown) {
-  if (!dirty || !t->cexact) return;
-  if (unknown || GT_GROW(t->cdirty, t->cdirtycap, t->ndirty + 1)) t->cexact = 0;
-  else t->cdirty[t->ndirty++] = i;
+  if (!dirty || !t->pred.cexact) return;
+  if (unknown || GT_GROW(t->pred.cdirty, t->pred.cdirtycap, t->pred.ndirty + 1)) t->pred.cexact = 0;
+  else t->pred.cdirty[t->pred.ndirty++] = i;
 }
 
 /* Launch i of the queue against launch i of n's recording.  On a match, i
-   joins t->cdirty when one of its scalars or external addresses differs from
+   joins t->pred.cdirty when one of its scalars or external addresses differs from
    the value n's graph holds (internal, path and static arguments that match
    are at the addresses the graph holds: the plan is fixed while n lives). */
 static int match_at(gt_tree *t, const gt_node *n, int i) {
@@ -82,7 +82,7 @@ static int match_at(gt_tree *t, const gt_node *n, int i) {
 
 int gt_cursor_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was, uint64_t *dirty) {
   if (!a->buf) return 0;
-  gt_asig x = gt_key_arg(t, a, 0, t->cserial, &t->cseen, &t->cfirst, &t->cfirstcap);
+  gt_asig x = gt_key_arg(t, a, 0, t->pred.cserial, &t->pred.cseen, &t->cfirst, &t->cfirstcap);
   if (x.role != s->role || x.id != s->id || x.off != s->off || x.nbytes != s->nbytes) return 0;
   if (x.role == GT_ROLE_EXTERNAL) {
     *dirty |= (a->buf->addr + (uint64_t)a->off) ^ was;
@@ -99,7 +99,7 @@ void gt_cursor_quick(gt_tree *t, uint64_t dirty) { note_dirty(t, t->q.n - 1, dir
    and view n's recording queued).  A mismatch is a miss: the key decides
    at the segment's end. */
 int gt_cursor_lazy(gt_tree *t, const gt_node *n, int i) {
-  if (t->cmiss) return 0;
+  if (t->pred.cmiss) return 0;
   const gt_qlaunch *l = &n->launches[i];
   const gt_arg *a = n->qargs + l->arg0;
   const gt_asig *s = n->asig + l->arg0;
@@ -107,7 +107,7 @@ int gt_cursor_lazy(gt_tree *t, const gt_node *n, int i) {
   uint64_t dirty = 0;
   for (int j = 0; j < l->nargs; j++)
     if (s[j].role == GT_ROLE_EXTERNAL && !gt_cursor_arg(t, &a[j], &s[j], was[j], &dirty)) {
-      t->cmiss = 1;
+      t->pred.cmiss = 1;
       gt_lane_close(t->rt);
       return 0;
     }
@@ -117,11 +117,11 @@ int gt_cursor_lazy(gt_tree *t, const gt_node *n, int i) {
 
 static void restart(gt_tree *t) {
   if (__builtin_expect(gt_verify_lane < 0, 0)) gt_predict_init();
-  t->cfrees = gt_static_frees;
-  t->cserial = gt_key_serial();
-  t->cseen = 0;
-  t->ndirty = 0;
-  t->cexact = 1;
+  t->pred.cfrees = gt_static_frees;
+  t->pred.cserial = gt_key_serial();
+  t->pred.cseen = 0;
+  t->pred.ndirty = 0;
+  t->pred.cexact = 1;
 }
 
 /* A segment begins under parent: predict the child that followed the one
@@ -129,16 +129,16 @@ static void restart(gt_tree *t) {
    follows itself; alternating or cycling paths are predicted too). */
 void gt_cursor_start(gt_tree *t, gt_node *parent) {
   gt_node *k = parent->last_kid;
-  t->cand = k && k->after ? k->after : k;
-  t->cmiss = !t->cand;
+  t->pred.cand = k && k->after ? k->after : k;
+  t->pred.cmiss = !t->pred.cand;
   restart(t);
 }
 
 /* The prediction missed at launch i: a sibling whose recording matches the
    whole queue so far takes over (its ordinals numbered afresh). */
 static void switch_cand(gt_tree *t, int i) {
-  gt_node *p = t->cand->parent, *miss = t->cand;
-  t->cmiss = 1;
+  gt_node *p = t->pred.cand->parent, *miss = t->pred.cand;
+  t->pred.cmiss = 1;
   gt_lane_close(t->rt);
   for (int k = 0; k < p->nkids; k++) {
     gt_node *c = p->kids[k];
@@ -146,20 +146,20 @@ static void switch_cand(gt_tree *t, int i) {
     restart(t);
     int j = 0;
     while (j <= i && match_at(t, c, j)) j++;
-    if (j > i) { t->cand = c; t->cmiss = 0; gt_lane_start(t); return; }   /* (the lane follows the new prediction) */
+    if (j > i) { t->pred.cand = c; t->pred.cmiss = 0; gt_lane_start(t); return; }   /* (the lane follows the new prediction) */
   }
 }
 
 void gt_cursor_push(gt_tree *t) {
-  if (t->cmiss) return;
+  if (t->pred.cmiss) return;
   int i = t->q.n - 1;
-  if (!match_at(t, t->cand, i)) switch_cand(t, i);
+  if (!match_at(t, t->pred.cand, i)) switch_cand(t, i);
 }
 
 /* At the segment's end: the predicted node, if everything matched. */
 gt_node *gt_cursor_hit(gt_tree *t, int first) {
-  gt_node *n = t->cand;
-  if (t->cmiss || t->q.n + t->rt->lane.lazy != n->nsig || t->nbufs - first != n->nbsig || t->nrels != n->nrsig) return NULL;
+  gt_node *n = t->pred.cand;
+  if (t->pred.cmiss || t->q.n + t->rt->lane.lazy != n->nsig || t->nbufs - first != n->nbsig || t->nrels != n->nrsig) return NULL;
   for (int i = 0; i < n->nbsig; i++) if (t->bufs[first + i]->bytes != n->bsig[i]) return NULL;
   for (int i = 0; i < t->nrels; i++) {
     const gt_buf *b = t->rels[i];
@@ -169,12 +169,12 @@ gt_node *gt_cursor_hit(gt_tree *t, int first) {
   /* every static argument was tested the long way (flags, address) and no
      static struct has been freed since the segment began: n's statics are
      kept from here (the quick test, and the lane, may trust them again) */
-  if (n->sfrees != gt_static_frees && t->cfrees == gt_static_frees) n->sfrees = gt_static_frees;
+  if (n->sfrees != gt_static_frees && t->pred.cfrees == gt_static_frees) n->sfrees = gt_static_frees;
   return n;
 }
 
 int gt_cursor_dirty(const gt_tree *t, const gt_node *n) {
-  return n == t->cand && !t->cmiss && t->cexact ? t->ndirty : -1;
+  return n == t->pred.cand && !t->pred.cmiss && t->pred.cexact ? t->pred.ndirty : -1;
 }
 
 /* After n's graph was built from the queue: what the cursor compares with. */
@@ -271,11 +271,11 @@ void gt_lane_room(gt_tree *t) {
 void gt_lane_start(gt_tree *t) {
   gt_runtime *rt = t->rt;
   gt_lane *L = &rt->lane;
-  gt_node *n = t->cand;
+  gt_node *n = t->pred.cand;
   gt_lane_close(rt);
   L->lazy = 0;
-  t->lane_checked = 0;
-  if (t->cmiss || t->eager_call || !n || !n->nsig || !n->argvals || n->sfrees != gt_static_frees) return;
+  t->pred.lane_checked = 0;
+  if (t->pred.cmiss || t->eager_call || !n || !n->nsig || !n->argvals || n->sfrees != gt_static_frees) return;
   gt_queue *q = &t->q;   /* room for every launch of n: a sync never allocates */
   if (GT_GROW(q->l, q->cap, n->nsig) || GT_GROW(q->args, q->argcap, n->nargvals)) return;
   if (!n->lrec && !(n->lrec = lane_records(n))) return;
@@ -303,16 +303,16 @@ void gt_lane_start(gt_tree *t) {
 void gt_lane_sync(gt_tree *t) {
   gt_lane *L = &t->rt->lane;
   gt_queue *q = &t->q;
-  const gt_node *n = t->cand;
+  const gt_node *n = t->pred.cand;
   int lazy = L->lazy, i0 = q->n;
   if (!lazy) return;
   gt_lane_check(t);                  /* (while lazy counts them) */
-  if (L->seen) for (int i = i0; i < i0 + lazy && !t->lane_lost; i++) if (verify_lazy(t, n, i)) t->lane_lost = 2;
+  if (L->seen) for (int i = i0; i < i0 + lazy && !t->pred.lane_lost; i++) if (verify_lazy(t, n, i)) t->pred.lane_lost = 2;
   L->lazy = 0;
-  t->lane_call = 1;
+  t->pred.lane_call = 1;
   const gt_qlaunch *l = &n->launches[i0], *last = &n->launches[i0 + lazy - 1];
   int a0 = l->arg0, na = last->arg0 + last->nargs - a0;
-  if (i0 + lazy > q->cap || q->nargs + na > q->argcap) { t->lane_lost = 1; return; }  /* (cannot happen: the call fails at its flush) */
+  if (i0 + lazy > q->cap || q->nargs + na > q->argcap) { t->pred.lane_lost = 1; return; }  /* (cannot happen: the call fails at its flush) */
   memcpy(q->l + i0, l, lazy * sizeof *l);
   memcpy(q->args + q->nargs, n->qargs + a0, na * sizeof *q->args);
   if (q->nargs != a0) for (int i = 0; i < lazy; i++) q->l[i0 + i].arg0 += q->nargs - a0;
@@ -331,11 +331,11 @@ void gt_lane_sync(gt_tree *t) {
    here, in queue order, before the segment's end or anything after it in
    the queue (lazy launches are the queue's tail) reads them. */
 int gt_lane_check(gt_tree *t) {
-  const gt_node *n = t->cand;
-  int i0 = t->q.n, end = i0 + t->rt->lane.lazy, i = t->lane_checked > i0 ? t->lane_checked : i0;
+  const gt_node *n = t->pred.cand;
+  int i0 = t->q.n, end = i0 + t->rt->lane.lazy, i = t->pred.lane_checked > i0 ? t->pred.lane_checked : i0;
   int last = end < n->lane_ext ? end : n->lane_ext, ok = 1;
   for (; i < last && ok; i++) if (n->lrec[i].ext) ok = gt_cursor_lazy(t, n, i);
-  if (end > t->lane_checked) t->lane_checked = end;
+  if (end > t->pred.lane_checked) t->pred.lane_checked = end;
   return ok;
 }
 
@@ -382,7 +382,7 @@ static int full_arg(gt_tree *t, const gt_arg *a, const gt_asig *s, uint64_t was,
 }
 
 static int noted_dirty(const gt_tree *t, int i) {
-  for (int k = 0; k < t->ndirty; k++) if (t->cdirty[k] == i) return 1;
+  for (int k = 0; k < t->pred.ndirty; k++) if (t->pred.cdirty[k] == i) return 1;
   return 0;
 }
 
@@ -392,9 +392,9 @@ static int noted_dirty(const gt_tree *t, int i) {
    disagreement. */
 int gt_predict_verify(gt_tree *t, gt_node *n) {
   gt_lane_sync(t);
-  if (t->lane_lost) {                /* the lane's check failed (the message set), or it found no room */
-    int v = t->lane_lost;
-    t->lane_lost = 0;
+  if (t->pred.lane_lost) {                /* the lane's check failed (the message set), or it found no room */
+    int v = t->pred.lane_lost;
+    t->pred.lane_lost = 0;
     return v == 2 ? GT_ERR : gt_err(t->rt, GT_E_NOMEM);
   }
   const gt_queue *q = &t->q;
@@ -412,7 +412,7 @@ int gt_predict_verify(gt_tree *t, gt_node *n) {
     for (int j = 0; j < l->nargs && st == GT_OK; j++)
       if (!full_arg(t, &a[j], &s[j], known ? n->argvals[r->arg0 + j] : 0, serial, &nseen, &first, &cap, &d, &why))
         st = disagree(t, n, i, j, "fast tiers", why);
-    if (st == GT_OK && known && d && t->cexact && !noted_dirty(t, i))
+    if (st == GT_OK && known && d && t->pred.cexact && !noted_dirty(t, i))
       st = disagree(t, n, i, -1, "cursor", "values that differ from its graph's, not among those the replay patches");
   }
   free(first);

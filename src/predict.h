@@ -1,7 +1,25 @@
-/* predict.h - the replay predictor: the cursor and the lane (predict.c; private to the core). */
+/* predict.h - the replay predictor: the cursor and the lane (predict.c; private to the core).
+   Its state is a struct of a tree (gt_tree.pred, core.h includes this header). */
 #ifndef GT_PREDICT_H
 #define GT_PREDICT_H
-#include "core.h"
+#include "gt_internal.h"
+#include "key.h"
+
+typedef struct gt_node gt_node;
+
+/* A tree's predictor state: the cursor's prediction for the segment being
+   queued, what it noted, and the lane's counts. */
+typedef struct gt_cursor {
+  gt_node *cand; int cmiss;          /* the cursor's predicted node, and whether it missed */
+  int lane_lost;                     /* predict.c: a sync found no room for a launch (1), or GTLUA_VERIFY_LANE a
+                                        disagreement (2, the message set): the call fails */
+  int lane_checked;                  /* the segment's launches whose external inputs the cursor has numbered */
+  int lane_call, lane_prev, jit_flushes;  /* the lane replayed launches in this call, in the one before; JIT flushes asked */
+  uint32_t cserial, cseen;           /* the cursor's ordinals of external buffers */
+  uint64_t cfrees;                   /* gt_static_frees when the segment began */
+  int *cdirty, ndirty, cdirtycap;    /* launches whose scalars or external addresses differ from cand's graph */
+  int cexact;                        /* cdirty lists all of them (else a replay compares every argument) */
+} gt_cursor;
 
 /* GTLUA_VERIFY_LANE=1: the fast tiers are checked against the full compare
    (predict.c); -1 until gt_predict_init reads the variable. */
@@ -36,22 +54,6 @@ static inline int gt_arg_quick(const gt_arg *a, const gt_asig *s, uint64_t was, 
   return (b->flags & (GT_BUF_STATIC | GT_BUF_TREE | GT_BUF_STAGING)) == GT_BUF_STATIC && b->addr == s->id;
 }
 
-/* For a launch of configuration cfg (an id, 0: none) with nargs arguments
-   about to be queued in t: the signature of the predicted node's launch at
-   that position, its graph values (*was) and whether statics are kept; NULL
-   when there is nothing to test quickly (no prediction, another
-   configuration, values unknown): gt_cursor_push decides. */
-static inline const gt_asig *gt_cursor_expect(const gt_tree *t, uint32_t cfg, int nargs, const uint64_t **was,
-                                              int *statics_kept) {
-  const gt_node *n = t->cand;
-  int i = t->q.n;
-  if (t->cmiss || !cfg || i >= n->nsig) return NULL;
-  const gt_qlaunch *r = &n->launches[i];
-  if (r->cfg != cfg || !n->argvals || n->nargvals < r->arg0 + nargs) return NULL;
-  *was = n->argvals + r->arg0;
-  *statics_kept = n->sfrees == gt_static_frees;
-  return n->asig + r->arg0;
-}
 
 
 /* The long test of one tensor argument a of the launch being queued against
@@ -81,7 +83,7 @@ void gt_cursor_quick(gt_tree *t, uint64_t dirty);
    tested against n's recording (0: they differ, the cursor missed). */
 int gt_cursor_lazy(gt_tree *t, const gt_node *n, int i);
 gt_node *gt_cursor_hit(gt_tree *t, int first);      /* the segment ends: its node if the cursor matched throughout */
-/* After a hit on n: the launches a replay must patch (t->cdirty), or -1
+/* After a hit on n: the launches a replay must patch (t->pred.cdirty), or -1
    when every launch must be compared (n was not the cursor's). */
 int gt_cursor_dirty(const gt_tree *t, const gt_node *n);
 int gt_cursor_save(gt_tree *t, gt_node *n, int first);  /* n was recorded from the queue */
@@ -94,15 +96,5 @@ void gt_lane_sync(gt_tree *t);        /* the lane's lazy launches into the queue
 /* The lane's lazy launches' external inputs numbered and tested by the
    cursor, in order, once each (0: they differ, the cursor missed). */
 int gt_lane_check(gt_tree *t);
-/* Launch i of n's graph was patched: its values may differ from the
-   recording's, which the lane replays, so the lane leaves it to the core. */
-static inline void gt_lane_patched(gt_node *n, int i) { if (n->lrec) n->lrec[i].cfg = 0; }
 void gt_lane_close(gt_runtime *rt);   /* nothing more through the lane (Lua's test reads a zero count then) */
-/* The active call's tree, its queue holding every launch so far (what the
-   core's functions reach the call through; NULL outside one). */
-static inline gt_tree *gt_active(gt_runtime *rt) {
-  gt_tree *t = rt->active;
-  if (t && rt->lane.lazy) gt_lane_sync(t);
-  return t;
-}
 #endif

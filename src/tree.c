@@ -58,7 +58,7 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   if (gt_tree_begin_body(t)) { gt_tree_abort(rt); return GT_ERR; }
   t->eager_call = eager != NULL;
   if (eager) snprintf(t->eager_why, sizeof t->eager_why, "%s", eager);
-  t->cmiss |= t->eager_call;
+  t->pred.cmiss |= t->eager_call;
   gt_lane_start(t);
   return GT_OK;
 }
@@ -155,10 +155,10 @@ int gt_tree_return(gt_runtime *rt, int nwarn) {
   if (gt_tree_flush(rt, GT_CUT_RETURN) || gt_tree_launch_pending(t)) return GT_ERR;
   /* the first call (of the first few) to replay through the lane after one
      that did not: LuaJIT's traces formed on the recording calls' path */
-  int jit = t->lane_call && !t->lane_prev && t->jit_flushes < GT_JIT_FLUSHES ? GT_RET_JIT_FLUSH : 0;
-  t->jit_flushes += jit != 0;
-  t->lane_prev = t->lane_call;
-  t->lane_call = 0;
+  int jit = t->pred.lane_call && !t->pred.lane_prev && t->pred.jit_flushes < GT_JIT_FLUSHES ? GT_RET_JIT_FLUSH : 0;
+  t->pred.jit_flushes += jit != 0;
+  t->pred.lane_prev = t->pred.lane_call;
+  t->pred.lane_call = 0;
   int want = gt_tree_explain_wanted(rt);
   if (want) return jit | GT_RET_EXPLAIN | want;
   gt_tree_finish_call(t);
@@ -274,7 +274,7 @@ int gt_tree_next_launch(gt_runtime *rt, int32_t *seg) {
    effort: a failure to place the segment's tensors runs nothing more. */
 void gt_tree_abort_run(gt_runtime *rt) {
   gt_tree *t = rt->active;
-  if (t && !t->lane_lost) {
+  if (t && !t->pred.lane_lost) {
     gt_lane_sync(t);
     int depth = 0, cut = t->q.n;
     for (int i = 0; i < t->q.n; i++) {

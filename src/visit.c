@@ -197,7 +197,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
   gt_tree *t = rt->active;           /* (the lane's launches are queued below only if the visit reads them) */
   if (!t) return GT_OK;
   int first = t->segstart[t->depth];
-  if (t->lane_lost) { int v = t->lane_lost; t->lane_lost = 0; return v == 2 ? GT_ERR : gt_err(rt, GT_E_NOMEM); }
+  if (t->pred.lane_lost) { int v = t->pred.lane_lost; t->pred.lane_lost = 0; return v == 2 ? GT_ERR : gt_err(rt, GT_E_NOMEM); }
   if (t->q.n + rt->lane.lazy == 0 && t->nbufs == first && t->nrels == 0) return GT_OK;
   if (t->eager_call) return flush_eager_call(t, first);
   /* a replay's host time is sampled (every call for the first 64, then one
@@ -220,7 +220,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
   int mode = choose_mode(n, upd, parent_ok, n || !ungraphable(&t->q), &t->opts, t->recorded);
   if (t->dry && (mode != GT_V_REPLAY || rt->profile))    /* (a traced call runs nothing: keyed.lua) */
     return gt_fail(rt, "a traced call's segment %d does not replay", t->depth + 1);
-  t->lane_call |= rt->lane.lazy > 0;
+  t->pred.lane_call |= rt->lane.lazy > 0;
   /* a replay that patches nothing needs no queue; one that patches reads
      its launches there (the lane's too: an input it took may have moved) */
   if (mode != GT_V_REPLAY || gt_cursor_dirty(t, n) != 0) gt_lane_sync(t);

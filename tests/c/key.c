@@ -133,11 +133,11 @@ static void test_cursor(void) {
   for (int i = 0; i < f.t.q.n; i++) gt_queue_resolve(&f.t.q, i, vals + f.t.q.l[i].arg0);
   n.argvals = vals, n.nargvals = f.t.q.nargs;
   GT_CHECK(replayed(&f, &e[1], &e[2], &s[0], 3.0f, 8) == &n);
-  GT_CHECK(f.t.cexact && f.t.ndirty == 2 && gt_predict_verify(&f.t, &n) == GT_OK);
-  f.t.ndirty = 1;
+  GT_CHECK(f.t.pred.cexact && f.t.pred.ndirty == 2 && gt_predict_verify(&f.t, &n) == GT_OK);
+  f.t.pred.ndirty = 1;
   GT_CHECK(gt_predict_verify(&f.t, &n) == GT_ERR && strstr(f.t.rt->err, "launch 2 (k)") &&
            strstr(f.t.rt->err, "not among those the replay patches"));
-  f.t.ndirty = 2;
+  f.t.pred.ndirty = 2;
   n.asig[1].id ^= 1;
   GT_CHECK(gt_predict_verify(&f.t, &n) == GT_ERR && strstr(f.t.rt->err, "launch 1 (k, argument 2)") &&
            strstr(f.t.rt->err, "another buffer"));
@@ -202,11 +202,11 @@ static void test_lane(void) {
   f.root.last_kid = &n;
   lane_segment(&f, 2);
   GT_CHECK(f.t.rt->lane.n == 2 && n.lane_ext == 2);                       /* external inputs: the lane's too */
-  GT_CHECK(gt_lane_check(&f.t) == 1 && f.t.ndirty == 0 && gt_cursor_hit(&f.t, 0) == &n);
+  GT_CHECK(gt_lane_check(&f.t) == 1 && f.t.pred.ndirty == 0 && gt_cursor_hit(&f.t, 0) == &n);
   e[0].addr += 0x1000;                                                     /* its struct, other memory: */
   lane_segment(&f, 2);
-  GT_CHECK(gt_lane_check(&f.t) == 1 && f.t.ndirty == 1 && f.t.cdirty[0] == 0);   /* patched */
-  GT_CHECK(gt_lane_check(&f.t) == 1 && f.t.ndirty == 1);                  /* (checked once) */
+  GT_CHECK(gt_lane_check(&f.t) == 1 && f.t.pred.ndirty == 1 && f.t.pred.cdirty[0] == 0);   /* patched */
+  GT_CHECK(gt_lane_check(&f.t) == 1 && f.t.pred.ndirty == 1);                  /* (checked once) */
   GT_CHECK(gt_cursor_hit(&f.t, 0) == &n);
   e[0].addr -= 0x1000;
   lane_segment(&f, 0);                                                     /* e1 first (the core), then as recorded (the lane): */
