@@ -48,7 +48,7 @@ function M.encode(v, first_keys)
   for _, k in ipairs(rest) do order[#order + 1] = k end
   -- dkjson's encoder runs interpreted: compiled by this LuaJIT (2.1.0-beta3, GC64) a trace
   -- of it read a freed object after a collection and the process died of SIGSEGV (about one
-  -- run in eight of spec/sweep_spec.lua's gt.report.json sweep; none in 60 runs without)
+  -- run in eight of spec/errors_sweep_spec.lua's gt.report.json sweep; none in 60 runs without)
   local was = jit and jit.status()
   if was then jit.off() end
   local ok, text = pcall(lib.encode, c, { indent = true, keyorder = order })

@@ -1,4 +1,4 @@
--- sweep_spec.lua - a systematic sweep of the public API with bad arguments (DESIGN 11).
+-- errors_sweep_spec.lua - a systematic sweep of the public API with bad arguments (DESIGN 11).
 --
 -- Every public function (gt.*, gt.ops.*, gt.buckets.*, gt.report.*), every tensor
 -- method, every tree method and a kernel's launch and config is called with each
@@ -9,11 +9,11 @@
 -- listed in the entry's `ok` (the odd inputs it takes legitimately).  After each
 -- bad call the entry's correct call must still work.
 --
--- Run under plain gtlua (`build/gtlua spec/sweep_spec.lua`) it prints every
+-- Run under plain gtlua (`build/gtlua spec/errors_sweep_spec.lua`) it prints every
 -- finding instead of asserting: how the holes were found.
 local gt = require "gt"
 
-local FILE = "sweep_spec.lua"
+local FILE = "errors_sweep_spec.lua"
 local HERE = debug.getinfo(1, "S").short_src
 local busted = type(describe) == "function"   -- luacheck: ignore 113
 local TRACE = false
@@ -284,7 +284,7 @@ if not busted then
   return
 end
 
-describe("sweep of the public API with bad arguments", function()
+describe("sweep of the public API with bad arguments #sweep", function()
   it("covers every public function and method", function()
     local named = {}
     for _, e in ipairs(API) do named[e.name] = true end

@@ -26,7 +26,7 @@ __global__ void colsum(float *y, const float *x, int rows, int cols) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c < cols) { float s = 0; for (int r = 0; r < rows; r++) s += x[r * cols + c]; y[c] = s; }
 }
-]], { name = "design_a_spec.cu" })
+]], { name = "core_design_spec.cu" })
 
 local E = gt.compile([[
 __global__ void plus10(float *y, const float *x, int n) {
@@ -63,7 +63,7 @@ end
 
 local function line() return debug.getinfo(2, "l").currentline end
 
-describe("DESIGN 2-4: backends, kernels, tensors", function()
+describe("DESIGN 2-4: backends, kernels, tensors #design", function()
   it("2 backends: gt.backend() names the active one; GTLUA_BACKEND and --backend choose it, auto picks cuda or cpu", function()
     local b = gt.backend()
     assert.is_true(b == "cpu" or b == "cuda", "gt.backend() = " .. tostring(b))
@@ -169,7 +169,7 @@ describe("DESIGN 2-4: backends, kernels, tensors", function()
   end)
 end)
 
-describe("DESIGN 5: trees", function()
+describe("DESIGN 5: trees #design", function()
   it("5 key: two Lua branches launching one kernel on the same shapes with other scalars are one node, each branch's values right", function()
     local step = gt.tree(function(x, route)
       if route == "a" then return axpb(x, 2, 1) end
@@ -431,12 +431,12 @@ describe("DESIGN 5: trees", function()
     assert.are.equal(2, #seen)
     local kr, kc = reader:stats().keyed, copier:stats().keyed
     assert.are.same({ 0, 0 }, { kr.hits, kc.hits })
-    assert.are.same({ ["tolist at design_a_spec.lua:" .. read_line] = 6 }, kr.refused)
+    assert.are.same({ ["tolist at core_design_spec.lua:" .. read_line] = 6 }, kr.refused)
     local reason, n = next(kc.refused)
     assert.are.equal(6, n)
-    assert.matches("host copy at design_a_spec%.lua:" .. copy_line .. "$", reason)
-    assert.is_truthy(seen[1]:find("tolist at design_a_spec.lua:" .. read_line, 1, true), seen[1])
-    assert.is_truthy(seen[2]:find("host copy at design_a_spec.lua:" .. copy_line, 1, true), seen[2])
+    assert.matches("host copy at core_design_spec%.lua:" .. copy_line .. "$", reason)
+    assert.is_truthy(seen[1]:find("tolist at core_design_spec.lua:" .. read_line, 1, true), seen[1])
+    assert.is_truthy(seen[2]:find("host copy at core_design_spec.lua:" .. copy_line, 1, true), seen[2])
   end)
 
   it("5 keyed: a key whose path also depends on a shape: another shape under the same key runs the body, not the memoized graphs", function()
@@ -450,7 +450,7 @@ describe("DESIGN 5: trees", function()
   end)
 end)
 
-describe("DESIGN 6: the pool, lifetimes, liveness", function()
+describe("DESIGN 6: the pool, lifetimes, liveness #design", function()
   it("6 scope: a tensor in a returned table counts as returned one level deep only; two levels deep it is released", function()
     local function body(x)
       local deep, flat
@@ -490,7 +490,7 @@ describe("DESIGN 6: the pool, lifetimes, liveness", function()
         assert.tensor_near({ 2, 3, 4 }, y)
         assert.is_false(ok_v)
         assert.is_false(ok_w)
-        assert.matches("was released by :free%(%) at [^;]*design_a_spec%.lua:%d+", err)
+        assert.matches("was released by :free%(%) at [^;]*core_design_spec%.lua:%d+", err)
       end
     end
   end)
@@ -513,7 +513,7 @@ describe("DESIGN 6: the pool, lifetimes, liveness", function()
     local ok, err = pcall(kept.tolist, kept)
     assert.is_false(ok)
     assert.is_truthy(tostring(err):find("tensor f32 2x3 was released by gt.scope at " ..
-      "spec/design_a_spec.lua:" .. released .. "; return it from the scope or :clone() it", 1, true), err)
+      "spec/core_design_spec.lua:" .. released .. "; return it from the scope or :clone() it", 1, true), err)
   end)
 
   it("6 planning: reusable_bytes is what releasing dead temporaries would give back: one tensor for a 3-chain, 0 when they are freed", function()
@@ -568,7 +568,7 @@ describe("DESIGN 6: the pool, lifetimes, liveness", function()
   end)
 end)
 
-describe("DESIGN 7: dynamic shapes, limits, skips", function()
+describe("DESIGN 7: dynamic shapes, limits, skips #design", function()
   it("7 buckets: padding is zero-filled staging every call: a shorter call after a longer one in one bucket sums no old rows", function()
     local function body(x)
       local y = gt.tensor { x.shape[2] }

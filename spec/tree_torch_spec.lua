@@ -35,7 +35,7 @@ __global__ void count_nz(int *out, const float *x, int n) {
 __global__ void nonzero(int *out, const float *x, int n) {
   if (blockIdx.x == 0 && threadIdx.x == 0) { int c = 0; for (int i = 0; i < n; i++) if (x[i] != 0.0f) out[c++] = i; }
 }
-]], { name = "torch_port_spec.cu" })
+]], { name = "tree_torch_spec.cu" })
 
 local function cube(x) local y = gt.tensor(x.shape); K.cube(2, 32, y, x, x.numel); return y end
 local function axpb(x, a, b) local y = gt.tensor(x.shape); K.axpb(2, 32, y, x, x.numel, a, b); return y end
@@ -60,7 +60,7 @@ local function kinds(tree, from)
   return out
 end
 
-describe("PyTorch's cudagraph tree tests, ported", function()
+describe("PyTorch's cudagraph tree tests, ported #torch", function()
   it("test_run_simple / test_separate_recordings: two input shapes are two roots without children", function()
     local step = gt.tree(function(x) return cube(x) end, { name = "foo" })
     local ones, zeros = gt.ones { 4, 4 }, gt.zeros { 5, 5 }
@@ -558,7 +558,7 @@ describe("PyTorch's cudagraph tree tests, ported", function()
     assert.tensor_near({ 3, 5, 7, 9 }, step(x))          -- warmup
     local ok, err = pcall(step, x, true)                  -- would record
     assert.is_false(ok)
-    assert.matches("torch_port_spec.lua", err)           -- names the user's file
+    assert.matches("tree_torch_spec.lua", err)           -- names the user's file
     local s = step:stats()
     for id = 0, s.nodes - 1 do assert.is_true(s.node[id].visits > 0) end
     for _ = 1, 4 do assert.tensor_near({ 3, 5, 7, 9 }, step(x)) end

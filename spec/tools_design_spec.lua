@@ -1,4 +1,4 @@
--- design_b_spec.lua: a conformance audit of DESIGN.md sections 8-12 (device-side
+-- tools_design_spec.lua: a conformance audit of DESIGN.md sections 8-12 (device-side
 -- branches, statistics and pictures, the advisor, host and REPL, errors, pitfalls),
 -- for statements no other spec pins down.  Each `it` starts with its section.
 local gt = require "gt"
@@ -70,7 +70,7 @@ local function busy_tree()
 end
 
 -- ---------------------------------------------------------------------------
-describe("DESIGN 8: gt.cond and gt.loop", function()
+describe("DESIGN 8: gt.cond and gt.loop #design", function()
   local function pick(v)                 -- y = 1 when p (f32) is nonzero, else 2
     local p = gt.tensor({ 1 })
     K.setf(1, 1, p, v)
@@ -176,10 +176,10 @@ describe("DESIGN 8: gt.cond and gt.loop", function()
     local p = t(1)
     t(1)
     local line, err = here(), err_of(function() gt.cond(p, function() end) end)
-    assert.truthy(err:find("design_b_spec.lua:" .. line .. ":", 1, true), err)
+    assert.truthy(err:find("tools_design_spec.lua:" .. line .. ":", 1, true), err)
     assert.truthy(has(err, "returned by tree 'flags'") and has(err, "was overwritten by a later call; :clone() it to keep it"), err)
     line, err = here(), err_of(function() gt.loop(p, function() end, { max = 1 }) end)
-    assert.truthy(err:find("design_b_spec.lua:" .. line .. ":", 1, true), err)
+    assert.truthy(err:find("tools_design_spec.lua:" .. line .. ":", 1, true), err)
     assert.truthy(has(err, "was overwritten by a later call"), err)
     assert.are.equal(1, t(1):item())
   end)
@@ -210,7 +210,7 @@ print(table.concat(a, " ") .. "|" .. table.concat(b, " "), gt.cond_nodes())
 end)
 
 -- ---------------------------------------------------------------------------
-describe("DESIGN 9: tree:stats()", function()
+describe("DESIGN 9: tree:stats() #design", function()
   it("9 stats: has every field DESIGN lists, with its type, for the tree, its pool and each node", function()
     local t = busy_tree()
     local s = t:stats()
@@ -370,10 +370,10 @@ describe("DESIGN 9: tree:stats()", function()
 end)
 
 -- ---------------------------------------------------------------------------
-describe("DESIGN 9 and 11: exports and the advisor refuse bad arguments with messages a user can act on", function()
+describe("DESIGN 9 and 11: exports and the advisor refuse bad arguments with messages a user can act on #design", function()
   local function user_error(f)
     local err = err_of(f)
-    assert.truthy(err:find("^spec/design_b_spec%.lua:%d+: ") or err:find("design_b_spec%.lua:%d+: "), "names the user's line: " .. err)
+    assert.truthy(err:find("^spec/tools_design_spec%.lua:%d+: ") or err:find("tools_design_spec%.lua:%d+: "), "names the user's line: " .. err)
     assert.falsy(err:find("lua/gt/", 1, true), "points into gt's own files: " .. err)
     assert.falsy(err:find("attempt to ", 1, true), "a Lua internals error: " .. err)
     assert.falsy(err:find("bad argument #", 1, true), "a Lua internals error: " .. err)
@@ -413,7 +413,7 @@ describe("DESIGN 9 and 11: exports and the advisor refuse bad arguments with mes
 end)
 
 -- ---------------------------------------------------------------------------
-describe("DESIGN 9a: the advisor", function()
+describe("DESIGN 9a: the advisor #design", function()
   local function findings_text(a)
     local parts = {}
     for _, f in ipairs(a.findings) do parts[#parts + 1] = f.title .. "\n" .. f.text .. "\n" .. f.advice end
@@ -431,7 +431,7 @@ describe("DESIGN 9a: the advisor", function()
     local x = gt.ones { 1 }
     for i = 1, 9 do t(x, i % 3 == 0 and 2 or 1) end      -- 6 item, 3 tolist
     local all = findings_text(t:advise())
-    local site1, site2 = "design_b_spec.lua:" .. l1 .. " item", "design_b_spec.lua:" .. l2 .. " tolist"
+    local site1, site2 = "tools_design_spec.lua:" .. l1 .. " item", "tools_design_spec.lua:" .. l2 .. " tolist"
     assert.truthy(has(all, site1), all)
     assert.truthy(has(all, site2), "the tolist site is a cut site too:\n" .. all)
     assert.truthy(all:find(site1:gsub("%p", "%%%0") .. "[^\n]-6 visits"), "6 visits cut at the item:\n" .. all)
@@ -486,7 +486,7 @@ describe("DESIGN 9a: the advisor", function()
 end)
 
 -- ---------------------------------------------------------------------------
-describe("DESIGN 10: host, REPL and busted", function()
+describe("DESIGN 10: host, REPL and busted #design", function()
   it("10 cli: -e and -l run in the order given, before the script", function()
     local dir = os.tmpname()
     os.remove(dir)
@@ -528,7 +528,7 @@ describe("DESIGN 10: host, REPL and busted", function()
 end)
 
 -- ---------------------------------------------------------------------------
-describe("DESIGN 11: errors", function()
+describe("DESIGN 11: errors #design", function()
   it("11 compile: gt.load of a broken .cu names the file, the line and the compiler's message; later compiles work", function()
     local path = os.tmpname() .. "_design_b_broken.cu"
     S.spit(path, "__global__ void broken(float *y) {\n  y[0] = undefined_thing_77;\n}\n")
@@ -578,7 +578,7 @@ describe("DESIGN 11: errors", function()
     local before = step:stats()
     bad = true
     local err = err_of(step, x)
-    assert.truthy(err:find("design_b_spec.lua:" .. line .. ":", 1, true), err)
+    assert.truthy(err:find("tools_design_spec.lua:" .. line .. ":", 1, true), err)
     assert.truthy(has(err, "kernel 'axpb'") and has(err, "'n'"), err)
     bad = false
     for _ = 1, 3 do assert.tensor_near({ -2, -4, -6 }, step(x)) end
@@ -599,7 +599,7 @@ describe("DESIGN 11: errors", function()
     local x = gt.from { 1, 2 }
     keep = step(x, false)
     local err = err_of(step, x, true)
-    assert.truthy(err:find("design_b_spec.lua:" .. line .. ":", 1, true), err)
+    assert.truthy(err:find("tools_design_spec.lua:" .. line .. ":", 1, true), err)
     assert.truthy(has(err, "returned by tree 'stale_in_call'") and has(err, "was overwritten by a later call"), err)
     for _ = 1, 4 do assert.tensor_near({ 2, 3 }, step(x, false)) end
     assert.recorded(step, 1)
@@ -617,8 +617,8 @@ describe("DESIGN 11: errors", function()
     local x = gt.from { -1, 2 }
     for _ = 1, 2 do
       local line, err = here(), err_of(function() return (step(x, true)) end)
-      assert.truthy(err:find("design_b_spec.lua:" .. line .. ":", 1, true) or
-                    err:find("design_b_spec.lua:" .. at .. ":", 1, true), "the call's or the allocation's line: " .. err)
+      assert.truthy(err:find("tools_design_spec.lua:" .. line .. ":", 1, true) or
+                    err:find("tools_design_spec.lua:" .. at .. ":", 1, true), "the call's or the allocation's line: " .. err)
       assert.truthy(has(err, "out of memory"), err)
       assert.truthy(has(err, "request of 4.0 TiB"), "the request, in units: " .. err)
       assert.truthy(has(err, "pool"), err)
@@ -660,7 +660,7 @@ describe("DESIGN 11: errors", function()
 end)
 
 -- ---------------------------------------------------------------------------
-describe("DESIGN 12: pitfalls kept out", function()
+describe("DESIGN 12: pitfalls kept out #design", function()
   it("12 key: one buffer seen with other shapes under the same pointer never replays the old graph", function()
     local function body(x)
       local y = gt.tensor({ x.shape[1] })
