@@ -181,7 +181,7 @@ struct gt_tree {
 
 /* A trim or a free of a tree during another tree's call (gt_tree.deferred):
    its pool may hold what the call's queued launches read, so the memory goes
-   when they have run (life.c's gt_tree_settle). */
+   when they have run (life.c's gt_life_settle). */
 enum { GT_DEFER_NONE = 0, GT_DEFER_SHRINK, GT_DEFER_FREE };
 
 /* The active call's tree, its queue holding every launch so far (what the

@@ -70,8 +70,8 @@ static int floor_step(gt_tree *t, const gt_floorpath *f, int patch) {
     const gt_qlaunch *l = &n->launches[i];
     memcpy(n->argvals + l->arg0, f->vals + v, l->nargs * sizeof *f->vals);
     v += l->nargs;
-    int st = gt_tree_patch_node(t, -1, n, i);
-    if (st > 0) st = gt_tree_rebuild_node(t, n);   /* (the driver refused it: a node in a conditional body) */
+    int st = gt_graph_patch(t, -1, n, i);
+    if (st > 0) st = gt_graph_rebuild(t, n);   /* (the driver refused it: a node in a conditional body) */
     if (st) return GT_ERR;
   }
   for (int i = 0; i < f->npath; i++)

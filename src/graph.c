@@ -26,7 +26,7 @@ static int scratch(gt_tree *t, int n) {
 /* A sampled launch's device time, once it has run (without waiting for it):
    into n's gpu_us, which the advisor reads (tree:advise() answers whether
    a step is launch-bound from the run's own launches, not a relaunch). */
-void gt_node_gpu_harvest(gt_backend *be, gt_node *n) {
+void gt_graph_gpu_harvest(gt_backend *be, gt_node *n) {
   double us;
   if (!n->gev_pending || be->event_ready_us(be, n->gev[0], n->gev[1], &us) == GT_BREFUSED) return;
   n->gev_pending = 0;
@@ -44,10 +44,10 @@ static int gpu_events(gt_backend *be, gt_node *n) {
   return 1;
 }
 
-int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
+int gt_graph_launch(gt_tree *t, gt_node *n) {
   gt_backend *be = &t->rt->be;
   if (!t->rt->profile) {
-    if (n->gev_pending) gt_node_gpu_harvest(be, n);
+    if (n->gev_pending) gt_graph_gpu_harvest(be, n);
     int timed = !n->gev_pending && gpu_sampled(n) && gpu_events(be, n) && be->event_record(be, n->gev[0]) == GT_BOK;
     if (be->graph_launch(be, n->graph) != GT_BOK) return gt_err_be(t->rt, GT_E_GRAPH_LAUNCH);
     if (timed && be->event_record(be, n->gev[1]) == GT_BOK) n->gev_pending = 1;
@@ -65,7 +65,7 @@ int gt_tree_launch_graph(gt_tree *t, gt_node *n) {
   return GT_OK;
 }
 
-int gt_tree_run_eager(gt_tree *t, gt_node *n) {
+int gt_graph_run_eager(gt_tree *t, gt_node *n) {
   gt_backend *be = &t->rt->be;
   double t0 = t->rt->profile ? gt_now_us() : 0;
   int at;
@@ -84,7 +84,7 @@ int gt_tree_run_eager(gt_tree *t, gt_node *n) {
 /* Record n: plan, build, instantiate (or update the exec in place), launch.
    Returns what ran: GT_V_RECORD, GT_V_UPDATE, or GT_V_EAGER when the graph
    build failed (n runs eagerly from now on); GT_ERR on failure. */
-int gt_tree_record(gt_tree *t, gt_node *n, int first, int update) {
+int gt_graph_record(gt_tree *t, gt_node *n, int first, int update) {
   gt_backend *be = &t->rt->be;
   double t0 = gt_now_us();
   uint64_t *oldplan = NULL, oldend = n->plan_end;
@@ -96,7 +96,7 @@ int gt_tree_record(gt_tree *t, gt_node *n, int first, int update) {
   if (gt_plan_node(t, n, first)) { free(oldplan); return GT_ERR; }
   if (update && (!oldplan || oldend != n->plan_end || oldnck != n->nckpt ||
                  (n->nnew && memcmp(oldplan, n->plan, n->nnew * sizeof *oldplan))))
-    gt_node_drop_below(t, n);
+    gt_life_drop_below(t, n);
   free(oldplan);
   gt_gnode *g = NULL;
   int *deps = NULL;
@@ -121,14 +121,14 @@ int gt_tree_record(gt_tree *t, gt_node *n, int first, int update) {
     free(n->skip);
     n->skip = gt_strdup(why);
     n->graph = NULL;
-    return gt_tree_run_eager(t, n) ? GT_ERR : GT_V_EAGER;
+    return gt_graph_run_eager(t, n) ? GT_ERR : GT_V_EAGER;
   }
   free(n->launches);
   n->launches = malloc((t->q.n ? t->q.n : 1) * sizeof *n->launches);
   if (!n->launches) return gt_err(t->rt, GT_E_NOMEM);
   if (t->q.n) memcpy(n->launches, t->q.l, t->q.n * sizeof *n->launches);   /* (an empty queue may have no array) */
   if (gt_cursor_save(t, n, first)) return GT_ERR;
-  if (gt_tree_launch_graph(t, n)) return GT_ERR;
+  if (gt_graph_launch(t, n)) return GT_ERR;
   n->instantiate_us = t2 - t1;
   n->record_us = gt_now_us() - t0;
   return update ? GT_V_UPDATE : GT_V_RECORD;
@@ -143,7 +143,7 @@ static void note_patch(gt_tree *t, int d, int i) {
   t->npatched++;
 }
 
-int gt_tree_patch_node(gt_tree *t, int d, gt_node *n, int i) {
+int gt_graph_patch(gt_tree *t, int d, gt_node *n, int i) {
   const gt_qlaunch *l = &n->launches[i];
   gt_lane_patched(n, i);
   void *ptrs[GT_MAX_PARAMS];
@@ -175,7 +175,7 @@ static int update_exec(gt_tree *t, gt_node *n, const gt_gnode *g, int count) {
    once (a keyed hit's moved copy, a patch the driver refused), from its
    recording (launches and arguments as queued), as a path's one graph is
    built. */
-int gt_tree_rebuild_node(gt_tree *t, gt_node *n) {
+int gt_graph_rebuild(gt_tree *t, gt_node *n) {
   if (!n->launches || !n->qargs || n->nsig != n->nlaunch)
     return gt_fail(t->rt, "tree '%s': a segment's graph cannot be rebuilt without its recording", t->name);
   gt_queue q = { .l = n->launches, .n = n->nlaunch, .args = n->qargs, .nargs = n->nargvals };
@@ -193,7 +193,7 @@ int gt_tree_rebuild_node(gt_tree *t, gt_node *n) {
 
 /* Replay n: bind the new buffers to the plan, patch changed arguments, launch.
    GT_V_REPLAY, or GT_V_UPDATE when a moved copy needed a whole-graph update. */
-int gt_tree_replay(gt_tree *t, gt_node *n, int first) {
+int gt_graph_replay(gt_tree *t, gt_node *n, int first) {
   gt_queue *q = &t->q;
   gt_backend *be = &t->rt->be;
   for (int i = 0; i < n->nnew; i++) t->bufs[first + i]->addr = t->pool.base + n->plan[i];
@@ -227,11 +227,11 @@ int gt_tree_replay(gt_tree *t, gt_node *n, int first) {
     free(g); free(deps); free(ptrs);
     if (st) return GT_ERR;
   }
-  /* launched when something needs it to have run (gt_tree_launch_pending,
+  /* launched when something needs it to have run (gt_graph_launch_pending,
      which finds it at the path's end: room for it there first); profiled:
      each graph launched and timed at its segment's end */
   if (t->rt->profile || GT_GROW(t->path, t->pathcap, t->npath + 1)) {
-    if (gt_tree_launch_pending(t) || gt_tree_launch_graph(t, n)) return GT_ERR;   /* (in order) */
+    if (gt_graph_launch_pending(t) || gt_graph_launch(t, n)) return GT_ERR;   /* (in order) */
   } else t->npend++;
   return refused ? GT_V_UPDATE : GT_V_REPLAY;
 }
@@ -247,7 +247,7 @@ int gt_tree_replay(gt_tree *t, gt_node *n, int first) {
    path is its ancestry), as keyed.c does for keyed hits.  The branch
    scenario: two graph launches a call become one. */
 
-int gt_tree_launch_pending(gt_tree *t) {
+int gt_graph_launch_pending(gt_tree *t) {
   int np = t->npend;
   if (!np) return GT_OK;
   if (t->dry) return gt_fail(t->rt, "a traced call runs nothing on the device (it reads the device mid-call)");
@@ -260,11 +260,11 @@ int gt_tree_launch_pending(gt_tree *t) {
     if (be->graph_launch(be, pg->g) != GT_BOK) return gt_err_be(t->rt, GT_E_GRAPH_LAUNCH);
     t->pfused++;
   } else {
-    for (int i = 0; i < np; i++) if (gt_tree_launch_graph(t, p[i])) return GT_ERR;
+    for (int i = 0; i < np; i++) if (gt_graph_launch(t, p[i])) return GT_ERR;
     if (whole) gt_pathg_note(be, pg, p, np);
   }
   /* what was released waits for the launches still queued too (before a
      segment's visit, they read its buffers: the visit settles after them) */
-  if (!t->q.n && !t->rt->lane.lazy) gt_tree_settle(t->rt);
+  if (!t->q.n && !t->rt->lane.lazy) gt_life_settle(t->rt);
   return GT_OK;
 }

@@ -13,7 +13,7 @@
 /* The active call's replayed segments not launched yet are launched (in
    order, or as one graph) before a sync or a host copy. */
 static int pending(gt_runtime *rt) {
-  return rt->active && rt->active->npend ? gt_tree_launch_pending(rt->active) : GT_OK;
+  return rt->active && rt->active->npend ? gt_graph_launch_pending(rt->active) : GT_OK;
 }
 
 int gt_sync(gt_runtime *rt) {
@@ -36,18 +36,18 @@ int gt_buf_read(gt_runtime *rt, gt_buf *b, uint64_t off, void *dst, uint64_t byt
 }
 
 /* Lua's tree object was collected: its keyed paths and floor go, then the
-   tree (gt_tree_release: now, or once another tree's queued launches that
+   tree (gt_life_release: now, or once another tree's queued launches that
    may read its memory have run). */
 void gt_tree_free(gt_tree *t) {
   if (t->rt->active == t) gt_tree_abort(t->rt);
   if (t->keyed) gt_keyed_free_all(t);
   gt_floor_free(t);
-  gt_tree_release(t);
+  gt_life_release(t);
 }
 
 int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep) {
-  int dropped = gt_tree_trim_drop(rt, t, keep);
+  int dropped = gt_life_trim_drop(rt, t, keep);
   if (dropped < 0) return GT_ERR;
   if (dropped && t->keyed) gt_keyed_trim_all(t);
-  return gt_tree_trim_shrink(rt, t, dropped);
+  return gt_life_trim_shrink(rt, t, dropped);
 }

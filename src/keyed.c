@@ -457,7 +457,7 @@ static int keyed_end(gt_tree *t, gt_keyed *k, const gt_arg *ins, gt_buf **outb) 
 }
 
 /* Whether node n's graph can be rebuilt from its recording (a copy or fill
-   at other addresses, a patch the driver refuses: gt_tree_rebuild_node). */
+   at other addresses, a patch the driver refuses: gt_graph_rebuild). */
 static int rebuildable(const gt_node *n) { return n->launches && n->qargs && n->nsig == n->nlaunch; }
 
 /* Node d of k's path before its launch: k's values back in its graph if
@@ -478,7 +478,7 @@ static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi
       }
       if (!dirty) continue;
       if (!patchable(&n->launches[i])) rebuild = 1;
-      else if ((st = gt_tree_patch_node(t, d, n, i)) < 0) return GT_ERR;
+      else if ((st = gt_graph_patch(t, d, n, i)) < 0) return GT_ERR;
       rebuild |= st > 0;
     }
   } else {                                     /* k's values back, with this call's patches, a launch patched once */
@@ -490,12 +490,12 @@ static int keyed_node(gt_tree *t, gt_keyed *k, int d, const gt_arg *ins, int *pi
       if (!memcmp(want, have, l->nargs * sizeof *want)) continue;
       memcpy(have, want, l->nargs * sizeof *want);
       if (!patchable(l)) { rebuild = 1; continue; }
-      int st = gt_tree_patch_node(t, d, n, i);
+      int st = gt_graph_patch(t, d, n, i);
       if (st < 0) return GT_ERR;
       rebuild |= st > 0;
     }
   }
-  if (rebuild && gt_tree_rebuild_node(t, n)) return GT_ERR;
+  if (rebuild && gt_graph_rebuild(t, n)) return GT_ERR;
   *pi = j;
   k->s[d].gv = n->gver;
   return rebuild;
@@ -538,7 +538,7 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
   }
   for (int d = 0, pi = 0; d < k->npath; d++) {  /* node by node: its values and patches in, then its launch */
     int rebuilt = keyed_node(t, k, d, ins, &pi);
-    if (rebuilt < 0 || gt_tree_launch_graph(t, k->path[d])) return GT_ERR;
+    if (rebuilt < 0 || gt_graph_launch(t, k->path[d])) return GT_ERR;
     note_visit(t, k, d, rebuilt);
   }
   if (!rt->profile && k->npath > 1) gt_pathg_note(&rt->be, &k->pg, k->path, k->npath);   /* (a patch changed its versions: a new row) */

@@ -19,11 +19,11 @@ static void drop_graph(gt_tree *t, gt_node *n) {
 }
 
 /* Drops the graphs below n: their plans started from n's old checkpoint. */
-void gt_node_drop_below(gt_tree *t, gt_node *n) {
-  for (int i = 0; i < n->nkids; i++) { drop_graph(t, n->kids[i]); gt_node_drop_below(t, n->kids[i]); }
+void gt_life_drop_below(gt_tree *t, gt_node *n) {
+  for (int i = 0; i < n->nkids; i++) { drop_graph(t, n->kids[i]); gt_life_drop_below(t, n->kids[i]); }
 }
 
-void gt_node_free(gt_tree *t, gt_node *n) {
+void gt_life_free_node(gt_tree *t, gt_node *n) {
   drop_graph(t, n);
   for (int i = 0; i < 2; i++) if (n->gev[i]) t->rt->be.event_destroy(&t->rt->be, n->gev[i]);
   gt_explain_free(n);
@@ -55,7 +55,7 @@ static int defer_tree(gt_runtime *rt, gt_tree *t, int what) {
 
 /* The active call's queued launches have run (or been dropped), its
    replayed segments are launched: what waited for them goes. */
-void gt_tree_settle(gt_runtime *rt) {
+void gt_life_settle(gt_runtime *rt) {
   gt_buf_settle(rt);
   while (rt->ntlater) {
     gt_tree *t = rt->tlater[--rt->ntlater];
@@ -72,7 +72,7 @@ void gt_tree_settle(gt_runtime *rt) {
    its queue has run: settle); the struct itself stays while tensors still
    point at it (they are stale from now on: a new generation), and goes with
    the last (gt_tree_unref). */
-void gt_tree_release(gt_tree *t) {
+void gt_life_release(gt_tree *t) {
   gt_runtime *rt = t->rt;
   if (rt->active) {
     t->closed = 1;
@@ -89,7 +89,7 @@ static void free_now(gt_tree *t) {
   gt_release_call_bufs(t);
   for (int i = 0; i < t->nstage; i++) if (t->stage[i]) gt_buf_unref(t->stage[i]);
   t->nstage = 0;
-  for (int i = 0; i < t->nnodes; i++) gt_node_free(t, t->nodes[i]);
+  for (int i = 0; i < t->nnodes; i++) gt_life_free_node(t, t->nodes[i]);
   t->nnodes = 0;
   free(t->root.kids);
   for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
@@ -107,7 +107,7 @@ static int by_last_call(const void *a, const void *b) {
   return x->last_call < y->last_call ? 1 : x->last_call > y->last_call ? -1 : 0;
 }
 
-int gt_tree_trim_drop(gt_runtime *rt, gt_tree *t, int keep) {
+int gt_life_trim_drop(gt_runtime *rt, gt_tree *t, int keep) {
   if (rt->active == t) return gt_fail(rt, "tree '%s': trim inside its own call", t->name);
   gt_node **rec = malloc((t->nnodes ? t->nnodes : 1) * sizeof *rec);
   if (!rec) return gt_err(rt, GT_E_NOMEM);
@@ -115,12 +115,12 @@ int gt_tree_trim_drop(gt_runtime *rt, gt_tree *t, int keep) {
   for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph) rec[n++] = t->nodes[i];
   qsort(rec, n, sizeof *rec, by_last_call);
   for (int i = keep < 0 ? 0 : keep; i < n; i++)
-    if (rec[i]->graph) { drop_graph(t, rec[i]); gt_node_drop_below(t, rec[i]); }
+    if (rec[i]->graph) { drop_graph(t, rec[i]); gt_life_drop_below(t, rec[i]); }
   free(rec);
   return before - t->recorded;       /* (with the graphs below a dropped one: their plans began at its end) */
 }
 
-int gt_tree_trim_shrink(gt_runtime *rt, gt_tree *t, int dropped) {
+int gt_life_trim_shrink(gt_runtime *rt, gt_tree *t, int dropped) {
   for (int i = 0; dropped && i < t->nnodes; i++)     /* the paths' one graphs (rebuilt when those paths repeat) */
     gt_pathg_drop(&t->rt->be, &t->nodes[i]->pg);
   uint64_t end = 0;

@@ -28,7 +28,7 @@ int gt_tree_stats(gt_tree *t, gt_tree_info *o) {
 int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
   if (id < 0 || id >= t->nnodes) return GT_ERR;
   gt_node *n = t->nodes[id];
-  if (!t->rt->active) gt_node_gpu_harvest(&t->rt->be, n);   /* (a sampled launch that has run since) */
+  if (!t->rt->active) gt_graph_gpu_harvest(&t->rt->be, n);   /* (a sampled launch that has run since) */
   memset(o, 0, sizeof *o);
   o->id = n->id;
   o->parent = n->parent->id;

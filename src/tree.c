@@ -9,7 +9,7 @@
    point or the call's end Lua calls gt_tree_flush (visit.c): gt_cursor_hit
    gives the node when everything matched (else gt_segment_key finds it
    among the parent's children), choose_mode picks the visit, visit() runs
-   it (graph.c's gt_tree_replay: bind the new buffers to the plan, patch the
+   it (graph.c's gt_graph_replay: bind the new buffers to the plan, patch the
    launches the cursor noted as changed, launch the graph), and advance()
    moves the cursor under the node for the next segment. */
 #include <stdio.h>
@@ -132,14 +132,14 @@ void gt_tree_finish_call(gt_tree *t) {
   note_call(t);
   gt_lane_close(t->rt);
   t->rt->active = NULL;
-  gt_tree_settle(t->rt);
+  gt_life_settle(t->rt);
 }
 
 int gt_tree_end(gt_runtime *rt) {
   gt_tree *t = rt->active;        /* (gt_tree_flush queues the lane's launches if it must) */
   if (!t) return GT_OK;
   int st = gt_tree_flush(rt, GT_CUT_RETURN);
-  if (st == GT_OK) st = gt_tree_launch_pending(t);
+  if (st == GT_OK) st = gt_graph_launch_pending(t);
   if (st != GT_OK) { gt_tree_abort(rt); return GT_ERR; }
   gt_tree_finish_call(t);
   return GT_OK;
@@ -152,7 +152,7 @@ int32_t gt_tree_call(gt_runtime *rt, gt_tree *t, const char *eager) {
 int gt_tree_return(gt_runtime *rt, int nwarn) {
   gt_tree *t = rt->active;        /* (gt_tree_flush queues the lane's launches if it must) */
   if (!t) return GT_RET_ENDED;
-  if (gt_tree_flush(rt, GT_CUT_RETURN) || gt_tree_launch_pending(t)) return GT_ERR;
+  if (gt_tree_flush(rt, GT_CUT_RETURN) || gt_graph_launch_pending(t)) return GT_ERR;
   /* the first call (of the first few) to replay through the lane after one
      that did not: LuaJIT's traces formed on the recording calls' path */
   int jit = t->pred.lane_call && !t->pred.lane_prev && t->pred.jit_flushes < GT_JIT_FLUSHES ? GT_RET_JIT_FLUSH : 0;
@@ -175,8 +175,8 @@ void gt_tree_abort(gt_runtime *rt) {
   gt_lane_close(rt);
   rt->lane.lazy = 0;                 /* (dropped with the queue) */
   gt_queue_clear(&t->q);
-  gt_tree_launch_pending(t);         /* (the segments before the error ran, as they would have at their ends) */
-  gt_tree_settle(rt);
+  gt_graph_launch_pending(t);         /* (the segments before the error ran, as they would have at their ends) */
+  gt_life_settle(rt);
   t->nrels = 0;
   note_call(t);
   t->failed_gen = t->gen;
@@ -283,9 +283,9 @@ void gt_tree_abort_run(gt_runtime *rt) {
       else if (k == GT_GN_END && --depth == 0) cut = t->q.n;
     }
     t->q.n = cut;
-    if (t->q.n && (!t->npend || gt_tree_launch_pending(t) == GT_OK)) {   /* (in order) */
+    if (t->q.n && (!t->npend || gt_graph_launch_pending(t) == GT_OK)) {   /* (in order) */
       gt_queue_note_writes(t);
-      if (gt_plan_run(t, t->segstart[t->depth]) == GT_OK) gt_tree_run_eager(t, NULL);
+      if (gt_plan_run(t, t->segstart[t->depth]) == GT_OK) gt_graph_run_eager(t, NULL);
     }
   }
   gt_tree_abort(rt);

@@ -78,7 +78,7 @@ static int next_segment(gt_tree *t);
 /* A call beyond the last bucket: segments run eagerly, with no node. */
 static int flush_eager_call(gt_tree *t, int first) {
   gt_queue_note_writes(t);
-  if (gt_plan_run(t, first) || gt_tree_run_eager(t, NULL)) return GT_ERR;
+  if (gt_plan_run(t, first) || gt_graph_run_eager(t, NULL)) return GT_ERR;
   t->eager++;
   gt_tree_note_skip(t, t->eager_why);   /* (per visit, as every skip) */
   t->cur_planned = 0;
@@ -103,10 +103,10 @@ static int choose_mode(const gt_node *n, const gt_node *upd, int parent_ok, int 
 /* A skipped node on planned memory: bound to its plan as a replay would be
    (or planned now), launched one by one; its children may still record. */
 static int run_planned(gt_tree *t, gt_node *n, int first) {
-  if (!n->plan) return gt_plan_node(t, n, first) ? GT_ERR : gt_tree_run_eager(t, n);
+  if (!n->plan) return gt_plan_node(t, n, first) ? GT_ERR : gt_graph_run_eager(t, n);
   for (int i = 0; i < n->nnew; i++) t->bufs[first + i]->addr = t->pool.base + n->plan[i];
   t->state_node = n;
-  return gt_tree_run_eager(t, n);
+  return gt_graph_run_eager(t, n);
 }
 
 /* Past max_recordings: an error, or (on_limit = "eager") an eager run with a warning once. */
@@ -121,7 +121,7 @@ static int run_past_limit(gt_tree *t, gt_node *n, int first) {
              t->name, t->where, t->opts.max_recordings);
     warn(t, msg);
   }
-  return gt_plan_run(t, first) ? GT_ERR : gt_tree_run_eager(t, n);
+  return gt_plan_run(t, first) ? GT_ERR : gt_graph_run_eager(t, n);
 }
 
 static void count_eager(gt_tree *t, gt_node *n, const char *why) {
@@ -135,7 +135,7 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
   int ran = mode;
   switch (mode) {
   case GT_V_REPLAY:
-    if ((ran = gt_tree_replay(t, n, first)) == GT_ERR) return GT_ERR;
+    if ((ran = gt_graph_replay(t, n, first)) == GT_ERR) return GT_ERR;
     if (t->dry) {}                    /* (a traced call, dropped at its end: not counted) */
     else if (ran == GT_V_UPDATE) { n->updates++; t->updates++; }
     else {
@@ -145,7 +145,7 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
     t->state_node = n;
     return ran;
   case GT_V_RECORD: case GT_V_UPDATE:
-    if ((ran = gt_tree_record(t, n, first, mode == GT_V_UPDATE)) == GT_ERR) return GT_ERR;
+    if ((ran = gt_graph_record(t, n, first, mode == GT_V_UPDATE)) == GT_ERR) return GT_ERR;
     if (ran == GT_V_EAGER) count_eager(t, n, "graph build failed");
     else if (ran == GT_V_UPDATE) { n->updates++; t->updates++; }
     else { n->records++; t->records++; }
@@ -159,7 +159,7 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
     count_eager(t, n, "max_recordings");
     return GT_V_EAGER;
   default:                            /* GT_V_WARMUP, GT_V_EAGER: memory planned for this run only */
-    if (gt_plan_run(t, first) || gt_tree_run_eager(t, n)) return GT_ERR;
+    if (gt_plan_run(t, first) || gt_graph_run_eager(t, n)) return GT_ERR;
     if (mode == GT_V_WARMUP) { n->warmups++; t->warmups++; }
     else count_eager(t, n, n->skip);
     return ran;
@@ -186,7 +186,7 @@ static int next_segment(gt_tree *t) {
   t->segstart[t->depth] = t->nbufs;
   t->nrels = 0;
   gt_queue_clear(&t->q);
-  if (!t->npend) gt_tree_settle(t->rt);   /* (memory released in the segment waits for its graph's launch) */
+  if (!t->npend) gt_life_settle(t->rt);   /* (memory released in the segment waits for its graph's launch) */
   gt_lane_start(t);
   return GT_OK;
 }
@@ -226,7 +226,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
   if (mode != GT_V_REPLAY || gt_cursor_dirty(t, n) != 0) gt_lane_sync(t);
   if (mode != GT_V_REPLAY || !hit) gt_queue_note_writes(t);   /* (the cursor's replay marked them: gt_cursor_arg) */
   if (mode != GT_V_REPLAY && gt_cond_check(t)) return GT_ERR;   /* (a replay's queue is its recording's, checked then) */
-  if (mode != GT_V_REPLAY && t->npend && gt_tree_launch_pending(t)) return GT_ERR;   /* (they run first) */
+  if (mode != GT_V_REPLAY && t->npend && gt_graph_launch_pending(t)) return GT_ERR;   /* (they run first) */
   int created = !n && mode != GT_V_UPDATE;
   if (mode == GT_V_UPDATE) {          /* (its shapes are noted again: an update may change them) */
     n = upd;
@@ -241,7 +241,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
     if (created) {                    /* no half node: a failed first visit leaves nothing */
       parent->nkids--;
       t->nnodes--;
-      gt_node_free(t, n);
+      gt_life_free_node(t, n);
     }
     return GT_ERR;
   }
