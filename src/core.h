@@ -17,6 +17,7 @@
 #include "plan.h"
 #include "explain.h"
 #include "floor.h"
+#include "stats.h"
 
 #define GT_ALIGN 256u
 #define GT_SLAB (1 << GT_SLAB_BITS)
@@ -121,8 +122,7 @@ struct gt_tree {
      arrays a call fills. */
   int32_t gen, prev_gen;         /* this call's generation; the one before it began (its outputs may be inputs) */
   int closed;
-  int calls, warmups, replays, eager, updates, records;
-  int khits, kfused;                 /* keyed hits; those that launched their path as one graph (keyed.c) */
+  gt_counts stats;                   /* stats.c: calls and visits so far */
   int npend;                         /* replayed segments whose graphs are not launched yet: the last npend of path */
   int depth;
   int eager_call;                    /* this call runs every segment eagerly, without nodes */

@@ -243,9 +243,9 @@ void gt_keyed_trim_all(gt_tree *t) {
    replay, or an update when its graph was rebuilt first. */
 static void note_visit(gt_tree *t, gt_keyed *k, int e, int rebuilt) {
   gt_node *n = k->path[e];
-  if (rebuilt) n->updates++, t->updates++;
-  else n->replays++, t->replays++;
-  n->visits++; n->last_call = (uint64_t)t->calls;
+  if (rebuilt) n->updates++, t->stats.updates++;
+  else n->replays++, t->stats.replays++;
+  n->visits++; n->last_call = (uint64_t)t->stats.calls;
   t->path[e] = n;
 }
 
@@ -262,7 +262,7 @@ static int keyed_end(gt_tree *t, gt_keyed *k, const gt_arg *ins, gt_buf **outb) 
     if (o->ci >= t->nbufs) t->nbufs = o->ci + 1;   /* (the call's buffers: what gt_tree_keep_last keeps) */
     if (outb) outb[i] = b;
   }
-  t->khits++;
+  t->stats.khits++;
   gt_tree_finish_call(t);
   return GT_OK;
 }
@@ -344,7 +344,7 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
     gt_backend *be = &rt->be;
     if (be->graph_launch(be, k->pg.g) != GT_BOK) return gt_err_be(rt, GT_E_GRAPH_LAUNCH);
     for (int e = 0; e < k->npath; e++) note_visit(t, k, e, 0);
-    t->kfused++;
+    t->stats.kfused++;
     return keyed_end(t, k, ins, outb);
   }
   for (int d = 0, pi = 0; d < k->npath; d++) {  /* node by node: its values and patches in, then its launch */

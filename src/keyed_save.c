@@ -109,7 +109,7 @@ static gt_keyed *keyed_new(gt_runtime *rt, gt_tree *t, int nout) {
    values: replayed, or updated (an update leaves them too); records too when
    rec. */
 static int path_graphed(gt_runtime *rt, gt_tree *t, int rec) {
-  const gt_call_info *h = &t->hist[(t->calls - 1) % GT_HISTORY];
+  const gt_call_info *h = &t->hist[(t->stats.calls - 1) % GT_HISTORY];
   if (!t->nlastpath) return gt_fail(rt, "the call launched nothing");
   if (h->replays + h->updates + (rec ? h->records : 0) != t->nlastpath)
     return gt_fail(rt, rec ? "not every segment has a graph yet" : "not every segment replayed yet");
@@ -118,7 +118,7 @@ static int path_graphed(gt_runtime *rt, gt_tree *t, int rec) {
   return GT_OK;
 }
 
-int gt_tree_keyed_ready(gt_tree *t) { return t->calls > 0 && path_graphed(t->rt, t, 1) == GT_OK; }
+int gt_tree_keyed_ready(gt_tree *t) { return t->stats.calls > 0 && path_graphed(t->rt, t, 1) == GT_OK; }
 
 gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, const uint8_t *kinds, int nin,
                              const int *outs, int nout, const gt_texpr *ex, int nex, const gt_tslot *sl, int nsl) {

@@ -128,7 +128,7 @@ int gt_life_trim_shrink(gt_runtime *rt, gt_tree *t, int dropped) {
   /* the last call's outputs stay valid where every segment of its path kept
      its graph (they lie in that plan's memory, below end); else they may lie
      in memory given back, and read stale from now on */
-  const gt_call_info *h = t->calls ? &t->hist[(t->calls - 1) % GT_HISTORY] : NULL;
+  const gt_call_info *h = t->stats.calls ? &t->hist[(t->stats.calls - 1) % GT_HISTORY] : NULL;
   int kept = h && h->warmups == 0 && h->eager == 0 && t->nlastpath > 0 && t->failed_gen != t->gen;
   for (int d = 0; d < t->nlastpath && kept; d++) kept = t->lastpath[d]->graph != NULL;
   gt_pool_clear(&t->pool);

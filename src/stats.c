@@ -6,17 +6,17 @@
 
 int gt_tree_stats(gt_tree *t, gt_tree_info *o) {
   memset(o, 0, sizeof *o);
-  o->calls = t->calls;
+  o->calls = t->stats.calls;
   o->nodes = t->nnodes;
   o->recorded = t->recorded;
-  o->warmups = t->warmups;
-  o->replays = t->replays;
-  o->eager = t->eager;
-  o->updates = t->updates;
+  o->warmups = t->stats.warmups;
+  o->replays = t->stats.replays;
+  o->eager = t->stats.eager;
+  o->updates = t->stats.updates;
   o->skips = t->skips;
   o->limit_hit = t->limit_hit;
-  o->keyed_fused = t->kfused;
-  o->keyed_hits = t->khits;
+  o->keyed_fused = t->stats.kfused;
+  o->keyed_hits = t->stats.khits;
   o->path_fused = t->pfused;
   o->reserved = t->pool.committed;
   o->in_use = t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(&t->pool);
@@ -63,9 +63,9 @@ int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
 }
 
 int gt_tree_history(gt_tree *t, int i, gt_call_info *out) {
-  int n = t->calls < GT_HISTORY ? t->calls : GT_HISTORY;
+  int n = t->stats.calls < GT_HISTORY ? t->stats.calls : GT_HISTORY;
   if (i < 0 || i >= n) return GT_ERR;
-  *out = t->hist[(t->calls - n + i) % GT_HISTORY];
+  *out = t->hist[(t->stats.calls - n + i) % GT_HISTORY];
   return out->call ? GT_OK : GT_ERR;   /* a call still running has no entry yet */
 }
 

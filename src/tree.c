@@ -90,9 +90,9 @@ int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   t->nrels = 0;
   t->eager_call = 0;
   t->npend = 0;
-  t->calls++;
-  t->at_begin = (gt_call_info){ t->calls, t->warmups, t->records, t->replays, t->eager, t->updates, 0, 0, 0 };
-  t->begin_us = always || gt_timed_call(t->calls) ? gt_fast_us() : -1;
+  t->stats.calls++;
+  t->at_begin = (gt_call_info){ t->stats.calls, t->stats.warmups, t->stats.records, t->stats.replays, t->stats.eager, t->stats.updates, 0, 0, 0 };
+  t->begin_us = always || gt_timed_call(t->stats.calls) ? gt_fast_us() : -1;
   rt->active = t;
   return GT_OK;
 }
@@ -118,9 +118,9 @@ int32_t gt_tree_trimmed_gen(gt_tree *t) { return t->trimmed_gen; }
 /* The call's line in the history ring: what its visits were, what it cost. */
 static void note_call(gt_tree *t) {
   gt_call_info *b = &t->at_begin;
-  t->hist[(t->calls - 1) % GT_HISTORY] = (gt_call_info){
-    t->calls, t->warmups - b->warmups, t->records - b->records, t->replays - b->replays, t->eager - b->eager,
-    t->updates - b->updates, t->begin_us >= 0 ? gt_fast_us() - t->begin_us : -1,
+  t->hist[(t->stats.calls - 1) % GT_HISTORY] = (gt_call_info){
+    t->stats.calls, t->stats.warmups - b->warmups, t->stats.records - b->records, t->stats.replays - b->replays, t->stats.eager - b->eager,
+    t->stats.updates - b->updates, t->begin_us >= 0 ? gt_fast_us() - t->begin_us : -1,
     t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(&t->pool), t->pool.committed };
 }
 
@@ -206,7 +206,7 @@ int gt_tree_discard(gt_runtime *rt) {
      made is stale */
   for (int i = 0; i < t->nkept; i++) *t->bufs[i] = t->kept[i];
   t->nbufs = t->nkept;
-  t->calls--;                        /* (not counted: its history line is the next call's) */
+  t->stats.calls--;                        /* (not counted: its history line is the next call's) */
   gt_tree_dry_release(t);
   t->gen = t->kept_gen;
   t->nkept = -1;

@@ -79,7 +79,7 @@ static int next_segment(gt_tree *t);
 static int flush_eager_call(gt_tree *t, int first) {
   gt_queue_note_writes(t);
   if (gt_plan_run(t, first) || gt_graph_run_eager(t, NULL)) return GT_ERR;
-  t->eager++;
+  t->stats.eager++;
   gt_tree_note_skip(t, t->eager_why);   /* (per visit, as every skip) */
   t->cur_planned = 0;
   return next_segment(t);
@@ -125,7 +125,7 @@ static int run_past_limit(gt_tree *t, gt_node *n, int first) {
 }
 
 static void count_eager(gt_tree *t, gt_node *n, const char *why) {
-  n->eager++; t->eager++; gt_tree_note_skip(t, why);
+  n->eager++; t->stats.eager++; gt_tree_note_skip(t, why);
   if (!n->skip) n->eager_why = why;   /* (a literal: count_eager's callers pass a reason that lives) */
 }
 
@@ -137,9 +137,9 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
   case GT_V_REPLAY:
     if ((ran = gt_graph_replay(t, n, first)) == GT_ERR) return GT_ERR;
     if (t->dry) {}                    /* (a traced call, dropped at its end: not counted) */
-    else if (ran == GT_V_UPDATE) { n->updates++; t->updates++; }
+    else if (ran == GT_V_UPDATE) { n->updates++; t->stats.updates++; }
     else {
-      n->replays++; t->replays++;
+      n->replays++; t->stats.replays++;
       if (t0 > 0) { n->replay_us_sum += gt_fast_us() - t0; n->replay_n++; }
     }
     t->state_node = n;
@@ -147,8 +147,8 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
   case GT_V_RECORD: case GT_V_UPDATE:
     if ((ran = gt_graph_record(t, n, first, mode == GT_V_UPDATE)) == GT_ERR) return GT_ERR;
     if (ran == GT_V_EAGER) count_eager(t, n, "graph build failed");
-    else if (ran == GT_V_UPDATE) { n->updates++; t->updates++; }
-    else { n->records++; t->records++; }
+    else if (ran == GT_V_UPDATE) { n->updates++; t->stats.updates++; }
+    else { n->records++; t->stats.records++; }
     return ran;
   case GT_V_PLANNED:
     if (run_planned(t, n, first)) return GT_ERR;
@@ -160,7 +160,7 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
     return GT_V_EAGER;
   default:                            /* GT_V_WARMUP, GT_V_EAGER: memory planned for this run only */
     if (gt_plan_run(t, first) || gt_graph_run_eager(t, n)) return GT_ERR;
-    if (mode == GT_V_WARMUP) { n->warmups++; t->warmups++; }
+    if (mode == GT_V_WARMUP) { n->warmups++; t->stats.warmups++; }
     else count_eager(t, n, n->skip);
     return ran;
   }
@@ -170,7 +170,7 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
    when n's memory followed a plan. */
 static int advance(gt_tree *t, gt_node *parent, gt_node *n, int ran) {
   n->visits += !t->dry;
-  n->last_call = (uint64_t)t->calls;
+  n->last_call = (uint64_t)t->stats.calls;
   if (parent->last_kid) parent->last_kid->after = n;   /* (a cycle of paths, e.g. alternating branches, is predicted) */
   parent->last_kid = n;
   gt_cursor_start(t, n);
@@ -202,7 +202,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
   if (t->eager_call) return flush_eager_call(t, first);
   /* a replay's host time is sampled (every call for the first 64, then one
      in 16): a clock read costs as much as a few launches' bookkeeping */
-  double t0 = gt_timed_call(t->calls) ? gt_fast_us() : 0;
+  double t0 = gt_timed_call(t->stats.calls) ? gt_fast_us() : 0;
   gt_node *parent = t->cur ? t->cur : &t->root;
   if (rt->lane.lazy) gt_lane_check(t);            /* (the lazy launches' external inputs: the cursor's) */
   gt_node *n = gt_cursor_hit(t, first), *upd = NULL;
