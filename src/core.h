@@ -85,13 +85,7 @@ struct gt_node {
   uint64_t sfrees;                   /* gt_static_frees when asig was saved */
   int gpu_n;
   int gev_pending;                   /* the events of a sampled launch (gev) wait to be read */
-  /* key.c: the recording as the cursor compares it (nsig launches, 0: none) */
-  struct gt_node *last_kid;          /* the child visited last */
-  struct gt_node *after;             /* the sibling visited after this node last time (the cursor predicts it) */
-  gt_asig *asig; uint64_t *bsig; gt_rsig *rsig; int nsig, nbsig, nrsig;
-  gt_lrec *lrec;                     /* lane.c: the recording as the replay lane tests it (made on first use) */
-  int lane_ext;                      /* lane.c: 1 + the last of lrec's launches with an external input (0: none) */
-  gt_arg *qargs;                     /* the recorded launches' arguments as queued (what the lane's sync copies) */
+  gt_precord pred;                   /* predict.c: the recording as the cursor and the lane compare it */
   struct gt_node *parent;            /* the tree's root sentinel for a first segment */
   int id, depth;
   int nlaunch;                       /* launches */

@@ -16,7 +16,7 @@
 
 /* Launch i of n's graph was patched: its values may differ from the
    recording's, which the lane replays, so the lane leaves it to the core. */
-static inline void gt_lane_patched(gt_node *n, int i) { if (n->lrec) n->lrec[i].cfg = 0; }
+static inline void gt_lane_patched(gt_node *n, int i) { if (n->pred.lrec) n->pred.lrec[i].cfg = 0; }
 
 static int scratch(gt_tree *t, int n) {
   if (GT_GROW(t->scratch, t->scratchcap, n) || GT_GROW(t->pscratch, t->pscratchcap, n)) return gt_err(t->rt, GT_E_NOMEM);
@@ -176,9 +176,9 @@ static int update_exec(gt_tree *t, gt_node *n, const gt_gnode *g, int count) {
    recording (launches and arguments as queued), as a path's one graph is
    built. */
 int gt_graph_rebuild(gt_tree *t, gt_node *n) {
-  if (!n->launches || !n->qargs || n->nsig != n->nlaunch)
+  if (!n->launches || !n->pred.qargs || n->pred.nsig != n->nlaunch)
     return gt_fail(t->rt, "tree '%s': a segment's graph cannot be rebuilt without its recording", t->name);
-  gt_queue q = { .l = n->launches, .n = n->nlaunch, .args = n->qargs, .nargs = n->nargvals };
+  gt_queue q = { .l = n->launches, .n = n->nlaunch, .args = n->pred.qargs, .nargs = n->nargvals };
   gt_gnode *g = calloc(n->nlaunch ? n->nlaunch : 1, sizeof *g);
   void **ptrs = malloc((n->nargvals ? n->nargvals : 1) * sizeof *ptrs);
   int *deps = NULL, st = g && ptrs ? GT_OK : GT_ERR;

@@ -42,7 +42,7 @@ static int find_inputs(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, const uin
         int a = input_of(v, ins, kinds, nin);
         if (a == -2) return gt_fail(rt, "two tensor arguments share memory");
         if (a < 0) {
-          if (n->asig && i < n->nsig && slot < n->nargvals && n->asig[slot].role == GT_ROLE_EXTERNAL)
+          if (n->pred.asig && i < n->pred.nsig && slot < n->nargvals && n->pred.asig[slot].role == GT_ROLE_EXTERNAL)
             return gt_fail(rt, "segment %d, launch %d (%s) reads%s%s%s a tensor that is not an argument of the call, "
                            "not made in it and not static: a captured tensor (mark it :static() if it stays, "
                            "or pass it as an argument)", d + 1, i + 1, gt_launch_what(l),

@@ -20,12 +20,12 @@ static inline const gt_asig *gt_cursor_expect(const gt_tree *t, uint32_t cfg, in
                                               int *statics_kept) {
   const gt_node *n = t->pred.cand;
   int i = t->q.n;
-  if (t->pred.cmiss || !cfg || i >= n->nsig) return NULL;
+  if (t->pred.cmiss || !cfg || i >= n->pred.nsig) return NULL;
   const gt_qlaunch *r = &n->launches[i];
   if (r->cfg != cfg || !n->argvals || n->nargvals < r->arg0 + nargs) return NULL;
   *was = n->argvals + r->arg0;
   *statics_kept = n->sfrees == gt_static_frees;
-  return n->asig + r->arg0;
+  return n->pred.asig + r->arg0;
 }
 
 /* After a launch that faulted past the start of a tensor parameter (the cpu

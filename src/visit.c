@@ -171,8 +171,8 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
 static int advance(gt_tree *t, gt_node *parent, gt_node *n, int ran) {
   n->visits += !t->dry;
   n->last_call = (uint64_t)t->stats.calls;
-  if (parent->last_kid) parent->last_kid->after = n;   /* (a cycle of paths, e.g. alternating branches, is predicted) */
-  parent->last_kid = n;
+  if (parent->pred.last_kid) parent->pred.last_kid->pred.after = n;   /* (a cycle of paths, e.g. alternating branches, is predicted) */
+  parent->pred.last_kid = n;
   gt_cursor_start(t, n);
   if (!GT_GROW(t->path, t->pathcap, t->npath + 1)) t->path[t->npath++] = n;
   t->cur = n;
