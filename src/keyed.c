@@ -180,7 +180,7 @@ static int same_arg(const gt_node *m, const gt_node *n, int slot, uint64_t want,
 int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
   gt_tree *t = k->t;
   if (t->nlastpath != k->npath)
-    return gt_fail(rt, "took another path than the memoized one: %d segments where it has %d", t->nlastpath, k->npath);
+    return gt_fail(rt, "%s: %d segments where it has %d", gt_errmsg_text(GT_E_OTHER_PATH), t->nlastpath, k->npath);
   trace_eval(k, ins);
   int moved = GT_OK;
   for (int i = 0; i < k->nguard; i++)          /* a hit would not have taken the path: memoize it again */
@@ -195,19 +195,19 @@ int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
          hashes what a graph bakes in, says whether it is the same segment */
       if (!m->launches || !m->argvals) {
         if (m->key == k->s[d].key) continue;
-        return gt_fail(rt, "took another path than the memoized one: its segment %d differs", d + 1);
+        return gt_fail(rt, "%s: its segment %d differs", gt_errmsg_text(GT_E_OTHER_PATH), d + 1);
       }
       if (m->nlaunch != n->nlaunch || m->nargvals != k->s[d].nvals)
-        return gt_fail(rt, "took another path than the memoized one: its segment %d differs (%d launches where it has %d)",
+        return gt_fail(rt, "%s: its segment %d differs (%d launches where it has %d)", gt_errmsg_text(GT_E_OTHER_PATH),
                        d + 1, m->nlaunch, n->nlaunch);
     } else if (n->key != k->s[d].key) return GT_KEYED_ANEW;   /* updated in place since (another static): a hit would not take it */
     else if (n->nargvals != k->s[d].nvals)
-      return gt_fail(rt, "took another path than the memoized one: its segment %d was recorded again with other launches", d + 1);
+      return gt_fail(rt, "%s: its segment %d was recorded again with other launches", gt_errmsg_text(GT_E_OTHER_PATH), d + 1);
     for (int i = 0; i < n->nlaunch; i++) {
       const gt_qlaunch *l = &n->launches[i], *lm = &m->launches[i];
       if (lm->kind != l->kind || lm->k != l->k || lm->nargs != l->nargs || memcmp(lm->grid, l->grid, sizeof l->grid) ||
           memcmp(lm->block, l->block, sizeof l->block) || lm->smem != l->smem || lm->bytes != l->bytes)
-        return gt_fail(rt, "took another path than the memoized one: its segment %d differs (launch %d is %s where it has %s)", d + 1, i + 1,
+        return gt_fail(rt, "%s: its segment %d differs (launch %d is %s where it has %s)", gt_errmsg_text(GT_E_OTHER_PATH), d + 1, i + 1,
                        gt_launch_what(lm), gt_launch_what(l));
       for (int a = 0; a < l->nargs; a++) {
         int slot = l->arg0 + a;
