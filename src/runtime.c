@@ -276,7 +276,7 @@ void gt_buf_unref(gt_buf *b) {
     gt_static_frees++;
     freed_log[gt_static_frees % FREED_LOG].lo = b->addr;
     freed_log[gt_static_frees % FREED_LOG].hi = b->addr + (b->bytes ? b->bytes : 1);
-    if (g_rt) g_rt->lane.n = 0;                       /* the replay lane closes (lane.c: it trusted the statics kept) */
+    if (g_rt) g_rt->lane.n = 0;                       /* the replay lane closes (predict.c: it trusted the statics kept) */
   }
   free(b);
 }
