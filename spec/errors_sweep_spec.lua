@@ -110,6 +110,7 @@ api { name = "gt.sync", f = gt.sync, n = 1, args = function() return {} end, tre
 api { name = "gt.cut", f = gt.cut, n = 1, args = function() return {} end, tree = true, ok = { ALL } }
 api { name = "gt.bucket", f = gt.bucket, n = 1, args = function() return { 1 } end, tree = true, ok = { set("nil") } }
 api { name = "gt.profile", f = gt.profile, n = 1, args = function() return { false } end, ok = { ALL } }
+api { name = "gt.graph_memory", f = gt.graph_memory, n = 1, args = function() return { false } end, ok = { set("nil", "2^40") } }
 -- (gt.help writes its text to io.stdout: the sweep's calls write into a sink)
 local SINK = { write = function(self) return self end, flush = function() end }
 api { name = "gt.help", f = function(x) local out = io.stdout; io.stdout = SINK

@@ -91,6 +91,7 @@ describe("print(tree)", function()
       "tree 'branchy' (" .. t.where .. "): 8 calls, 3 nodes, 3 recorded",
       "pool " .. units.bytes(s.pool.reserved) .. " reserved, " .. units.bytes(s.pool.high_water) ..
         " high water; 10 replays, 3 warmups, 0 eager",
+      "graph memory " .. units.bytes(s.graph_bytes) .. " (measured)",
       "                                       visits replays warmups   planned",
       "└─ [0] axpb                                 8       6       1     256 B  graph",
       "   │  x 64 f32 -> 64 f32; first path; gt.cut at report_spec.lua:35",
@@ -102,7 +103,7 @@ describe("print(tree)", function()
     assert.are.equal(expected, tostring(t))
     assert.are.equal(expected, report.draw(t))
     local plain = report.draw(t, { explain = false })
-    assert.are.equal(6, #lines(plain))
+    assert.are.equal(7, #lines(plain))
   end)
 
   it("marks an eager node with its reason; its child still has a graph", function()
@@ -110,11 +111,12 @@ describe("print(tree)", function()
     local text = tostring(t)
     local l = lines(text)
     assert.are.equal("eager visits: kernel 'host_only' is not graphable (3)", l[3])
-    assert.truthy(l[5]:match("^└─ %[0%] axpb .*  graph$"), l[5])
-    assert.truthy(l[7]:match("^   └─ %[1%] host_only .*  eager$"), l[7])
-    assert.are.equal("      │  -> 3 f32; first path; gt.cut at report_spec.lua:51", l[8])
-    assert.are.equal("      │  eager: kernel 'host_only' is not graphable", l[9])   -- under node 1, over its child
-    assert.truthy(l[10]:match("^      └─ %[2%] axpb .*  graph$"), l[10])
+    assert.truthy(l[4]:match("^graph memory "), l[4])
+    assert.truthy(l[6]:match("^└─ %[0%] axpb .*  graph$"), l[6])
+    assert.truthy(l[8]:match("^   └─ %[1%] host_only .*  eager$"), l[8])
+    assert.are.equal("      │  -> 3 f32; first path; gt.cut at report_spec.lua:51", l[9])
+    assert.are.equal("      │  eager: kernel 'host_only' is not graphable", l[10])   -- under node 1, over its child
+    assert.truthy(l[11]:match("^      └─ %[2%] axpb .*  graph$"), l[11])
   end)
 
   it("marks a node that has only warmed up, and one whose graph was trimmed", function()
@@ -293,7 +295,8 @@ describe("tree:json", function()
     local keys = {}
     for k in text:gmatch('\n  "([%w_]+)":') do keys[#keys + 1] = k end
     assert.are.same({ "format", "name", "where", "depth", "calls", "nodes", "recorded", "warmups", "replays", "eager",
-                      "updates", "fused", "skipped", "skips", "pool", "roots", "node" }, keys)
+                      "updates", "fused", "skipped", "skips", "pool", "graph_bytes", "graph_measured", "budget_drops",
+                      "reinstantiations", "roots", "node" }, keys)
     local first = text:match('"node":%[(%b{})')
     local nkeys = {}
     for k in first:gmatch('\n%s+"([%w_]+)":') do nkeys[#nkeys + 1] = k end

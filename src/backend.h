@@ -105,6 +105,14 @@ struct gt_backend {
      (cuGraphExecUpdate).  GT_BREFUSED when the driver refuses; g is unchanged then. */
   int (*graph_update)(gt_backend *b, gt_bgraph *g, const gt_gnode *nodes, int n);
   void (*graph_destroy)(gt_backend *b, gt_bgraph *g);
+  /* The device memory g's instantiation and upload took (cpu: the host
+     bytes its executable form holds, exact).  *measured: 1 when measured
+     (cuda: the free-memory delta around instantiate and upload was above
+     the allocation granularity; cpu: always), 0 when estimated from g's
+     node count and roots (the launches that wait for nothing) with the
+     device's calibration of a kernel node in a chain and in a wide graph,
+     made once at first need. */
+  uint64_t (*graph_bytes)(gt_backend *b, const gt_bgraph *g, int *measured);
 
   int (*event_create)(gt_backend *b, gt_bevent **ev);
   int (*event_record)(gt_backend *b, gt_bevent *ev);
@@ -144,7 +152,7 @@ void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits);
     (b)->compile = P##_compile, (b)->launch = P##_launch;                                         \
     (b)->graph_create = P##_graph_create, (b)->graph_launch = P##_graph_launch;                   \
     (b)->graph_set_kernel = P##_graph_set_kernel, (b)->graph_update = P##_graph_update;           \
-    (b)->graph_destroy = P##_graph_destroy;                                                       \
+    (b)->graph_destroy = P##_graph_destroy, (b)->graph_bytes = P##_graph_bytes;                   \
     (b)->event_create = P##_event_create, (b)->event_record = P##_event_record;                   \
     (b)->event_elapsed_us = P##_event_elapsed_us, (b)->event_destroy = P##_event_destroy;         \
     (b)->event_ready_us = P##_event_ready_us;                                                     \

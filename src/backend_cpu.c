@@ -53,7 +53,7 @@ struct gt_bfunc {
 };
 /* copied nodes: args point at their own values; match: conditional structure
    (IF -> its ELSE or END, WHILE and ELSE -> END, END -> IF/WHILE), iters: a WHILE's passes */
-struct gt_bgraph { int n; gt_gnode *nodes; int *match, *iters; };
+struct gt_bgraph { int n; gt_gnode *nodes; int *match, *iters; uint64_t bytes; };
 struct gt_bevent { double t; };
 
 typedef struct cpu_job {
@@ -989,6 +989,9 @@ static int cpu_graph_create(gt_backend *b, const gt_gnode *nodes, int n, gt_bgra
   if (rc != GT_BOK) { free(g); free(m); return rc; }
   g->n = n;
   g->match = m, g->iters = m + 2 * (size_t)(n > 0 ? n : 1);
+  g->bytes = sizeof *g + (n > 0 ? (size_t)n : 1) * (sizeof *g->nodes + 3 * sizeof *m);   /* (as allocated here and in copy_nodes) */
+  for (int i = 0; i < n; i++)
+    if (nodes[i].kind == GT_GN_KERNEL) g->bytes += (nodes[i].nargs > 0 ? (size_t)nodes[i].nargs : 1) * (sizeof(void *) + 8);
   *out = g;
   return GT_BOK;
 }
@@ -1057,6 +1060,13 @@ static int cpu_graph_update(gt_backend *b, gt_bgraph *g, const gt_gnode *nodes, 
   free_nodes(g->nodes, g->n);
   g->nodes = fresh;
   return GT_BOK;
+}
+
+/* The bytes the graph's executable form holds, as allocated (exact; set_kernel and update keep them). */
+static uint64_t cpu_graph_bytes(gt_backend *b, const gt_bgraph *g, int *measured) {
+  (void)b;
+  *measured = 1;
+  return g->bytes;
 }
 
 static void cpu_graph_destroy(gt_backend *b, gt_bgraph *g) {

@@ -102,6 +102,8 @@ struct gt_bgraph {
   int conds;                    /* conditional nodes in it (an update is refused then) */
   CUdeviceptr counters;         /* a pass counter per bounded WHILE (0: none) */
   struct cond_set *cset;        /* per node: an IF/WHILE's, or a WHILE's END's, kernel that reads p (a new p is patched there) */
+  size_t delta;                 /* the device's free memory before instantiate + upload minus after (0: none seen) */
+  int roots;                    /* nodes that wait for nothing (the graph's width, as the estimate weighs it) */
 };
 
 /* A gt_cond_set kernel node and its fixed arguments (graph_build fills it). */
@@ -156,6 +158,10 @@ typedef struct cuda_impl {
   char cond_why[512];           /* why there are none */
   gt_bmodule *cond_mod;
   gt_bfunc *cond_set;           /* gt_cond_set: reads p, sets the conditional handle */
+  int cal_done;                 /* graph memory calibrated (cuda_graph_bytes) */
+  double cal_chain, cal_wide;   /* bytes a kernel node costs in a chain; what each root past the first adds */
+  gt_bmodule *nop_mod;
+  gt_bfunc *nop;                /* gt_nop, the calibration's kernel */
   gt_device_info info;
   int compiles, cache_hits;
 } cuda_impl;
@@ -1010,7 +1016,15 @@ static void cuda_graph_destroy(gt_backend *b, gt_bgraph *g) {
   free(g);
 }
 
-static int cuda_graph_create(gt_backend *b, const gt_gnode *nodes, int n, gt_bgraph **out) {
+/* Free device memory now (0 when the driver does not say). */
+static size_t free_bytes(cuda_impl *I) {
+  size_t fr = 0, tot = 0;
+  return I->cu.cuMemGetInfo(&fr, &tot) == CUDA_SUCCESS ? fr : 0;
+}
+
+/* Builds, instantiates and uploads a graph of n nodes; g->delta: the free
+   memory that instantiate and upload took, as cuMemGetInfo sees it. */
+static int graph_make(gt_backend *b, const gt_gnode *nodes, int n, gt_bgraph **out) {
   cuda_impl *I = b->impl;
   gt_bgraph *g = calloc(1, sizeof *g);
   int rc;
@@ -1030,13 +1044,81 @@ static int cuda_graph_create(gt_backend *b, const gt_gnode *nodes, int n, gt_bgr
   if (bounded && (rc = CU(I, cuMemAlloc, &g->counters, 4ull * bounded))) { cuda_graph_destroy(b, g); return rc; }
   if (g->conds && !(g->cset = calloc(cnt, sizeof *g->cset))) { cuda_graph_destroy(b, g); return no_memory(b, "graph"); }
   if ((rc = graph_build(I, nodes, n, g->counters, &g->graph, &g->nodes, g->cset))) { cuda_graph_destroy(b, g); return rc; }
+  size_t f0 = free_bytes(I);
   if ((rc = CU(I, cuGraphInstantiateWithFlags, &g->exec, g->graph, 0)))
     err_append(b, " (instantiating a graph of %d nodes)", n);
   else if ((rc = CU(I, cuGraphUpload, g->exec, I->stream)))
     err_append(b, " (uploading a graph of %d nodes)", n);
   if (rc) { cuda_graph_destroy(b, g); return rc; }
+  size_t f1 = free_bytes(I);
+  g->delta = f0 && f1 && f0 > f1 ? f0 - f1 : 0;
   *out = g;
   return GT_BOK;
+}
+
+static int cuda_graph_create(gt_backend *b, const gt_gnode *nodes, int n, gt_bgraph **out) {
+  int rc = graph_make(b, nodes, n, out);
+  if (rc) return rc;
+  for (int i = 0; i < n; i++) (*out)->roots += nodes[i].ndeps == 0 && nodes[i].kind != GT_GN_ELSE && nodes[i].kind != GT_GN_END;
+  return GT_BOK;
+}
+
+/* -- Graph memory ------------------------------------------------------ */
+
+/* cuMemGetInfo moves in steps of 2 MiB: a delta above one is a measurement. */
+#define MEMINFO_STEP (2u << 20)
+enum { CAL_CHAIN = 2048, CAL_WIDE = 64 };
+static const char nop_src[] = "extern \"C\" __global__ void gt_nop() {}\n";
+
+/* The delta a graph of n nop kernel nodes takes (a chain, or no edges): 0
+   when none is seen.  The graph is kept in *x (a graph destroyed before the
+   next is measured would lend it its memory). */
+static size_t cal_graph(gt_backend *b, gt_gnode *g, const int *prev, int n, int chain, gt_bgraph **x) {
+  for (int i = 0; i < n; i++) g[i].ndeps = chain && i > 0, g[i].deps = chain && i > 0 ? &prev[i] : NULL;
+  if (graph_make(b, g, n, x) != GT_BOK) return *x = NULL, 0;
+  return (*x)->delta > MEMINFO_STEP ? (*x)->delta : 0;
+}
+
+/* What a kernel node costs in a chain and what a root past the first adds,
+   measured once on this device: a graph of one nop first (the process's first
+   graph takes a fixed 2 MiB), a chain of CAL_CHAIN and CAL_WIDE with no edges
+   (about 6 and 7 MiB on an H200, 20 ms; the driver keeps that memory for
+   later graphs).  Where a delta is not seen (the driver's cached memory
+   covered it) the H200's figures (driver 580) stand. */
+static void calibrate(gt_backend *b) {
+  cuda_impl *I = b->impl;
+  I->cal_done = 1;
+  I->cal_chain = 2560, I->cal_wide = 112 * 1024;
+  static const gt_ksig sig = { "gt_nop", 0, NULL, NULL, NULL };
+  int compiles = I->compiles, hits = I->cache_hits;
+  char err[GT_ERRLEN];
+  memcpy(err, b->err, sizeof err);
+  int ok = I->nop || cuda_compile(b, nop_src, NULL, &sig, 1, &I->nop_mod, &I->nop) == GT_BOK;
+  I->compiles = compiles, I->cache_hits = hits;
+  gt_gnode *g = ok ? calloc(CAL_CHAIN, sizeof *g) : NULL;
+  int *prev = ok ? malloc(CAL_CHAIN * sizeof *prev) : NULL;
+  if (g && prev) {
+    for (int i = 0; i < CAL_CHAIN; i++) {
+      g[i].kind = GT_GN_KERNEL, g[i].fn = I->nop, prev[i] = i - 1;
+      for (int k = 0; k < 3; k++) g[i].grid[k] = g[i].block[k] = 1;
+    }
+    gt_bgraph *x[3];
+    cal_graph(b, g, prev, 1, 1, &x[0]);
+    size_t dc = cal_graph(b, g, prev, CAL_CHAIN, 1, &x[1]), dw = cal_graph(b, g, prev, CAL_WIDE, 0, &x[2]);
+    if (dc) I->cal_chain = (double)dc / CAL_CHAIN;
+    if (dw && dw > CAL_WIDE * I->cal_chain) I->cal_wide = (dw - CAL_WIDE * I->cal_chain) / (CAL_WIDE - 1);
+    for (int i = 0; i < 3; i++) cuda_graph_destroy(b, x[i]);
+  }
+  free(g), free(prev);
+  memcpy(b->err, err, sizeof err);   /* (a failed calibration leaves the defaults, and no message) */
+}
+
+static uint64_t cuda_graph_bytes(gt_backend *b, const gt_bgraph *g, int *measured) {
+  cuda_impl *I = b->impl;
+  *measured = g->delta > MEMINFO_STEP;
+  if (*measured) return g->delta;
+  if (!I->cal_done) calibrate(b);
+  return (uint64_t)(g->n * I->cal_chain + (g->roots > 1 ? g->roots - 1 : 0) * I->cal_wide);
 }
 
 static int cuda_graph_launch(gt_backend *b, gt_bgraph *g) {
@@ -1264,6 +1346,7 @@ static void cuda_close(cuda_impl *I) {
     I->cu.cuStreamDestroy(I->stream);
   }
   if (I->cond_mod) cuda_module_free(I->b, I->cond_mod);
+  if (I->nop_mod) cuda_module_free(I->b, I->nop_mod);
   if (I->ctx_retained) I->cu.cuDevicePrimaryCtxRelease(I->dev);
   if (I->libnvrtc) dlclose(I->libnvrtc);
   /* libcuda stays loaded: the driver's threads may outlive the context. */

@@ -46,6 +46,8 @@ struct gt_runtime {
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
   gt_lane lane;              /* predict.c: the replay lane of the active call */
   struct gt_tree **tlater; int ntlater, tlatercap;   /* life.c: other trees whose memory waits for the active call's queue (gt_tree.deferred) */
+  uint64_t graph_bytes, graph_limit; /* life.c: every tree's graph_bytes summed; the process-wide budget (0: none) */
+  struct gt_tree **trees; int ntrees, treecap;   /* life.c: the open trees (the process-wide budget looks through them) */
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gt_fail_be(gt_runtime *rt, const char *what); /* copy the backend's message */
@@ -101,6 +103,10 @@ struct gt_node {
   int warmups, records, updates, eager;
   gt_pathg pg;                       /* the call's path from the root to this node as one graph (graph.c's deferred launches) */
   gt_ckpt *ckpt; int nckpt;          /* pool state after the segment */
+  uint64_t graph_bytes;              /* life.c: what its graph's instantiation took (backend graph_bytes; 0: no graph) */
+  int graph_measured, roots;         /* graph_bytes measured (else estimated); its graph's launches that wait for nothing */
+  int budget_dropped;                /* a graph-memory budget dropped its graph (plan and recording kept): the next record instantiates again */
+  int reinst;                        /* such instantiations */
   double record_us, instantiate_us, replay_us_sum, gpu_us_sum;
   int replay_n;
   gt_bevent *gev[2];                 /* a sampled launch's device time: events around it (graph.c's gpu_sampled) */
@@ -150,6 +156,8 @@ struct gt_tree {
   gt_node **nodes; int nnodes, nodecap;
   int skips, recorded, limit_hit;
   int pfused;                        /* calls whose replayed path launched as one graph (graph.c) */
+  uint64_t graph_bytes;              /* life.c: its nodes' graph_bytes summed */
+  int budget_drops, reinst, budget_warned;   /* graphs a budget dropped; instantiated again; its warning given */
   gt_call_info hist[GT_HISTORY];     /* ring of the last calls */
   gt_skip *skip; int nskip, skipcap;
   int nwarn; char *warn;

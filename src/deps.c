@@ -56,18 +56,34 @@ static int note(const access_t *acc, int na, int i, rec_t **rec, int *nrec, int 
   return GT_OK;
 }
 
-int gt_deps_build(const gt_queue *q, const uint64_t *vals, gt_gnode *g, int **depmem) {
-  int *mark = calloc(q->n ? q->n : 1, sizeof *mark), *deps = NULL, nd = 0, dcap = 0, nrec = 0, rcap = 0, conds = 0;
+/* Launch i of the top level waits for nothing: under a width bound w, past
+   the first w such launches it waits for the one w before it, so they form
+   w lanes of chains instead of an edgeless fan (an added edge only orders
+   launches that were free to run in any order: results are the same). */
+static int lane(int w, int i, int *roots, int *nroots, int **deps, int *nd, int *dcap) {
+  if (*nroots >= w) {
+    if (GT_GROW(*deps, *dcap, *nd + 1)) return GT_ERR;
+    (*deps)[(*nd)++] = roots[*nroots - w];
+  }
+  roots[(*nroots)++] = i;
+  return GT_OK;
+}
+
+int gt_deps_build(const gt_queue *q, const uint64_t *vals, gt_gnode *g, int **depmem, int width) {
+  int *mark = calloc(q->n ? 2 * q->n : 1, sizeof *mark), *deps = NULL, nd = 0, dcap = 0, nrec = 0, rcap = 0, conds = 0;
+  int level = 0, nroots = 0;
   rec_t *rec = NULL;
   if (!mark) return GT_ERR;
   for (int i = 0; i < q->n; i++) {
     access_t acc[64];
-    int na = accesses(q, i, vals + q->l[i].arg0, acc), d0 = nd;
-    conds |= gt_kind_is_cond(q->l[i].kind);
-    if (waits(acc, na, rec, nrec, i, mark, &deps, &nd, &dcap) || note(acc, na, i, &rec, &nrec, &rcap)) {
+    int na = accesses(q, i, vals + q->l[i].arg0, acc), d0 = nd, k = q->l[i].kind;
+    conds |= gt_kind_is_cond(k);
+    if (waits(acc, na, rec, nrec, i, mark, &deps, &nd, &dcap) || note(acc, na, i, &rec, &nrec, &rcap) ||
+        (width > 0 && nd == d0 && !level && !gt_kind_is_cond(k) && lane(width, i, mark + q->n, &nroots, &deps, &nd, &dcap))) {
       free(mark); free(rec); free(deps);
       return GT_ERR;
     }
+    level += (k == GT_GN_IF || k == GT_GN_WHILE) - (k == GT_GN_END);
     g[i].ndeps = nd - d0;
     g[i].deps = (const int *)(intptr_t)d0;      /* an index until deps stops moving */
   }
@@ -93,7 +109,7 @@ int gt_deps_nodes(gt_tree *t, gt_node *n, gt_gnode **out, int **depmem, void ***
     gt_queue_resolve(q, i, vals);
     gt_launch_gnode(&q->l[i], vals, ptrs + q->l[i].arg0, &g[i]);
   }
-  if (gt_deps_build(q, n->argvals, g, depmem)) goto oom;
+  if (gt_deps_build(q, n->argvals, g, depmem, t->opts.graph_width)) goto oom;
   *out = g;
   *ptrmem = ptrs;
   return GT_OK;

@@ -74,8 +74,11 @@ static int floor_step(gt_tree *t, const gt_floorpath *f, int patch) {
     if (st > 0) st = gt_graph_rebuild(t, n);   /* (the driver refused it: a node in a conditional body) */
     if (st) return GT_ERR;
   }
-  for (int i = 0; i < f->npath; i++)
+  for (int i = 0; i < f->npath; i++) {
+    if (!f->path[i]->graph)          /* (a budget or a trim dropped it since the path was marked) */
+      return gt_fail(t->rt, "tree '%s': a floor path's graph was dropped (graph_memory or a trim): mark the path again", t->name);
     if (be->graph_launch(be, f->path[i]->graph) != GT_BOK) return gt_fail_be(t->rt, NULL);
+  }
   return GT_OK;
 }
 

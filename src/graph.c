@@ -12,11 +12,19 @@
 #include "cond.h"
 #include "deps.h"
 #include "life.h"
+#include "gmem.h"
 #include "graph.h"
 
 /* Launch i of n's graph was patched: its values may differ from the
    recording's, which the lane replays, so the lane leaves it to the core. */
 static inline void lane_patched(gt_node *n, int i) { if (n->pred.lrec) n->pred.lrec[i].cfg = 0; }
+
+/* A graph's launches that wait for nothing (its width, as graph memory weighs it). */
+static int roots(const gt_gnode *g, int n) {
+  int r = 0;
+  for (int i = 0; i < n; i++) r += g[i].ndeps == 0 && g[i].kind != GT_GN_ELSE && g[i].kind != GT_GN_END;
+  return r;
+}
 
 static int scratch(gt_tree *t, int n) {
   if (GT_GROW(t->scratch, t->scratchcap, n) || GT_GROW(t->pscratch, t->pscratchcap, n)) return gt_err(t->rt, GT_E_NOMEM);
@@ -89,13 +97,14 @@ int gt_graph_record(gt_tree *t, gt_node *n, int first, int update) {
   double t0 = gt_now_us();
   uint64_t *oldplan = NULL, oldend = n->plan_end;
   int oldnck = n->nckpt;
-  if (update && n->plan) {
+  int had = n->plan != NULL;          /* (an update's, or a graph a budget dropped: its plan kept) */
+  if (had) {
     oldplan = malloc((n->nnew ? n->nnew : 1) * sizeof *oldplan);
     if (oldplan) memcpy(oldplan, n->plan, n->nnew * sizeof *oldplan);
   }
   if (gt_plan_node(t, n, first)) { free(oldplan); return GT_ERR; }
-  if (update && (!oldplan || oldend != n->plan_end || oldnck != n->nckpt ||
-                 (n->nnew && memcmp(oldplan, n->plan, n->nnew * sizeof *oldplan))))
+  if (had && (!oldplan || oldend != n->plan_end || oldnck != n->nckpt ||
+              (n->nnew && memcmp(oldplan, n->plan, n->nnew * sizeof *oldplan))))
     gt_life_drop_below(t, n);
   free(oldplan);
   gt_gnode *g = NULL;
@@ -106,11 +115,11 @@ int gt_graph_record(gt_tree *t, gt_node *n, int first, int update) {
   int st = GT_BOK;
   if (update && n->graph) {
     st = be->graph_update(be, n->graph, g, t->q.n);
-    if (st == GT_BREFUSED) { be->graph_destroy(be, n->graph); n->graph = NULL; t->recorded--; st = GT_BOK; }
+    if (st == GT_BREFUSED) { gt_gmem_gone(t, n); st = GT_BOK; }
   }
   if (st == GT_BOK && !n->graph) {
     st = be->graph_create(be, g, t->q.n, &n->graph);
-    if (st == GT_BOK) t->recorded++;
+    if (st == GT_BOK) t->recorded++, gt_gmem_made(t, n, roots(g, t->q.n));
   }
   double t2 = gt_now_us();
   free(g); free(deps); free(ptrs);
@@ -131,6 +140,7 @@ int gt_graph_record(gt_tree *t, gt_node *n, int first, int update) {
   if (gt_graph_launch(t, n)) return GT_ERR;
   n->instantiate_us = t2 - t1;
   n->record_us = gt_now_us() - t0;
+  gt_gmem_budget(t, n);               /* (n and what this call visited stay) */
   return update ? GT_V_UPDATE : GT_V_RECORD;
 }
 
@@ -164,10 +174,10 @@ static int update_exec(gt_tree *t, gt_node *n, const gt_gnode *g, int count) {
   n->gver++;
   int st = be->graph_update(be, n->graph, g, count);
   if (st == GT_BREFUSED) {
-    be->graph_destroy(be, n->graph);
-    st = be->graph_create(be, g, count, &n->graph);
+    gt_gmem_gone(t, n);
+    if ((st = be->graph_create(be, g, count, &n->graph)) == GT_BOK) t->recorded++, gt_gmem_made(t, n, roots(g, count));
   }
-  if (st != GT_BOK) { n->graph = NULL; t->recorded--; return gt_fail_be(t->rt, "graph update"); }
+  if (st != GT_BOK) { gt_gmem_gone(t, n); return gt_fail_be(t->rt, "graph update"); }
   return GT_OK;
 }
 
@@ -184,7 +194,7 @@ int gt_graph_rebuild(gt_tree *t, gt_node *n) {
   int *deps = NULL, st = g && ptrs ? GT_OK : GT_ERR;
   for (int i = 0; st == GT_OK && i < n->nlaunch; i++)
     gt_launch_gnode(&n->launches[i], n->argvals + n->launches[i].arg0, ptrs + n->launches[i].arg0, &g[i]);
-  if (st == GT_OK && gt_deps_build(&q, n->argvals, g, &deps)) st = GT_ERR;
+  if (st == GT_OK && gt_deps_build(&q, n->argvals, g, &deps, t->opts.graph_width)) st = GT_ERR;
   if (st != GT_OK) gt_err(t->rt, GT_E_NOMEM);
   else st = update_exec(t, n, g, n->nlaunch);
   free(g); free(ptrs); free(deps);
@@ -261,7 +271,7 @@ int gt_graph_launch_pending(gt_tree *t) {
     t->pfused++;
   } else {
     for (int i = 0; i < np; i++) if (gt_graph_launch(t, p[i])) return GT_ERR;
-    if (whole) gt_pathg_note(be, pg, p, np);
+    if (whole) gt_pathg_note(be, pg, p, np, t->opts.graph_width);
   }
   /* what was released waits for the launches still queued too (before a
      segment's visit, they read its buffers: the visit settles after them) */

@@ -91,6 +91,8 @@ typedef struct gt_tree_opts {
   int warmup;                  /* eager visits before recording (default 1) */
   int max_recordings;          /* graphs this tree may hold (default 64) */
   int on_limit_error;          /* 1: past the limit raise, 0: run eagerly */
+  uint64_t graph_memory;       /* bytes the tree's graphs may hold (0: no budget): past it the least recently visited are dropped */
+  int graph_width;             /* a segment graph's launches that wait for nothing at most, the rest in lanes behind them (0: no bound) */
 } gt_tree_opts;
 
 typedef struct gt_tree_info {
@@ -101,6 +103,10 @@ typedef struct gt_tree_info {
   int keyed_fused;             /* keyed hits that launched a path of several segments as one graph */
   int keyed_hits;              /* keyed calls that launched their path without the body */
   int path_fused;              /* calls that replayed a path of several segments and launched it as one graph */
+  uint64_t graph_bytes;        /* device memory the tree's segment graphs hold (the sum of its nodes' graph_bytes) */
+  int graph_measured;          /* nodes holding a graph whose bytes were measured (the rest estimated) */
+  int budget_drops;            /* graphs the graph-memory budget dropped */
+  int reinstantiations;        /* graphs instantiated again after a budget dropped them */
 } gt_tree_info;
 
 typedef struct gt_node_info {
@@ -120,6 +126,10 @@ typedef struct gt_node_info {
   const char *why;             /* why the node exists: "first path", "new branch after [3]", ... */
   int shared, shared_with;     /* a new branch: the leading launches it has as sibling shared_with has them (the
                                   paths part after them: a host branch without gt.cut); 0 and -1: none */
+  uint64_t graph_bytes;        /* device memory its graph's instantiation and upload took (0: no graph now) */
+  int graph_measured;          /* 1: graph_bytes measured (cpu: exact); 0: estimated from its node count and width */
+  int reinstantiations;        /* instantiations again after a graph-memory budget dropped its graph */
+  int roots;                   /* its graph's launches that wait for nothing in the segment (its width) */
 } gt_node_info;
 
 /* One call of a tree, for charts over calls (the last GT_HISTORY calls). */
@@ -138,6 +148,10 @@ int gt_device(gt_runtime *rt, gt_device_info *out);
 int gt_sync(gt_runtime *rt);                     /* ends the segment in a tree call, then waits for the device */
 int gt_profile(gt_runtime *rt, int on);          /* GPU time per node; returns the previous setting */
 uint64_t gt_mem_in_use(gt_runtime *rt);          /* ordinary (non-tree) memory in use, bytes */
+uint64_t gt_graph_mem(gt_runtime *rt);            /* device memory every tree's segment graphs hold, bytes */
+/* The process-wide graph-memory budget (0: none); returns the one before.
+   Past it the graphs of the tree called least recently go first. */
+uint64_t gt_graph_mem_limit(gt_runtime *rt, uint64_t limit);
 double gt_clock_us(void);                        /* a monotonic wall clock, microseconds */
 const char *gt_take_warning(void);               /* a runtime warning not yet shown (e.g. the kernel cache refused), once; NULL when none */
 int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits); /* cuda: NVRTC runs and CUBIN cache hits; GT_ERR elsewhere */

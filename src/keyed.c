@@ -352,7 +352,7 @@ int gt_tree_keyed_run(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, gt_buf **o
     if (rebuilt < 0 || gt_graph_launch(t, k->path[d])) return GT_ERR;
     note_visit(t, k, d, rebuilt);
   }
-  if (!rt->profile && k->npath > 1) gt_pathg_note(&rt->be, &k->pg, k->path, k->npath);   /* (a patch changed its versions: a new row) */
+  if (!rt->profile && k->npath > 1) gt_pathg_note(&rt->be, &k->pg, k->path, k->npath, t->opts.graph_width);   /* (a patch changed its versions: a new row) */
   return keyed_end(t, k, ins, outb);
 }
 

@@ -8,11 +8,13 @@
 #include "core.h"
 #include "predict.h"
 #include "stage.h"
+#include "gmem.h"
 #include "life.h"
 
 static void drop_graph(gt_tree *t, gt_node *n) {
   gt_pathg_drop(&t->rt->be, &n->pg);
-  if (n->graph) { t->rt->be.graph_destroy(&t->rt->be, n->graph); n->graph = NULL; n->gver++; t->recorded--; }
+  gt_gmem_gone(t, n);
+  n->budget_dropped = 0;              /* (its plan goes too: the next visit records it anew) */
   free(n->argvals); free(n->plan); free(n->ckpt); free(n->launches);
   n->argvals = NULL; n->plan = NULL; n->ckpt = NULL; n->launches = NULL; n->nckpt = n->nargvals = 0;
   gt_cursor_forget(n);
@@ -85,6 +87,7 @@ void gt_life_release(gt_tree *t) {
 
 static void free_now(gt_tree *t) {
   t->closed = 1;
+  gt_gmem_unlist(t);
   t->gen = gt_gen_next();
   gt_release_call_bufs(t);
   for (int i = 0; i < t->nstage; i++) if (t->stage[i]) gt_buf_unref(t->stage[i]);

@@ -31,7 +31,7 @@ static int path_fusable(gt_node *const *path, int np) {
    for the previous segment's launches that nothing in it waits for), built
    by the backend into *out.  GT_ERR when out of host memory; a backend
    status otherwise. */
-static int path_fuse(gt_backend *be, gt_node *const *path, int np, gt_bgraph **out) {
+static int path_fuse(gt_backend *be, gt_node *const *path, int np, int width, gt_bgraph **out) {
   int total = 0, nvals = 0, nedges = 0, ecap, st = GT_BOK;
   for (int d = 0; d < np; d++) total += path[d]->nlaunch, nvals += path[d]->nargvals;
   gt_gnode *g = calloc((size_t)total, sizeof *g);
@@ -45,7 +45,7 @@ static int path_fuse(gt_backend *be, gt_node *const *path, int np, gt_bgraph **o
     memcpy(vals + vbase, n->argvals, (size_t)n->nargvals * sizeof *vals);
     for (int i = 0; i < n->nlaunch; i++)
       gt_launch_gnode(&n->launches[i], vals + vbase + n->launches[i].arg0, ptrs + vbase + n->launches[i].arg0, &g[base + i]);
-    if (gt_deps_build(&q, vals + vbase, g + base, &segdeps[d])) { st = GT_ERR; goto done; }
+    if (gt_deps_build(&q, vals + vbase, g + base, &segdeps[d], width)) { st = GT_ERR; goto done; }
     for (int i = 0; i < n->nlaunch; i++) {
       nedges += g[base + i].ndeps;
       for (int e = 0; e < g[base + i].ndeps; e++) waited[base + g[base + i].deps[e]] = 1;
@@ -104,7 +104,7 @@ void gt_pathg_free(gt_backend *be, gt_pathg *o) {
    with the same graphs is counted, and after GT_PATHG_AFTER of them the
    path is built as one graph (a failed build, or GT_PATHG_BUILDS of them,
    stop it for good; this launch has run). */
-void gt_pathg_note(gt_backend *be, gt_pathg *o, gt_node *const *p, int np) {
+void gt_pathg_note(gt_backend *be, gt_pathg *o, gt_node *const *p, int np, int width) {
   if (o->g && !gt_pathg_ok(o, p, np)) gt_pathg_drop(be, o);
   int same = o->ver && o->n == np;
   for (int d = 0; same && d < np; d++) same = p[d]->gver == o->ver[d];
@@ -119,7 +119,7 @@ void gt_pathg_note(gt_backend *be, gt_pathg *o, gt_node *const *p, int np) {
   }
   if (o->same < GT_PATHG_AFTER || o->g || o->builds >= GT_PATHG_BUILDS) return;
   o->builds++;
-  if (!path_fusable(p, np) || path_fuse(be, p, np, &o->g) != GT_BOK) {
+  if (!path_fusable(p, np) || path_fuse(be, p, np, width, &o->g) != GT_BOK) {
     o->g = NULL;
     o->builds = GT_PATHG_BUILDS;
   }

@@ -22,7 +22,7 @@ enum { GT_PATHG_AFTER = 8, GT_PATHG_BUILDS = 4 };
    drops a stale graph, builds one when due); drop: the graph goes (its
    device memory with it); free: everything goes. */
 int gt_pathg_ok(const gt_pathg *o, gt_node *const *p, int np);
-void gt_pathg_note(gt_backend *be, gt_pathg *o, gt_node *const *p, int np);
+void gt_pathg_note(gt_backend *be, gt_pathg *o, gt_node *const *p, int np, int width);   /* width: gt_deps_build's */
 void gt_pathg_drop(gt_backend *be, gt_pathg *o);
 void gt_pathg_free(gt_backend *be, gt_pathg *o);
 #endif

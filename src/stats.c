@@ -21,7 +21,13 @@ int gt_tree_stats(gt_tree *t, gt_tree_info *o) {
   o->reserved = t->pool.committed;
   o->in_use = t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(&t->pool);
   o->high_water = t->pool.high_water;
-  for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->depth + 1 > o->depth) o->depth = t->nodes[i]->depth + 1;
+  o->graph_bytes = t->graph_bytes;
+  o->budget_drops = t->budget_drops;
+  o->reinstantiations = t->reinst;
+  for (int i = 0; i < t->nnodes; i++) {
+    if (t->nodes[i]->depth + 1 > o->depth) o->depth = t->nodes[i]->depth + 1;
+    o->graph_measured += t->nodes[i]->graph && t->nodes[i]->graph_measured;
+  }
   return GT_OK;
 }
 
@@ -59,6 +65,10 @@ int gt_tree_node(gt_tree *t, int id, gt_node_info *o) {
   o->why = n->ex.why;
   o->shared = n->ex.shared;
   o->shared_with = n->ex.shared_with;
+  o->graph_bytes = n->graph_bytes;
+  o->graph_measured = n->graph && n->graph_measured;
+  o->reinstantiations = n->reinst;
+  o->roots = n->roots;
   return GT_OK;
 }
 

@@ -19,6 +19,7 @@
 #include "predict.h"
 #include "stage.h"
 #include "life.h"
+#include "gmem.h"
 #include "graph.h"
 #include "visit.h"
 #include "tree.h"
@@ -42,6 +43,12 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   if (nomem || gt_pool_init_growing(&t->pool, &rt->be, getenv("GTLUA_POOL_RESERVE"), rt->err) != GT_OK) {
     free(t->name); free(t->where); free(t);
     if (nomem) gt_err(rt, GT_E_NOMEM);
+    return NULL;
+  }
+  if (gt_gmem_list(t)) {
+    gt_pool_destroy(&t->pool);
+    free(t->name); free(t->where); free(t);
+    gt_err(rt, GT_E_NOMEM);
     return NULL;
   }
   return t;

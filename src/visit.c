@@ -144,12 +144,16 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
     }
     t->state_node = n;
     return ran;
-  case GT_V_RECORD: case GT_V_UPDATE:
+  case GT_V_RECORD: case GT_V_UPDATE: {
+    int again = n->budget_dropped;    /* (a graph a budget dropped, instantiated again: counted apart) */
     if ((ran = gt_graph_record(t, n, first, mode == GT_V_UPDATE)) == GT_ERR) return GT_ERR;
+    n->budget_dropped = 0;
     if (ran == GT_V_EAGER) count_eager(t, n, "graph build failed");
     else if (ran == GT_V_UPDATE) { n->updates++; t->stats.updates++; }
+    else if (again) { n->reinst++; t->reinst++; }
     else { n->records++; t->stats.records++; }
     return ran;
+  }
   case GT_V_PLANNED:
     if (run_planned(t, n, first)) return GT_ERR;
     count_eager(t, n, n->skip);

@@ -26,7 +26,7 @@ gt: CUDA graph trees scripted from Lua (require "gt"; preloaded by gtlua).
   branches  gt.cond(p, then_fn [, else_fn]), gt.loop(p, body_fn [, {max = n}]) decided on the device
   lifetimes gt.scope; t:free()
   looking   print(tree), gt.profile, gt.help
-  misc      gt.backend gt.device gt.clock gt.memory; gt.buckets.pow2 linear; gt.bucket
+  misc      gt.backend gt.device gt.clock gt.memory gt.graph_memory; gt.buckets.pow2 linear; gt.bucket
 gt.help("name") for one of them; gt.help() lists every name.]],
 
   -- tensors
@@ -167,6 +167,8 @@ gt.tree(fn [, opts]) -> tree, a callable graph tree over fn
     buckets = {dim =, sizes = [, pad =], narrow =, verify =}   pad inputs to a few sizes (?gt.buckets)
     warn_shapes = 8       warn when a tree sees more input shapes than that (false: never)
     key = function(...) return k end, patch = {i, ...}, verify = n   keyed calls
+    graph_memory = bytes  its graphs' device memory at most: past it the least recently visited are dropped, re-instantiated on their next visit
+    graph_width = n       a segment graph's launches that wait for nothing at most (the rest in n lanes behind them)
   Any other name, or a value of the wrong kind, raises naming the option.
   Outputs stay valid until the tree's next call; :clone() keeps one.
   local step = gt.tree(function(x) return gt.ops.relu(x) end, {warmup = 0})]],
@@ -325,7 +327,11 @@ gt.backend() -> "cpu" | "cuda"
   ["gt.device"] = [[
 gt.device() -> { backend, name, cc, sms, memory, driver, nvrtc, compiler }]],
   ["gt.memory"] = [[
-gt.memory() -> bytes of ordinary (non-tree) device memory in use]],
+gt.memory() -> bytes outside the trees' pools (ordinary memory plus graph memory), {ordinary, graphs}]],
+  ["gt.graph_memory"] = [[
+gt.graph_memory([limit]) -> the process-wide graph-memory budget before (bytes, or false)
+  Past limit the least recently used graphs (the tree called least recently
+  first) are dropped and instantiated again on their next visit; false: none.]],
   ["gt.help"] = [[
 gt.help(x) -> the documentation text (also printed)
   x: an API value (gt.help(gt.tree), gt.help(t) for a tensor) or a name

@@ -200,8 +200,31 @@ end
 --- gt.clock() -> seconds of a monotonic wall clock (for timing steps)
 function gt.clock() return C.gt_clock_us() * 1e-6 end
 
---- gt.memory() -> bytes of ordinary (non-tree) device memory in use
-function gt.memory() return tonumber(C.gt_mem_in_use(rt)) end
+--- gt.memory() -> bytes in use outside the trees' pools: ordinary device memory plus every tree's
+--- graph memory; and { ordinary = bytes, graphs = bytes }
+function gt.memory()
+  local o, g = tonumber(C.gt_mem_in_use(rt)), tonumber(C.gt_graph_mem(rt))
+  return o + g, { ordinary = o, graphs = g }
+end
+
+--- gt.graph_memory([limit]) -> the process-wide graph-memory budget before (bytes, or false: none).
+--- With limit (bytes, or false): past it the graphs of the tree called least recently (its least
+--- recently visited first) are dropped, and instantiated again on their next visit.
+function gt.graph_memory(limit)
+  if limit ~= nil and limit ~= false and not (type(limit) == "number" and limit >= 1 and limit < 2 ^ 63 and limit == math.floor(limit)) then
+    I.error("gt.graph_memory(limit): limit must be a whole number of bytes >= 1, or false for no budget; got " ..
+      I.show(limit), 2)
+  end
+  local old
+  if limit == nil then
+    old = C.gt_graph_mem_limit(rt, 0)
+    C.gt_graph_mem_limit(rt, old)
+  else
+    old = C.gt_graph_mem_limit(rt, limit or 0)
+  end
+  old = tonumber(old)
+  return old > 0 and old or false
+end
 
 --- gt.help(obj_or_name): prints the documentation of an API function (gt.docs)
 function gt.help(x) return require("gt.docs").help(x) end

@@ -57,6 +57,8 @@ function Tree:stats()
     warmups = s.warmups, replays = s.replays, eager = s.eager, updates = s.updates,
     skips = skip_table(self._t), skipped = s.skips, depth = s.depth, fused = s.path_fused,
     pool = { reserved = tonumber(s.reserved), in_use = tonumber(s.in_use), high_water = tonumber(s.high_water) },
+    graph_bytes = tonumber(s.graph_bytes), graph_measured = s.graph_measured, budget_drops = s.budget_drops,
+    reinstantiations = s.reinstantiations,
     node = {},
   }
   local ni = ffi.new("gt_node_info")
@@ -78,7 +80,8 @@ function Tree:stats()
       record_us = ni.record_us, instantiate_us = ni.instantiate_us, replay_cpu_us = ni.replay_cpu_us,
       gpu_us = ni.gpu_us, planned_bytes = tonumber(ni.planned_bytes), checkpoint_bytes = tonumber(ni.checkpoint_bytes),
       reusable_bytes = tonumber(ni.reusable_bytes), keyed = ni.keyed ~= 0,
-      last_call = tonumber(ni.last_call),
+      last_call = tonumber(ni.last_call), graph_bytes = tonumber(ni.graph_bytes), graph_measured = ni.graph_measured ~= 0,
+      reinstantiations = ni.reinstantiations, width = ni.roots,
       shapes = ni.shapes ~= nil and ffi.string(ni.shapes) or nil, cut = ni.cut ~= nil and ffi.string(ni.cut) or nil,
       why = ni.why ~= nil and ffi.string(ni.why) or nil,
       shared = ni.shared, shared_with = ni.shared_with >= 0 and ni.shared_with or nil,

@@ -50,6 +50,11 @@ local CHECK = {
     return nil, "a whole number >= 1 (distinct input shapes before one warning) or false (never warn)"
   end,
   key = of_type("function", "a function of the call's arguments returning the values that decide its path"),
+  graph_memory = function(v)
+    if whole(v, 1, 2 ^ 53) then return v end
+    return nil, "a whole number of bytes >= 1 (what the tree's graphs may hold before the least recently visited are dropped)"
+  end,
+  graph_width = count(1, "a segment graph's launches that wait for nothing at most; the rest wait in that many lanes"),
   verify = function(v)
     if whole(v, 1, INT_MAX) then return v end
     return nil, "a whole number >= 1 (run the body on every n-th keyed call and compare its path)"
@@ -133,7 +138,8 @@ local function check_buckets(v, bad, fail)
   check_top(v, "buckets", bad)
 end
 
-local NAMES = { "name", "warmup", "max_recordings", "on_limit", "copy_inputs", "buckets", "warn_shapes", "key", "patch", "verify" }
+local NAMES = { "name", "warmup", "max_recordings", "on_limit", "copy_inputs", "buckets", "warn_shapes", "key", "patch", "verify",
+  "graph_memory", "graph_width" }
 local KNOWN = {}
 for _, n in ipairs(NAMES) do KNOWN[n] = true end
 -- Options DESIGN names for later: asking for one raises (never silently ignored).

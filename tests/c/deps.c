@@ -21,7 +21,7 @@ static int edges(gt_queue *q, gt_gnode *g, int **deps) {
   for (int i = 0; i < q->n; i++) gt_queue_resolve(q, i, vals + q->l[i].arg0);
   memset(g, 0, q->n * sizeof *g);
   *deps = NULL;
-  GT_CHECK(gt_deps_build(q, vals, g, deps) == GT_OK);
+  GT_CHECK(gt_deps_build(q, vals, g, deps, 0) == GT_OK);
   int total = 0;
   for (int i = 0; i < q->n; i++) total += g[i].ndeps;
   return total;

@@ -13,9 +13,9 @@ end
 
 local function node_label(n)
   local cut = C.cut_text(n, "\n")
-  return format("[%d] %s\n%s\n%s%s\nvisits %d  replays %d  warmups %d\n%s%s, planned %s", n.id, n.label,
+  return format("[%d] %s\n%s\n%s%s\nvisits %d  replays %d  warmups %d\n%s%s, planned %s, graph %s", n.id, n.label,
     n.shapes or "", n.why or "", cut, n.visits, n.replays, n.warmups, C.state(n), n.skip and (": " .. n.skip) or "",
-    bytes(n.planned_bytes))
+    bytes(n.planned_bytes), bytes(n.graph_bytes))
 end
 
 --- dot.text(s) -> Graphviz text of stats s: one node "n<id>" per tree node
@@ -24,8 +24,8 @@ function M.text(s)
   local most = C.most_replays(s)
   local out = {
     "digraph gtlua_tree {",
-    "  graph [label=" .. quoted(format("tree '%s' (%s): %d calls, %d nodes, %d recorded, pool %s",
-      s.name, s.where, s.calls, s.nodes, s.recorded, bytes(s.pool.reserved))) ..
+    "  graph [label=" .. quoted(format("tree '%s' (%s): %d calls, %d nodes, %d recorded, pool %s, graphs %s",
+      s.name, s.where, s.calls, s.nodes, s.recorded, bytes(s.pool.reserved), bytes(s.graph_bytes))) ..
       ", labelloc=t, fontname=\"Helvetica\", fontsize=12];",
     "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10, penwidth=2];",
     "  edge [color=\"#6b7280\"];",

@@ -23,6 +23,17 @@ local function painter(on)
   return function(s, c) return "\27[" .. ANSI[c] .. "m" .. s .. "\27[0m" end
 end
 
+-- The graphs' device memory: how much of it was measured, what a budget dropped.
+local function graph_line(s)
+  local est = s.recorded - s.graph_measured
+  local how = est == 0 and "measured" or s.graph_measured == 0 and "estimated" or format("%d estimated", est)
+  local line = format("graph memory %s (%s)", bytes(s.graph_bytes), how)
+  if s.budget_drops > 0 then
+    line = line .. format("; %d dropped by a budget, %d instantiated again", s.budget_drops, s.reinstantiations)
+  end
+  return truncate(line, WIDTH)
+end
+
 local function header_lines(s)
   local skips = {}
   for reason, count in pairs(s.skips) do skips[#skips + 1] = format("%s (%d)", reason, count) end
@@ -37,6 +48,7 @@ local function header_lines(s)
   local lines = { head, truncate(format("pool %s reserved, %s high water; %d replays, %d warmups, %d eager",
     bytes(s.pool.reserved), bytes(s.pool.high_water), s.replays, s.warmups, s.eager), WIDTH) }
   if #skips > 0 then lines[#lines + 1] = truncate("eager visits: " .. concat(skips, ", "), WIDTH) end
+  lines[#lines + 1] = graph_line(s)
   return lines
 end
 

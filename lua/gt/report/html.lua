@@ -208,7 +208,7 @@ local TABLE_COLS = {
   { "why", "why", true }, { "cut", "cut", true }, { "state", "state", true }, { "visits", "visits" },
   { "replays", "replays" }, { "records", "rec." }, { "warmups", "warm." }, { "eager", "eager" },
   { "record_us", "record" }, { "replay_cpu_us", "replay" }, { "gpu_us", "gpu" }, { "planned_bytes", "planned" },
-  { "reusable_bytes", "reusable" },
+  { "reusable_bytes", "reusable" }, { "graph_bytes", "graph" }, { "reinstantiations", "reinst." },
 }
 
 local function cell(n, key)
@@ -251,7 +251,8 @@ local function cards(s)
     { "calls", s.calls }, { "nodes", s.nodes }, { "recorded", s.recorded }, { "replays", s.replays },
     { "warmups", s.warmups }, { "eager", s.eager }, { "updates", s.updates }, { "levels", s.depth },
     { "pool reserved", bytes(s.pool.reserved) }, { "high water", bytes(s.pool.high_water) },
-    { "in use", bytes(s.pool.in_use) },
+    { "in use", bytes(s.pool.in_use) }, { "graph memory", bytes(s.graph_bytes) },
+    { "reinstantiated", s.reinstantiations },
   }
   local out = {}
   for i, it in ipairs(items) do out[i] = el("div", { class = "card" }, el("b", nil, it[2]), el("span", nil, it[1])) end

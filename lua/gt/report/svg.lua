@@ -26,10 +26,11 @@ local CONTENT_W = M.CONTENT_W
 local function node_tip(n)
   return format("[%d] %s\nshapes: %s\nwhy: %s\ncut: %s\nstate: %s%s\nvisits %d: %d replays, %d records, %d warmups, %d updates, %d eager\n" ..
     "kernels %d, depth %d, last call %d\nrecord %s, instantiate %s, replay cpu %s (mean), gpu %s (mean)\n" ..
-    "planned %s, checkpoint %s, reusable %s", n.id, n.label, n.shapes or "?", n.why or "?", C.cut_sites(n) or n.cut or "?", state(n),
+    "planned %s, checkpoint %s, reusable %s, graph %s (%s)", n.id, n.label, n.shapes or "?", n.why or "?", C.cut_sites(n) or n.cut or "?", state(n),
     n.skip and (" (" .. n.skip .. ")") or "", n.visits, n.replays, C.records(n), n.warmups, n.updates, n.eager, n.kernels,
     n.depth, n.last_call or 0, plain_us(n.record_us), plain_us(n.instantiate_us), plain_us(n.replay_cpu_us),
-    plain_us(n.gpu_us), bytes(n.planned_bytes), bytes(n.checkpoint_bytes), bytes(n.reusable_bytes))
+    plain_us(n.gpu_us), bytes(n.planned_bytes), bytes(n.checkpoint_bytes), bytes(n.reusable_bytes), bytes(n.graph_bytes or 0),
+    n.graph_measured and "measured" or "estimated")
 end
 
 -- Characters of 11 px text that fit w px (a conservative 6.6 px per character).
