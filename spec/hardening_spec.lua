@@ -315,7 +315,7 @@ describe("tree options", function()
     local e = bad({ zzzzzzzz = 1 }, "unknown option 'zzzzzzzz'")
     assert.falsy(has(e, "did you mean"), e)
     bad({ 1 }, "options are named", "got the key 1")
-    bad({ pool = {} }, "option 'pool'", "not implemented yet")
+    bad({ pool = {} }, "option pool must be a tree from gt.tree")
   end)
 
   it("raise at the caller's line, and the next tree works", function()

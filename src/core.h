@@ -179,6 +179,17 @@ struct gt_tree {
      offset (a window sliding over a buffer) is one node */
   int64_t *kfirst, *cfirst; int kfirstcap, cfirstcap;
   gt_floor floor;                    /* floor.c: the paths a floor launches in turn */
+  /* A pool shared between trees (opts.pool): mem is the owner's pool (its
+     own: &pool), whose base every tree's pool has (0: a growing pool), so
+     a replay reads pool.base as before.  The owner counts its sharers
+     (pshare, itself included; each holds a reference to it) and names the
+     tree whose call used the pool last (plast): its outputs are the live
+     ones.  A call of another sharer overwrites them: their generation goes
+     (over_gen, over_by: for the stale message). */
+  gt_pool *mem;
+  struct gt_tree *powner, *plast, *over_by;
+  int pshare;
+  int32_t over_gen;
 };
 
 /* A trim or a free of a tree during another tree's call (gt_tree.deferred):

@@ -93,6 +93,7 @@ typedef struct gt_tree_opts {
   int on_limit_error;          /* 1: past the limit raise, 0: run eagerly */
   uint64_t graph_memory;       /* bytes the tree's graphs may hold (0: no budget): past it the least recently visited are dropped */
   int graph_width;             /* a segment graph's launches that wait for nothing at most, the rest in lanes behind them (0: no bound) */
+  gt_tree *pool;               /* share this tree's pool (its calls and this one's never overlap), or NULL: a pool of its own */
 } gt_tree_opts;
 
 typedef struct gt_tree_info {
@@ -268,6 +269,8 @@ int gt_unstage(gt_runtime *rt, const gt_buf *src, uint64_t src_off, gt_buf *dst,
 void gt_tree_note_skip(gt_tree *t, const char *reason);
 int32_t gt_tree_failed_gen(gt_tree *t);             /* generation of the last call that failed */
 int32_t gt_tree_trimmed_gen(gt_tree *t);            /* generation of the last call whose outputs a trim invalidated */
+/* The tree sharing t's pool whose call overwrote the outputs of t's call of generation gen, or NULL. */
+gt_tree *gt_tree_overwriter(gt_tree *t, int32_t gen);
 int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond the keep most recently used; returns dropped */
 int gt_tree_stats(gt_tree *t, gt_tree_info *out);
 int gt_tree_node(gt_tree *t, int id, gt_node_info *out); /* id 0..nodes-1 */

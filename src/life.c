@@ -64,7 +64,7 @@ void gt_life_settle(gt_runtime *rt) {
     int what = t->deferred;
     t->deferred = GT_DEFER_NONE;
     if (what == GT_DEFER_FREE) free_now(t);
-    else if (what == GT_DEFER_SHRINK) gt_pool_shrink(&t->pool, t->shrink_end);   /* (decommitting syncs the device) */
+    else if (what == GT_DEFER_SHRINK) gt_pool_shrink(t->mem, t->shrink_end);   /* (decommitting syncs the device) */
     gt_tree_unref(t);
   }
 }
@@ -85,6 +85,18 @@ void gt_life_release(gt_tree *t) {
   free_now(t);
 }
 
+/* t's part of its pool: the pool goes with the last tree that shares it
+   (the owner's struct stays until then: each sharer holds a reference). */
+static void release_pool(gt_tree *t) {
+  gt_tree *o = t->powner;
+  if (o->plast == t) o->plast = NULL;
+  if (t->over_by) gt_tree_unref(t->over_by);
+  t->over_by = NULL;
+  if (o != t) gt_pool_destroy(&t->pool);       /* (its own: never used, nothing reserved) */
+  if (--o->pshare == 0) gt_pool_destroy(&o->pool);
+  if (o != t) gt_tree_unref(o);
+}
+
 static void free_now(gt_tree *t) {
   t->closed = 1;
   gt_gmem_unlist(t);
@@ -101,7 +113,7 @@ static void free_now(gt_tree *t) {
   free(t->rels);
   gt_queue_free(&t->q);
   gt_slab_give(t);
-  gt_pool_destroy(&t->pool);
+  release_pool(t);
   gt_tree_unref(t);
 }
 
@@ -112,6 +124,9 @@ static int by_last_call(const void *a, const void *b) {
 
 int gt_life_trim_drop(gt_runtime *rt, gt_tree *t, int keep) {
   if (rt->active == t) return gt_fail(rt, "tree '%s': trim inside its own call", t->name);
+  if (rt->active && rt->active->powner == t->powner)
+    return gt_fail(rt, "tree '%s': trim inside a call of tree '%s', which shares its pool; trim it after the call",
+                   t->name, rt->active->name);
   gt_node **rec = malloc((t->nnodes ? t->nnodes : 1) * sizeof *rec);
   if (!rec) return gt_err(rt, GT_E_NOMEM);
   int n = 0, before = t->recorded;
@@ -123,23 +138,43 @@ int gt_life_trim_drop(gt_runtime *rt, gt_tree *t, int keep) {
   return before - t->recorded;       /* (with the graphs below a dropped one: their plans began at its end) */
 }
 
+/* The highest plan end of a graph held by t, or by any tree sharing its
+   pool (their plans lie in the same memory). */
+static uint64_t kept_end(gt_tree *t) {
+  uint64_t end = 0;
+  gt_runtime *rt = t->rt;
+  for (int k = 0; k < rt->ntrees; k++) {
+    gt_tree *o = rt->trees[k];
+    if (o->powner != t->powner) continue;
+    for (int i = 0; i < o->nnodes; i++) if (o->nodes[i]->graph && o->nodes[i]->plan_end > end) end = o->nodes[i]->plan_end;
+  }
+  return end;
+}
+
+/* Whether l's last call's outputs stay valid after a trim: every segment of
+   its path kept its graph (they lie in that plan's memory, below the kept
+   end); else they may lie in memory given back. */
+static int outputs_kept(gt_tree *l) {
+  const gt_call_info *h = l->stats.calls ? &l->hist[(l->stats.calls - 1) % GT_HISTORY] : NULL;
+  int kept = h && h->warmups == 0 && h->eager == 0 && l->nlastpath > 0 && l->failed_gen != l->gen;
+  for (int d = 0; d < l->nlastpath && kept; d++) kept = l->lastpath[d]->graph != NULL;
+  return kept;
+}
+
 int gt_life_trim_shrink(gt_runtime *rt, gt_tree *t, int dropped) {
   for (int i = 0; dropped && i < t->nnodes; i++)     /* the paths' one graphs (rebuilt when those paths repeat) */
     gt_pathg_drop(&t->rt->be, &t->nodes[i]->pg);
-  uint64_t end = 0;
-  for (int i = 0; i < t->nnodes; i++) if (t->nodes[i]->graph && t->nodes[i]->plan_end > end) end = t->nodes[i]->plan_end;
-  /* the last call's outputs stay valid where every segment of its path kept
-     its graph (they lie in that plan's memory, below end); else they may lie
-     in memory given back, and read stale from now on */
-  const gt_call_info *h = t->stats.calls ? &t->hist[(t->stats.calls - 1) % GT_HISTORY] : NULL;
-  int kept = h && h->warmups == 0 && h->eager == 0 && t->nlastpath > 0 && t->failed_gen != t->gen;
-  for (int d = 0; d < t->nlastpath && kept; d++) kept = t->lastpath[d]->graph != NULL;
-  gt_pool_clear(&t->pool);
-  if (!kept) { t->trimmed_gen = t->gen; t->gen = gt_gen_next(); }
+  uint64_t end = kept_end(t);
+  /* the live outputs are those of the tree that used the pool last (t's
+     own, unless it shares the pool); they read stale from now on unless
+     they lie below end */
+  gt_tree *l = t->powner->plast && t->powner->plast != t ? t->powner->plast : t;
+  if (!outputs_kept(l)) { l->trimmed_gen = l->gen; l->gen = gt_gen_next(); }
+  gt_pool_clear(t->mem);
   /* in another tree's call, its queued launches may read this pool (an
      output of this tree passed to it): the memory goes once they have run */
   t->shrink_end = end;
-  if (!rt->active) gt_pool_shrink(&t->pool, end);
+  if (!rt->active) gt_pool_shrink(t->mem, end);
   else if (defer_tree(rt, t, GT_DEFER_SHRINK)) return gt_err(rt, GT_E_NOMEM);
   return dropped;
 }

@@ -10,12 +10,12 @@
 static int materialize(gt_tree *t) {
   gt_node *n = t->state_node;
   if (!n) return GT_OK;
-  gt_pool_clear(&t->pool);
+  gt_pool_clear(t->mem);
   for (int i = 0; i < n->nckpt; i++) {
     gt_ckpt *c = &n->ckpt[i];
     int k = t->segstart[c->seg] + c->idx;
-    if (GT_GROW(t->pool.blk, t->pool.cap, t->pool.n + 1)) return gt_err(t->rt, GT_E_NOMEM);
-    t->pool.blk[t->pool.n++] = (gt_block){ c->off, c->size, t->bufs[k] };
+    if (GT_GROW(t->mem->blk, t->mem->cap, t->mem->n + 1)) return gt_err(t->rt, GT_E_NOMEM);
+    t->mem->blk[t->mem->n++] = (gt_block){ c->off, c->size, t->bufs[k] };
   }
   t->state_node = NULL;
   return GT_OK;
@@ -60,7 +60,7 @@ static int plan_segment(gt_tree *t, int first, uint64_t *plan, plan_info *info) 
   }
   for (int i = 0; i < t->nrels; i++) {
     gt_buf *b = t->rels[i];
-    if (b->seg != t->depth) old[nold++] = (gt_interval){ b->bytes, 0, b->rel, b, b->addr - t->pool.base };
+    if (b->seg != t->depth) old[nold++] = (gt_interval){ b->bytes, 0, b->rel, b, b->addr - t->mem->base };
   }
   for (int i = 0; info && i < q->n; i++) {
     const gt_arg *a = q->args + q->l[i].arg0;
@@ -73,7 +73,7 @@ static int plan_segment(gt_tree *t, int first, uint64_t *plan, plan_info *info) 
     uint64_t actual = peak_bytes(iv, nn, q->n), best = peak_bytes(ideal, nn, q->n);
     info->reusable = actual > best ? actual - best : 0;
   }
-  if (gt_pool_plan(&t->pool, iv, nn, old, nold, t->rt->err) != GT_OK) {
+  if (gt_pool_plan(t->mem, iv, nn, old, nold, t->rt->err) != GT_OK) {
     char why[GT_ERRLEN];
     snprintf(why, sizeof why, "%s", t->rt->err);
     free(iv);
@@ -82,7 +82,7 @@ static int plan_segment(gt_tree *t, int first, uint64_t *plan, plan_info *info) 
   uint64_t end = 0, bytes = 0;
   for (int i = 0; i < nn; i++) {
     if (plan) plan[i] = iv[i].off;
-    iv[i].buf->addr = t->pool.base + iv[i].off;
+    iv[i].buf->addr = t->mem->base + iv[i].off;
     bytes += (iv[i].size + GT_ALIGN - 1) / GT_ALIGN * GT_ALIGN;
     if (iv[i].off + iv[i].size > end) end = iv[i].off + iv[i].size;
   }
@@ -98,11 +98,11 @@ int gt_plan_node(gt_tree *t, gt_node *n, int first) {
   uint64_t *plan = malloc((nn ? nn : 1) * sizeof *plan);
   if (!plan) return gt_err(t->rt, GT_E_NOMEM);
   if (plan_segment(t, first, plan, &info)) { free(plan); return GT_ERR; }
-  gt_ckpt *ck = malloc((t->pool.n ? t->pool.n : 1) * sizeof *ck);
+  gt_ckpt *ck = malloc((t->mem->n ? t->mem->n : 1) * sizeof *ck);
   if (!ck) { free(plan); return gt_err(t->rt, GT_E_NOMEM); }
   uint64_t ckb = 0, end = info.end;
-  for (int i = 0; i < t->pool.n; i++) {
-    gt_block *k = &t->pool.blk[i];
+  for (int i = 0; i < t->mem->n; i++) {
+    gt_block *k = &t->mem->blk[i];
     ck[i] = (gt_ckpt){ k->buf->seg, k->buf->idx, k->off, k->size };
     ckb += k->size;
     if (k->off + k->size > end) end = k->off + k->size;
@@ -111,7 +111,7 @@ int gt_plan_node(gt_tree *t, gt_node *n, int first) {
   n->plan = plan;
   n->nnew = nn;
   n->ckpt = ck;
-  n->nckpt = t->pool.n;
+  n->nckpt = t->mem->n;
   n->planned_bytes = info.bytes;
   n->checkpoint_bytes = ckb;
   n->plan_end = end;

@@ -18,9 +18,9 @@ int gt_tree_stats(gt_tree *t, gt_tree_info *o) {
   o->keyed_fused = t->stats.kfused;
   o->keyed_hits = t->stats.khits;
   o->path_fused = t->pfused;
-  o->reserved = t->pool.committed;
-  o->in_use = t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(&t->pool);
-  o->high_water = t->pool.high_water;
+  o->reserved = t->mem->committed;
+  o->in_use = t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(t->mem);
+  o->high_water = t->mem->high_water;
   o->graph_bytes = t->graph_bytes;
   o->budget_drops = t->budget_drops;
   o->reinstantiations = t->reinst;

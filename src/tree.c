@@ -25,6 +25,7 @@
 #include "tree.h"
 
 gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
+  if (opts->pool && opts->pool->closed) { gt_fail(rt, "option pool: tree '%s' was freed", opts->pool->name); return NULL; }
   gt_tree *t = calloc(1, sizeof *t);
   if (!t) { gt_err(rt, GT_E_NOMEM); return NULL; }
   t->rt = rt;
@@ -45,7 +46,15 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
     if (nomem) gt_err(rt, GT_E_NOMEM);
     return NULL;
   }
+  t->mem = &t->pool, t->powner = t, t->pshare = 1;
+  if (opts->pool) {                   /* (the owner of the pool that tree uses) */
+    gt_tree *o = opts->pool->powner;
+    t->mem = &o->pool, t->powner = o;
+    o->pshare++, o->refs++;
+  }
+  t->opts.pool = NULL;
   if (gt_gmem_list(t)) {
+    if (t->powner != t) t->powner->pshare--, gt_tree_unref(t->powner);
     gt_pool_destroy(&t->pool);
     free(t->name); free(t->where); free(t);
     gt_err(rt, GT_E_NOMEM);
@@ -76,6 +85,21 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
    launches its path with neither the cursor nor a segment, and after a
    long step the host's caches are cold, so a hit pays for each line it
    touches. */
+/* t's call takes the pool it shares: the outputs of the tree that used it
+   last are overwritten (stale from now on, naming t). */
+static void shared_pool_taken(gt_tree *t) {
+  gt_tree *o = t->powner, *l = o->plast;
+  o->plast = t;
+  if (!l) return;
+  l->over_gen = l->gen;
+  l->gen = gt_gen_next();
+  t->refs++;
+  if (l->over_by) gt_tree_unref(l->over_by);
+  l->over_by = t;
+}
+
+gt_tree *gt_tree_overwriter(gt_tree *t, int32_t gen) { return t->over_by && gen == t->over_gen ? t->over_by : NULL; }
+
 int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   if (rt->active)
     return gt_fail(rt, "tree '%s' was called inside a call of tree '%s': tree calls cannot nest. In a call of '%s', "
@@ -87,7 +111,8 @@ int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   gt_release_call_bufs(t);
   t->prev_gen = t->gen;
   t->gen = gt_gen_next();
-  gt_pool_clear(&t->pool);
+  if (t->powner->plast != t) shared_pool_taken(t);
+  gt_pool_clear(t->mem);
   t->state_node = NULL;
   t->cur = NULL;
   t->cur_planned = 0;
@@ -128,7 +153,7 @@ static void note_call(gt_tree *t) {
   t->hist[(t->stats.calls - 1) % GT_HISTORY] = (gt_call_info){
     t->stats.calls, t->stats.warmups - b->warmups, t->stats.records - b->records, t->stats.replays - b->replays, t->stats.eager - b->eager,
     t->stats.updates - b->updates, t->begin_us >= 0 ? gt_fast_us() - t->begin_us : -1,
-    t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(&t->pool), t->pool.committed };
+    t->state_node ? t->state_node->checkpoint_bytes : gt_pool_in_use(t->mem), t->mem->committed };
 }
 
 /* Ends the active call once its segments have run: the path is remembered. */

@@ -169,6 +169,7 @@ gt.tree(fn [, opts]) -> tree, a callable graph tree over fn
     key = function(...) return k end, patch = {i, ...}, verify = n   keyed calls
     graph_memory = bytes  its graphs' device memory at most: past it the least recently visited are dropped, re-instantiated on their next visit
     graph_width = n       a segment graph's launches that wait for nothing at most (the rest in n lanes behind them)
+    pool = other_tree     share other_tree's pool: an output of either stays valid until the next call of any tree sharing it
   Any other name, or a value of the wrong kind, raises naming the option.
   Outputs stay valid until the tree's next call; :clone() keeps one.
   local step = gt.tree(function(x) return gt.ops.relu(x) end, {warmup = 0})]],

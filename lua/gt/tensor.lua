@@ -342,6 +342,12 @@ local function stale_error(t, level)
       error(what .. " returned by tree '" .. name .. "' (" .. where .. ") lost its memory to tree:trim(); " ..
             ":clone() it before the trim to keep it", level + 1)
     end
+    local by = C.gt_tree_overwriter(b.tree, t._gen)
+    if by ~= nil then
+      error(what .. " returned by tree '" .. name .. "' (" .. where .. ") was overwritten by a later call of tree '" ..
+            ffi.string(C.gt_tree_name(by)) .. "' (" .. ffi.string(C.gt_tree_where(by)) .. "), which shares its pool; " ..
+            ":clone() it to keep it", level + 1)
+    end
     error(what .. " returned by tree '" .. name .. "' (" .. where ..
           ") was overwritten by a later call; :clone() it to keep it", level + 1)
   end

@@ -127,7 +127,8 @@ I.trees = os.getenv("GTLUA_KEEP_TREES") == "1" and {} or setmetatable({}, WEAK_V
 --- gt.tree(fn [, opts]) -> a callable tree.  opts: name, warmup (1),
 --- max_recordings (64), on_limit ("eager"|"error"), copy_inputs (false),
 --- buckets ({dim=, sizes=} or a list of them), warn_shapes (8), key, patch, verify,
---- graph_memory (bytes its graphs may hold), graph_width (a graph's launches that wait for nothing at most);
+--- graph_memory (bytes its graphs may hold), graph_width (a graph's launches that wait for nothing at most),
+--- pool (another tree whose pool this one shares: their calls never overlap);
 --- checked by gt.treeopts (a bad or unknown option raises naming it)
 function gt.tree(fn, opts)
   if type(fn) ~= "function" then I.error("gt.tree expects a function (the step) as its first argument, got " .. (fn == nil and "nil" or "a " .. type(fn))) end
@@ -144,6 +145,7 @@ function gt.tree(fn, opts)
   o.on_limit_error = on_limit == "error" and 1 or 0
   o.graph_memory = opts.graph_memory or 0
   o.graph_width = opts.graph_width or 0
+  if opts.pool then o.pool = opts.pool._t end
   local t = C.gt_tree_new(rt, o)
   if t == nil then error(I.errmsg(), 2) end
   local tc, held = track(t)

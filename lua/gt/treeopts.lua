@@ -50,6 +50,10 @@ local CHECK = {
     return nil, "a whole number >= 1 (distinct input shapes before one warning) or false (never warn)"
   end,
   key = of_type("function", "a function of the call's arguments returning the values that decide its path"),
+  pool = function(v)
+    if type(v) == "table" and v._t ~= nil and type(v.fn) == "function" then return v end
+    return nil, "a tree from gt.tree whose calls never overlap this tree's (the two share one pool)"
+  end,
   graph_memory = function(v)
     if whole(v, 1, 2 ^ 53) then return v end
     return nil, "a whole number of bytes >= 1 (what the tree's graphs may hold before the least recently visited are dropped)"
@@ -139,11 +143,11 @@ local function check_buckets(v, bad, fail)
 end
 
 local NAMES = { "name", "warmup", "max_recordings", "on_limit", "copy_inputs", "buckets", "warn_shapes", "key", "patch", "verify",
-  "graph_memory", "graph_width" }
+  "graph_memory", "graph_width", "pool" }
 local KNOWN = {}
 for _, n in ipairs(NAMES) do KNOWN[n] = true end
 -- Options DESIGN names for later: asking for one raises (never silently ignored).
-local NOT_BUILT = { pool = "sharing one pool between trees (pool = other_tree) is not implemented yet; give each tree its own" }
+local NOT_BUILT = {}
 
 -- Levenshtein distance, for did-you-mean (names are short).
 local function distance(a, b)
