@@ -207,6 +207,27 @@ describe("a graph-memory budget", function()
   end)
 end)
 
+describe("the advisor's shape question", function()
+  it("reports the graph memory each extra shape costs and what buckets would save of it", function()
+    local units = require "gt.units"
+    quiet(function()
+      local t = gt.tree(function(x) return chain(x, 2) end, { warmup = 0, warn_shapes = false })
+      for n = 1, 10 do t(gt.ones { n * 8 }) end
+      local s = t:stats()
+      local f = t:advise().findings[2]
+      assert.truthy(f.text:find("Graph memory: " .. units.bytes(s.graph_bytes) .. " in all", 1, true), f.text)
+      assert.truthy(f.text:find("paths hold about " .. units.bytes(s.graph_bytes / 10) .. " of graphs", 1, true), f.text)
+      local k = #t:advise().shapes.bucket_sizes
+      assert.truthy(f.text:find(("Buckets would hold about %s less graph memory (%d paths instead of 10)"):format(
+        units.bytes((10 - k) * s.graph_bytes / 10), k), 1, true), f.text)
+      local b = gt.tree(function(x) return chain(x, 2) end, { warmup = 0, warn_shapes = false, graph_memory = s.graph_bytes / 4 })
+      for _ = 1, 2 do for n = 1, 10 do b(gt.ones { n * 8 }) end end
+      local fb = b:advise().findings[2]
+      assert.truthy(fb.text:find("The graph%-memory budget dropped %d+ graphs and instantiated %d+ again"), fb.text)
+    end)
+  end)
+end)
+
 describe("a bounded graph width (graph_width)", function()
   it("gives the same results with the fan in that many lanes, and states the width", function()
     local x = gt.from(seq(N, function(i) return i end))

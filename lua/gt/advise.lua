@@ -313,6 +313,23 @@ local function best_buckets(sizes, counts, k)
 end
 M._best_buckets = best_buckets
 
+-- Graph memory per first segment: the bytes of the graphs its paths hold
+-- (the node and every node below it), and their mean over the first segments holding any.
+local function path_graph_bytes(s)
+  local function below(id)
+    local n = s.node[id]
+    local b = n.graph_bytes or 0
+    for _, c in ipairs(n.children) do b = b + below(c) end
+    return b
+  end
+  local sum, held = 0, 0
+  for _, r in ipairs(s.roots) do
+    local b = below(r)
+    if b > 0 then sum, held = sum + b, held + 1 end
+  end
+  return held > 0 and sum / held or 0
+end
+
 function M.shapes(tree, s)
   local hist, order = {}, {}
   for _, r in ipairs(s.roots) do
@@ -337,7 +354,9 @@ function M.shapes(tree, s)
     if #e.sizes > 1 and (not vary or #e.sizes > #vary.sizes) then vary = e end
   end
   local r = { dims = dims, vary = vary, roots = #s.roots, buckets = tree._buckets and true or false,
-              limit = s.skips and s.skips.max_recordings or 0 }
+              limit = s.skips and s.skips.max_recordings or 0, graph_bytes = s.graph_bytes or 0,
+              graph_measured = (s.graph_measured or 0) == s.recorded, path_graph_bytes = path_graph_bytes(s),
+              budget_drops = s.budget_drops or 0, reinstantiations = s.reinstantiations or 0 }
   if vary then
     local nsz = #vary.sizes
     for k = 1, min(nsz, 8) do
@@ -360,6 +379,23 @@ local function size_list(sizes, counts, limit)
   for i = 1, min(#sizes, limit or 12) do parts[i] = counts and format("%d (%d)", sizes[i], counts[i]) or tostring(sizes[i]) end
   if #sizes > (limit or 12) then parts[#parts + 1] = format("... %d more", #sizes - (limit or 12)) end
   return concat(parts, ", ")
+end
+
+-- What the graphs cost in memory, and what buckets would save of it (k: the buckets suggested, or nil).
+local function memory_text(r, k)
+  if r.graph_bytes == 0 then return "" end
+  local t = format(" Graph memory: %s in all (%s); each first segment's paths hold about %s of graphs, what each " ..
+    "extra shape costs.", bytes(r.graph_bytes), r.graph_measured and "measured" or "partly estimated", bytes(r.path_graph_bytes))
+  if r.budget_drops > 0 then
+    t = t .. format(" The graph-memory budget dropped %s and instantiated %d again.", plural(r.budget_drops, "graph"),
+      r.reinstantiations)
+  end
+  if k and r.vary and #r.vary.sizes > k then
+    t = t .. format(" Buckets would hold about %s less graph memory (%d paths instead of %d)%s.",
+      bytes((#r.vary.sizes - k) * r.path_graph_bytes), k, #r.vary.sizes,
+      r.budget_drops > 0 and ", and fewer re-instantiations" or "")
+  end
+  return t
 end
 
 local function shapes_finding(s, r)
@@ -395,6 +431,7 @@ local function shapes_finding(s, r)
       r.vary.dim, size_list(r.bucket_sizes), #r.bucket_sizes, #r.vary.sizes, r.padding * 100, r.vary.name,
       r.vary.sizes[#r.vary.sizes], r.pow2_used, r.pow2_padding * 100)
   end
+  f.text = f.text .. memory_text(r, not r.buckets and r.vary and #r.bucket_sizes or nil)
   return f
 end
 
