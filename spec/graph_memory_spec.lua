@@ -242,4 +242,12 @@ describe("a bounded graph width (graph_width)", function()
     assert.are.equal(2, lanes:stats().node[0].width)    -- two lanes: the other six wait for the one two before
     assert.are.equal(2, lanes:stats().replays)
   end)
+
+  it("has a bench scenario that compares the bounded and the unbounded fan in fresh processes", function()
+    local status, out, err = require("spec.support").gtlua("scripts/bench/graph_width.lua 16 2 5")
+    assert.are.equal(0, status, err)
+    assert.truthy(out:find("variant lanes=0 launches=16 graph_bytes=%d+ measured=%a+ width=16 step_us="), out)
+    assert.truthy(out:find("variant lanes=2 launches=16 graph_bytes=%d+ measured=%a+ width=2 step_us="), out)
+    assert.truthy(out:find("bounded / unbounded: memory [%d.]+, step time [%d.]+"), out)
+  end)
 end)

@@ -86,7 +86,33 @@ static void test_lift(void) {
   gt_queue_free(&q);
 }
 
+/* A fan of 8 independent launches under width 3: three roots, the k-th launch
+   after them waits for the one three before it; a chain is left as it is. */
+static void test_width(void) {
+  gt_buf b[10];
+  for (int i = 0; i < 10; i++) b[i] = (gt_buf){ .addr = 4096 * (i + 1), .bytes = 64 };
+  gt_queue q = { 0 };
+  gt_gnode g[8];
+  uint64_t vals[64 * 3];
+  int *d = NULL;
+  for (int i = 0; i < 8; i++) push(&q, &b[i + 1], &b[0], NULL);
+  for (int i = 0; i < q.n; i++) gt_queue_resolve(&q, i, vals + q.l[i].arg0);
+  memset(g, 0, sizeof g);
+  GT_CHECK(gt_deps_build(&q, vals, g, &d, 3) == GT_OK);
+  int roots = 0;
+  for (int i = 0; i < 8; i++) roots += g[i].ndeps == 0;
+  GT_CHECK(roots == 3);
+  for (int i = 3; i < 8; i++) GT_CHECK(g[i].ndeps == 1 && g[i].deps[0] == i - 3);
+  free(d); gt_queue_clear(&q);
+  for (int i = 0; i < 5; i++) push(&q, &b[i + 1], &b[i], NULL);
+  for (int i = 0; i < q.n; i++) gt_queue_resolve(&q, i, vals + q.l[i].arg0);
+  GT_CHECK(gt_deps_build(&q, vals, g, &d, 1) == GT_OK);
+  for (int i = 1; i < 5; i++) GT_CHECK(g[i].ndeps == 1 && g[i].deps[0] == i - 1);
+  free(d); gt_queue_free(&q);
+}
+
 void test_deps(void) {
   test_edges();
+  test_width();
   test_lift();
 }
