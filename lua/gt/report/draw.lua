@@ -27,7 +27,7 @@ end
 local function graph_line(s)
   local est = s.recorded - s.graph_measured
   local how = est == 0 and "measured" or s.graph_measured == 0 and "estimated" or format("%d estimated", est)
-  local line = format("graph memory %s (%s)", bytes(s.graph_bytes), how)
+  local line = s.recorded == 0 and "graph memory 0 B (no graphs)" or format("graph memory %s (%s)", bytes(s.graph_bytes), how)
   if s.budget_drops > 0 then
     line = line .. format("; %d dropped by a budget, %d instantiated again", s.budget_drops, s.reinstantiations)
   end
