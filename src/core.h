@@ -18,6 +18,7 @@
 #include "explain.h"
 #include "floor.h"
 #include "stats.h"
+#include "tree.h"
 
 #define GT_ALIGN 256u
 #define GT_SLAB (1 << GT_SLAB_BITS)
@@ -160,11 +161,9 @@ struct gt_tree {
   uint64_t shrink_end;               /* GT_DEFER_SHRINK: the pool's end to keep */
   gt_buf **stage; int stagecap, pinnedcap;       /* staging slots (ordinary memory) */
   uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
-  gt_buf *kept; int nkept, keptcap;  /* the last call's buffer structs, kept for a call that may be dropped (gt_tree_discard) */
-  int32_t kept_gen;                  /* its generation (the dropped call's prev_gen) */
+  gt_trace trace;                    /* tree.c: what a traced call keeps and leaves */
   int dry;                           /* the call is traced: nothing of it runs (gt_tree_dry) */
   gt_buf **dryb; int ndryb, drybcap;  /* its staged inputs' memory (stage.c) */
-  gt_node **dpath; uint64_t *dvals; int ndpath, dpathcap, dvalcap;   /* the last traced call's path and values */
   /* key.c: the offset at which each external buffer (by ordinal) was first
      used in a key computation (k: keys and saved signatures; c: the cursor):
      an external view is keyed by its offset from there, so one view at any
