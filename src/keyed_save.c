@@ -151,4 +151,3 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   t->keyed = k;
   return k;
 }
-

@@ -324,5 +324,3 @@ int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const 
                                              (unsigned long long)bytes, (unsigned long long)off, (unsigned long long)b->bytes);
   return GT_OK;
 }
-
-
