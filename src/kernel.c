@@ -69,6 +69,8 @@ static int dtype_of(const char *b) {
   if (!strcmp(b, "unsigned char") || !strcmp(b, "uint8_t") || !strcmp(b, "char")) return GT_U8;
   if (!strcmp(b, "unsigned") || !strcmp(b, "uint32_t")) return GT_U32;
   if (!strcmp(b, "unsigned long long") || !strcmp(b, "uint64_t") || !strcmp(b, "size_t")) return GT_U64;
+  if (!strcmp(b, "__half") || !strcmp(b, "half")) return GT_F16;
+  if (!strcmp(b, "__nv_bfloat16") || !strcmp(b, "nv_bfloat16")) return GT_BF16;
   return 0;
 }
 

@@ -22,9 +22,14 @@ local DT = {
   i32 = { code = C.GT_I32, size = 4, ct = ffi.typeof("int32_t[?]"), int = true },
   i64 = { code = C.GT_I64, size = 8, ct = ffi.typeof("int64_t[?]"), int = true },
   u8  = { code = C.GT_U8, size = 1, ct = ffi.typeof("uint8_t[?]"), int = true },
+  -- half precision: held as their bits (ct), read and written on the host
+  -- as floats converted by half.c (round to nearest even)
+  f16 = { code = C.GT_F16, size = 2, ct = ffi.typeof("uint16_t[?]"), int = false, half = true },
+  bf16 = { code = C.GT_BF16, size = 2, ct = ffi.typeof("uint16_t[?]"), int = false, half = true },
 }
 local BY_CODE = { [C.GT_F32] = "f32", [C.GT_I32] = "i32", [C.GT_I64] = "i64", [C.GT_U8] = "u8",
-                  [C.GT_F64] = "f64", [C.GT_U32] = "u32", [C.GT_U64] = "u64" }
+                  [C.GT_F64] = "f64", [C.GT_U32] = "u32", [C.GT_U64] = "u64", [C.GT_F16] = "f16",
+                  [C.GT_BF16] = "bf16" }
 local DT_OF = {}       -- code -> DT entry
 for name, d in pairs(DT) do d.name = name; DT_OF[d.code] = d end
 I.dtypes, I.dtype_of_code = DT, BY_CODE
@@ -44,9 +49,9 @@ gt.is_tensor = is_tensor
 local function dtype_of(dtype, level)
   local d = DT[dtype or "f32"]
   if not d then if type(dtype) ~= "string" then
-    error("dtype must be a string (f32, i32, i64 or u8), got " .. I.show(dtype), level + 1)
+    error("dtype must be a string (f32, f16, bf16, i32, i64 or u8), got " .. I.show(dtype), level + 1)
   end
-  error("unknown dtype '" .. dtype .. "': use f32, i32, i64 or u8", level + 1) end
+  error("unknown dtype '" .. dtype .. "': use f32, f16, bf16, i32, i64 or u8", level + 1) end
   return d
 end
 
@@ -258,6 +263,18 @@ local function fill_value(v, what)
   end
 end
 
+-- The half-precision kernel library (kernels/half.cu) for dtype "f16" or
+-- "bf16", loaded on first use (gt.ops uses it too).
+local half_modules = {}
+function I.half_kernels(dtype)
+  local K = half_modules[dtype]
+  if not K then
+    K = gt.load("kernels/half.cu", dtype == "bf16" and { options = "-DGT_BF16" } or nil)
+    half_modules[dtype] = K
+  end
+  return K
+end
+
 local fillk
 local function fill(t, v, level)
   if v == 0 then
@@ -268,7 +285,7 @@ local function fill(t, v, level)
   local n = t.numel
   if n == 0 then return t end
   local g = math.min(math.ceil(n / 256), 4096)
-  local k = fillk["fill_" .. t.dtype]
+  local k = DT[t.dtype].half and I.half_kernels(t.dtype).fill or fillk["fill_" .. t.dtype]
   if t.dtype == "u8" then v = bit.band(v, 255) end
   k(g, 256, t, n, v)
   return t
@@ -301,11 +318,18 @@ local function flatten(tbl, level)
   return shape, vals
 end
 
+local F64S = ffi.typeof("double[?]")
 local function write_values(t, vals, level)
   local d = DT[t.dtype]
   local n = #vals
   local host = d.ct(n)
-  for i = 1, n do host[i - 1] = vals[i] end
+  if d.half then
+    local v = F64S(math.max(n, 1))
+    for i = 1, n do v[i - 1] = vals[i] end
+    C.gt_convert(host, d.code, v, C.GT_F64, n)
+  else
+    for i = 1, n do host[i - 1] = vals[i] end
+  end
   sync_point(level + 1, "a host copy")
   if C.gt_buf_write(rt, t._b, t._off, host, n * d.size) ~= 0 then I.fail(level + 1) end
 end
@@ -350,13 +374,18 @@ function gt.randn(shape, opts)
   if opts.seed then s = ffi.new("uint64_t[1]", 0x9E3779B97F4A7C15ULL + opts.seed * 0x100000001B3ULL) end
   local n, scale = t.numel, opts.scale or 1
   local d = DT[t.dtype]
-  local okh, host = pcall(d.ct, math.max(n, 1))
+  local okh, host = pcall(d.half and F64S or d.ct, math.max(n, 1))
   if not okh then error("gt.randn: " .. n .. " values do not fit in host memory (they are made on the host first)", 2) end
   for i = 0, n - 1, 2 do
     local u1, u2 = next_u01(s), next_u01(s)
     local r = math.sqrt(-2 * math.log(u1))
     host[i] = r * math.cos(2 * math.pi * u2) * scale
     if i + 1 < n then host[i + 1] = r * math.sin(2 * math.pi * u2) * scale end
+  end
+  if d.half then
+    local bits = d.ct(math.max(n, 1))
+    C.gt_convert(bits, d.code, host, C.GT_F64, n)
+    host = bits
   end
   sync_point(2, "a host copy")
   if C.gt_buf_write(rt, t._b, 0, host, t._nb) ~= 0 then I.fail() end
@@ -390,11 +419,27 @@ local function read_flat(t, level, what)
   return out, t.numel
 end
 
+-- The values of read_flat's array as numbers: half precision's bits widened
+-- to floats (exactly), the others as they are.
+local F32S = ffi.typeof("float[?]")
+local function read_values(t, level, what)
+  local flat, n = read_flat(t, level + 1, what)
+  local d = DT[t.dtype]
+  if not d.half then return flat, n end
+  local f = F32S(math.max(n, 1))
+  C.gt_convert(f, C.GT_F32, flat, d.code, n)
+  return f, n
+end
+
 local function num(d, v) return d.int and tonumber(v) or v end
+
+-- t's elements as stored (half precision: bits), a host array, and their
+-- count (gt.safetensors.save).
+function I.read_raw(t, level) return read_flat(t, level + 1, "a host read") end
 
 --- t:tolist() -> nested table like the shape
 function Tensor:tolist()
-  local flat = read_flat(self, 2, "tolist")
+  local flat = read_values(self, 2, "tolist")
   local d, shape, k = DT[self.dtype], self._shape, 0
   if #shape == 0 then return num(d, flat[0]) end
   local function build(dim)
@@ -413,7 +458,7 @@ end
 function Tensor:item()
   live(self, 2)
   if self.numel ~= 1 then error("item() needs a tensor with one element, this one is " .. shape_str(self._shape), 2) end
-  local flat = read_flat(self, 2, "item")
+  local flat = read_values(self, 2, "item")
   return num(DT[self.dtype], flat[0])
 end
 
@@ -522,6 +567,28 @@ function Tensor:t()
   return gt.ops.transpose(self)
 end
 
+--- t:to(dtype) -> t in dtype: f32, f16 or bf16, a copy made by a kernel
+--- (rounding to nearest even; also recorded in trees); t itself when it has that dtype
+local FLOATS = { f32 = true, f16 = true, bf16 = true }
+function Tensor:to(dtype)
+  live(self, 2)
+  if dtype == nil then error("t:to(dtype): give the dtype (\"f32\", \"f16\" or \"bf16\")", 2) end
+  local d, from = dtype_of(dtype, 2), self.dtype
+  if d.name == from then return self end
+  if not FLOATS[from] or not FLOATS[d.name] then
+    error("t:to(dtype): casts go between f32, f16 and bf16; this tensor is " .. from .. ", asked for " .. d.name, 2)
+  end
+  if self._strides then error("t:to(dtype): a non-contiguous view: :clone() it first", 2) end
+  local y = new_sid(self._sid, d, 2)
+  local n = NUMEL[self._sid]
+  if n == 0 then return y end
+  local g = math.min(math.ceil(n / 256), 4096)
+  if not d.half then I.half_kernels(from).to_f32(g, 256, y, self, n)
+  elseif from == "f32" then I.half_kernels(d.name).from_f32(g, 256, y, self, n)
+  else I.half_kernels(d.name).from_half(g, 256, y, self, n, from == "bf16" and 1 or 0) end
+  return y
+end
+
 --- t:static() marks a weight: keyed by address in trees; returns t
 function Tensor:static()
   local b = live(self, 2)
@@ -567,7 +634,7 @@ function Tensor:__tostring()
   if not istype(TT, self) then not_tensor(self, 2) end
   local tail = "[gt." .. self.dtype .. " " .. shape_str(self._shape) .. " " .. gt.backend()
   if self:is_stale() then return tail .. ", stale]" end
-  local ok, flat = pcall(read_flat, self, 1)
+  local ok, flat = pcall(read_values, self, 1)
   if not ok then return tail .. "]" end
   local d, shape = DT[self.dtype], self._shape
   if #shape == 0 then return fmt(d, flat[0]) .. "\n" .. tail .. "]" end
