@@ -398,3 +398,77 @@ describe("gt.safetensors", function()
     raises("'x' is 5, not a tensor", gt.safetensors.save, tmp, { x = 5 })
   end)
 end)
+
+-- -- GPT-2 from a Hugging Face checkpoint ------------------------------------------------
+
+describe("examples/gpt.lua from a Hugging Face GPT-2 checkpoint", function()
+  local gpt = dofile("examples/gpt.lua")
+  local HF = { ln1_g = "ln_1.weight", ln1_b = "ln_1.bias", wqkv = "attn.c_attn.weight", bqkv = "attn.c_attn.bias",
+               wproj = "attn.c_proj.weight", bproj = "attn.c_proj.bias", ln2_g = "ln_2.weight", ln2_b = "ln_2.bias",
+               wfc = "mlp.c_fc.weight", bfc = "mlp.c_fc.bias", wout = "mlp.c_proj.weight", bout = "mlp.c_proj.bias" }
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute("mkdir -p " .. dir)
+  local path = dir .. "/model.safetensors"
+  local cfg = gpt.config(gpt.TINY, { layers = 3 })
+  local w = gpt.random_weights(cfg, 7)
+  -- the checkpoint as save_pretrained writes one: a transformer. prefix, Conv1D {in, out}, a tied
+  -- lm_head.weight, causal-mask buffers
+  local out = { ["transformer.wte.weight"] = w.wte, ["transformer.wpe.weight"] = w.wpe, ["lm_head.weight"] = w.wte,
+                ["transformer.ln_f.weight"] = w.lnf_g, ["transformer.ln_f.bias"] = w.lnf_b }
+  for l = 1, cfg.layers do
+    out["transformer.h." .. (l - 1) .. ".attn.bias"] = gt.ones({ 1, 1, 8, 8 }, "u8")
+    for k, name in pairs(HF) do
+      local v = w.layers[l][k]
+      out["transformer.h." .. (l - 1) .. "." .. name] = v:dim() == 2 and ops.transpose(v) or v
+    end
+  end
+  gt.safetensors.save(path, out, { format = "pt" })
+  local f = assert(io.open(dir .. "/config.json", "w"))
+  f:write('{"n_head": 4, "eos_token_id": 96, "n_layer": 3}')
+  f:close()
+  local prompt = gpt.random_prompt(cfg, 3, 4, 5)
+  teardown(function() os.remove(path); os.remove(dir .. "/config.json"); os.remove(dir) end)
+
+  local function run(m, tree)
+    local logits = {}
+    local r = gpt.generate(m, tree and gt.tree(m.step, { buckets = { dim = 1, sizes = m.cfg.buckets, narrow = { 1, 2 } } })
+      or m.step, prompt, 8, { all = true, on_step = function(i, _, l) logits[i] = l:tolist() end })
+    r.logits = logits
+    return r
+  end
+
+  it("loads names, layouts and sizes from the file and decodes as the same weights built in Lua (f32)", function()
+    local c, wf = gpt.load_hf(path)
+    assert.are.same({ 3, 32, 4, 97, 64, 96, "f32" }, { c.layers, c.hidden, c.heads, c.vocab, c.ctx, c.eot, c.dtype })
+    local want, got = run(gpt.new(cfg, w)), run(gpt.new(c, wf), true)
+    assert.are.same(want.tokens, got.tokens)
+    assert.are.same(want.logits, got.logits)
+  end)
+
+  for _, dt in ipairs(HALF) do
+    it("decodes with " .. dt .. " weights exactly as f32 kernels on the rounded weights", function()
+      local c, wh = gpt.load_hf(path, { dtype = dt })
+      assert.are.equal(dt, wh.wte.dtype)
+      assert.are.equal(dt, wh.layers[1].wqkv.dtype)
+      assert.are.equal("f32", wh.layers[1].bqkv.dtype)
+      local c32, wr = gpt.load_hf(path)
+      for k, t in pairs(wr) do
+        if type(k) == "string" and wh[k] and wh[k].dtype == dt then wr[k] = t:to(dt):to("f32"):static() end
+      end
+      for l = 1, c32.layers do
+        for k, t in pairs(wr.layers[l]) do if t.dtype == "f32" and wh.layers[l][k].dtype == dt then wr.layers[l][k] = wr["h" .. l .. "." .. k] end end
+      end
+      wr.lm = wr.wte
+      local want, got = run(gpt.new(c32, wr)), run(gpt.new(c, wh), true)
+      assert.are.same(want.tokens, got.tokens)
+      assert.are.same(want.logits, got.logits)
+    end)
+  end
+
+  it("says which tensor a file lacks", function()
+    gt.safetensors.save(tmp, { ["wte.weight"] = gt.zeros({ 97, 32 }) })
+    raises("has no tensor wpe.weight (a GPT-2 checkpoint?)", gpt.load_hf, tmp)
+    os.remove(tmp)
+  end)
+end)
