@@ -4,10 +4,10 @@
 //
 // gt.ops loads this file twice (one module per dtype).  Elementwise kernels
 // walk a 1-D grid with a grid stride; row kernels take one block per row
-// (blockDim.x a multiple of 32, at most 1024); the matrix product takes one
-// warp per 16x32 tile of the result and multiplies on the tensor cores
-// (mma.sync m16n8k16, f32 accumulators) on sm_80 and up, or in scalar f32 on
-// the cpu backend and older GPUs (same tiles, same thread layout).
+// (blockDim.x a multiple of 32, at most 1024); the matrix product takes a
+// block of four warps per 64x64 tile of the result and multiplies on the
+// tensor cores (mma.sync m16n8k16, f32 accumulators) on sm_80 and up, or in
+// scalar f32 on the cpu backend and older GPUs (same tiles, same thread layout).
 
 #include "block_reduce.cuh"
 
@@ -165,58 +165,95 @@ __global__ void transpose(T *y, const T *x, int R, int C) {
 }
 
 // -- Matrix product: y [M, N] = act(x [M, K] @ W [K, N] + b) ---------------------------
+//
+// Grid (ceil(N/64), ceil(M/64)) of 128-thread blocks: block (bx, by) owns the
+// 64x64 tile of y at rows 64*by, columns 64*bx; warp w of it the 32x32
+// quarter at rows 32*(w/2), columns 32*(w%2), as 2x4 tiles of 16x8; lane l
+// holds, of each, rows g and g+8 (g = l/4) at columns 2(l%4) + {0, 1}: the
+// accumulator layout of mma.m16n8k16.  On the GPU the block stages 64x32 of
+// x and 32x64 of W (transposed, so that a lane's pair of k is one 32-bit
+// read) in shared memory per step of 32 along K, zeros past the edges.
 
-// The bits of p[i] (0 outside: tiles past the edges multiply zeros).
-__device__ __forceinline__ unsigned gt_bits(const T *p, long long i, bool in) {
-  return in ? (unsigned)gt_u(p[i]) : 0u;
+#define GT_MM_BM 64
+#define GT_MM_BN 64
+#define GT_MM_BK 32
+#define GT_MM_LD (GT_MM_BK + 8)     // a staged row's stride in elements (padded against bank conflicts)
+
+// The (r, col) of accumulator q of tile (i, j) of this lane.
+__device__ __forceinline__ void gt_mm_at(int m0, int n0, int i, int j, int q, int *r, int *col) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  *r = m0 + (w >> 1) * 32 + i * 16 + (lane >> 2) + (q >> 1) * 8;
+  *col = n0 + (w & 1) * 32 + j * 8 + (lane & 3) * 2 + (q & 1);
 }
 
-// Grid (ceil(N/32), ceil(M/16)), blocks of 32 threads: warp (bx, by) owns
-// rows 16*by.. and columns 32*bx.. as four 16x8 tiles; lane l holds, of tile
-// j, rows g and g+8 (g = l/4) at columns 8j + 2(l%4) + {0, 1}: the
-// accumulator layout of mma.m16n8k16.
 __global__ void linear(T *y, const T *x, const T *W, const T *b, int M, int N, int K, int has_bias, int act) {
-  int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  int m0 = blockIdx.y * 16, n0 = blockIdx.x * 32;
-  float c[4][4] = {};
+  int m0 = blockIdx.y * GT_MM_BM, n0 = blockIdx.x * GT_MM_BN;
+  float c[2][4][4] = {};
 #if defined(__GTLUA_CPU__) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
-  for (int j = 0; j < 4; j++)
-    for (int q = 0; q < 4; q++) {
-      int r = m0 + g + (q >> 1) * 8, col = n0 + j * 8 + t * 2 + (q & 1);
-      float acc = 0.0f;
-      if (r < M && col < N)
-        for (int k = 0; k < K; k++) acc += gt_f(x[(long long)r * K + k]) * gt_f(W[(long long)k * N + col]);
-      c[j][q] = acc;
-    }
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 4; j++)
+      for (int q = 0; q < 4; q++) {
+        int r, col;
+        gt_mm_at(m0, n0, i, j, q, &r, &col);
+        float acc = 0.0f;
+        if (r < M && col < N)
+          for (int k = 0; k < K; k++) acc += gt_f(x[(long long)r * K + k]) * gt_f(W[(long long)k * N + col]);
+        c[i][j][q] = acc;
+      }
 #else
-  int r0 = m0 + g, r1 = r0 + 8;
-  for (int k0 = 0; k0 < K; k0 += 16) {
-    int ka = k0 + t * 2, kb = ka + 8;
-    unsigned a[4];
-    a[0] = gt_bits(x, (long long)r0 * K + ka, r0 < M && ka < K) | gt_bits(x, (long long)r0 * K + ka + 1, r0 < M && ka + 1 < K) << 16;
-    a[1] = gt_bits(x, (long long)r1 * K + ka, r1 < M && ka < K) | gt_bits(x, (long long)r1 * K + ka + 1, r1 < M && ka + 1 < K) << 16;
-    a[2] = gt_bits(x, (long long)r0 * K + kb, r0 < M && kb < K) | gt_bits(x, (long long)r0 * K + kb + 1, r0 < M && kb + 1 < K) << 16;
-    a[3] = gt_bits(x, (long long)r1 * K + kb, r1 < M && kb < K) | gt_bits(x, (long long)r1 * K + kb + 1, r1 < M && kb + 1 < K) << 16;
-    for (int j = 0; j < 4; j++) {
-      int col = n0 + j * 8 + g;
-      bool cn = col < N;
-      unsigned b0 = gt_bits(W, (long long)ka * N + col, cn && ka < K) | gt_bits(W, (long long)(ka + 1) * N + col, cn && ka + 1 < K) << 16;
-      unsigned b1 = gt_bits(W, (long long)kb * N + col, cn && kb < K) | gt_bits(W, (long long)(kb + 1) * N + col, cn && kb + 1 < K) << 16;
+  __shared__ __align__(16) unsigned short xs[GT_MM_BM * GT_MM_LD];   // xs[m][k]
+  __shared__ __align__(16) unsigned short ws[GT_MM_BN * GT_MM_LD];   // ws[n][k]: W's tile transposed
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  int wm = (w >> 1) * 32, wn = (w & 1) * 32;
+  for (int k0 = 0; k0 < K; k0 += GT_MM_BK) {
+    for (int e = threadIdx.x; e < GT_MM_BM * GT_MM_BK; e += blockDim.x) {   // consecutive threads: consecutive k of x
+      int m = e / GT_MM_BK, k = e - m * GT_MM_BK, gm = m0 + m, gk = k0 + k;
+      xs[m * GT_MM_LD + k] = gm < M && gk < K ? gt_u(x[(long long)gm * K + gk]) : 0;
+    }
+    for (int e = threadIdx.x; e < GT_MM_BK * GT_MM_BN; e += blockDim.x) {   // consecutive n of W
+      int k = e / GT_MM_BN, n = e - k * GT_MM_BN, gk = k0 + k, gn = n0 + n;
+      ws[n * GT_MM_LD + k] = gk < K && gn < N ? gt_u(W[(long long)gk * N + gn]) : 0;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < GT_MM_BK; kk += 16) {
+      unsigned a[2][4], bb[4][2];
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        const unsigned short *r0 = xs + (wm + i * 16 + g) * GT_MM_LD + kk + t * 2, *r1 = r0 + 8 * GT_MM_LD;
+        a[i][0] = *(const unsigned *)r0;
+        a[i][1] = *(const unsigned *)r1;
+        a[i][2] = *(const unsigned *)(r0 + 8);
+        a[i][3] = *(const unsigned *)(r1 + 8);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const unsigned short *col = ws + (wn + j * 8 + g) * GT_MM_LD + kk + t * 2;
+        bb[j][0] = *(const unsigned *)col;
+        bb[j][1] = *(const unsigned *)(col + 8);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
 #ifdef GT_BF16
-      asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+          asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
 #else
-      asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+          asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
 #endif
-                   : "+f"(c[j][0]), "+f"(c[j][1]), "+f"(c[j][2]), "+f"(c[j][3])
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+                       : "+f"(c[i][j][0]), "+f"(c[i][j][1]), "+f"(c[i][j][2]), "+f"(c[i][j][3])
+                       : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(bb[j][0]), "r"(bb[j][1]));
     }
+    __syncthreads();                              // the tiles are staged again
   }
 #endif
-  for (int j = 0; j < 4; j++)
-    for (int q = 0; q < 4; q++) {
-      int r = m0 + g + (q >> 1) * 8, col = n0 + j * 8 + t * 2 + (q & 1);
-      if (r >= M || col >= N) continue;
-      float v = c[j][q] + (has_bias ? gt_f(b[col]) : 0.0f);
-      y[(long long)r * N + col] = gt_h(gt_act(v, act));
-    }
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 4; j++)
+      for (int q = 0; q < 4; q++) {
+        int r, col;
+        gt_mm_at(m0, n0, i, j, q, &r, &col);
+        if (r >= M || col >= N) continue;
+        float v = c[i][j][q] + (has_bias ? gt_f(b[col]) : 0.0f);
+        y[(long long)r * N + col] = gt_h(gt_act(v, act));
+      }
 }

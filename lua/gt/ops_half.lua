@@ -117,7 +117,7 @@ end
 
 -- -- Matrix products ------------------------------------------------------------------
 
--- y {..., N} = act(x {..., K} @ W {K, N} + b): one warp per 16x32 tile.
+-- y {..., N} = act(x {..., K} @ W {K, N} + b): a block of 4 warps per 64x64 tile.
 function H.linear(x, W, b, act, op)
   op = op or "linear"
   local dt = dtype_of(op, 3, { op == "matmul" and "a" or "x", op == "matmul" and "b" or "W", "b" }, x, W, b)
@@ -134,13 +134,13 @@ function H.linear(x, W, b, act, op)
   local a = act == nil and 0 or ACT[act]
   if not a or a == 4 then fail(3, op, "act must be \"relu\", \"gelu\", \"tanh\" or nil, got %s", I.show(act)) end
   local M = rows(xs, NUMEL[x._sid])
-  if M > 16 * 65535 then fail(3, op, "x has %d rows; half-precision products take at most %d", M, 16 * 65535) end
+  if M > 64 * 65535 then fail(3, op, "x has %d rows; half-precision products take at most %d", M, 64 * 65535) end
   local ys = {}
   for i = 1, #xs do ys[i] = xs[i] end
   ys[#ys] = N
   local y = new_sid(shape_id(ys, 3), DT[dt], 3)
   if M * N == 0 then return y end
-  K(dt).linear({ max(1, ceil(N / 32)), max(1, ceil(M / 16)), 1 }, 32, y, x, W, b or W, M, N, Kd, b and 1 or 0, a)
+  K(dt).linear({ max(1, ceil(N / 64)), max(1, ceil(M / 64)), 1 }, 128, y, x, W, b or W, M, N, Kd, b and 1 or 0, a)
   return y
 end
 

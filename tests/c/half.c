@@ -118,3 +118,39 @@ void test_half(void) {
   widening();
   neighbourhoods();
 }
+
+/* -- incdir.c: which sources need the CUDA headers, and where they are ------ */
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "incdir.h"
+
+static void touch(const char *path) { FILE *f = fopen(path, "w"); if (f) fclose(f); }
+
+void test_incdir(void) {
+  GT_CHECK(gt_uses_half("__global__ void k(__half *y) {}") && gt_uses_half("const nv_bfloat16 *x"));
+  GT_CHECK(gt_uses_half("y = __hadd(a, b);") && gt_uses_half("#include <cuda_bf16.h>") && gt_uses_half("half h;"));
+  GT_CHECK(!gt_uses_half("float halfway = 1.5e-3f; int behalf;") && !gt_uses_half("__global__ void k(float *y) {}"));
+  char dir[] = "/tmp/gtlua-incdir-XXXXXX", p[256], opts[2600], searched[3000];
+  if (!mkdtemp(dir)) { GT_CHECK(0); return; }
+  const char *old = getenv("GTLUA_CUDA_INCLUDE");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("GTLUA_CUDA_INCLUDE", dir, 1);
+  snprintf(p, sizeof p, "%s/cuda_fp16.h", dir), touch(p);
+  int r = gt_cuda_include(NULL, opts, sizeof opts, searched, sizeof searched);
+  GT_CHECK(r != 0 || strncmp(searched, dir, strlen(dir)) == 0);     /* half the headers: searched, not taken */
+  GT_CHECK(r != 0 || strstr(opts, dir) == NULL);
+  snprintf(p, sizeof p, "%s/cuda_bf16.h", dir), touch(p);
+  snprintf(p, sizeof p, "%s/cccl", dir), mkdir(p, 0700);
+  char want[600];
+  snprintf(want, sizeof want, "-I%s -I%s/cccl", dir, dir);
+  GT_CHECK(gt_cuda_include(NULL, opts, sizeof opts, searched, sizeof searched) == 0 && strcmp(opts, want) == 0);
+  if (saved) setenv("GTLUA_CUDA_INCLUDE", saved, 1); else unsetenv("GTLUA_CUDA_INCLUDE");
+  free(saved);
+  rmdir(p);
+  snprintf(p, sizeof p, "%s/cuda_fp16.h", dir), unlink(p);
+  snprintf(p, sizeof p, "%s/cuda_bf16.h", dir), unlink(p);
+  rmdir(dir);
+}
