@@ -110,7 +110,7 @@ int gt_cuda_include(const char *nvrtc_lib, char *opts, size_t cap, char *searche
 
 static int half_word(const char *w, size_t n) {
   static const char *const words[] = { "__half", "half", "half2", "__half2", "__nv_bfloat16", "nv_bfloat16",
-    "__nv_bfloat162", "nv_bfloat162", "cuda_fp16", "cuda_bf16" };
+    "__nv_bfloat162", "nv_bfloat162", "cuda_fp16", "cuda_bf16", "mma", "nvcuda" };
   static const char *const prefixes[] = { "__float2half", "__float2bfloat16", "__half2", "__bfloat16", "__floats2",
     "__float22", "__hadd", "__hsub", "__hmul", "__hdiv", "__hfma", "__hmax", "__hmin", "__hneg", "__habs", "__low2",
     "__high2", "__ushort_as_", "__int2half", "__int2bfloat16", "__double2half", "__double2bfloat16" };

@@ -16,6 +16,6 @@ int gt_cuda_include(const char *nvrtc_lib, char *opts, size_t cap, char *searche
 
 /* 1 when a kernel source uses the half-precision types or functions (a word
    __half, half, half2, __nv_bfloat16, nv_bfloat16, an __h... or __float2half
-   ... function) or includes cuda_fp16.h / cuda_bf16.h, else 0. */
+   ... function) or includes cuda_fp16.h / cuda_bf16.h / mma.h (WMMA's nvcuda), else 0. */
 int gt_uses_half(const char *src);
 #endif

@@ -30,7 +30,10 @@ init (torch seed 0), cast to the dtype and written by save_pretrained
 end-token rule.  Tolerances by default: 1e-5 (f32), 2e-2 (bf16, f16).  A
 second line compares gtlua with transformers in f32 on the same rounded
 weights (gtlua's half-precision decode widens the weights and computes in
-f32), for information.
+f32), for information.  Without transformers on the machine, --hf says so
+and writes the checkpoint in its layout itself (this script's weights, the
+Hugging Face names, a safetensors file and config.json) and compares against
+this script's PyTorch forward in the dtype instead.
 """
 from __future__ import annotations
 
@@ -153,6 +156,47 @@ def hf_model(torch, c: dict, dtype, path: str):
     return model
 
 
+HF_NAMES = {"ln1_g": "ln_1.weight", "ln1_b": "ln_1.bias", "wqkv": "attn.c_attn.weight", "bqkv": "attn.c_attn.bias",
+            "wproj": "attn.c_proj.weight", "bproj": "attn.c_proj.bias", "ln2_g": "ln_2.weight", "ln2_b": "ln_2.bias",
+            "wfc": "mlp.c_fc.weight", "bfc": "mlp.c_fc.bias", "wout": "mlp.c_proj.weight", "bout": "mlp.c_proj.bias"}
+ST_DTYPE = {"torch.float32": "F32", "torch.bfloat16": "BF16", "torch.float16": "F16"}
+
+
+def write_safetensors(path: str, tensors: dict) -> None:
+    """tensors {name: torch tensor} as a safetensors file (names sorted, header padded to 8 bytes)."""
+    import json
+    head, blobs, at = {}, [], 0
+    for name in sorted(tensors):
+        b = raw(tensors[name])
+        head[name] = {"dtype": ST_DTYPE[str(tensors[name].dtype)], "shape": list(tensors[name].shape),
+                      "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    text = json.dumps(head, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for b in blobs:
+            f.write(b)
+
+
+def hf_layout(torch, c: dict, dtype, path: str) -> dict:
+    """make_weights in the Hugging Face layout and dtype, written to path/model.safetensors (and config.json);
+    the weights by this script's names."""
+    import json
+    W = dict(make_weights(torch, c))
+    out = {"transformer.wte.weight": W["wte"], "transformer.wpe.weight": W["wpe"],
+           "transformer.ln_f.weight": W["lnf_g"], "transformer.ln_f.bias": W["lnf_b"]}
+    for l in range(c["layers"]):
+        for k, hf in HF_NAMES.items():
+            out[f"transformer.h.{l}.{hf}"] = W[f"h{l}.{k}"]
+    os.makedirs(path, exist_ok=True)
+    write_safetensors(os.path.join(path, "model.safetensors"), {k: v.to(dtype) for k, v in out.items()})
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"n_head": c["heads"], "n_layer": c["layers"], "eos_token_id": c["vocab"] - 1}, f)
+    return {k: v.to(dtype) for k, v in W.items()}
+
+
 def hf_reference(torch, model, prompt, steps: int, eot: int):
     """Greedy decoding with transformers' cached forward: (tokens [S, B], logits [S, B, V] f32)."""
     toks, logits = [], []
@@ -186,11 +230,13 @@ def main_hf(a, torch, c: dict, dev: str) -> int:
     tol = a.tol if a.tol is not None else (1e-5 if a.dtype == "f32" else 2e-2)
     eot = c["vocab"] - 1
     hdir, dpath = os.path.join(a.dir, "hf"), os.path.join(a.dir, "gpt_gtlua_hf.bin")
+    model, W = None, None
     try:
         model = hf_model(torch, c, dt, hdir)
     except ImportError as e:
-        print(f"gpt_check: FAIL  --hf needs transformers (pip install transformers safetensors): {e}")
-        return 1
+        print(f"gpt_check: no transformers here ({e}): the checkpoint is written in its layout by this script and "
+              "the reference is this script's PyTorch forward in the same dtype", flush=True)
+        W = hf_layout(torch, c, dt, hdir)
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, c["vocab"] - 1, (a.batch, a.prompt), generator=g, dtype=torch.int64)
     ids = ";".join(",".join(str(int(x)) for x in row) for row in prompt)
@@ -204,10 +250,15 @@ def main_hf(a, torch, c: dict, dev: str) -> int:
         return 1
     g_tok, g_logits = read_dump(torch, dpath)
     with torch.no_grad():
-        model = model.to(dev)
-        t_tok, t_logits = hf_reference(torch, model, prompt.to(dev), a.steps, eot)
-        f32 = model.float()                                 # the same rounded weights, computed in f32
-        f_tok, f_logits = hf_reference(torch, f32, prompt.to(dev), a.steps, eot)
+        if model is not None:
+            model = model.to(dev)
+            t_tok, t_logits = hf_reference(torch, model, prompt.to(dev), a.steps, eot)
+            f32 = model.float()                             # the same rounded weights, computed in f32
+            f_tok, f_logits = hf_reference(torch, f32, prompt.to(dev), a.steps, eot)
+        else:
+            Wd = {k: v.to(dev) for k, v in W.items()}
+            t_tok, t_logits = reference(torch, Wd, c, prompt.to(dev), a.steps, eot)
+            f_tok, f_logits = reference(torch, {k: v.float() for k, v in Wd.items()}, c, prompt.to(dev), a.steps, eot)
     res, res32 = compare(torch, g_tok, g_logits, t_tok, t_logits, a.steps), compare(torch, g_tok, g_logits, f_tok, f_logits, a.steps)
     if res is None:
         print(f"gpt_check: FAIL  shapes differ: gtlua {tuple(g_logits.shape)}, transformers {tuple(t_logits.shape)}")
@@ -216,15 +267,16 @@ def main_hf(a, torch, c: dict, dev: str) -> int:
     print("gpt_check: relative logit error per step: " + " ".join(f"{e:.1e}" for e in rel))
     for b in range(a.batch):
         print(f"gpt_check: sequence {b + 1}: gtlua        {' '.join(str(int(x)) for x in g_tok[:S, b])}")
-        print(f"gpt_check: sequence {b + 1}: transformers {' '.join(str(int(x)) for x in t_tok[:S, b])}")
+        print(f"gpt_check: sequence {b + 1}: reference    {' '.join(str(int(x)) for x in t_tok[:S, b])}")
     if a.dtype != "f32" and res32:
-        print(f"gpt_check: against transformers in f32 on the {a.dtype}-rounded weights: max relative logit error "
+        print(f"gpt_check: against the reference in f32 on the {a.dtype}-rounded weights: max relative logit error "
               f"{res32[0]:.2e}; tokens {'identical' if res32[2] else 'DIFFER'}")
     ok = same and worst <= tol
+    ref = "transformers' cached forward" if model is not None else "PyTorch (no transformers)"
     what = "tokens identical" if same else (f"tokens DIFFER (first at step {first})" if first else f"gtlua gave {S} of {a.steps} steps")
     print(f"gpt_check: {'PASS' if ok else 'FAIL'}  {a.dtype}: max relative logit error {worst:.2e} (tolerance {tol:g}) "
-          f"against transformers' cached forward over {S} steps x {a.batch} sequences; {what}; "
-          f"{'GPT-2 small' if not a.tiny else 'tiny'} config, transformers on {dev}")
+          f"against {ref} over {S} steps x {a.batch} sequences; {what}; "
+          f"{'GPT-2 small' if not a.tiny else 'tiny'} config, reference on {dev}")
     return 0 if ok else 1
 
 
