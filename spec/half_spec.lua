@@ -119,7 +119,7 @@ __global__ void scale(__nv_bfloat16 *yb, __half *yh, const nv_bfloat16 *xb, cons
 }
 __global__ void arith(__half *y, const __half *a, const __half *b, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = __hadd(__hmul(a[i], b[i]), __hsub(a[i], b[i]));
+  if (i < n) y[i] = __hadd_rn(__hmul_rn(a[i], b[i]), __hsub_rn(a[i], b[i]));   // (_rn: no contraction into an fma)
 }
 __global__ void pairs(__nv_bfloat16 *y, const __nv_bfloat16 *a, int n) {   // n even
   int i = blockIdx.x * blockDim.x + threadIdx.x;
