@@ -27,8 +27,11 @@ enum {
 
 /* Buffer flags. */
 /* RELEASED: freed by gt_buf_free (gt.scope, t:free(), an op's temporary);
-   KEEP: a scope's return value. */
-enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_RELEASED = 4, GT_BUF_STAGING = 8, GT_BUF_KEEP = 16, GT_BUF_SLAB = 32 };
+   KEEP: a scope's return value; ALIAS: a struct over another buffer's
+   memory, which it neither owns nor holds; DRYARG: a traced call's argument, as its
+   body gets it (gt_tree_dry_arg, or a traced call's staged input). */
+enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_RELEASED = 4, GT_BUF_STAGING = 8, GT_BUF_KEEP = 16, GT_BUF_SLAB = 32,
+       GT_BUF_ALIAS = 64, GT_BUF_DRYARG = 128 };
 
 typedef struct gt_device_info {
   char backend[16];        /* "cpu" or "cuda" */
@@ -421,6 +424,12 @@ int gt_tree_dry_end(gt_runtime *rt);
 /* 1 when the tree's last call took the kept traced call's path with the same
    values in every launch (the trace followed what decides them). */
 int gt_tree_dry_same(gt_tree *t);
+/* A traced call's argument b as its body gets it: a struct of its own over
+   b's memory (the same struct for the same b within the call), so that the
+   path tells the launches that reach a tensor through the call's argument
+   from those that reach its memory another way (a captured tensor); NULL
+   when t's call is not traced (said) or out of host memory. */
+gt_buf *gt_tree_dry_arg(gt_tree *t, gt_buf *b);
 
 /* -- Device-side branches (cond.c) --------------------------------------- */
 /* Entries of the launch queue that give it structure: IF p {then} [ELSE

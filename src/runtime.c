@@ -272,6 +272,11 @@ int gt_static_freed_since(uint64_t since, uint64_t addr, uint64_t bytes) {
 
 void gt_buf_unref(gt_buf *b) {
   if ((b->flags & GT_BUF_SLAB) || --b->refs > 0) return;
+  if (b->flags & GT_BUF_ALIAS) {                       /* its memory is another buffer's */
+    if (b->tree) gt_tree_unref(b->tree);
+    free(b);
+    return;
+  }
   if (b->tree) gt_tree_unref(b->tree);
   else return_memory(b);
   if (b->flags & GT_BUF_STATIC) {                     /* the struct may come back as another buffer (key.c) */
