@@ -1,0 +1,110 @@
+-- speculative_spec: examples/speculative.lua's greedy speculative decoding (examples/spec_kernels.lua)
+-- in a CI-sized model: every mode emits the target's plain greedy tokens, the device-decided step is
+-- one node that makes no host transfer, and the host-decided one reads and writes once a step.
+local gt = require "gt"
+require "gt.busted"
+local S = require "spec.support"
+local gpt = dofile("examples/gpt.lua")
+local spec = dofile("examples/spec_kernels.lua")
+
+local cfg = gpt.config(gpt.TINY, { layers = 4, ctx = 128 })
+local m = gpt.new(cfg, gpt.random_weights(cfg, 1))
+spec.scale_upper(m, 2, 0.05)             -- a draft of the first layer agrees most of the time
+local P = 4
+
+local function plain(model, prompt, N) return gpt.generate(model, model.step, prompt, N, { all = true }).tokens end
+
+local function assert_same(want, got, what)
+  for b = 1, #want do
+    assert.are.same(want[b], got[b], what .. ", sequence " .. b)
+  end
+end
+
+describe("speculative decoding", function()
+  it("emits the target's plain greedy tokens in every mode, 64 tokens at batch 1 and 3, eagerly and as trees", function()
+    for _, B in ipairs { 1, 3 } do
+      local prompt = gpt.random_prompt(cfg, B, P, 1000 + B)
+      local want = plain(m, prompt, 64)
+      local d = spec.new(gpt, m, { k = 4, draft_layers = 1, batch = B, tokens = 64, prompt = P })
+      for _, mode in ipairs { "host", "device", "loop" } do
+        local body = spec.body(d, mode)
+        if B == 1 then assert_same(want, d:generate(prompt, mode, body).tokens, ("batch %d, %s, eager"):format(B, mode)) end
+        local tree = gt.tree(body)
+        local r
+        for _ = 1, 2 do                  -- warm up, record and replay; replay
+          r = d:generate(prompt, mode, tree)
+          assert_same(want, r.tokens, ("batch %d, %s, tree"):format(B, mode))
+        end
+        assert.nodes(tree, 1)
+        assert.truthy(r.rate > 0.5, "acceptance " .. r.rate)
+        print(("speculative batch %d %-6s: acceptance %.2f, %.2f tokens a step"):format(B, mode, r.rate,
+          r.emitted / r.steps))
+      end
+    end
+  end)
+
+  it("agrees when the draft rarely does, with one proposal or several, and sequences accept different counts", function()
+    local raw = gpt.new(cfg, gpt.random_weights(cfg, 2))      -- unscaled: the draft is a poor guess
+    local prompt = gpt.random_prompt(cfg, 2, 3, 77)
+    local want = plain(raw, prompt, 24)
+    for _, k in ipairs { 1, 3 } do
+      local d = spec.new(gpt, raw, { k = k, draft_layers = 2, batch = 2, tokens = 24, prompt = 3, every = 3 })
+      for _, mode in ipairs { "host", "device", "loop" } do
+        local tree = gt.tree(spec.body(d, mode))
+        for _ = 1, 2 do assert_same(want, d:generate(prompt, mode, tree).tokens, ("k %d, %s"):format(k, mode)) end
+      end
+      print(("speculative unscaled k %d: acceptance %.2f"):format(k, d:generate(prompt, "device", d.device_step).rate))
+    end
+  end)
+
+  it("ends a sequence at the end token as the plain decoder does (eot after it), in every mode", function()
+    local prompt = gpt.random_prompt(cfg, 3, P, 4242)
+    local first = plain(m, prompt, 40)
+    local c2 = gpt.config(cfg, { eot = first[2][9] })       -- a token sequence 2 emits early
+    local m2 = gpt.new(c2, m.w)
+    local want = plain(m2, prompt, 40)
+    assert.equal(c2.eot, want[2][40])
+    local d = spec.new(gpt, m2, { k = 4, draft_layers = 1, batch = 3, tokens = 40, prompt = P, every = 2 })
+    for _, mode in ipairs { "host", "device", "loop" } do
+      local tree = gt.tree(spec.body(d, mode))
+      for _ = 1, 2 do assert_same(want, d:generate(prompt, mode, tree).tokens, mode) end
+    end
+  end)
+
+  it("decides on the device with one node per step shape and no host transfer a step; the host mode reads and writes once", function()
+    local prompt = gpt.random_prompt(cfg, 3, P, 5)
+    local d = spec.new(gpt, m, { k = 4, draft_layers = 1, batch = 3, tokens = 64, prompt = P, every = 4 })
+    local step = gt.tree(d.device_step)
+    d:generate(prompt, "device", step)               -- warm up and record
+    d:prefill(prompt)
+    local x0 = gt.transfers()
+    for _ = 1, 6 do step() end
+    assert.are.same(x0, gt.transfers())              -- six steps: no read, write or sync
+    assert.nodes(step, 1)
+    local r = d:generate(prompt, "device", step)
+    assert.equal(math.ceil(r.calls / 4), r.reads)    -- the progress flag, every 4 steps
+    assert.are.same({ 0, 0 }, { r.writes, r.syncs })
+    local loop = gt.tree(d.loop_steps)
+    for _ = 1, 2 do r = d:generate(prompt, "loop", loop) end
+    assert.equal(r.calls, r.reads)                   -- one launch and one read per 4 steps
+    assert.equal(math.ceil(r.rounds / 4), r.calls)
+    assert.nodes(loop, 1)
+    local host = gt.tree(d.host_step)
+    for _ = 1, 2 do r = d:generate(prompt, "host", host) end
+    assert.are.same({ r.rounds, r.rounds }, { r.reads, r.writes })
+  end)
+
+  it("runs from the command line: tokens agree, the acceptance rate, a token dump", function()
+    local out_file = os.tmpname()
+    local status, out, err = S.gtlua("examples/speculative.lua --batches 2 --tokens 16 --dump " .. S.shq(out_file))
+    assert.equal(0, status, err)
+    assert.truthy(out:find("every mode's tokens agree", 1, true), out)
+    assert.truthy(out:find("accept %d%.%d%d"), out)
+    local f = assert(io.open(out_file, "rb"))
+    local data = f:read("*a")
+    f:close()
+    os.remove(out_file)
+    assert.equal("GTTOK001", data:sub(1, 8))
+    assert.equal(8 + 8 + 4 * 16 * 2, #data)
+  end)
+end)
