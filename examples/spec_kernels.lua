@@ -154,16 +154,20 @@ function M.new(gpt, m, o)
     KS.spec_accept(1, 1, d.tok, d.pos, d.cnt, d.done, d.hist, d.stat, d.go, B, W, k, T, c.eot, N, P - 1)
   end
 
-  --- d.device_step(): one step decided on the device (a tree body: one graph, no host transfer)
-  function d.device_step()
+  -- One step on the device: draft (its loop a gt.loop), verify, accept.
+  local function step()
     d.draft(true)
     d.verify()
     d.accept()
   end
 
+  --- d.device_step(): one step decided on the device, nothing once no sequence generates (go = 0):
+  --- a tree body of one graph, no host transfer, so the host may call it a few times past the end
+  function d.device_step() gt.cond(d.go, step) end
+
   --- d.loop_steps(): up to d.every steps while some sequence generates (a tree body: one WHILE node)
   function d.loop_steps()
-    gt.loop(d.go, d.device_step, { max = d.every })
+    gt.loop(d.go, step, { max = d.every })
   end
 
   --- d.host_step(state): the state {pos, prev, cur per sequence} written, one

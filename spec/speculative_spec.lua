@@ -108,3 +108,25 @@ describe("speculative decoding", function()
     assert.equal(8 + 8 + 4 * 16 * 2, #data)
   end)
 end)
+
+describe("the speculative bench scenario", function()
+  it("runs quick, every mode agreeing, and tabulates it beside a twin's JSON", function()
+    local g, t = os.tmpname(), os.tmpname()
+    local status, out, err = S.gtlua("scripts/bench/spec_bench.lua --quick --json " .. S.shq(g))
+    assert.equal(0, status, err)
+    for _, mode in ipairs { "plain", "host", "device", "loop" } do
+      assert.truthy(out:find("| 1 | gtlua | " .. mode .. " |", 1, true), out)
+    end
+    assert.is_nil(out:find("DIFFER", 1, true), out)
+    S.spit(t, [[{"tool": "torch", "compiled": true, "scenarios": [{"batch": 2, "modes": {
+      "plain": {"tokens_s": 500.5, "host_us_token": 80.1},
+      "host": {"tokens_s": 900.25, "host_us_token": 120, "acceptance": 0.9, "tokens_per_step": 4.5,
+               "reads_per_step": 1, "agree": 0.98}}}]}]])
+    status, out, err = S.gtlua("scripts/bench/spec_bench.lua --table " .. S.shq(g) .. " " .. S.shq(t))
+    os.remove(g)
+    os.remove(t)
+    assert.equal(0, status, err)
+    assert.truthy(out:find("| 2 | PyTorch reduce-overhead | host | 900.3 | 120.00 | 0.90 | 4.50 | 1.00 | - | 98% = plain |",
+      1, true), out)
+  end)
+end)
