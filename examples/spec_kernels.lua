@@ -29,9 +29,10 @@
 -- table back, the host computes the acceptance and writes the next state:
 -- one read and one write a step); "device" runs the acceptance on the device
 -- (spec_accept) with the draft loop a gt.loop: one graph launch a step, no
--- host transfer, the host reads the progress every `every` steps; "loop"
--- makes the whole generation a gt.loop until every sequence has its tokens
--- or an eot, `every` steps a tree call (one launch).
+-- host transfer, the host reads the tokens so far and the progress flag
+-- every `every` steps; "loop" makes the whole generation a gt.loop until
+-- every sequence has its tokens or an eot, `every` steps a tree call (one
+-- launch, then the same two reads).
 local gt = require "gt"
 
 local M = {}
@@ -248,22 +249,25 @@ local function run_host(self, run, st)
   return toks, calls, host, acc
 end
 
--- Device modes: tree calls, the host reads the progress flag every `every` steps (device) or calls (loop).
+-- Device modes: tree calls; every `every` steps (device) or each call (loop)
+-- the host reads the tokens emitted so far (the generated part of hist) and
+-- the progress flag: two reads.
 local function run_device(self, run, loop)
   local calls, host, clock = 0, 0, gt.clock
   local every = loop and 1 or self.every
+  local out = self.hist:narrow(2, self.P, self.N)
+  local toks
   repeat
     local c0 = clock()
     for _ = 1, every do run() end
     calls = calls + every
+    toks = out:tolist()
     host = host + (clock() - c0)
   until self.go:item() == 0
   self.xfer = gt.transfers()
-  local h, stat = self.hist:tolist(), self.stat:tolist()
-  local toks, acc = {}, { accepted = 0, steps = 0, emitted = 0, rounds = 0 }
+  local stat = self.stat:tolist()
+  local acc = { accepted = 0, steps = 0, emitted = 0, rounds = 0 }
   for b = 1, self.B do
-    toks[b] = {}
-    for i = 1, self.N do toks[b][i] = h[b][self.P - 1 + i] end
     acc.accepted, acc.steps, acc.emitted = acc.accepted + stat[b][1], acc.steps + stat[b][2], acc.emitted + stat[b][3]
     acc.rounds = max(acc.rounds, stat[b][2])
   end
