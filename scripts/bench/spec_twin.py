@@ -179,7 +179,7 @@ class Runner:
                 t0 = clock()
                 start = torch.tensor(pos, dtype=torch.int64, device=self.dev)
                 two = torch.tensor([[p, q] for p, q in zip(prev, cur)], dtype=torch.int64, device=self.dev)
-                props = [self.call(fd, two, start - 1)[:, 1:]]                  # d_1
+                props = [self.call(fd, two, start - 1)[:, 1:].contiguous()]     # d_1
                 for i in range(1, k):
                     props.append(self.call(fd, props[-1], start + i))           # d_{i+1}
                 cand = torch.cat([two[:, 1:]] + props, dim=1)                   # cur, d_1 .. d_k
