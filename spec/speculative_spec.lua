@@ -107,6 +107,51 @@ describe("speculative decoding", function()
   end)
 end)
 
+-- A weight file (gpt.lua's GTGPT001 layout) of model w's weights (matrices
+-- written {in, out}) and a prompt; its path.
+local function weight_file(c, w, prompt)
+  local ffi = require "ffi"
+  local path = os.tmpname()
+  local f = assert(io.open(path, "wb"))
+  local B, Pn = #prompt, #prompt[1]
+  f:write(gpt.MAGIC, ffi.string(ffi.new("int32_t[8]", { c.layers, c.hidden, c.heads, c.vocab, c.ctx, c.eot, B, Pn }), 32))
+  local ids = {}
+  for b = 1, B do for t = 1, Pn do ids[#ids + 1] = prompt[b][t] end end
+  f:write(ffi.string(ffi.new("int32_t[?]", #ids, ids), 4 * #ids))
+  local function put(t, matrix)
+    if matrix then t = t:t() end                   -- kept {out, in}: the file has {in, out}
+    local v = gpt.read_f32(t)
+    f:write(ffi.string(v, 4 * t.numel))
+  end
+  put(w.wte) put(w.wpe)
+  for l = 1, c.layers do
+    local L = w.layers[l]
+    for _, e in ipairs { { "ln1_g" }, { "ln1_b" }, { "wqkv", true }, { "bqkv" }, { "wproj", true }, { "bproj" },
+                         { "ln2_g" }, { "ln2_b" }, { "wfc", true }, { "bfc" }, { "wout", true }, { "bout" } } do
+      put(L[e[1]], e[2])
+    end
+  end
+  put(w.lnf_g) put(w.lnf_b)
+  f:close()
+  return path
+end
+
+describe("examples/speculative.lua --weights", function()
+  it("decodes a weight file's prompt with the file's weights, every mode agreeing with plain greedy decoding", function()
+    local c = gpt.config(gpt.TINY, { layers = 3 })
+    local m3 = gpt.new(c, gpt.random_weights(c, 3))
+    spec.scale_upper(m3, 2, 0.1)                     -- (written scaled: the file's weights are the target's)
+    local path = weight_file(c, m3.w, gpt.random_prompt(c, 2, 5, 9))
+    local status, out, err = S.gtlua("examples/speculative.lua --weights " .. S.shq(path) .. " --tokens 12 --k 3 " ..
+      "--draft-layers 1")
+    os.remove(path)
+    assert.equal(0, status, err)
+    assert.truthy(out:find("weights from ", 1, true), out)
+    assert.truthy(out:find("batch 2: 5 prompt + 12 generated", 1, true), out)
+    assert.truthy(out:find("every mode's tokens agree", 1, true), out)
+  end)
+end)
+
 describe("the speculative bench scenario", function()
   it("runs quick, every mode agreeing, and tabulates it beside a twin's JSON", function()
     local g, t = os.tmpname(), os.tmpname()
