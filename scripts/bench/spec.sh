@@ -7,7 +7,7 @@
 # Builds nothing: build/gtlua must exist (make).  Writes spec_gtlua.json,
 # spec_torch.B.json, their logs and spec.md (the table of spec_bench.lua
 # --table, from whatever JSON files $OUT holds) into $OUT.  Each stage has a
-# time limit: T_GTLUA=180, T_TORCH=280 a batch (reduce-overhead compiles
+# time limit: T_GTLUA=180, T_TORCH=420 a batch (reduce-overhead compiles
 # four graphs of GPT-2 small a batch).  Pins as run.sh does when BENCH_CPUS
 # is given (BENCH_MAIN_CPU: its first core unless set).  Exits non-zero
 # when the gtlua stage failed (a speculative mode's tokens differing from
@@ -18,7 +18,7 @@ dir=${OUT:-build/bench}
 BIN=${GTLUA_BIN:-build/gtlua}
 quick=
 [ -n "${BENCH_QUICK:-}" ] && quick=--quick
-T_GTLUA=${T_GTLUA:-180} T_TORCH=${T_TORCH:-280}
+T_GTLUA=${T_GTLUA:-180} T_TORCH=${T_TORCH:-420}
 mkdir -p "$dir"
 start=$(date +%s)
 say() { printf '[spec %4ss] %s\n' "$(( $(date +%s) - start ))" "$*"; }
