@@ -7,7 +7,8 @@
 --   local spec = dofile("examples/spec_kernels.lua")
 --   local m = gpt.new(cfg, w)                          -- the target
 --   local d = spec.new(gpt, m, { k = 4, draft_layers = 1, batch = B, tokens = N, prompt = P })
---   local r = d:generate(prompt, "device")             -- "host" | "device" | "loop"
+--   local r = d:generate(prompt, "device", gt.tree(spec.body(d, "device")))   -- or "host", "loop"
+--   -- r.tokens: batch rows of N ids, the target's greedy tokens; r.rate: the acceptance rate
 --
 -- The draft is the target's first draft_layers layers with its final
 -- layernorm and LM head (the same weights); each has its own KV caches.  A
