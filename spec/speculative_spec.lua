@@ -107,6 +107,24 @@ describe("speculative decoding", function()
   end)
 end)
 
+describe("speculative decoding of GPT-2 small on cuda #gpu", function()
+  it("emits the plain greedy tokens in every mode at batch 1 and 3 (the verify pass's sums split as plain's)", function()
+    local c = gpt.config(gpt.FULL)
+    local big = gpt.new(c, gpt.random_weights(c, 1))
+    spec.scale_upper(big, 3, 0.05)
+    for _, B in ipairs { 1, 3 } do
+      local prompt = gpt.random_prompt(c, B, 8, 2000 + B)
+      local want = plain(big, prompt, 32)
+      local d = spec.new(gpt, big, { k = 4, draft_layers = 2, batch = B, tokens = 32, prompt = 8 })
+      for _, mode in ipairs { "host", "device", "loop" } do
+        local r = d:generate(prompt, mode, gt.tree(spec.body(d, mode)))
+        assert_same(want, r.tokens, ("GPT-2 small, batch %d, %s"):format(B, mode))
+        print(("speculative GPT-2 small batch %d %-6s: acceptance %.2f"):format(B, mode, r.rate))
+      end
+    end
+  end)
+end)
+
 -- A weight file (gpt.lua's GTGPT001 layout) of model w's weights (matrices
 -- written {in, out}) and a prompt; its path.
 local function weight_file(c, w, prompt)
