@@ -175,6 +175,7 @@ struct gt_runtime {
   uint64_t watch_lo[16], watch_hi[16];  /* cond.c: eager writes into [lo, hi) are noted (hi = 0: none) */
   int watch_hit[16], watching;          /* watching: slots in use */
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
+  gt_transfers xfer;         /* reads, writes and syncs asked for (gt_transfer_counts) */
   gt_lane lane;              /* predict.c: the replay lane of the active call */
   struct gt_tree **tlater; int ntlater, tlatercap;   /* tree.c: other trees whose memory waits for the active call's queue (gt_tree.deferred) */
   int (*launch_pending)(struct gt_tree *t);  /* tree.c's gt_tree_launch_pending, set by gt_tree_new (gt_pending:

@@ -165,6 +165,12 @@ uint64_t gt_mem_in_use(gt_runtime *rt);          /* ordinary (non-tree) memory i
 double gt_clock_us(void);                        /* a monotonic wall clock, microseconds */
 const char *gt_take_warning(void);               /* a runtime warning not yet shown (e.g. the kernel cache refused), once; NULL when none */
 int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits); /* cuda: NVRTC runs and CUBIN cache hits; GT_ERR elsewhere */
+/* The host's transfers and waits since the runtime opened: device -> host
+   reads (gt_buf_read: item, tolist, a host-decided p), host -> device writes
+   (gt_buf_write: gt.from, copy from a table) and gt_sync calls.  A step the
+   device decides adds none of them. */
+typedef struct gt_transfers { uint64_t reads, writes, syncs; } gt_transfers;
+void gt_transfer_counts(gt_runtime *rt, gt_transfers *out);
 
 /* -- Buffers ------------------------------------------------------------ */
 gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* ordinary memory; refs = 1 (the caller's); NULL on error (out of memory) */
