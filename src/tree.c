@@ -192,6 +192,7 @@ int gt_tree_keep_last(gt_tree *t) {
   for (int i = 0; i < n; i++) t->trace.kept[i] = *t->bufs[i];
   t->trace.nkept = n;
   t->trace.kept_gen = t->rt->active == t ? t->prev_gen : t->gen;
+  t->trace.kept_prev = t->rt->active == t ? 0 : t->prev_gen;   /* (0: the call that comes next sets it) */
   return GT_OK;
 }
 
@@ -199,7 +200,9 @@ int gt_tree_discard(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t || !t->dry || t->trace.nkept < 0 || t->trace.kept_gen != t->prev_gen) return 0;   /* (a traced call runs nothing) */
   t->npend = 0;                      /* (replayed segments whose graphs never launch) */
+  int nlast = t->nlastpath;          /* (the last call's path stays the last: keyed.c saves it) */
   gt_tree_abort(rt);
+  t->nlastpath = nlast;
   /* as if never made: the call before it stays the last, its buffer structs
      (the slab's, which the dropped call reused) as it left them: its
      outputs are live, and the next call's inputs; what the dropped call
@@ -209,11 +212,12 @@ int gt_tree_discard(gt_runtime *rt) {
   t->stats.calls--;                        /* (not counted: its history line is the next call's) */
   gt_tree_dry_release(t);
   t->gen = t->trace.kept_gen;
+  if (t->trace.kept_prev) t->prev_gen = t->trace.kept_prev;
   t->trace.nkept = -1;
   return 1;
 }
 
-void gt_tree_dry(gt_tree *t, int on) { t->dry = on; }
+void gt_tree_dry(gt_tree *t, int on) { t->dry = on; if (on) t->ndreach = 0; }
 
 int gt_tree_dry_end(gt_runtime *rt) {
   gt_tree *t = rt->active;
@@ -221,6 +225,7 @@ int gt_tree_dry_end(gt_runtime *rt) {
   int st = gt_tree_flush(rt, GT_CUT_RETURN);
   int nv = 0;
   for (int d = 0; st == GT_OK && d < t->npath; d++) nv += t->path[d]->nargvals;
+  if (nv != t->ndreach) t->ndreach = -1;   /* (argument by argument as dvals, or not known) */
   t->trace.ndpath = -1;
   if (st == GT_OK && (GT_GROW(t->trace.dpath, t->trace.dpathcap, t->npath + 1) || GT_GROW(t->trace.dvals, t->trace.dvalcap, nv + 1)))
     st = gt_err(rt, GT_E_NOMEM);

@@ -13,6 +13,7 @@ typedef struct gt_node gt_node;
 typedef struct gt_trace {
   gt_buf *kept; int nkept, keptcap;  /* (nkept -1: nothing kept) */
   int32_t kept_gen;                  /* its generation (the dropped call's prev_gen) */
+  int32_t kept_prev;                 /* the generation before it (0: not kept) */
   gt_node **dpath; uint64_t *dvals; int ndpath, dpathcap, dvalcap;   /* (ndpath -1: none) */
 } gt_trace;
 
