@@ -18,6 +18,7 @@
 #include "explain.h"
 #include "floor.h"
 #include "stats.h"
+#include "tree.h"
 
 #define GT_ALIGN 256u
 #define GT_SLAB (1 << GT_SLAB_BITS)
@@ -44,6 +45,7 @@ struct gt_runtime {
   uint64_t watch_lo[16], watch_hi[16];  /* cond.c: eager writes into [lo, hi) are noted (hi = 0: none) */
   int watch_hit[16], watching;          /* watching: slots in use */
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
+  gt_transfers xfer;         /* reads, writes and syncs asked for (gt_transfer_counts) */
   gt_lane lane;              /* predict.c: the replay lane of the active call */
   struct gt_tree **tlater; int ntlater, tlatercap;   /* life.c: other trees whose memory waits for the active call's queue (gt_tree.deferred) */
   uint64_t graph_bytes, graph_limit; /* life.c: every tree's graph_bytes summed; the process-wide budget (0: none) */
@@ -168,11 +170,11 @@ struct gt_tree {
   uint64_t shrink_end;               /* GT_DEFER_SHRINK: the pool's end to keep */
   gt_buf **stage; int stagecap, pinnedcap;       /* staging slots (ordinary memory) */
   uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
-  gt_buf *kept; int nkept, keptcap;  /* the last call's buffer structs, kept for a call that may be dropped (gt_tree_discard) */
-  int32_t kept_gen;                  /* its generation (the dropped call's prev_gen) */
+  gt_trace trace;                    /* tree.c: what a traced call keeps and leaves */
   int dry;                           /* the call is traced: nothing of it runs (gt_tree_dry) */
-  gt_buf **dryb; int ndryb, drybcap;  /* its staged inputs' memory (stage.c) */
-  gt_node **dpath; uint64_t *dvals; int ndpath, dpathcap, dvalcap;   /* the last traced call's path and values */
+  gt_buf **dryb; int ndryb, drybcap;  /* its staged inputs' memory and its arguments' structs (stage.c) */
+  gt_buf **dryof; int dryofcap;       /* per dryb: the argument's buffer (gt_tree_dry_arg), or NULL */
+  uint8_t *dreach; int ndreach, dreachcap;   /* per argument of its launches (as the traced path's values): reached through a call argument (stage.c) */
   /* key.c: the offset at which each external buffer (by ordinal) was first
      used in a key computation (k: keys and saved signatures; c: the cursor):
      an external view is keyed by its offset from there, so one view at any

@@ -204,6 +204,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
   if (t->pred.lane_lost) { int v = t->pred.lane_lost; t->pred.lane_lost = 0; return v == 2 ? GT_ERR : gt_err(rt, GT_E_NOMEM); }
   if (t->q.n + rt->lane.lazy == 0 && t->nbufs == first && t->nrels == 0) return GT_OK;
   if (t->eager_call) return flush_eager_call(t, first);
+  if (t->dry && gt_tree_dry_note(t)) return GT_ERR;   /* (a traced call: what reached its arguments) */
   /* a replay's host time is sampled (every call for the first 64, then one
      in 16): a clock read costs as much as a few launches' bookkeeping */
   double t0 = gt_timed_call(t->stats.calls) ? gt_fast_us() : 0;
