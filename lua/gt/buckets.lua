@@ -214,6 +214,7 @@ local function prep(self, n, a1, a2, a3, a4, rest)
     end
   end
   for i = 1, n do args[i] = out[i] end
+  I.apply_swaps(self)
   return args
 end
 

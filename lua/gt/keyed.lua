@@ -549,7 +549,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
       if self._wb then I.write_back(self) end          -- a write into a copied (padded) input reaches the caller
       return outputs(self, leaf.outs, leaf.outb, staged, a1, a2, a3, a4, rest)
     end
-    if r < 0 then self._abort(); I.error(I.errmsg()) end
+    if r < 0 then I.unswap(self); self._abort(); I.error(I.errmsg()) end
     st.misses = st.misses + 1                      -- a patch needs the body: run it in this call
     return traced_run(self, leaf, true, mode, n, a1, a2, a3, a4, rest)
   end
