@@ -322,6 +322,7 @@ int32_t gt_tree_failed_gen(gt_tree *t);             /* generation of the last ca
 int32_t gt_tree_trimmed_gen(gt_tree *t);            /* generation of the last call whose outputs a trim invalidated */
 int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond the keep most recently used; returns dropped */
 int gt_tree_stats(gt_tree *t, gt_tree_info *out);
+int gt_tree_limit_hits(const gt_tree *t);            /* visits refused a recording by max_recordings so far (on_limit = "evict" reads it after each call) */
 int gt_tree_node(gt_tree *t, int id, gt_node_info *out); /* id 0..nodes-1 */
 int gt_tree_child(gt_tree *t, int id, int k);             /* k-th child of node id (-1: roots); -1 if none */
 /* The i-th distinct site node id's segment ended at ("model.lua:31 item",

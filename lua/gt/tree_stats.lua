@@ -86,6 +86,7 @@ function Tree:stats()
     }
   end
   if self._buckets then r.buckets = { verified = self._buckets.verified } end
+  if self._evict then r.evictions = self._evictions end   -- (on_limit = "evict": calls after which a recording was dropped)
   if self._keyed then
     local c = self._keyed.stats
     local refused = {}
