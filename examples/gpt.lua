@@ -57,6 +57,9 @@ local function kernels()
   return K
 end
 
+--- kernel(name) -> kernels/gpt.cu's kernel of that name (examples/paged.lua binds its own launchers)
+function M.kernel(name) return kernels()[name] end
+
 local CPU = gt.backend() == "cpu"
 
 -- A launcher over n elements (1-D grid of 256-thread blocks), cached per grid.

@@ -1,0 +1,54 @@
+-- serve_spec.lua - examples/serve.lua (continuous batching, chunked prefill, a paged KV cache,
+-- one keyed tree with count buckets) run as a subprocess: --check decodes every request alone
+-- and must find every token identical, over enough shapes and with preemption; the check
+-- can fail; warm-up and a recording limit that evicts leave the tokens as they are.
+local json = require "gt.json"
+local S = require "spec.support"
+
+-- Runs examples/serve.lua --tiny with args: exit status, output, the JSON metrics.
+local function serve(args)
+  local js = os.tmpname()
+  local status, out, err = S.sh(('timeout 170 "$GTLUA" examples/serve.lua --tiny --json %s %s'):format(S.shq(js), args))
+  local m = S.slurp(js)
+  os.remove(js)
+  return status == 0, out .. err, m and m ~= "" and json.decode(m) or nil
+end
+
+describe("examples/serve.lua", function()
+  it("--check: 40 requests served on one keyed tree give the tokens each gives alone, over >= 8 shapes, with preemption", function()
+    local ok, text, m = serve("--check")
+    assert.is_true(ok, text)
+    local nreq, ntok = text:match("serve %-%-check: (%d+) requests, (%d+) tokens identical")
+    assert.truthy(nreq, text)
+    assert.is_true(tonumber(nreq) >= 30, text)
+    assert.are.equal(m.output_tokens, tonumber(ntok))
+    assert.is_true(m.shapes >= 8, text)
+    assert.is_true(m.preemptions >= 1, text)
+    assert.is_true(m.tree.keyed_hits > m.steps / 2, text)      -- most steps launch their path without the body
+    assert.is_true(m.tree.nodes <= m.shapes, text)              -- a node per bucket pair, whatever the real counts
+    for _, k in ipairs { "p50", "p90", "p99" } do
+      assert.is_number(m.ttft_s[k]); assert.is_number(m.tpot_s[k])
+    end
+    assert.is_number(m.step_s.p99)
+    assert.is_number(m.tree.pool_high_water)
+    assert.matches("steps by %(decode x chunk%) bucket: ", text)
+    assert.matches("tree 'serve'", text)                        -- the tree drawn: its paths and their visits
+  end)
+
+  it("--check fails, naming the request, when a served token differs", function()
+    local ok, text = serve("--check --requests 8 --corrupt 3")
+    assert.is_false(ok, text)
+    assert.matches("serve %-%-check: tokens differ: request 3 ", text)
+  end)
+
+  it("warms every bucket pair ahead of time, and with a recording limit evicts and still serves every token right", function()
+    local ok, text, m = serve("--requests 10 --warm --mode tree")
+    assert.is_true(ok, text)
+    assert.matches("serve: warmed 19 paths %(19 settled%)", text)
+    assert.are.equal(0, m.new_path_steps.count)                 -- every path was recorded before the first request
+    ok, text, m = serve("--check --requests 10 --max-recordings 4")
+    assert.is_true(ok, text)
+    assert.is_true(m.tree.evictions >= 1, text)
+    assert.matches("serve %-%-check: 10 requests", text)
+  end)
+end)
