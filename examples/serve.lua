@@ -5,7 +5,7 @@
 --   gtlua examples/serve.lua [--tiny|--full] [--requests 40] [--rate 20] [--prompt 4:24] [--output 4:40]
 --        [--seed 1] [--trace FILE] [--decode 0,1,2,4,8] [--chunk 0,4,8,16] [--budget N] [--block 4]
 --        [--blocks 48] [--clock steps|wall] [--dt 0.01] [--mode keyed|tree|eager] [--warm]
---        [--max-recordings N] [--json FILE] [--report FILE] [--check [--corrupt N]]
+--        [--max-recordings N] [--ignore-eot] [--json FILE] [--report FILE] [--check [--corrupt N]]
 --
 -- The workload is seeded (scripts/bench/serve_twin.py draws the same one):
 -- Poisson arrivals at --rate requests/s, prompt and output lengths uniform
@@ -24,6 +24,9 @@
 -- virtual clock --dt a step, so the batches formed do not depend on the
 -- machine; --clock wall times the steps themselves.
 --
+-- --ignore-eot: a request ends at its output length only (the end token is
+-- another token), so the schedule depends on the workload alone: the
+-- PyTorch twin, with other weights, then runs the same batches.
 -- --check then decodes every request alone (no batching, no tree: its
 -- prompt a token a step, then its output) and exits non-zero unless every
 -- request's tokens are identical.
@@ -36,7 +39,7 @@ local fit = gt.buckets.fit
 
 local USAGE = "usage: gtlua examples/serve.lua [--tiny|--full] [--requests N] [--rate R] [--prompt A:B] " ..
   "[--output A:B] [--seed N] [--trace FILE] [--decode S,..] [--chunk S,..] [--budget N] [--block N] [--blocks N] " ..
-  "[--clock steps|wall] [--dt S] [--mode keyed|tree|eager] [--warm] [--max-recordings N] [--json FILE] " ..
+  "[--clock steps|wall] [--dt S] [--mode keyed|tree|eager] [--warm] [--max-recordings N] [--ignore-eot] [--json FILE] " ..
   "[--report FILE] [--check]"
 
 local VALUED = { corrupt = 1, requests = 1, rate = 1, prompt = 1, output = 1, seed = 1, trace = 1, decode = 1, chunk = 1,
@@ -49,7 +52,7 @@ local function parse(argv)
     local a = argv[i]
     local k = a:match("^%-%-(.+)$")
     if a == "--tiny" or a == "--full" then o.size = k
-    elseif a == "--check" or a == "--warm" then o[k] = true
+    elseif a == "--check" or a == "--warm" or a == "--ignore-eot" then o[k:gsub("%-", "_")] = true
     elseif a == "-h" or a == "--help" then print(USAGE) os.exit(0)
     elseif k and VALUED[k] then
       if argv[i + 1] == nil then error(USAGE .. "\n" .. a .. " needs a value", 0) end
@@ -262,6 +265,7 @@ local function one_step(S, now)
   local rec1, warm1 = tree_counts(S.tree)
   S.steps = S.steps + 1
   S.lat[#S.lat + 1] = dt
+  S.run_n[#S.run_n + 1] = #S.running
   if rec1 ~= rec0 or warm1 ~= warm0 then S.new_path[#S.new_path + 1] = dt end
   S.shapes[Bp .. "x" .. Cp] = (S.shapes[Bp .. "x" .. Cp] or 0) + 1
   local t = S.now(dt)
@@ -278,10 +282,11 @@ end
 
 -- Serves every request; returns the run's state (requests, latencies, counts).
 local function serve(m, reqs, run, tree, o)
-  local S = { m = m, cache = new_cache(m), running = {}, waiting = {}, run = run, tree = tree, eot = m.cfg.eot,
+  local S = { m = m, cache = new_cache(m), running = {}, waiting = {}, run = run, tree = tree,
+              eot = not o.ignore_eot and m.cfg.eot or nil,
               dsizes = o.dsizes, csizes = o.csizes, cmax = o.csizes[#o.csizes], budget = o.budget,
               max_running = math.min(o.dsizes[#o.dsizes], m.seqs), steps = 0, preemptions = 0, done = 0,
-              lat = {}, new_path = {}, shapes = {} }
+              lat = {}, new_path = {}, shapes = {}, run_n = {} }
   for _, r in ipairs(reqs) do
     r.tokens, r.out, r.blocks, r.computed, r.preempted = {}, {}, {}, 0, 0
     for j, t in ipairs(r.prompt) do r.tokens[j] = t end
@@ -316,6 +321,12 @@ local function pct(t, p)
   return s[math.max(1, math.ceil(p / 100 * #s))]
 end
 
+local function mean(t)
+  local sum = 0
+  for _, v in ipairs(t) do sum = sum + v end
+  return #t > 0 and sum / #t or nil
+end
+
 local function metrics(S, reqs, tree, o)
   local ttft, tpot, ntok = {}, {}, 0
   for _, r in ipairs(reqs) do
@@ -335,6 +346,7 @@ local function metrics(S, reqs, tree, o)
     step_s = { p50 = pct(S.lat, 50), p99 = pct(S.lat, 99), max = pct(S.lat, 100) },
     new_path_steps = { count = #S.new_path, p50_s = pct(S.new_path, 50), max_s = pct(S.new_path, 100) },
     steps_by_shape = S.shapes,
+    running = { mean = mean(S.run_n), p50 = pct(S.run_n, 50), max = pct(S.run_n, 100) },
   }
   if tree then
     local s = tree:stats()
@@ -354,8 +366,8 @@ local function ms(v) return v and ("%.3f ms"):format(v * 1e3) or "-" end
 local function show(r)
   print(("serve: %d requests, %d output tokens in %d steps (%d shapes), %d preemptions; %s clock, %.3f s")
     :format(r.requests, r.output_tokens, r.steps, r.shapes, r.preemptions, r.clock, r.seconds))
-  print(("  %.1f output tokens/s, %.2f requests/s; wall %.3f s"):format(r.output_tokens_per_s, r.requests_per_s,
-    r.wall_seconds))
+  print(("  %.1f output tokens/s, %.2f requests/s; wall %.3f s; running sequences mean %.1f, max %d")
+    :format(r.output_tokens_per_s, r.requests_per_s, r.wall_seconds, r.running.mean or 0, r.running.max or 0))
   print(("  TTFT p50 %s p90 %s p99 %s; TPOT p50 %s p90 %s p99 %s"):format(ms(r.ttft_s.p50), ms(r.ttft_s.p90),
     ms(r.ttft_s.p99), ms(r.tpot_s.p50), ms(r.tpot_s.p90), ms(r.tpot_s.p99)))
   print(("  step p50 %s p99 %s max %s; %d steps visited a new path (p50 %s, max %s)"):format(ms(r.step_s.p50),
@@ -378,7 +390,7 @@ end
 
 -- Request r decoded alone, eagerly: its prompt a token a step, then its
 -- output, in a cache of its own rows (block table row 0).
-local function alone(m, r)
+local function alone(m, r, eot)
   local c = new_cache(m)
   local q = { tokens = {}, blocks = {}, row = table.remove(c.rows) }
   for j, t in ipairs(r.prompt) do q.tokens[j] = t end
@@ -391,16 +403,16 @@ local function alone(m, r)
     if p >= #r.prompt - 1 then
       out[#out + 1] = t
       q.tokens[#q.tokens + 1] = t
-      if t == m.cfg.eot then break end
+      if t == eot then break end
     end
   end
   return out
 end
 
-local function check(m, reqs)
+local function check(m, reqs, eot)
   local ntok, bad = 0, nil
   for _, r in ipairs(reqs) do
-    local want = alone(m, r)
+    local want = alone(m, r, eot)
     local same = #want == #r.out
     for i = 1, #want do same = same and want[i] == r.out[i] end
     ntok = ntok + #want
@@ -485,7 +497,7 @@ local function main(argv)
   if o.check then
     local bad_req = reqs[tonumber(o.corrupt or 0)]    -- (--corrupt N: a wrong served token, so a spec sees the check fail)
     if bad_req then bad_req.out[1] = (bad_req.out[1] + 1) % cfg.vocab end
-    local ntok, bad = check(m, reqs)
+    local ntok, bad = check(m, reqs, not o.ignore_eot and cfg.eot or nil)
     if bad then
       print(("serve --check: tokens differ: %s"):format(bad))
       os.exit(1)

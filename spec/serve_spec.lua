@@ -1,7 +1,8 @@
 -- serve_spec.lua - examples/serve.lua (continuous batching, chunked prefill, a paged KV cache,
 -- one keyed tree with count buckets) run as a subprocess: --check decodes every request alone
 -- and must find every token identical, over enough shapes and with preemption; the check
--- can fail; warm-up and a recording limit that evicts leave the tokens as they are.
+-- can fail; the PyTorch twin's scheduler makes the same steps; warm-up and a recording limit
+-- that evicts leave the tokens as they are.
 local json = require "gt.json"
 local S = require "spec.support"
 
@@ -39,6 +40,20 @@ describe("examples/serve.lua", function()
     local ok, text = serve("--check --requests 8 --corrupt 3")
     assert.is_false(ok, text)
     assert.matches("serve %-%-check: tokens differ: request 3 ", text)
+  end)
+
+  it("schedules as scripts/bench/serve_twin.py does: the same steps, shapes and preemptions on the same workload", function()
+    local ok, text, m = serve("--requests 14 --ignore-eot")
+    assert.is_true(ok, text)
+    local js = os.tmpname()
+    local status, out, err = S.sh(("python3 scripts/bench/serve_twin.py --tiny --dry --requests 14 --json %s"):format(S.shq(js)))
+    assert.are.equal(0, status, out .. err)
+    local twin = json.decode(S.slurp(js)).modes.dry
+    assert.are.equal(m.steps, twin.steps)
+    assert.are.equal(m.preemptions, twin.preemptions)
+    assert.are.same(m.steps_by_shape, twin.steps_by_shape)
+    assert.are.equal(m.output_tokens, twin.output_tokens)
+    assert.is_true(math.abs(m.ttft_s.p90 - twin.ttft_s.p90) < 1e-9)   -- (the steps clock: the same virtual times)
   end)
 
   it("warms every bucket pair ahead of time, and with a recording limit evicts and still serves every token right", function()
