@@ -95,6 +95,21 @@ describe("count buckets", function()
     assert.are.equal(2, t2(2))                        -- (the runtime stays usable)
   end)
 
+  it("verify every n-th call against the body run at the real counts (gt.bucket gives them twice there)", function()
+    local seen = {}
+    local step = gt.tree(function(nd, nc, v)
+      seen[#seen + 1] = select(2, gt.bucket("decode"))
+      return step_body(nd, nc, v)
+    end, { buckets = { BUCKETS[1], BUCKETS[2], verify = 1, narrow = {} } })
+    local ok, err = pcall(step, 3, 0, 1)         -- the padded call gives 4 + 1 slots, the eager run 3 + 1
+    assert.is_false(ok)
+    assert.matches("buckets verify: result 1 is a f32 4 tensor unpadded but a f32 5 tensor from the padded call " ..
+      "%(narrowed by the rule, or left as it is%) %(count 'decode': 3 in a bucket of 4%)", err)
+    assert.are.same({ 3, 4 }, seen)              -- the eager run at the real count, then the call's bucket
+    assert.are.same({ 4, 4, 4, 4, 4 }, step(4, 0, 4):tolist())    -- (at the bucket's sizes: the same results)
+    assert.are.equal(1, step:stats().buckets.verified)          -- (a call at its buckets is not verified)
+  end)
+
   it("are checked as options: count with dim, a bad name, sizes below 0", function()
     local function opt_err(b)
       local ok, err = pcall(gt.tree, function() end, { buckets = b })
