@@ -16,8 +16,9 @@ next --decode size, the chunk to the next --chunk size; attention gathers each r
 through the block table up to the step's longest context padded to the next --context
 size (the one shape PyTorch adds: its attention is dense over those positions, masked).
 Pad rows write their K and V to a trash slot and attend to position 0; their outputs are
-ignored.  reduce-overhead compiles with dynamic shapes (one compile for most sizes; CUDA
-graph trees record a graph per padded shape), --warm runs every padded shape first.
+ignored.  reduce-overhead compiles with dynamic shapes and at least 2 rows of each kind (no
+size 0 or 1, which dynamo specializes: one compile serves every size; CUDA graph trees
+record a graph per padded shape); --warm runs every padded shape first.
 Figures per mode: output tokens/s, requests/s, TTFT and TPOT p50/p90/p99, step latency
 p50/p99, steps that met a new padded shape and their latency.  Fails soft without torch or
 CUDA: a note in the JSON, exit 0.
@@ -204,8 +205,9 @@ class Sched:
 def make_model(torch, c: dict, slots: int, bs: int, dev: str):
     """A GPT-2-shaped decoder (examples/gpt.lua's) whose step takes the padded rows of
     decodes and one chunk and returns the greedy next token of each decode row and of
-    the chunk's last row.  The KV pool is a buffer [L, 2, slots + 1, D] (the last slot:
-    the pad rows' trash)."""
+    the chunk's last row.  The KV pool is a K and a V buffer [slots + 1, D] a layer (the
+    last slot: the pad rows' trash), written in place with index_copy_ as gpt-fast and
+    torch_twins.py's decode write their caches."""
     nn, F = torch.nn, torch.nn.functional
     D, H, V, T, L = c["hidden"], c["heads"], c["vocab"], c["ctx"], c["layers"]
     Dh = D // H
@@ -224,6 +226,8 @@ def make_model(torch, c: dict, slots: int, bs: int, dev: str):
             self.ln2_g, self.ln2_b = w(D, shift=1.0), w(D)
             self.wfc, self.bfc = w(D, 4 * D, s=std), w(4 * D)
             self.wout, self.bout = w(4 * D, D, s=fc), w(D)
+            self.register_buffer("kc", torch.zeros(slots + 1, D, device=dev))
+            self.register_buffer("vc", torch.zeros(slots + 1, D, device=dev))
 
     class Paged(nn.Module):
         def __init__(self):
@@ -231,15 +235,14 @@ def make_model(torch, c: dict, slots: int, bs: int, dev: str):
             self.wte, self.wpe = w(V, D, s=0.02), w(T, D, s=0.01)
             self.blocks = nn.ModuleList(Block() for _ in range(L))
             self.lnf_g, self.lnf_b = w(D, shift=1.0), w(D)
-            self.register_buffer("kv", torch.zeros(L, 2, slots + 1, D, device=dev))
 
-        def attend(self, l, q, kidx, bt, pos):
+        def attend(self, blk, q, kidx, bt, pos):
             """q [G, H, R, Dh] of G sequences with R rows each against their keys
             0..Tp-1 read through block table rows bt [G, NBT]; pos [G, R]."""
             sl = bt[:, kidx // bs] * bs + kidx % bs                      # [G, Tp] slots
             G, Tp = sl.shape
-            k = self.kv[l, 0][sl.reshape(-1)].view(G, Tp, H, Dh).transpose(1, 2)
-            v = self.kv[l, 1][sl.reshape(-1)].view(G, Tp, H, Dh).transpose(1, 2)
+            k = blk.kc[sl.reshape(-1)].view(G, Tp, H, Dh).transpose(1, 2)
+            v = blk.vc[sl.reshape(-1)].view(G, Tp, H, Dh).transpose(1, 2)
             mask = (kidx.view(1, 1, Tp) <= pos.unsqueeze(-1)).unsqueeze(1)   # [G, 1, R, Tp]
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
@@ -247,17 +250,17 @@ def make_model(torch, c: dict, slots: int, bs: int, dev: str):
             Bp, Cp = dtok.shape[0], ctok.shape[0]
             tok, pos, slot = torch.cat([dtok, ctok]), torch.cat([dpos, cpos]), torch.cat([dslot, cslot])
             x = self.wte[tok] + self.wpe[pos]
-            for l, blk in enumerate(self.blocks):
+            for blk in self.blocks:
                 h = F.layer_norm(x, (D,), blk.ln1_g, blk.ln1_b, 1e-5)
                 q, k, v = (h @ blk.wqkv + blk.bqkv).split(D, dim=-1)
-                self.kv[l, 0].index_copy_(0, slot, k)
-                self.kv[l, 1].index_copy_(0, slot, v)
+                blk.kc.index_copy_(0, slot, k)
+                blk.vc.index_copy_(0, slot, v)
                 outs = []
                 if Bp > 0:
-                    outs.append(self.attend(l, q[:Bp].view(Bp, 1, H, Dh).transpose(1, 2), kidx, dbt,
+                    outs.append(self.attend(blk, q[:Bp].reshape(Bp, 1, H, Dh).transpose(1, 2), kidx, dbt,
                                             dpos.view(Bp, 1)).transpose(1, 2).reshape(Bp, D))
                 if Cp > 0:
-                    outs.append(self.attend(l, q[Bp:].view(1, Cp, H, Dh).transpose(1, 2), kidx, cbt,
+                    outs.append(self.attend(blk, q[Bp:].reshape(1, Cp, H, Dh).transpose(1, 2), kidx, cbt,
                                             cpos.view(1, Cp)).transpose(1, 2).reshape(Cp, D))
                 a = torch.cat(outs) if len(outs) > 1 else outs[0]
                 x = x + a @ blk.wproj + blk.bproj
@@ -273,7 +276,9 @@ def make_model(torch, c: dict, slots: int, bs: int, dev: str):
     model = Paged().to(dev).eval()
     mark = getattr(torch._dynamo, "mark_static_address", None)
     if mark is not None:                      # the pool is written in place: keep it a static input
-        mark(model.kv)
+        for blk in model.blocks:
+            mark(blk.kc)
+            mark(blk.vc)
     return model
 
 
@@ -289,6 +294,9 @@ class Runner:
         cap = (o.dsizes[-1] + o.csizes[-1]) * (3 + self.nbt) + self.nbt + 1
         self.host = torch.zeros(cap, dtype=torch.int64, pin_memory=(dev == "cuda"))
         self.kidx = {t: torch.arange(t, device=dev) for t in o.tsizes}
+        # compiled: at least 2 rows of each kind, so no size is 0 or 1 (dynamo specializes those: one
+        # compile then serves every size; a step without a chunk carries 2 pad chunk rows)
+        self.least = 2 if step is not model else 0
 
     def inputs(self, cache: Cache, dec, pre, nc, Bp, Cp, Tp):
         h, nbt, trash = [], self.nbt, self.trash
@@ -326,6 +334,8 @@ class Runner:
         if nd + nc == 0:
             return False
         Bp, Cp = fit(S.dsizes, nd) or nd, fit(S.csizes, nc) or nc
+        shape = f"{Bp}x{Cp}"
+        Bp, Cp = max(Bp, self.least), max(Cp, self.least)
         longest = max([r["computed"] + 1 for r in dec] + ([pre["computed"] + nc] if pre else [0]))
         Tp = fit(self.o.tsizes, longest) or self.o.tsizes[-1]
         t0 = time.perf_counter()
@@ -338,7 +348,7 @@ class Runner:
         if key not in seen:
             seen.add(key)
             new_path.append(dt)
-        shapes[f"{Bp}x{Cp}"] = shapes.get(f"{Bp}x{Cp}", 0) + 1
+        shapes[shape] = shapes.get(shape, 0) + 1
         t = self.now_after(dt)
         for i, r in enumerate(dec):
             r["computed"] += 1
@@ -346,7 +356,7 @@ class Runner:
         if pre:
             pre["computed"] += nc
             if pre["computed"] == len(pre["tokens"]):
-                S.append(pre, ids[Bp], t)
+                S.append(pre, ids[Bp], t)           # (the chunk's row: after the Bp decode rows, padded or not)
         return True
 
     def serve(self, reqs: list) -> dict:
@@ -383,7 +393,8 @@ class Runner:
         """Every padded shape (decodes x chunk x context) run first, largest first, on pad rows."""
         o, t0 = self.o, time.perf_counter()
         cache = Cache(o.blocks, o.block, o.seqs, self.nbt)
-        keys = [(b, c, t) for b in o.dsizes for c in o.csizes for t in o.tsizes if b + c > 0]
+        keys = sorted({(max(b, self.least), max(c, self.least), t) for b in o.dsizes for c in o.csizes
+                       for t in o.tsizes if b + c > 0})
         keys.sort(key=lambda k: (-(max(k[0], 1) * max(k[1], 1)), -(k[0] + k[1]), -k[2]))
         for Bp, Cp, Tp in keys:
             for _ in range(3):
@@ -399,7 +410,7 @@ class DryRunner(Runner):
     preemptions and shapes are serve.lua --ignore-eot's)."""
 
     def __init__(self, o, cfg: dict):
-        self.o, self.cfg, self.dev = o, cfg, "none"
+        self.o, self.cfg, self.dev, self.least = o, cfg, "none", 0
         self.bs, self.nbt, self.trash = o.block, math.ceil(cfg["ctx"] / o.block), o.blocks * o.block
 
     def run_step(self, cache, dec, pre, nc, Bp, Cp, Tp) -> list:
@@ -492,6 +503,18 @@ def run_mode(torch, o, cfg, mode: str, dev: str, res: dict) -> None:
                      "accumulated_recompile_limit"):
             if hasattr(dyn, name):
                 setattr(dyn, name, max(getattr(dyn, name), 256))
+        try:
+            import torch.fx.experimental._config as fx
+            if hasattr(fx, "use_duck_shape"):
+                fx.use_duck_shape = False      # (equal sizes at the first call must not become one symbol)
+        except ImportError:
+            pass
+        try:
+            import torch._inductor.config as ic
+            if hasattr(ic.triton, "cudagraph_dynamic_shape_warn_limit"):
+                ic.triton.cudagraph_dynamic_shape_warn_limit = None   # (a graph per padded shape is the design)
+        except (ImportError, AttributeError):
+            pass
         torch._dynamo.reset()
         step = torch.compile(model, mode="reduce-overhead", dynamic=True)
     run = Runner(torch, o, cfg, model, step, dev)
@@ -504,9 +527,12 @@ def run_mode(torch, o, cfg, mode: str, dev: str, res: dict) -> None:
             print(f"twin {mode}: warmed {n} padded shapes in {secs:.1f} s", flush=True)
         else:
             t0 = time.perf_counter()
-            run.step(*run.inputs(Cache(o.blocks, o.block, o.seqs, run.nbt), [], None, 0, 1, 0, o.tsizes[0]))
+            b0 = max(1, run.least)
+            run.step(*run.inputs(Cache(o.blocks, o.block, o.seqs, run.nbt), [], None, 0, b0, run.least, o.tsizes[0]))
             out["first_call_s"] = time.perf_counter() - t0   # (reduce-overhead: the first compile)
-        model.kv.zero_()
+        for blk in model.blocks:
+            blk.kc.zero_()
+            blk.vc.zero_()
         reqs = workload(o, cfg)
         r = run.serve(reqs)
     r.update(out)
