@@ -380,9 +380,12 @@ local function show(r)
   print("  steps by (decode x chunk) bucket: " .. table.concat(by, ", "))
   local t = r.tree
   if t then
+    local graphs = t.graph_bytes and ("%.1f MiB (the device's free bytes before and after, less the pool)")
+      :format(t.graph_bytes / 2 ^ 20) or ("~%.1f MiB (%d kernel nodes x 3 KiB: no device count on this backend)")
+      :format(t.graph_bytes_est / 2 ^ 20, t.graph_kernel_nodes)
     print(("  tree: %d nodes, %d recorded, %d replays, %d keyed hits; pool %.1f MiB reserved, %.1f MiB high water; " ..
-      "graphs ~%.1f MiB (%d kernel nodes x 3 KiB)"):format(t.nodes, t.recorded, t.replays, t.keyed_hits,
-      t.pool_reserved / 2 ^ 20, t.pool_high_water / 2 ^ 20, t.graph_bytes_est / 2 ^ 20, t.graph_kernel_nodes))
+      "graphs %s"):format(t.nodes, t.recorded, t.replays, t.keyed_hits, t.pool_reserved / 2 ^ 20,
+      t.pool_high_water / 2 ^ 20, graphs))
   end
 end
 
@@ -482,10 +485,18 @@ local function main(argv)
       o.trace and ("trace " .. o.trace) or ("rate " .. o.rate .. "/s, prompt " .. o.prompt .. ", output " .. o.output ..
       ", seed " .. (o.seed or 1)), o.blocks, o.block, table.concat(o.dsizes, ","), table.concat(o.csizes, ","),
       o.budget, o.mode))
+  gt.sync()
+  local free0 = gt.device().free                   -- (cuda: graphs' memory shows only in the device's free bytes)
   local tree, run = make_tree(m, o)
   if o.warm and tree then warm(tree, o) end
   local S = serve(m, reqs, run, tree, o)
+  gt.sync()
+  local free1 = gt.device().free
   local r = metrics(S, reqs, tree, o)
+  if r.tree and free0 > 0 then                     -- what the tree took beyond its pool: its graphs (and the driver's)
+    r.tree.device_taken = free0 - free1
+    r.tree.graph_bytes = math.max(free0 - free1 - r.tree.pool_reserved, 0)
+  end
   show(r)
   if tree then print(tree) end
   if o.report and tree then tree:report(o.report) end

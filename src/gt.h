@@ -39,6 +39,7 @@ typedef struct gt_device_info {
   int driver_version;      /* e.g. 13000 (cpu: 0) */
   int nvrtc_version;       /* e.g. 13000 (cpu: 0) */
   char compiler[128];      /* cpu: the host compiler command; cuda: "nvrtc" */
+  uint64_t free_mem;       /* bytes free on the device now (cuMemGetInfo; cpu: 0): graphs' memory shows only there */
 } gt_device_info;
 
 /* A device buffer.  Tensors in Lua are views (offset, shape) onto one.

@@ -334,7 +334,9 @@ gt.backend() -> "cpu" | "cuda"
   Chosen by --backend=cpu|cuda|auto or GTLUA_BACKEND; auto takes cuda when a
   device is there.]],
   ["gt.device"] = [[
-gt.device() -> { backend, name, cc, sms, memory, driver, nvrtc, compiler }]],
+gt.device() -> { backend, name, cc, sms, memory, free, driver, nvrtc, compiler }
+  free: the device's free bytes now (cuda; 0 on cpu): CUDA graphs' own memory
+  shows only there (examples/serve.lua reports a tree's by it).]],
   ["gt.memory"] = [[
 gt.memory() -> bytes of ordinary (non-tree) device memory in use]],
   ["gt.help"] = [[
