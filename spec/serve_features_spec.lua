@@ -141,6 +141,32 @@ describe("count buckets", function()
   end)
 end)
 
+describe("count and tensor buckets in one tree", function()
+  it("pad the tensor, bucket the count and give eager code's values, plain and keyed", function()
+    local body = function(x, c)
+      local n, p = gt.bucket("rows")
+      n, p = n or x:size(1), p or x:size(1)
+      local y = gt.tensor { p, 2 }
+      K.rows2(1, 64, y, x, n, 2)                      -- (pad rows untouched: narrowed away)
+      local z = gt.tensor { 1 }
+      K.slots(1, 32, z, c, 0, 0)                       -- z[0] = the real count
+      return y, z
+    end
+    for _, keyed in ipairs { false, true } do
+      local step = gt.tree(body, { buckets = { { dim = 1, sizes = { 2, 4, 8 }, arg = 1, name = "rows" },
+                                               { count = 2, sizes = { 0, 4, 16 }, name = "c" }, narrow = { 1 } },
+                                   key = keyed and function() return 0 end or nil, warn_shapes = false })
+      for i = 1, 30 do
+        local n, c = (i % 7) + 1, (i * 5) % 17
+        local y, z = step(gt.full({ n, 2 }, i), c)
+        assert.are.same(gt.full({ n, 2 }, 2 * i + 1):tolist(), y:tolist())
+        assert.are.same({ c }, z:tolist())
+      end
+      if keyed then assert.is_true(step:stats().keyed.hits > 0) end
+    end
+  end)
+end)
+
 describe("keyed calls with count buckets", function()
   it("key the path by the buckets and patch the real counts: hits give each call's own counts", function()
     local runs = 0
