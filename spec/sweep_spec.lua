@@ -116,7 +116,7 @@ local SINK = { write = function(self) return self end, flush = function() end }
 api { name = "gt.help", f = function(x) local out = io.stdout; io.stdout = SINK
         local ok, e = pcall(gt.help, x); io.stdout = out; if not ok then error(e, 0) end end, n = 1,
       args = function() return { gt.zeros } end, ok = { ALL } }
-for _, name in ipairs { "backend", "clock", "compile_counts", "cond_nodes", "device", "home", "memory" } do
+for _, name in ipairs { "backend", "clock", "compile_counts", "cond_nodes", "device", "home", "memory", "transfers" } do
   api { name = "gt." .. name, f = gt[name], n = 1, args = function() return {} end, ok = { ALL } }
 end
 

@@ -140,6 +140,7 @@ static inline const char *gt_launch_what(const gt_qlaunch *l) {
 int gt_cond_check(struct gt_tree *t);
 
 void gt_tree_dry_release(gt_tree *t);   /* stage.c: a traced call's staged memory freed */
+int gt_tree_dry_note(gt_tree *t);       /* stage.c: which of the segment's arguments a traced call reached through its arguments */
 /* Marks the buffers that the queued launches write into as written by t's
    call (gt_buf.wgen; stage.c). */
 void gt_queue_note_writes(gt_tree *t);
@@ -174,6 +175,7 @@ struct gt_runtime {
   uint64_t watch_lo[16], watch_hi[16];  /* cond.c: eager writes into [lo, hi) are noted (hi = 0: none) */
   int watch_hit[16], watching;          /* watching: slots in use */
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
+  gt_transfers xfer;         /* reads, writes and syncs asked for (gt_transfer_counts) */
   gt_lane lane;              /* predict.c: the replay lane of the active call */
   struct gt_tree **tlater; int ntlater, tlatercap;   /* tree.c: other trees whose memory waits for the active call's queue (gt_tree.deferred) */
   int (*launch_pending)(struct gt_tree *t);  /* tree.c's gt_tree_launch_pending, set by gt_tree_new (gt_pending:
@@ -343,9 +345,12 @@ struct gt_tree {
   uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
   gt_buf *kept; int nkept, keptcap;  /* the last call's buffer structs, kept for a call that may be dropped (gt_tree_discard) */
   int32_t kept_gen;                  /* its generation (the dropped call's prev_gen) */
+  int32_t kept_prev;                 /* the generation before it (0: not kept) */
   int dry;                           /* the call is traced: nothing of it runs (gt_tree_dry) */
-  gt_buf **dryb; int ndryb, drybcap;  /* its staged inputs' memory (stage.c) */
+  gt_buf **dryb; int ndryb, drybcap;  /* its staged inputs' memory and its arguments' structs (stage.c) */
+  gt_buf **dryof; int dryofcap;       /* per dryb: the argument's buffer (gt_tree_dry_arg), or NULL */
   gt_node **dpath; uint64_t *dvals; int ndpath, dpathcap, dvalcap;   /* the last traced call's path and values */
+  uint8_t *dreach; int ndreach, dreachcap;   /* per argument of its launches (as dvals): reached through a call argument (stage.c) */
   void (*keyed_free)(struct gt_tree *t);  /* frees them (keyed.c sets it: the tree does not call up into keyed.c) */
   void (*keyed_trim)(struct gt_tree *t);  /* drops their one-graph paths (a trim frees graph memory; keyed.c sets it) */
   /* key.c: the offset at which each external buffer (by ordinal) was first

@@ -27,8 +27,11 @@ enum {
 
 /* Buffer flags. */
 /* RELEASED: freed by gt_buf_free (gt.scope, t:free(), an op's temporary);
-   KEEP: a scope's return value. */
-enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_RELEASED = 4, GT_BUF_STAGING = 8, GT_BUF_KEEP = 16, GT_BUF_SLAB = 32 };
+   KEEP: a scope's return value; ALIAS: a struct over another buffer's
+   memory, which it neither owns nor holds; DRYARG: a traced call's argument, as its
+   body gets it (gt_tree_dry_arg, or a traced call's staged input). */
+enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_RELEASED = 4, GT_BUF_STAGING = 8, GT_BUF_KEEP = 16, GT_BUF_SLAB = 32,
+       GT_BUF_ALIAS = 64, GT_BUF_DRYARG = 128 };
 
 typedef struct gt_device_info {
   char backend[16];        /* "cpu" or "cuda" */
@@ -163,6 +166,12 @@ uint64_t gt_mem_in_use(gt_runtime *rt);          /* ordinary (non-tree) memory i
 double gt_clock_us(void);                        /* a monotonic wall clock, microseconds */
 const char *gt_take_warning(void);               /* a runtime warning not yet shown (e.g. the kernel cache refused), once; NULL when none */
 int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits); /* cuda: NVRTC runs and CUBIN cache hits; GT_ERR elsewhere */
+/* The host's transfers and waits since the runtime opened: device -> host
+   reads (gt_buf_read: item, tolist, a host-decided p), host -> device writes
+   (gt_buf_write: gt.from, copy from a table) and gt_sync calls.  A step the
+   device decides adds none of them. */
+typedef struct gt_transfers { uint64_t reads, writes, syncs; } gt_transfers;
+void gt_transfer_counts(gt_runtime *rt, gt_transfers *out);
 
 /* -- Buffers ------------------------------------------------------------ */
 gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* ordinary memory; refs = 1 (the caller's); NULL on error (out of memory) */
@@ -423,6 +432,12 @@ int gt_tree_dry_end(gt_runtime *rt);
 /* 1 when the tree's last call took the kept traced call's path with the same
    values in every launch (the trace followed what decides them). */
 int gt_tree_dry_same(gt_tree *t);
+/* A traced call's argument b as its body gets it: a struct of its own over
+   b's memory (the same struct for the same b within the call), so that the
+   path tells the launches that reach a tensor through the call's argument
+   from those that reach its memory another way (a captured tensor); NULL
+   when t's call is not traced (said) or out of host memory. */
+gt_buf *gt_tree_dry_arg(gt_tree *t, gt_buf *b);
 
 /* -- Device-side branches (cond.c) --------------------------------------- */
 /* Entries of the launch queue that give it structure: IF p {then} [ELSE

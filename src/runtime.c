@@ -124,6 +124,7 @@ int gt_device(gt_runtime *rt, gt_device_info *out) {
 
 int gt_sync(gt_runtime *rt) {
   if (gt_pending(rt)) return GT_ERR;
+  rt->xfer.syncs++;
   if (rt->be.sync(&rt->be) != GT_BOK) return gt_fail_be(rt, NULL);
   return GT_OK;
 }
@@ -136,6 +137,8 @@ int gt_profile(gt_runtime *rt, int on) {
 
 uint64_t gt_mem_in_use(gt_runtime *rt) { return rt->mem_live; }
 double gt_clock_us(void) { return gt_now_us(); }   /* the monotonic clock, for Lua */
+
+void gt_transfer_counts(gt_runtime *rt, gt_transfers *out) { *out = rt->xfer; }
 
 /* NVRTC runs and CUBIN cache hits so far; GT_ERR on a backend that keeps none (cpu). */
 int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits) {
@@ -272,6 +275,11 @@ int gt_static_freed_since(uint64_t since, uint64_t addr, uint64_t bytes) {
 
 void gt_buf_unref(gt_buf *b) {
   if ((b->flags & GT_BUF_SLAB) || --b->refs > 0) return;
+  if (b->flags & GT_BUF_ALIAS) {                       /* its memory is another buffer's */
+    if (b->tree) gt_tree_unref(b->tree);
+    free(b);
+    return;
+  }
   if (b->tree) gt_tree_unref(b->tree);
   else return_memory(b);
   if (b->flags & GT_BUF_STATIC) {                     /* the struct may come back as another buffer (key.c) */
@@ -329,6 +337,7 @@ int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const 
 
 int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint64_t bytes) {
   if (gt_buf_check(rt, b, off, bytes, "copy to device") != GT_OK || gt_pending(rt)) return GT_ERR;
+  rt->xfer.writes++;
   if (bytes && rt->be.htod(&rt->be, b->addr + off, src, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
   if (rt->active) b->wgen = rt->active->gen;   /* written by the call (gt_buf.wgen) */
   return GT_OK;
@@ -336,6 +345,7 @@ int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint6
 
 int gt_buf_read(gt_runtime *rt, gt_buf *b, uint64_t off, void *dst, uint64_t bytes) {
   if (gt_buf_check(rt, b, off, bytes, "copy to host") != GT_OK || gt_pending(rt)) return GT_ERR;
+  rt->xfer.reads++;
   if (bytes && rt->be.dtoh(&rt->be, dst, b->addr + off, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
   return GT_OK;
 }

@@ -134,7 +134,7 @@ static void free_now(gt_tree *t) {
   free(t->root.kids);
   for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
   free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
-  free(t->path); free(t->lastpath); free(t->kept); free(t->dpath); free(t->dvals); gt_tree_dry_release(t); free(t->dryb); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned); free(t->cdirty); free(t->patched); free(t->kfirst); free(t->cfirst);
+  free(t->path); free(t->lastpath); free(t->kept); free(t->dpath); free(t->dvals); free(t->dreach); gt_tree_dry_release(t); free(t->dryb); free(t->dryof); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned); free(t->cdirty); free(t->patched); free(t->kfirst); free(t->cfirst);
   free(t->rels);
   gt_queue_free(&t->q);
   gt_slab_give(t);
@@ -655,6 +655,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
   if (t->lane_lost) { int v = t->lane_lost; t->lane_lost = 0; return v == 2 ? GT_ERR : gt_fail(rt, "out of host memory"); }
   if (t->q.n + rt->lane.lazy == 0 && t->nbufs == first && t->nrels == 0) return GT_OK;
   if (t->eager_call) return flush_eager_call(t, first);
+  if (t->dry && gt_tree_dry_note(t)) return GT_ERR;   /* (a traced call: what reached its arguments) */
   /* a replay's host time is sampled (every call for the first 64, then one
      in 16): a clock read costs as much as a few launches' bookkeeping */
   double t0 = timed_call(t->calls) ? gt_fast_us() : 0;
@@ -785,6 +786,7 @@ int gt_tree_keep_last(gt_tree *t) {
   for (int i = 0; i < n; i++) t->kept[i] = *t->bufs[i];
   t->nkept = n;
   t->kept_gen = t->rt->active == t ? t->prev_gen : t->gen;
+  t->kept_prev = t->rt->active == t ? 0 : t->prev_gen;   /* (0: the call that comes next sets it) */
   return GT_OK;
 }
 
@@ -792,7 +794,9 @@ int gt_tree_discard(gt_runtime *rt) {
   gt_tree *t = rt->active;
   if (!t || !t->dry || t->nkept < 0 || t->kept_gen != t->prev_gen) return 0;   /* (a traced call runs nothing) */
   t->npend = 0;                      /* (replayed segments whose graphs never launch) */
+  int nlast = t->nlastpath;          /* (the last call's path stays the last: keyed.c saves it) */
   gt_tree_abort(rt);
+  t->nlastpath = nlast;
   /* as if never made: the call before it stays the last, its buffer structs
      (the slab's, which the dropped call reused) as it left them: its
      outputs are live, and the next call's inputs; what the dropped call
@@ -802,11 +806,12 @@ int gt_tree_discard(gt_runtime *rt) {
   t->calls--;                        /* (not counted: its history line is the next call's) */
   gt_tree_dry_release(t);
   t->gen = t->kept_gen;
+  if (t->kept_prev) t->prev_gen = t->kept_prev;
   t->nkept = -1;
   return 1;
 }
 
-void gt_tree_dry(gt_tree *t, int on) { t->dry = on; }
+void gt_tree_dry(gt_tree *t, int on) { t->dry = on; if (on) t->ndreach = 0; }
 
 int gt_tree_dry_end(gt_runtime *rt) {
   gt_tree *t = rt->active;
@@ -814,6 +819,7 @@ int gt_tree_dry_end(gt_runtime *rt) {
   int st = gt_tree_flush(rt, GT_CUT_RETURN);
   int nv = 0;
   for (int d = 0; st == GT_OK && d < t->npath; d++) nv += t->path[d]->nargvals;
+  if (nv != t->ndreach) t->ndreach = -1;   /* (argument by argument as dvals, or not known) */
   t->ndpath = -1;
   if (st == GT_OK && (GT_GROW(t->dpath, t->dpathcap, t->npath + 1) || GT_GROW(t->dvals, t->dvalcap, nv + 1)))
     st = gt_fail(rt, "out of host memory");

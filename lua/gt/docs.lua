@@ -26,7 +26,7 @@ gt: CUDA graph trees scripted from Lua (require "gt"; preloaded by gtlua).
   branches  gt.cond(p, then_fn [, else_fn]), gt.loop(p, body_fn [, {max = n}]) decided on the device
   lifetimes gt.scope; t:free()
   looking   print(tree), gt.profile, gt.help
-  misc      gt.backend gt.device gt.clock gt.memory; gt.buckets.pow2 linear; gt.bucket
+  misc      gt.backend gt.device gt.clock gt.memory gt.transfers; gt.buckets.pow2 linear; gt.bucket
 gt.help("name") for one of them; gt.help() lists every name.]],
 
   -- tensors
@@ -339,6 +339,13 @@ gt.device() -> { backend, name, cc, sms, memory, free, driver, nvrtc, compiler }
   shows only there (examples/serve.lua reports a tree's by it).]],
   ["gt.memory"] = [[
 gt.memory() -> bytes of ordinary (non-tree) device memory in use]],
+  ["gt.transfers"] = [[
+gt.transfers() -> { reads, writes, syncs }: the host's transfers since the start
+  reads   device -> host: item, tolist, a gt.cond/gt.loop p read on the host
+  writes  host -> device: gt.from, t:copy(table)
+  syncs   gt.sync calls
+A replayed step that the device decides (gt.cond, gt.loop) adds none of them:
+count a loop's with two calls around it.]],
   ["gt.help"] = [[
 gt.help(x) -> the documentation text (also printed)
   x: an API value (gt.help(gt.tree), gt.help(t) for a tensor) or a name

@@ -199,6 +199,15 @@ function gt.compile_counts()
   return c[0], h[0]
 end
 
+--- gt.transfers() -> { reads, writes, syncs }: the host's device -> host reads
+--- (item, tolist, a p read on the host), host -> device writes (gt.from, a
+--- copy from a table) and gt.sync waits so far; a step the device decides adds none
+function gt.transfers()
+  local x = ffi.new("gt_transfers")
+  C.gt_transfer_counts(rt, x)
+  return { reads = tonumber(x.reads), writes = tonumber(x.writes), syncs = tonumber(x.syncs) }
+end
+
 --- gt.clock() -> seconds of a monotonic wall clock (for timing steps)
 function gt.clock() return C.gt_clock_us() * 1e-6 end
 

@@ -1,7 +1,7 @@
 """gpt_check: gtlua's GPT decoder (examples/gpt.lua) against PyTorch on the same weights and prompt.
 
     python3 scripts/bench/gpt_check.py [--bin build/gtlua] [--tiny] [--steps 32] [--batch 3]
-                                       [--prompt 8] [--tol 1e-3] [--dir DIR] [--device cuda|cpu]
+                                       [--prompt 8] [--tol 1e-3] [--dir DIR] [--device cuda|cpu] [--spec]
 
 1. Makes random GPT-2-small-shaped weights and a prompt with torch (seed 0)
    and writes them to DIR/gpt_weights.bin in examples/gpt.lua's format
@@ -19,6 +19,9 @@
    the greedy tokens must be identical.  Prints one line
        gpt_check: PASS|FAIL  max relative logit error E (tolerance T) over S steps x B sequences; tokens identical|DIFFER ...
    and exits 0 on PASS, 1 on FAIL.
+5. With --spec, also runs examples/speculative.lua on the same weights and
+   prompt (every mode; it checks them against gtlua's plain greedy decoder)
+   and compares the tokens it dumps with PyTorch's greedy tokens.
 """
 from __future__ import annotations
 
@@ -129,6 +132,34 @@ def reference(torch, W: dict, c: dict, prompt, steps: int, eot: int):
     return torch.stack(toks), torch.stack(logits)
 
 
+def read_tokens(torch, path: str):
+    """tokens [S, B] int64 from speculative.lua --dump (GTTOK001)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != b"GTTOK001":
+        raise ValueError(f"{path}: not a GTTOK001 file")
+    S, B = struct.unpack("<2i", data[8:16])
+    return torch.tensor(struct.unpack(f"<{S * B}i", data[16:16 + 4 * S * B]), dtype=torch.int64).view(S, B)
+
+
+def spec_check(torch, a, wpath: str, t_tok) -> bool:
+    """speculative.lua's tokens (host, device and loop modes; it checks them
+    against gtlua's plain greedy decoder itself) against PyTorch's greedy tokens."""
+    spath = os.path.join(a.dir, "spec_tokens.bin")
+    cmd = [a.bin, "examples/speculative.lua", "--weights", wpath, "--dump", spath, "--tokens", str(a.steps)]
+    print("gpt_check: running " + " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(r.stdout, end="", flush=True)
+    if r.returncode != 0:
+        print(f"gpt_check: FAIL  speculative.lua exited with status {r.returncode}")
+        return False
+    s_tok = read_tokens(torch, spath)
+    same = tuple(s_tok.shape) == tuple(t_tok.shape) and bool(torch.equal(s_tok, t_tok.cpu()))
+    print(f"gpt_check: speculative {'PASS' if same else 'FAIL'}  its tokens (every mode) "
+          f"{'identical to' if same else 'DIFFER from'} PyTorch's greedy tokens over {a.steps} steps")
+    return same
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default=os.environ.get("GTLUA_BIN", "build/gtlua"))
@@ -139,6 +170,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--dir", default="build/gpt_check", help="where the weight and dump files go (~640 MiB)")
     ap.add_argument("--device", default=None, choices=["cuda", "cpu"], help="PyTorch's device (default: cuda if any)")
+    ap.add_argument("--spec", action="store_true",
+                    help="also run examples/speculative.lua on the same weights (every mode) and compare its tokens")
     a = ap.parse_args(argv)
     try:
         import torch
@@ -190,6 +223,8 @@ def main(argv=None) -> int:
         print(f"gpt_check: sequence {b + 1}: gtlua   {' '.join(str(int(x)) for x in g_tok[:S, b])}")
         print(f"gpt_check: sequence {b + 1}: PyTorch {' '.join(str(int(x)) for x in t_tok[:S, b])}")
     ok = same and worst <= a.tol
+    if a.spec:
+        ok = spec_check(torch, a, wpath, t_tok) and ok
     what = "tokens identical" if same else (f"tokens DIFFER (first at step {first_diff})" if first_diff
                                             else f"gtlua gave {S} of {a.steps} steps")
     print(f"gpt_check: {'PASS' if ok else 'FAIL'}  max relative logit error {worst:.2e} (tolerance {a.tol:g}) "
