@@ -6,10 +6,11 @@
 local json = require "gt.json"
 local S = require "spec.support"
 
--- Runs examples/serve.lua --tiny with args: exit status, output, the JSON metrics.
-local function serve(args)
+-- Runs examples/serve.lua --tiny (size: --full) with args: exit status, output, the JSON metrics.
+local function serve(args, size)
   local js = os.tmpname()
-  local status, out, err = S.sh(('timeout 170 "$GTLUA" examples/serve.lua --tiny --json %s %s'):format(S.shq(js), args))
+  local status, out, err = S.sh(('timeout 170 "$GTLUA" examples/serve.lua %s --json %s %s'):format(size or "--tiny",
+    S.shq(js), args))
   local m = S.slurp(js)
   os.remove(js)
   return status == 0, out .. err, m and m ~= "" and json.decode(m) or nil
@@ -74,5 +75,16 @@ describe("examples/serve.lua", function()
     assert.is_true(ok, text)
     assert.is_true(m.tree.evictions >= 1, text)
     assert.matches("serve %-%-check: 10 requests", text)
+  end)
+end)
+
+describe("examples/serve.lua with GPT-2 small on cuda #gpu", function()
+  it("--check: 32 requests over 8 decode and 4 chunk buckets give the tokens each gives alone", function()
+    local ok, text, m = serve("--check --requests 32 --prompt 16:128 --output 16:64 --clock steps --warm", "--full")
+    assert.is_true(ok, text)
+    assert.matches("serve %-%-check: 32 requests, %d+ tokens identical", text)
+    assert.is_true(m.shapes >= 8, text)
+    assert.are.equal(0, m.new_path_steps.count, text)           -- (warmed: no step met a new path)
+    print(text:match("serve: 32 requests[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*"))
   end)
 end)
