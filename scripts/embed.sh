@@ -1,8 +1,10 @@
 #!/bin/sh
-# embed.sh NAME FILE: prints a C file defining `const char *NAME(void)` that
-# returns FILE's text (used for gt.h -> ffi.cdef and the cpu prelude).
+# embed.sh NAME FILE...: prints a C file defining `const char *NAME(void)` that
+# returns the FILEs' text, one after the other (used for gt.h -> ffi.cdef and
+# the cpu prelude: half.h's conversions, then cpu_prelude.h).
 set -eu
-echo "const char *$1(void);"
-echo "const char *$1(void) { return"
-sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$/\\n"/' "$2"
+name=$1; shift
+echo "const char *$name(void);"
+echo "const char *$name(void) { return"
+sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$/\\n"/' "$@"
 echo ";}"

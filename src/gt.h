@@ -15,7 +15,7 @@ typedef struct gt_keyed gt_keyed;     /* a memoized path of keyed calls */
 enum { GT_OK = 0, GT_ERR = -1 };
 
 /* Element types. */
-enum { GT_F32 = 1, GT_I32 = 2, GT_I64 = 3, GT_U8 = 4, GT_F64 = 5, GT_U32 = 6, GT_U64 = 7 };
+enum { GT_F32 = 1, GT_I32 = 2, GT_I64 = 3, GT_U8 = 4, GT_F64 = 5, GT_U32 = 6, GT_U64 = 7, GT_F16 = 8, GT_BF16 = 9 };
 
 /* Kernel parameter kinds, parsed from the source. */
 enum {
@@ -463,6 +463,23 @@ int gt_cond_writes(gt_runtime *rt, int from, gt_buf *p, int64_t off, int64_t nby
    [off, off+nbytes) (p NULL: stops); returns whether the slot saw one since
    it was last set. */
 int gt_cond_watch(gt_runtime *rt, int slot, gt_buf *p, int64_t off, int64_t nbytes);
+
+/* -- Element types and files on the host (half.c, mapfile.c) ------------ */
+/* Bytes per element of a dtype (GT_F32 ...), 0 for an unknown one. */
+int gt_dtype_size(int dt);
+/* Converts n elements of dtype sdt at src into dtype ddt at dst (host memory;
+   f32, f64, f16, bf16, i32, i64, u8).  Floats to f16/bf16 round to nearest
+   even (half.h), to integers truncate and saturate.  GT_ERR for an unknown dtype. */
+int gt_convert(void *dst, int ddt, const void *src, int sdt, size_t n);
+uint16_t gt_half_bits(float f, int dt);     /* f as f16 or bf16 (dt) bits, rounded to nearest even */
+float gt_half_value(uint16_t h, int dt);    /* the f16 or bf16 (dt) bits h as a float, exactly */
+
+/* A file mapped read-only into memory. */
+typedef struct gt_mapped { const uint8_t *data; uint64_t size; } gt_mapped;
+/* Maps path whole (an empty file: data NULL, size 0).  GT_ERR with the reason
+   (strerror) in err (256 bytes).  gt_unmap undoes it. */
+int gt_map_file(const char *path, gt_mapped *out, char *err);
+void gt_unmap(gt_mapped *m);
 
 /* -- Host --------------------------------------------------------------- */
 const char *gt_header_text(void);                 /* this file, for ffi.cdef */

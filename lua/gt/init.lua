@@ -188,6 +188,7 @@ function gt.cut()
 end
 
 require("gt.cond")   -- gt.cond, gt.loop (wraps gt.sync and I.flush: no syncs inside a body)
+require("gt.safetensors")   -- gt.safetensors.load, save
 
 --- gt.profile(on) -> previous: GPU time per node (events on cuda, wall time on cpu).
 function gt.profile(on) return C.gt_profile(rt, on and 1 or 0) ~= 0 end
