@@ -64,8 +64,9 @@ local function kernels(dt)
   return KS[dt]
 end
 
---- kernel(name) -> kernels/gpt.cu's kernel of that name (examples/paged.lua binds its own launchers)
-function M.kernel(name) return kernels()[name] end
+--- kernel(name [, dt]) -> the kernel of that name for weights of dtype dt (kernels/gpt.cu for
+--- f32, gpt_half.cu for bf16/f16; examples/paged.lua binds its own launchers)
+function M.kernel(name, dt) return kernels(dt)[name] end
 
 local CPU = gt.backend() == "cpu"
 

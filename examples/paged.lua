@@ -45,17 +45,18 @@ local function fixed_mt(Kd)
 end
 
 local SMS
-local plans = {}      -- [N][K][M] -> { f, S, M, N, K, shape }
-local function rows_launcher(Mr, N, Kd)
-  plans[N] = plans[N] or {}
-  plans[N][Kd] = plans[N][Kd] or {}
-  local r = plans[N][Kd][Mr]
+local plans = {}      -- ["dt:N:K"][M] -> { f, S, M, N, K, shape }
+local function rows_launcher(Mr, N, Kd, dt)          -- (dt: the weights' dtype)
+  local key = dt .. ":" .. N .. ":" .. Kd
+  plans[key] = plans[key] or {}
+  local r = plans[key][Mr]
   if not r then
     SMS = SMS or gt.device().sms
     local p = gpt.rows_plan(Mr, N, Kd, SMS, { mt = fixed_mt(Kd) })
-    r = { f = gpt.kernel("rows_linear_m" .. p.mt .. "_f32"):config(p.grid, p.block, p.smem), S = p.S,
-          M = Mr, N = N, K = Kd, shape = gt.shape { Mr, N } }
-    plans[N][Kd][Mr] = r
+    local name = "rows_linear_m" .. p.mt .. (dt == "f32" and "_f32" or "_h")
+    r = { f = gpt.kernel(name, dt):config(p.grid, p.block, p.smem), S = p.S, M = Mr, N = N, K = Kd,
+          shape = gt.shape { Mr, N } }
+    plans[key][Mr] = r
   end
   return r
 end
@@ -73,7 +74,8 @@ end
 
 --- new(cfg, opts) -> model: { cfg, w, kv, h = {tok, pos, slot, seq, btab}, nbt, slots, upload, step }
 --- opts: blocks, block (slots a block), seqs (block table rows), rows (the most rows a step has),
---- weights (gpt.random_weights's by default)
+--- weights (gpt.random_weights's by default; cfg.dtype "bf16"/"f16": half matrices and embeddings,
+--- f32 activations and KV cache, as gpt.lua's)
 function M.new(cfg, opts)
   local c = gpt.config(cfg)
   local w = opts.weights or gpt.random_weights(c, c.seed)
@@ -83,6 +85,10 @@ function M.new(cfg, opts)
   local BS, NBK, S, R = opts.block, opts.blocks, opts.seqs, opts.rows
   local NS, NBT = NBK * BS, ceil(T / BS)
   local m = { cfg = c, w = w, block = BS, blocks = NBK, slots = NS, nbt = NBT, seqs = S, rows = R }
+  local dt = c.dtype or "f32"
+  -- the embedding reads f32 tables: the half ones' values, widened once (the LM head reads wte as it is)
+  local wte, wpe = w.wte, w.wpe
+  if wte.dtype ~= "f32" then wte, wpe = w.wte:to("f32"):static(), w.wpe:to("f32"):static() end
   m.kv = gt.zeros({ NL, 2, NS, D }):static()
   m.tok, m.pos = gt.zeros({ R }, "i32"):static(), gt.zeros({ R }, "i32"):static()
   m.slot, m.seq = gt.full({ R }, -1, "i32"):static(), gt.zeros({ R }, "i32"):static()
@@ -107,8 +113,8 @@ function M.new(cfg, opts)
   local function plan(Mr, Rr)
     local P = {
       x = gt.shape { Mr, D }, xs = gt.shape { Rr, D }, tok = gt.shape { Rr },
-      qkv = rows_launcher(Mr, 3 * D, D), proj = rows_launcher(Mr, D, D), fc = rows_launcher(Mr, 4 * D, D),
-      out = rows_launcher(Mr, D, 4 * D), lm = rows_launcher(Rr, V, D),
+      qkv = rows_launcher(Mr, 3 * D, D, dt), proj = rows_launcher(Mr, D, D, dt), fc = rows_launcher(Mr, 4 * D, D, dt),
+      out = rows_launcher(Mr, D, 4 * D, dt), lm = rows_launcher(Rr, V, D, dt),
       embed = flat("paged_embed_f32", Mr * D, ecache), kvw = flat("paged_kv_write_f32", Mr * D, kcache),
       gather = flat("paged_gather_f32", Rr * D, gcache),
       attn = KK.paged_attn_f32:config(min(Mr * H, 65535), ATB),
@@ -146,7 +152,7 @@ function M.new(cfg, opts)
     if Mr > R then error(("paged: a step of %d rows over the model's %d"):format(Mr, R), 2) end
     local P = steps[Mr] and steps[Mr][Rr] or plan(Mr, Rr)
     local x = tensor(P.x)
-    P.embed(x, m.tok, m.pos, w.wte, w.wpe, Mr, D, V, T)
+    P.embed(x, m.tok, m.pos, wte, wpe, Mr, D, V, T)
     local layers = w.layers
     for l = 1, NL do x = scope(block, x, layers[l], l - 1, P, Mr, nd, Bp, nc) end
     local xs = tensor(P.xs)

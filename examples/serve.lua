@@ -5,7 +5,8 @@
 --   gtlua examples/serve.lua [--tiny|--full] [--requests 40] [--rate 20] [--prompt 4:24] [--output 4:40]
 --        [--seed 1] [--trace FILE] [--decode 0,1,2,4,8] [--chunk 0,4,8,16] [--budget N] [--block 4]
 --        [--blocks 48] [--clock steps|wall] [--dt 0.01] [--mode keyed|tree|eager] [--warm]
---        [--max-recordings N] [--ignore-eot] [--json FILE] [--report FILE] [--check [--corrupt N]]
+--        [--max-recordings N] [--ignore-eot] [--dtype f32|bf16|f16] [--json FILE] [--report FILE]
+--        [--check [--corrupt N]]
 --
 -- The workload is seeded (scripts/bench/serve_twin.py draws the same one):
 -- Poisson arrivals at --rate requests/s, prompt and output lengths uniform
@@ -40,11 +41,11 @@ local fit = gt.buckets.fit
 local USAGE = "usage: gtlua examples/serve.lua [--tiny|--full] [--requests N] [--rate R] [--prompt A:B] " ..
   "[--output A:B] [--seed N] [--trace FILE] [--decode S,..] [--chunk S,..] [--budget N] [--block N] [--blocks N] " ..
   "[--clock steps|wall] [--dt S] [--mode keyed|tree|eager] [--warm] [--max-recordings N] [--ignore-eot] [--json FILE] " ..
-  "[--report FILE] [--check]"
+  "[--dtype f32|bf16|f16] [--report FILE] [--check]"
 
 local VALUED = { corrupt = 1, requests = 1, rate = 1, prompt = 1, output = 1, seed = 1, trace = 1, decode = 1, chunk = 1,
                  budget = 1, block = 1, blocks = 1, clock = 1, dt = 1, mode = 1, ["max-recordings"] = 1, json = 1,
-                 report = 1, vocab = 1, ctx = 1 }
+                 report = 1, vocab = 1, ctx = 1, dtype = 1 }
 
 local function parse(argv)
   local o, i = {}, 1
@@ -338,7 +339,7 @@ local function metrics(S, reqs, tree, o)
   for _ in pairs(S.shapes) do shapes = shapes + 1 end
   local span = o.clock == "wall" and S.span or S.wall
   local r = {
-    backend = gt.backend(), mode = o.mode, clock = o.clock, requests = #reqs, output_tokens = ntok, steps = S.steps,
+    backend = gt.backend(), mode = o.mode, clock = o.clock, dtype = S.m.cfg.dtype, requests = #reqs, output_tokens = ntok, steps = S.steps,
     preemptions = S.preemptions, shapes = shapes, seconds = span, wall_seconds = S.wall,
     output_tokens_per_s = ntok / span, requests_per_s = #reqs / span,
     ttft_s = { p50 = pct(ttft, 50), p90 = pct(ttft, 90), p99 = pct(ttft, 99) },
@@ -475,13 +476,14 @@ end
 local function main(argv)
   io.stdout:setvbuf("line")
   local o = options(argv)
-  local cfg = gpt.config(o.size == "tiny" and gpt.TINY or gpt.FULL, { vocab = tonumber(o.vocab), ctx = tonumber(o.ctx) })
+  local cfg = gpt.config(o.size == "tiny" and gpt.TINY or gpt.FULL, { vocab = tonumber(o.vocab), ctx = tonumber(o.ctx),
+                                                                    dtype = o.dtype })
   local m = paged.new(cfg, { blocks = o.blocks, block = o.block, seqs = o.dsizes[#o.dsizes] + 1,
                              rows = o.dsizes[#o.dsizes] + o.csizes[#o.csizes] })
   local reqs = workload(o, cfg)
-  print(("serve: backend %s, %s model (%d layers, hidden %d, vocab %d, context %d), %d kernels a step; %d requests, " ..
+  print(("serve: backend %s, %s %s model (%d layers, hidden %d, vocab %d, context %d), %d kernels a step; %d requests, " ..
     "%s; KV %d blocks of %d; decode buckets %s, chunk buckets %s, budget %d; %s")
-    :format(gt.backend(), o.size, cfg.layers, cfg.hidden, cfg.vocab, cfg.ctx, paged.kernels_per_step(cfg), #reqs,
+    :format(gt.backend(), o.size, cfg.dtype, cfg.layers, cfg.hidden, cfg.vocab, cfg.ctx, paged.kernels_per_step(cfg), #reqs,
       o.trace and ("trace " .. o.trace) or ("rate " .. o.rate .. "/s, prompt " .. o.prompt .. ", output " .. o.output ..
       ", seed " .. (o.seed or 1)), o.blocks, o.block, table.concat(o.dsizes, ","), table.concat(o.csizes, ","),
       o.budget, o.mode))

@@ -57,6 +57,13 @@ describe("examples/serve.lua", function()
     assert.is_true(math.abs(m.ttft_s.p90 - twin.ttft_s.p90) < 1e-9)   -- (the steps clock: the same virtual times)
   end)
 
+  it("--check with bf16 weights (f32 activations and KV cache): the tokens each request gives alone", function()
+    local ok, text, m = serve("--check --requests 12 --dtype bf16")
+    assert.is_true(ok, text)
+    assert.matches("serve %-%-check: 12 requests, %d+ tokens identical", text)
+    assert.are.equal("bf16", m.dtype)
+  end)
+
   it("reads a trace file, one request a line (arrival, prompt length, output length)", function()
     local trace = S.tmpfile("# arrival_s prompt output\n0 5 3\n0.001 17 6\n0.5 2 9\n")
     local ok, text, m = serve("--check --trace " .. S.shq(trace))

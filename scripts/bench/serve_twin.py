@@ -6,7 +6,7 @@ torch.compile(mode="reduce-overhead") on padded sizes; the same JSON metrics.
     python3 scripts/bench/serve_twin.py [--tiny] [--requests 256] [--rate 40] [--prompt 32:256]
         [--output 32:256] [--seed 1] [--trace FILE] [--decode 0,1,2,4,8,16,24,32] [--chunk 0,16,32,64]
         [--context 256,512,1024] [--budget N] [--block 16] [--blocks 2048] [--clock wall|steps] [--dt 0.01]
-        [--modes eager,reduce_overhead] [--warm] [--json FILE] [--dry]
+        [--modes eager,reduce_overhead] [--warm] [--dtype f32|bf16|f16] [--json FILE] [--dry]
 
 The workload and the scheduler are examples/serve.lua's, line for line (workload(),
 pick_decodes(), pick_chunk(), append()); the end token is ignored (a request ends at its
@@ -202,7 +202,7 @@ class Sched:
 
 # -- The model over a paged cache ------------------------------------------------------
 
-def make_model(torch, c: dict, slots: int, bs: int, dev: str):
+def make_model(torch, c: dict, slots: int, bs: int, dev: str, dtype: str = "f32"):
     """A GPT-2-shaped decoder (examples/gpt.lua's) whose step takes the padded rows of
     decodes and one chunk and returns the greedy next token of each decode row and of
     the chunk's last row.  The KV pool is a K and a V buffer [slots + 1, D] a layer (the
@@ -274,6 +274,8 @@ def make_model(torch, c: dict, slots: int, bs: int, dev: str):
 
     torch.manual_seed(1)
     model = Paged().to(dev).eval()
+    if dtype != "f32":
+        model = model.to({"bf16": torch.bfloat16, "f16": torch.float16}[dtype])
     mark = getattr(torch._dynamo, "mark_static_address", None)
     if mark is not None:                      # the pool is written in place: keep it a static input
         for blk in model.blocks:
@@ -475,6 +477,8 @@ def options(argv):
     ap.add_argument("--modes", default="eager,reduce_overhead")
     ap.add_argument("--warm", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--dtype", choices=["f32", "bf16", "f16"], default="f32",
+                    help="the model's parameters, activations and KV cache (serve.lua's bf16 keeps f32 activations)")
     ap.add_argument("--dry", action="store_true", help="the scheduler alone, no model (no torch needed)")
     o = ap.parse_args(argv)
     t = o.tiny
@@ -495,7 +499,7 @@ def options(argv):
 
 
 def run_mode(torch, o, cfg, mode: str, dev: str, res: dict) -> None:
-    model = make_model(torch, cfg, o.blocks * o.block, o.block, dev)
+    model = make_model(torch, cfg, o.blocks * o.block, o.block, dev, o.dtype)
     step = model
     if mode == "reduce_overhead":
         dyn = torch._dynamo.config
@@ -536,7 +540,7 @@ def run_mode(torch, o, cfg, mode: str, dev: str, res: dict) -> None:
         reqs = workload(o, cfg)
         r = run.serve(reqs)
     r.update(out)
-    r.update(backend="torch-" + dev, mode=mode, clock=o.clock)
+    r.update(backend="torch-" + dev, mode=mode, clock=o.clock, dtype=o.dtype)
     if dev == "cuda":
         r["device_bytes"] = torch.cuda.max_memory_allocated()
     res["modes"][mode] = r
@@ -548,7 +552,7 @@ def main(argv=None) -> int:
     cfg = TINY if o.tiny else FULL
     res = {"workload": dict(requests=o.requests, rate=o.rate, prompt=o.prompt, output=o.output, seed=o.seed,
                             trace=o.trace, decode=o.dsizes, chunk=o.csizes, context=o.tsizes, budget=o.budget,
-                            block=o.block, blocks=o.blocks, clock=o.clock, ignore_eot=True),
+                            block=o.block, blocks=o.blocks, clock=o.clock, ignore_eot=True, dtype=o.dtype),
            "modes": {}, "notes": []}
 
     def save():
