@@ -236,7 +236,12 @@ describe("on_limit = \"evict\"", function()
     for _ = 1, 3 do step(2, 0, 1) end                      -- path B
     local s = step:stats()
     assert.are.equal(2, s.recorded)
+    local said, old = {}, gt.on_warning
+    gt.on_warning = function(m) said[#said + 1] = m end
     for i = 1, 4 do assert.are.same(expected(4, 0, i), step(4, 0, i):tolist()) end   -- C: eager, warmup, record, replay
+    gt.on_warning = old
+    assert.are.equal(1, #said)
+    assert.matches('the least recently used recording is dropped so that it records %(on_limit = "evict"', said[1])
     s = step:stats()
     assert.are.equal(1, s.evictions)
     assert.are.equal(1, s.skips.max_recordings)

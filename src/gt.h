@@ -115,7 +115,7 @@ typedef struct gt_tree_opts {
   const char *where;           /* "file:line" of the definition */
   int warmup;                  /* eager visits before recording (default 1) */
   int max_recordings;          /* graphs this tree may hold (default 64) */
-  int on_limit_error;          /* 1: past the limit raise, 0: run eagerly */
+  int on_limit_error;          /* 1: past the limit raise, 0: run eagerly, 2: run eagerly and evict (Lua trims before the next call) */
 } gt_tree_opts;
 
 typedef struct gt_tree_info {

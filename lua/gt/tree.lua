@@ -140,7 +140,7 @@ function gt.tree(fn, opts)
   o.name, o.where = name, where
   o.warmup = opts.warmup or 1
   o.max_recordings = opts.max_recordings or 64
-  o.on_limit_error = on_limit == "error" and 1 or 0
+  o.on_limit_error = on_limit == "error" and 1 or on_limit == "evict" and 2 or 0
   local t = C.gt_tree_new(rt, o)
   if t == nil then error(I.errmsg(), 2) end
   local tc, held = track(t)
