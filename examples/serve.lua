@@ -243,12 +243,11 @@ end
 
 -- -- The loop ------------------------------------------------------------------------
 
-local info = require("ffi").new("gt_tree_info")
-local C = require("gt.internal").C
+-- The tree's recordings and warmups so far: a step that changed either met a new path.
 local function tree_counts(tree)
-  if not tree then return 0, 0, 0 end
-  C.gt_tree_stats(tree._t, info)
-  return info.recorded, info.warmups, info.keyed_hits
+  if not tree then return 0, 0 end
+  local _, recorded, warmups = tree:counts()
+  return recorded, warmups
 end
 
 -- One step: the rows picked, written, run; the tokens read (a sync) and appended.

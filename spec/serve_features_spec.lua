@@ -259,6 +259,18 @@ describe("on_limit = \"evict\"", function()
   end)
 end)
 
+describe("tree:counts", function()
+  it("gives the counters tree:stats() gives, as numbers", function()
+    local step = gt.tree(step_body, { buckets = BUCKETS, key = function() return 0 end, patch = { 3 }, warn_shapes = false })
+    for i = 1, 8 do step(2, 3, i) end
+    local calls, recorded, warmups, replays, eager, hits = step:counts()
+    local s = step:stats()
+    assert.are.same({ s.calls, s.recorded, s.warmups, s.replays, s.eager, s.keyed.hits },
+                    { calls, recorded, warmups, replays, eager, hits })
+    assert.is_true(hits > 0)
+  end)
+end)
+
 describe("gt.buckets.fit", function()
   it("gives the bucket a count pads to, nil beyond the last", function()
     assert.are.equal(8, gt.buckets.fit({ 0, 8, 16 }, 3))

@@ -198,6 +198,7 @@ tmethod("floor", 5, function()   -- (a tree of its own: the sweep of trim drops 
   local tr = gt.tree(function(x) return gt.ops.relu(x) end, { name = "sweep_floor" }); tr(t22()); tr(t22())
   return { tr, 2 }
 end, { {}, set("nil"), set("nil", "true"), set("nil", "true"), set("nil") })
+tmethod("counts", 1, function() return { tree } end, { {} })
 tmethod("warm", 2, function() return { tree, { { t22() } } } end, { {}, {} })
 tmethod("dot", 2, function() return { tree } end, { {}, set("nil") })
 tmethod("json", 2, function() return { tree } end, { {}, set("nil") })

@@ -196,6 +196,7 @@ tree: a graph tree (from gt.tree).
   tree:advise()        launch-bound? how many shapes? what breaks graphs?
   tree:trim([keep]) tree:floor([iters]) tree:history()
   tree:warm(calls)     record each argument list's path ahead of time, largest first
+  tree:counts()        calls, recorded, warmups, replays, eager, keyed_hits (numbers, cheap)
   tree.name, tree.where (file:line of gt.tree)]],
   ["tree:call"] = [[
 tree(...) -> fn(...)'s results

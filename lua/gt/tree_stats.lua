@@ -104,6 +104,17 @@ function Tree:stats()
   return r
 end
 
+local counts_info = ffi.new("gt_tree_info")
+--- tree:counts() -> calls, recorded, warmups, replays, eager, keyed_hits: the tree's
+--- counters as numbers, without the tables tree:stats() builds (cheap enough to
+--- read every call: a serving loop tells a step that met a new path by them)
+function Tree:counts()
+  me(self, "counts")
+  local s = counts_info
+  C.gt_tree_stats(self._t, s)
+  return s.calls, s.recorded, s.warmups, s.replays, s.eager, s.keyed_hits
+end
+
 --- tree:history() -> the last calls (up to 1024), oldest first: { call, warmups,
 --- records, replays, eager, updates, cpu_us, in_use, reserved } each
 function Tree:history()
