@@ -108,6 +108,8 @@ local function walk_arg(self, node, i, x)
     a.v.f64 = x
     K.kinds[i - 1] = 2
     node = child(node, PATCHED)
+    local cb = K.counts                            -- a bucketed count: its bucket is in the key (buckets.lua)
+    if cb and cb[i] then node = child(node, cb[i].p) end
     return node
   elseif type(x) == "table" and getmetatable(x) == nil then
     return nil, "a table argument"
@@ -580,7 +582,7 @@ function M._attach(tree, opts)
   -- (tree.lua's end_body); call: a call's entry.
   tree._keyed = { key = key, patch = patch, verify = v or false, memo = {}, ins = false, kinds = false, nins = 0,
                   stage = false, stats = { misses = 0, verified = 0, calls = 0, refused = {} }, warned = false,
-                  tracing = false, call = keyed_call }
+                  tracing = false, call = keyed_call, counts = false }   -- (counts: buckets.lua's count specs by position)
 end
 
 return M
