@@ -61,6 +61,12 @@ describe("a pool shared between trees", function()
       a(x)
       assert.error_matches(function() yb:tolist() end, "returned by tree 'decode' .* later call of tree 'prefill'")
     end
+    -- a tree that joins the pool after the owner's call makes that call's outputs stale too
+    local first = gt.tree(big, { name = "first" })
+    local y1 = first(x)
+    local joined = gt.tree(small, { name = "joined", pool = first })
+    joined(x)
+    assert.error_matches(function() y1:tolist() end, "later call of tree 'joined'")
     -- an output of one passed to the other is stale once the other's call begins: an error, not a wrong number
     local ya = a(x)
     assert.error_matches(function() b(ya) end, "returned by tree 'prefill' .* overwritten by a later call of tree 'decode'")

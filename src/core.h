@@ -124,6 +124,7 @@ struct gt_tree {
      arrays a call fills. */
   int32_t gen, prev_gen;         /* this call's generation; the one before it began (its outputs may be inputs) */
   int closed;
+  int shared;                        /* its pool is shared (opts.pool): a call checks who used it last (shared_pool_taken) */
   gt_counts stats;                   /* stats.c: calls and visits so far */
   int npend;                         /* replayed segments whose graphs are not launched yet: the last npend of path */
   int depth;
@@ -148,6 +149,7 @@ struct gt_tree {
   uint8_t *pinned;                   /* per slot: an input of this call lives there */
   struct gt_keyed *keyed;            /* memoized paths of keyed calls (a list) */
   gt_pool pool;
+  gt_pool *mem;                      /* the pool it plans into: &pool, or the owner's when shared (below) */
   gt_cursor pred;                    /* predict.c: the cursor's prediction and the lane's state */
   gt_queue q;
   /* -- The rest */
@@ -188,7 +190,6 @@ struct gt_tree {
      tree whose call used the pool last (plast): its outputs are the live
      ones.  A call of another sharer overwrites them: their generation goes
      (over_gen, over_by: for the stale message). */
-  gt_pool *mem;
   struct gt_tree *powner, *plast, *over_by;
   int pshare;
   int32_t over_gen;

@@ -51,6 +51,8 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
     gt_tree *o = opts->pool->powner;
     t->mem = &o->pool, t->powner = o;
     o->pshare++, o->refs++;
+    t->shared = o->shared = 1;
+    if (!o->plast) o->plast = o;      /* (its last call's outputs, if any, are the live ones) */
   }
   t->opts.pool = NULL;
   if (gt_gmem_list(t)) {
@@ -111,7 +113,7 @@ int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   gt_release_call_bufs(t);
   t->prev_gen = t->gen;
   t->gen = gt_gen_next();
-  if (t->powner->plast != t) shared_pool_taken(t);
+  if (t->shared && t->powner->plast != t) shared_pool_taken(t);
   gt_pool_clear(t->mem);
   t->state_node = NULL;
   t->cur = NULL;
