@@ -44,6 +44,15 @@ local function sum_nodes(s, field)
   return t
 end
 
+-- A tree's typical graph: the median of its nodes' graph_bytes (on cuda one graph may be measured
+-- in MiB, the driver taking memory then, while the rest are estimated in KB).
+local function typical(s)
+  local v = {}
+  for id = 0, s.nodes - 1 do if s.node[id].graph_bytes > 0 then v[#v + 1] = s.node[id].graph_bytes end end
+  table.sort(v)
+  return v[math.floor((#v + 1) / 2)]
+end
+
 local function quiet(f)
   local warned, old = {}, gt.on_warning
   gt.on_warning = function(m) warned[#warned + 1] = m end
@@ -119,7 +128,7 @@ describe("a graph-memory budget", function()
       local x = gt.from(seq(N, function(i) return i end))
       for k = 1, 6 do probe(x, k) end
       local ps = probe:stats()
-      local budget = math.floor(ps.graph_bytes / 2)      -- about half the six shapes' graphs
+      local budget = 3 * typical(ps)                     -- about half the six shapes' graphs
       local step = gt.tree(function(x2, k)
         local h = chain(x2, k)
         gt.cut()                                           -- two segments a call: a child below each shape
@@ -157,7 +166,7 @@ describe("a graph-memory budget", function()
       local probe = gt.tree(function(x, route, s) return model(x, route, s) end, { warmup = 0 })
       local x = gt.randn({ 4, 8 }, { seed = 2 })
       for r = 1, 4 do probe(x, r, 1) end
-      local budget = math.floor(probe:stats().graph_bytes / 3)
+      local budget = 3 * typical(probe:stats())          -- about three of the eight segments' graphs
       local step = gt.tree(function(x2, route, s) return model(x2, route, s) end,
         { key = function(_, route) return route end, patch = { 3 }, graph_memory = budget })
       local seed = 11
@@ -220,10 +229,10 @@ describe("the advisor's shape question", function()
       local k = #t:advise().shapes.bucket_sizes
       assert.truthy(f.text:find(("Buckets would hold about %s less graph memory (%d paths instead of 10)"):format(
         units.bytes((10 - k) * s.graph_bytes / 10), k), 1, true), f.text)
-      local b = gt.tree(function(x) return chain(x, 2) end, { warmup = 0, warn_shapes = false, graph_memory = s.graph_bytes / 4 })
+      local b = gt.tree(function(x) return chain(x, 2) end, { warmup = 0, warn_shapes = false, graph_memory = 3 * typical(s) })
       for _ = 1, 2 do for n = 1, 10 do b(gt.ones { n * 8 }) end end
       local fb = b:advise().findings[2]
-      assert.truthy(fb.text:find("The graph%-memory budget dropped %d+ graphs and instantiated %d+ again"), fb.text)
+      assert.truthy(fb.text:find("The graph%-memory budget dropped %d+ graphs? and instantiated %d+ again"), fb.text)
     end)
   end)
 end)

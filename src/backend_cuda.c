@@ -1151,8 +1151,8 @@ static void calibrate(gt_backend *b) {
     gt_bgraph *x[3];
     cal_graph(b, g, prev, 1, 1, &x[0]);
     size_t dc = cal_graph(b, g, prev, CAL_CHAIN, 1, &x[1]), dw = cal_graph(b, g, prev, CAL_WIDE, 0, &x[2]);
-    if (dc) I->cal_chain = (double)dc / CAL_CHAIN;
-    if (dw && dw > CAL_WIDE * I->cal_chain) I->cal_wide = (dw - CAL_WIDE * I->cal_chain) / (CAL_WIDE - 1);
+    if (dc) I->cal_chain = (double)(dc / CAL_CHAIN);   /* (whole bytes: an estimate is then exact in node counts) */
+    if (dw && dw > CAL_WIDE * I->cal_chain) I->cal_wide = (double)((dw - (size_t)(CAL_WIDE * I->cal_chain)) / (CAL_WIDE - 1));
     for (int i = 0; i < 3; i++) cuda_graph_destroy(b, x[i]);
   }
   free(g), free(prev);
