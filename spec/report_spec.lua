@@ -295,7 +295,7 @@ describe("tree:json", function()
     local keys = {}
     for k in text:gmatch('\n  "([%w_]+)":') do keys[#keys + 1] = k end
     assert.are.same({ "format", "name", "where", "depth", "calls", "nodes", "recorded", "warmups", "replays", "eager",
-                      "updates", "fused", "skipped", "skips", "pool", "graph_bytes", "graph_measured", "budget_drops",
+                      "updates", "fused", "skipped", "skips", "pool", "graph_bytes", "path_graph_bytes", "graph_measured", "budget_drops",
                       "reinstantiations", "roots", "node" }, keys)
     local first = text:match('"node":%[(%b{})')
     local nkeys = {}

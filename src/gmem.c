@@ -96,6 +96,7 @@ void gt_gmem_unlist(gt_tree *t) {
 }
 
 uint64_t gt_graph_mem(gt_runtime *rt) { return rt->graph_bytes; }
+uint64_t gt_path_graph_mem(void) { return gt_pathg_total; }
 
 uint64_t gt_graph_mem_limit(gt_runtime *rt, uint64_t limit) {
   uint64_t old = rt->graph_limit;

@@ -109,6 +109,7 @@ typedef struct gt_tree_info {
   int keyed_hits;              /* keyed calls that launched their path without the body */
   int path_fused;              /* calls that replayed a path of several segments and launched it as one graph */
   uint64_t graph_bytes;        /* device memory the tree's segment graphs hold (the sum of its nodes' graph_bytes) */
+  uint64_t path_graph_bytes;   /* device memory its paths launched as one graph hold (copies of segment graphs; no budget counts them) */
   int graph_measured;          /* nodes holding a graph whose bytes were measured (the rest estimated) */
   int budget_drops;            /* graphs the graph-memory budget dropped */
   int reinstantiations;        /* graphs instantiated again after a budget dropped them */
@@ -153,7 +154,8 @@ int gt_device(gt_runtime *rt, gt_device_info *out);
 int gt_sync(gt_runtime *rt);                     /* ends the segment in a tree call, then waits for the device */
 int gt_profile(gt_runtime *rt, int on);          /* GPU time per node; returns the previous setting */
 uint64_t gt_mem_in_use(gt_runtime *rt);          /* ordinary (non-tree) memory in use, bytes */
-uint64_t gt_graph_mem(gt_runtime *rt);            /* device memory every tree's segment graphs hold, bytes */
+uint64_t gt_graph_mem(gt_runtime *rt);            /* device memory every tree's segment graphs hold, bytes (what gt_graph_mem_limit bounds) */
+uint64_t gt_path_graph_mem(void);                 /* device memory every path launched as one graph holds, bytes */
 /* The process-wide graph-memory budget (0: none); returns the one before.
    Past it the graphs of the tree called least recently go first. */
 uint64_t gt_graph_mem_limit(gt_runtime *rt, uint64_t limit);

@@ -81,6 +81,8 @@ done:
   return st;
 }
 
+uint64_t gt_pathg_total;
+
 int gt_pathg_ok(const gt_pathg *o, gt_node *const *p, int np) {
   if (!o->g || o->n != np) return 0;
   for (int d = 0; d < np; d++) if (p[d]->gver != o->ver[d]) return 0;
@@ -91,6 +93,8 @@ void gt_pathg_drop(gt_backend *be, gt_pathg *o) {
   if (o->g) be->graph_destroy(be, o->g);
   o->g = NULL;
   o->same = 0;
+  gt_pathg_total -= o->bytes;
+  o->bytes = 0;
 }
 
 void gt_pathg_free(gt_backend *be, gt_pathg *o) {
@@ -122,6 +126,10 @@ void gt_pathg_note(gt_backend *be, gt_pathg *o, gt_node *const *p, int np, int w
   if (!path_fusable(p, np) || path_fuse(be, p, np, width, &o->g) != GT_BOK) {
     o->g = NULL;
     o->builds = GT_PATHG_BUILDS;
+    return;
   }
+  int measured;
+  o->bytes = be->graph_bytes(be, o->g, &measured);
+  gt_pathg_total += o->bytes;
 }
 

@@ -14,7 +14,9 @@ typedef struct gt_pathg {
   gt_bgraph *g;                      /* the one graph, or NULL */
   uint32_t *ver; int n;              /* the path's gver at its last launch segment by segment (or at the build) */
   int same, builds;                  /* such launches in a row with those versions; graphs built */
+  uint64_t bytes;                    /* the one graph's device memory (the backend's graph_bytes; 0: none) */
 } gt_pathg;
+extern uint64_t gt_pathg_total;      /* bytes every path's one graph holds, in the process */
 enum { GT_PATHG_AFTER = 8, GT_PATHG_BUILDS = 4 };
 
 /* pathg.c: a path's one graph (gt_pathg).  ok: it holds what path p's

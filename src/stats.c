@@ -3,6 +3,7 @@
 #include <string.h>
 #include "core.h"
 #include "graph.h"
+#include "keyed.h"
 
 int gt_tree_stats(gt_tree *t, gt_tree_info *o) {
   memset(o, 0, sizeof *o);
@@ -27,7 +28,9 @@ int gt_tree_stats(gt_tree *t, gt_tree_info *o) {
   for (int i = 0; i < t->nnodes; i++) {
     if (t->nodes[i]->depth + 1 > o->depth) o->depth = t->nodes[i]->depth + 1;
     o->graph_measured += t->nodes[i]->graph && t->nodes[i]->graph_measured;
+    o->path_graph_bytes += t->nodes[i]->pg.bytes;
   }
+  for (const gt_keyed *k = t->keyed; k; k = k->next) o->path_graph_bytes += k->pg.bytes;
   return GT_OK;
 }
 

@@ -211,7 +211,8 @@ tree:stats() -> a plain table
     fused (calls whose replayed path of several segments launched as one graph),
     skipped, skips = {[reason] = visits}, depth (levels), roots = {ids},
     pool = {reserved, in_use, high_water},                       -- bytes
-    graph_bytes (its graphs' device memory), graph_measured (nodes measured, the rest estimated),
+    graph_bytes (its graphs' device memory), path_graph_bytes (its one-graph paths'),
+    graph_measured (nodes measured, the rest estimated),
     budget_drops, reinstantiations (a graph_memory budget's),
     node = {[id] = {id, parent, depth, children, label, kernels, visits,
       warmups, recorded (bool), records, replays, updates, eager, skip (reason|nil),
@@ -361,7 +362,7 @@ gt.device() -> { backend, name, cc, sms, memory, free, driver, nvrtc, compiler }
   free: the device's free bytes now (cuda; 0 on cpu): CUDA graphs' own memory
   shows only there (examples/serve.lua reports a tree's by it).]],
   ["gt.memory"] = [[
-gt.memory() -> bytes outside the trees' pools (ordinary memory plus graph memory), {ordinary, graphs}]],
+gt.memory() -> bytes outside the trees' pools (ordinary memory plus graph memory), {ordinary, graphs, path_graphs}]],
   ["gt.graph_memory"] = [[
 gt.graph_memory([limit]) -> the process-wide graph-memory budget before (bytes, or false)
   Past limit the least recently used graphs (the tree called least recently

@@ -213,10 +213,11 @@ end
 function gt.clock() return C.gt_clock_us() * 1e-6 end
 
 --- gt.memory() -> bytes in use outside the trees' pools: ordinary device memory plus every tree's
---- graph memory; and { ordinary = bytes, graphs = bytes }
+--- graph memory; and { ordinary = bytes, graphs = bytes (segment graphs: what gt.graph_memory bounds),
+--- path_graphs = bytes (paths launched as one graph) }
 function gt.memory()
-  local o, g = tonumber(C.gt_mem_in_use(rt)), tonumber(C.gt_graph_mem(rt))
-  return o + g, { ordinary = o, graphs = g }
+  local o, g, p = tonumber(C.gt_mem_in_use(rt)), tonumber(C.gt_graph_mem(rt)), tonumber(C.gt_path_graph_mem())
+  return o + g + p, { ordinary = o, graphs = g, path_graphs = p }
 end
 
 --- gt.graph_memory([limit]) -> the process-wide graph-memory budget before (bytes, or false: none).

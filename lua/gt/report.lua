@@ -115,7 +115,7 @@ end
 local KEY_ORDER = { "format", "id", "name", "where", "parent", "depth", "children", "label", "kernels", "calls",
   "nodes", "recorded", "visits", "warmups", "replays", "eager", "updates", "fused", "skip", "skipped", "skips", "pool",
   "reserved", "in_use", "high_water", "record_us", "instantiate_us", "replay_cpu_us", "gpu_us", "planned_bytes",
-  "checkpoint_bytes", "reusable_bytes", "graph_bytes", "graph_measured", "budget_drops", "reinstantiations", "width",
+  "checkpoint_bytes", "reusable_bytes", "graph_bytes", "path_graph_bytes", "graph_measured", "budget_drops", "reinstantiations", "width",
   "last_call", "cuts", "site", "reason", "count", "shapes", "why", "cut",
   "shared", "shared_with", "roots", "node" }
 

@@ -57,7 +57,7 @@ function Tree:stats()
     warmups = s.warmups, replays = s.replays, eager = s.eager, updates = s.updates,
     skips = skip_table(self._t), skipped = s.skips, depth = s.depth, fused = s.path_fused,
     pool = { reserved = tonumber(s.reserved), in_use = tonumber(s.in_use), high_water = tonumber(s.high_water) },
-    graph_bytes = tonumber(s.graph_bytes), graph_measured = s.graph_measured, budget_drops = s.budget_drops,
+    graph_bytes = tonumber(s.graph_bytes), path_graph_bytes = tonumber(s.path_graph_bytes), graph_measured = s.graph_measured, budget_drops = s.budget_drops,
     reinstantiations = s.reinstantiations,
     node = {},
   }
