@@ -81,12 +81,6 @@ int gt_tree_begin(gt_runtime *rt, gt_tree *t, const char *eager) {
   return GT_OK;
 }
 
-/* The start of a call, gt_tree_begin's and a keyed hit's; always: time it
-   whatever the sampling says (else history's cpu_us is -1 on an untimed
-   call).  What only a body run needs is gt_tree_begin_body's: a keyed hit
-   launches its path with neither the cursor nor a segment, and after a
-   long step the host's caches are cold, so a hit pays for each line it
-   touches. */
 /* t's call takes the pool it shares: the outputs of the tree that used it
    last are overwritten (stale from now on, naming t). */
 static void shared_pool_taken(gt_tree *t) {
@@ -102,6 +96,12 @@ static void shared_pool_taken(gt_tree *t) {
 
 gt_tree *gt_tree_overwriter(gt_tree *t, int32_t gen) { return t->over_by && gen == t->over_gen ? t->over_by : NULL; }
 
+/* The start of a call, gt_tree_begin's and a keyed hit's; always: time it
+   whatever the sampling says (else history's cpu_us is -1 on an untimed
+   call).  What only a body run needs is gt_tree_begin_body's: a keyed hit
+   launches its path with neither the cursor nor a segment, and after a
+   long step the host's caches are cold, so a hit pays for each line it
+   touches. */
 int gt_tree_begin_timed(gt_runtime *rt, gt_tree *t, int always) {
   if (rt->active)
     return gt_fail(rt, "tree '%s' was called inside a call of tree '%s': tree calls cannot nest. In a call of '%s', "
