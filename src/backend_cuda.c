@@ -1273,6 +1273,18 @@ static void cuda_close(cuda_impl *I) {
   free(I);
 }
 
+static int cuda_coll_open(gt_backend *b, int rank, int world, const char *id, double timeout) {
+  (void)rank, (void)world, (void)id, (void)timeout;
+  snprintf(b->err, GT_ERRLEN, "cuda: gt.dist over NCCL is not built in yet");
+  return GT_BERR;
+}
+
+static int cuda_coll_run(gt_backend *b, const gt_coll *c, uint64_t dst, uint64_t src) {
+  (void)c, (void)dst, (void)src;
+  snprintf(b->err, GT_ERRLEN, "cuda: gt.dist over NCCL is not built in yet");
+  return GT_BERR;
+}
+
 static void cuda_shutdown(gt_backend *b) {
   if (!b->impl) return;
   cuda_close(b->impl);
