@@ -47,6 +47,7 @@ struct gt_runtime {
   gt_lane lane;              /* predict.c: the replay lane of the active call */
   int dist_rank, dist_world;  /* dist.c: this process in gt.dist's group (world 0: none joined) */
   gt_buf *dist_keys;         /* dist.c: the path check's all-gather, (world + 1) x 8 bytes */
+  uint64_t *dist_vals;       /* dist.c: its result on the host (world of them) */
   struct gt_tree **tlater; int ntlater, tlatercap;   /* life.c: other trees whose memory waits for the active call's queue (gt_tree.deferred) */
 };
 int gt_fail(gt_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -6,6 +6,7 @@
    what they queued (an all-gather of 8 bytes), so that ranks on different
    paths get an error instead of waiting in different collectives. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core.h"
 #include "key.h"
@@ -18,10 +19,13 @@ int gt_dist_init(gt_runtime *rt, int rank, int world, const char *id, double tim
   }
   if (world < 1 || rank < 0 || rank >= world)
     return gt_fail(rt, "gt.dist.init: rank %d of world size %d is not a rank (0 .. world size - 1)", rank, world);
+  if (!(rt->dist_vals = malloc((size_t)world * sizeof *rt->dist_vals))) return gt_err(rt, GT_E_NOMEM);
   if (!(rt->dist_keys = gt_buf_new(rt, (uint64_t)(world + 1) * 8))) return GT_ERR;
   if (rt->be.coll_open(&rt->be, rank, world, id, timeout) != GT_BOK) {
     gt_buf_unref(rt->dist_keys);
     rt->dist_keys = NULL;
+    free(rt->dist_vals);
+    rt->dist_vals = NULL;
     return gt_fail_be(rt, NULL);
   }
   rt->dist_rank = rank, rt->dist_world = world;
@@ -100,10 +104,9 @@ static int gather_u64(gt_runtime *rt, uint64_t v, uint64_t *vals) {
 }
 
 int gt_dist_barrier(gt_runtime *rt) {
-  uint64_t vals[1];
   if (!rt->dist_world) return gt_fail(rt, "gt.dist.barrier: gt.dist.init() has not been called");
   if (rt->active) return gt_fail(rt, "gt.dist.barrier inside a tree call: call it between calls");
-  return rt->dist_world > 64 ? GT_OK : gather_u64(rt, 0, vals);
+  return gather_u64(rt, 0, rt->dist_vals);
 }
 
 static uint64_t mix(uint64_t h, uint64_t v) {
@@ -132,10 +135,10 @@ static uint64_t path_sig(gt_tree *t) {
 
 int gt_dist_check(gt_tree *t) {
   gt_runtime *rt = t->rt;
-  uint64_t vals[64], mine = path_sig(t);
+  uint64_t *vals = rt->dist_vals, mine = path_sig(t);
   int w = rt->dist_world, nother = 0;
   char same[160] = "", other[160] = "";
-  if (w < 2 || w > 64) return GT_OK;
+  if (w < 2) return GT_OK;
   if (gather_u64(rt, mine, vals)) return GT_ERR;
   for (int k = 0; k < w; k++) {
     char *s = vals[k] == vals[0] ? same : other;

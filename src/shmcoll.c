@@ -256,16 +256,17 @@ static void reduce_into(void *dst, const void *src, size_t n, int dtype, int op)
   }
 }
 
-/* Every rank's collective equals ours, else err names the first that differs. */
-static int same_everywhere(gt_shmc *s, const gt_coll *c, const char *what, char *err, size_t errlen) {
+/* Every rank's collective equals rank 0's, else err names the first rank
+   that differs (the same message on every rank). */
+static int same_everywhere(gt_shmc *s, char *err, size_t errlen) {
   char a[96], b[96];
-  for (int k = 0; k < s->world; k++) {
+  const gt_coll *c = &s->h->r[0].c;
+  for (int k = 1; k < s->world; k++) {
     const gt_coll *o = &s->h->r[k].c;
     if (o->kind == c->kind && o->dtype == c->dtype && o->count == c->count && o->op == c->op && o->root == c->root) continue;
-    int lo = k < s->rank ? k : s->rank, hi = k < s->rank ? s->rank : k;   /* (both ranks name the pair the same way) */
-    snprintf(err, errlen, "gt.dist: %s differs across ranks: rank %d runs %s, rank %d runs %s "
+    snprintf(err, errlen, "gt.dist: collective #%llu differs across ranks: rank 0 runs %s, rank %d runs %s "
              "(every rank must run the same collectives in the same order, on tensors of the same shape and dtype)",
-             what, lo, gt_coll_describe(&s->h->r[lo].c, a, sizeof a), hi, gt_coll_describe(&s->h->r[hi].c, b, sizeof b));
+             (unsigned long long)s->ncoll, gt_coll_describe(c, a, sizeof a), k, gt_coll_describe(o, b, sizeof b));
     return -1;
   }
   return 0;
@@ -307,7 +308,11 @@ int gt_shmc_run(gt_shmc *s, const gt_coll *c, void *dst, const void *src, char *
   do {   /* (count 0 still meets the others once, so a mismatch is seen) */
     uint64_t m = c->count - e0 < per ? c->count - e0 : per;
     chunk_in(s, c, src, e0, m, es);
-    if (barrier(s, err, errlen, what) || same_everywhere(s, c, what, err, errlen)) return -1;
+    if (barrier(s, err, errlen, what)) return -1;
+    if (same_everywhere(s, err, errlen)) {   /* every rank sees it: all leave after one more barrier, */
+      char e2[8];                            /* so that no rank's next collective overwrites what the others read */
+      return barrier(s, e2, sizeof e2, what), -1;
+    }
     chunk_out(s, c, dst, e0, m, es);
     if (barrier(s, err, errlen, what)) return -1;
     e0 += m;
