@@ -36,6 +36,7 @@ void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits) {
 #include <unistd.h>
 #include <cuda.h>
 #include <nvrtc.h>
+#include "nccl.h"
 
 #define MIN_DRIVER 12040          /* CUDA 12.4: conditional graph nodes */
 #define SMEM_DEFAULT 49152        /* shared memory a block gets without opting in */
@@ -75,6 +76,9 @@ struct cuda_api { CUDA_FUNCS(FIELD) };
 /* Conditional nodes (CUDA 12.4+): optional, a driver without them branches on the host. */
 #define COND_FUNCS(X) X(cuGraphConditionalHandleCreate) X(cuGraphAddNode)
 struct cond_api { COND_FUNCS(FIELD) };
+/* Stream capture into a graph (CUDA 12.3+): how a collective (NCCL) joins a segment's graph. */
+#define CAPTURE_FUNCS(X) X(cuStreamBeginCaptureToGraph) X(cuStreamGetCaptureInfo) X(cuStreamEndCapture)
+struct capture_api { CAPTURE_FUNCS(FIELD) };
 struct nvrtc_api { NVRTC_FUNCS(FIELD) };
 
 /* -- State ------------------------------------------------------------- */
@@ -109,7 +113,7 @@ struct cond_set { CUgraphNode node; unsigned long long handle; CUdeviceptr cnt; 
 
 struct gt_bevent { CUevent e; };
 
-enum { KIND_EMPTY = 3 };        /* a 0-byte copy or fill: an empty node keeps the topology */
+enum { KIND_EMPTY = 8 };        /* a 0-byte copy or fill: an empty node keeps the topology (past the GT_GN_* kinds) */
 
 /* A reserved range; granule i is backed by its own allocation h[i] when on[i]. */
 typedef struct cuda_resv {
@@ -158,6 +162,8 @@ typedef struct cuda_impl {
   gt_bfunc *cond_set;           /* gt_cond_set: reads p, sets the conditional handle */
   gt_device_info info;
   int compiles, cache_hits;
+  struct capture_api cap;       /* NULL fields: no capture into a graph (collectives then run eagerly only) */
+  gt_nccl *nccl;                /* gt.dist's communicator (NULL: none joined) */
 } cuda_impl;
 
 /* -- Errors ------------------------------------------------------------ */
@@ -274,6 +280,9 @@ static int load_libcuda(cuda_impl *I) {
 #define RESOLVE_OPT(f) if (resolve(I, #f, XSTR(f), (void **)&I->cond.f)) I->cond.f = NULL;
   COND_FUNCS(RESOLVE_OPT)
 #undef RESOLVE_OPT
+#define RESOLVE_CAP(f) if (resolve(I, #f, XSTR(f), (void **)&I->cap.f)) I->cap.f = NULL;
+  CAPTURE_FUNCS(RESOLVE_CAP)
+#undef RESOLVE_CAP
   b->err[0] = 0;
   I->cond_bits = -1;
   return GT_BOK;
@@ -933,6 +942,43 @@ static int close_cond(cuda_impl *I, const gt_gnode *nodes, const gt_gnode *nd, c
   return rc;
 }
 
+/* A collective captured into graph cur after the nd_deps nodes in I->deps
+   (cuStreamBeginCaptureToGraph): NCCL's nodes join cur, their buffers fixed
+   from now on; *out is an empty node after the capture's last nodes, which
+   later nodes depend on. */
+static int add_coll(cuda_impl *I, const gt_gnode *nd, CUgraph cur, size_t nd_deps, CUgraphNode *out) {
+  gt_backend *b = I->b;
+  CUstreamCaptureStatus st;
+  cuuint64_t cid;
+  CUgraph cg;
+  const CUgraphNode *last = NULL;
+  const CUgraphEdgeData *edges = NULL;
+  size_t nlast = 0;
+  int rc;
+  if (!I->nccl) { snprintf(b->err, GT_ERRLEN, "cuda: a graph holds a collective but gt.dist.init() has not been called"); return GT_BERR; }
+  if (!I->cap.cuStreamBeginCaptureToGraph || !I->cap.cuStreamGetCaptureInfo || !I->cap.cuStreamEndCapture) {
+    snprintf(b->err, GT_ERRLEN, "cuda: this driver cannot capture into a graph (cuStreamBeginCaptureToGraph, CUDA 12.3), "
+             "which a collective in a tree needs; update the driver");
+    return GT_BERR;
+  }
+  gt_coll c = gt_coll_unpack(nd->coll, 0);
+  c.count = gt_coll_esize(c.dtype) ? nd->bytes / (uint64_t)gt_coll_esize(c.dtype) : 0;
+  if ((rc = cu_check(I, "cuStreamBeginCaptureToGraph", I->cap.cuStreamBeginCaptureToGraph(I->stream, cur, nd_deps ? I->deps : NULL,
+                                                                                         NULL, nd_deps, CU_STREAM_CAPTURE_MODE_RELAXED))))
+    return rc;
+  int nrc = gt_nccl_run(I->nccl, &c, nd->dst, nd->src, I->stream, b->err, GT_ERRLEN);
+  if (!nrc) rc = cu_check(I, "cuStreamGetCaptureInfo", I->cap.cuStreamGetCaptureInfo(I->stream, &st, &cid, &cg, &last, &edges, &nlast));
+  CUgraph ended = NULL;
+  CUresult er = I->cap.cuStreamEndCapture(I->stream, &ended);   /* (always: the stream must leave capture) */
+  if (nrc) return GT_BERR;
+  if (!rc) rc = cu_check(I, "cuStreamEndCapture", er);
+  if (rc) return rc;
+  /* the capture's last nodes (none when NCCL added nothing: then the node's own dependencies) */
+  if (!nlast) return CU(I, cuGraphAddEmptyNode, out, cur, I->deps, nd_deps);
+  if (GT_GROW(I->deps, I->capdeps, (int)nlast)) return no_memory(b, "graph edges");
+  return CU(I, cuGraphAddEmptyNode, out, cur, last, nlast);
+}
+
 static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr counters, CUgraph *gout, CUgraphNode **hout,
                        struct cond_set *cs) {
   gt_backend *b = I->b;
@@ -963,6 +1009,10 @@ static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr c
     switch (kind) {
     case GT_GN_KERNEL: case GT_GN_MEMCPY: case GT_GN_MEMSET: case KIND_EMPTY:
       rc = add_work(I, nd, kind, i, n, cur, nd_deps, &h[i]);
+      break;
+    case GT_GN_COLL:
+      rc = top ? bad_node(b, i, n, "is a collective inside a conditional body, which NCCL refuses")
+               : add_coll(I, nd, cur, nd_deps, &h[i]);
       break;
     case GT_GN_IF: case GT_GN_WHILE:
       if (!(rc = open_cond(I, cur, nodes, i, n, counters, &nwhile, nd_deps, &fr[top], &h[i], cs ? &cs[i] : NULL)))
@@ -1114,6 +1164,11 @@ static int cuda_graph_update(gt_backend *b, gt_bgraph *g, const gt_gnode *nodes,
     return GT_BREFUSED;
   }
   for (int i = 0; i < n; i++)
+    if (g->kind[i] == GT_GN_COLL) {  /* NCCL's captured work holds its buffers: a new graph is captured */
+      snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: the graph holds a collective");
+      return GT_BREFUSED;
+    }
+  for (int i = 0; i < n; i++)
     if (node_kind(&nodes[i]) != g->kind[i] || (g->kind[i] == GT_GN_KERNEL && nodes[i].fn != g->fn[i])) {
       snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: node %d changed its kind or kernel", i);
       return GT_BREFUSED;
@@ -1260,6 +1315,7 @@ static void cuda_event_destroy(gt_backend *b, gt_bevent *ev) {
 static void cuda_close(cuda_impl *I) {
   if (I->stream) {
     I->cu.cuStreamSynchronize(I->stream);
+    gt_nccl_close(I->nccl);
     while (I->nresv) resv_free(I, I->nresv - 1);
     I->cu.cuStreamDestroy(I->stream);
   }
@@ -1273,16 +1329,32 @@ static void cuda_close(cuda_impl *I) {
   free(I);
 }
 
-static int cuda_coll_open(gt_backend *b, int rank, int world, const char *id, double timeout) {
-  (void)rank, (void)world, (void)id, (void)timeout;
-  snprintf(b->err, GT_ERRLEN, "cuda: gt.dist over NCCL is not built in yet");
-  return GT_BERR;
-}
+/* -- Collectives: NCCL (nccl.c) --------------------------------------- */
 
 static int cuda_coll_run(gt_backend *b, const gt_coll *c, uint64_t dst, uint64_t src) {
-  (void)c, (void)dst, (void)src;
-  snprintf(b->err, GT_ERRLEN, "cuda: gt.dist over NCCL is not built in yet");
-  return GT_BERR;
+  cuda_impl *I = b->impl;
+  if (!I->nccl) { snprintf(b->err, GT_ERRLEN, "gt.dist: no group joined (call gt.dist.init() first)"); return GT_BERR; }
+  return gt_nccl_run(I->nccl, c, dst, src, I->stream, b->err, GT_ERRLEN) ? GT_BERR : GT_BOK;
+}
+
+/* The communicator on this device (its context current), then a warm-up
+   all-reduce of one element, synced: NCCL's first collective sets up its
+   connections, which must not happen inside a capture. */
+static int cuda_coll_open(gt_backend *b, int rank, int world, const char *id, double timeout) {
+  cuda_impl *I = b->impl;
+  CUdeviceptr w = 0;
+  (void)timeout;   /* (NCCL waits in its own bootstrap; NCCL_TIMEOUT-like settings are NCCL's) */
+  if (I->nccl) return GT_BOK;
+  int rc = CU(I, cuCtxSetCurrent, I->ctx);
+  if (rc) return rc;
+  if (gt_nccl_open(&I->nccl, rank, world, id, b->err, GT_ERRLEN)) return GT_BERR;
+  gt_coll c = { GT_COLL_ALL_REDUCE, GT_RED_SUM, GT_F32, 0, 1 };
+  if (!(rc = CU(I, cuMemAlloc, &w, 4)) && !(rc = CU(I, cuMemsetD8Async, w, 0, 4, I->stream)) &&
+      !(rc = cuda_coll_run(b, &c, w, w)))
+    rc = CU(I, cuStreamSynchronize, I->stream);
+  if (w) I->cu.cuMemFree(w);
+  if (rc) err_append(b, " (gt.dist.init's warm-up all-reduce)");
+  return rc;
 }
 
 static void cuda_shutdown(gt_backend *b) {

@@ -68,6 +68,22 @@ static uint64_t piece_of(gt_runtime *rt, int kind, int root, int es, uint64_t db
   }
 }
 
+static int gather_u64(gt_runtime *rt, uint64_t v, uint64_t *vals);
+
+/* An eager collective over NCCL, which cannot tell ranks that disagree
+   (they would wait or read past a buffer): the ranks compare what they are
+   about to run first (the cpu backend's group compares every collective itself). */
+static int same_coll(gt_runtime *rt, const gt_coll *c, const char *name) {
+  uint64_t h = gt_hash64(c, sizeof *c, 0x636f6c6cull);
+  if (gather_u64(rt, h, rt->dist_vals)) return GT_ERR;
+  for (int k = 1; k < rt->dist_world; k++)
+    if (rt->dist_vals[k] != rt->dist_vals[0])
+      return gt_fail(rt, "gt.dist.%s differs across ranks: rank 0 and rank %d run collectives of another kind, dtype, size, "
+                     "op or root (every rank must run the same collectives in the same order, on tensors of the same shape "
+                     "and dtype)", name, k);
+  return GT_OK;
+}
+
 int gt_dist_coll(gt_runtime *rt, int kind, int op, int root, int dtype, gt_buf *dst, uint64_t doff, uint64_t dbytes,
                  gt_buf *src, uint64_t soff, uint64_t sbytes) {
   static const char *const names[] = { "all_reduce", "all_gather", "reduce_scatter", "broadcast" };
@@ -86,6 +102,7 @@ int gt_dist_coll(gt_runtime *rt, int kind, int op, int root, int dtype, gt_buf *
     return gt_fail(rt, "gt.dist.%s inside a gt.cond/gt.loop body of tree '%s': collectives cannot be conditional graph nodes "
                    "(CUDA and NCCL refuse them); decide on the host (e.g. :item()) and call it outside the body", names[kind], t->name);
   gt_coll c = { kind, op, dtype, root, piece / (uint64_t)es };
+  if (!t && rt->dist_world > 1 && strcmp(rt->be.name, "cpu") && same_coll(rt, &c, names[kind])) return GT_ERR;
   gt_qlaunch l = { .kind = GT_GN_COLL, .nargs = 2, .bytes = piece, .value = gt_coll_pack(&c) };
   gt_arg a[2] = { { .buf = dst, .off = (int64_t)doff, .nbytes = (int64_t)dbytes }, { .buf = src, .off = (int64_t)soff, .nbytes = (int64_t)sbytes } };
   if (!t && (gt_buf_check(rt, dst, doff, dbytes, names[kind]) || gt_buf_check(rt, src, soff, sbytes, names[kind]))) return GT_ERR;
