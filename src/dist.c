@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
-#include "key.h"
 #include "dist.h"
 
 int gt_dist_init(gt_runtime *rt, int rank, int world, const char *id, double timeout) {
@@ -131,22 +130,15 @@ static uint64_t mix(uint64_t h, uint64_t v) {
   return h ^ (h >> 29);
 }
 
-/* What the segment queued, as every rank of the same path queues it:
-   kernels by name (ids and addresses differ between processes), grids,
-   collectives, each tensor argument's role and size, the buffers made. */
+/* What of the segment every rank must run alike: its collectives in order
+   (kind, op, dtype, root, sizes).  Kernels may differ between ranks (rank 0
+   alone adds a bias before an all-reduce); collectives that differ would
+   wait for each other forever under NCCL. */
 static uint64_t path_sig(gt_tree *t) {
   const gt_queue *q = &t->q;
-  uint64_t h = mix(0x6469737470617468ull, (uint64_t)(t->nbufs - t->segstart[t->depth]));
-  for (int i = t->segstart[t->depth]; i < t->nbufs; i++) h = mix(h, t->bufs[i]->bytes);
-  for (int i = 0; i < q->n; i++) {
-    const gt_qlaunch *l = &q->l[i];
-    h = mix(h, ((uint64_t)l->kind << 56) ^ (l->k ? gt_hash64(l->k->name, strlen(l->k->name), 0) : l->bytes));
-    h = mix(h, ((uint64_t)l->grid[0] << 40) ^ ((uint64_t)l->grid[1] << 20) ^ l->grid[2] ^ ((uint64_t)(uint32_t)l->value << 8));
-    h = mix(h, ((uint64_t)l->block[0] << 40) ^ ((uint64_t)l->block[1] << 20) ^ l->block[2] ^ ((uint64_t)l->smem << 32));
-    const gt_arg *a = q->args + l->arg0;
-    for (int j = 0; j < l->nargs; j++)
-      if (a[j].buf) h = mix(h, ((uint64_t)gt_role_of(t, a[j].buf) << 56) ^ (uint64_t)a[j].nbytes);
-  }
+  uint64_t h = 0x6469737470617468ull;
+  for (int i = 0; i < q->n; i++)
+    if (q->l[i].kind == GT_GN_COLL) h = mix(mix(h, (uint64_t)(uint32_t)q->l[i].value), q->l[i].bytes);
   return h;
 }
 
@@ -164,9 +156,9 @@ int gt_dist_check(gt_tree *t) {
     if (n < sizeof same - 8) snprintf(s + n, sizeof same - n, "%s%d", n ? ", " : "", k);
   }
   if (!nother) return GT_OK;
-  return gt_fail(rt, "gt.dist: tree '%s' (%s): segment %d takes different paths across ranks: rank%s %s queued one thing, "
-                 "rank%s %s another (launches, collectives or shapes differ; rank %d is this one).  Every rank's tree call "
-                 "must take the same path: decide branches from values every rank shares",
+  return gt_fail(rt, "gt.dist: tree '%s' (%s): segment %d takes different paths across ranks: rank%s %s queued one list of "
+                 "collectives, rank%s %s another (kinds, sizes or order differ; rank %d is this one).  Every rank's tree call "
+                 "must run the same collectives: decide branches from values every rank shares",
                  t->name, t->where ? t->where : "?", t->depth + 1, strchr(same, ',') ? "s" : "", same,
                  nother > 1 ? "s" : "", other, rt->dist_rank);
 }
