@@ -13,10 +13,11 @@
 -- of the vocabulary for the LM head, whose logits are all-gathered and put
 -- back in vocabulary order for the same argmax kernel as one GPU's.  The
 -- tokens equal examples/decode.lua's for the same weights (spec/dist_spec.lua);
--- --dump writes decode.lua's dump format (rank 0).
+-- --dump writes decode.lua's dump format (rank 0).  Loaded with dofile it
+-- returns { new_model = fn(cfg, weights, rank, world), gpt = gpt.lua's module }.
 local gt = require "gt"
 local ffi = require "ffi"
-local here = (arg and arg[0] and arg[0]:match("^(.*)/[^/]*$")) or "examples"
+local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "examples"
 local gpt = dofile(here .. "/gpt.lua")
 local dist = gt.dist
 local I = require "gt.internal"
@@ -202,4 +203,6 @@ local function main(argv)
   end
 end
 
-main({ ... })
+-- Run as the script: main; loaded with dofile (scripts/bench/tp_bench.lua): the model's functions.
+if arg and arg[0] and arg[0]:match("tp_decode%.lua$") then main({ ... }) end
+return { new_model = new_model, gpt = gpt }

@@ -896,52 +896,6 @@ static int open_cond(cuda_impl *I, CUgraph g, const gt_gnode *nodes, int i, int 
   return GT_BOK;
 }
 
-/* Builds a CUgraph of n nodes; *hout gets one handle per node.  Duplicate
-   dependencies are dropped (the driver refuses them).  Nodes between an
-   IF/WHILE and its END go into the conditional node's body graphs (their
-   dependencies already lie within their body: cond.c lifted them). */
-/* A node that does work (a kernel, a copy, a fill, or an empty node for a
-   0-byte one) in graph cur, after the nd_deps nodes in I->deps. */
-static int add_work(cuda_impl *I, const gt_gnode *nd, int kind, int i, int n, CUgraph cur, size_t nd_deps, CUgraphNode *out) {
-  gt_backend *b = I->b;
-  int rc;
-  switch (kind) {
-  case GT_GN_KERNEL: {
-    CUDA_KERNEL_NODE_PARAMS p;
-    if (!nd->fn) return bad_node(b, i, n, "is a kernel node without a function");
-    if ((rc = ensure_smem(I, nd->fn, nd->smem))) return rc;
-    kernel_params(&p, nd);
-    if ((rc = CU(I, cuGraphAddKernelNode, out, cur, I->deps, nd_deps, &p)))
-      launch_context(b, nd->fn, nd->grid, nd->block, nd->smem);
-    return rc;
-  }
-  case GT_GN_MEMCPY: {
-    CUDA_MEMCPY3D c;
-    memcpy_params(&c, nd);
-    return CU(I, cuGraphAddMemcpyNode, out, cur, I->deps, nd_deps, &c, I->ctx);
-  }
-  case GT_GN_MEMSET: {
-    CUDA_MEMSET_NODE_PARAMS m;
-    memset_params(&m, nd);
-    return CU(I, cuGraphAddMemsetNode, out, cur, I->deps, nd_deps, &m, I->ctx);
-  }
-  default:
-    return CU(I, cuGraphAddEmptyNode, out, cur, I->deps, nd_deps);
-  }
-}
-
-/* The END of frame f: a WHILE's condition is set again for the next pass
-   (*out), and a body graph is never left empty. */
-static int close_cond(cuda_impl *I, const gt_gnode *nodes, const gt_gnode *nd, const cond_frame *f, CUdeviceptr counters,
-                      CUgraph cur, size_t nd_deps, CUgraphNode *out, struct cond_set *cs) {
-  int rc = GT_BOK;
-  CUgraphNode empty;
-  if (nodes[f->begin].kind == GT_GN_WHILE) rc = add_cond_set(I, cur, nd, f, counters, 0, I->deps, nd_deps, out, cs);
-  for (int k = 0; k < 2 && !rc; k++)
-    if (f->body[k] && !f->nodes[k] && !(k == 0 && *out)) rc = CU(I, cuGraphAddEmptyNode, &empty, f->body[k], NULL, 0);
-  return rc;
-}
-
 /* A collective captured into graph cur after the nd_deps nodes in I->deps
    (cuStreamBeginCaptureToGraph): NCCL's nodes join cur, their buffers fixed
    from now on; *out is an empty node after the capture's last nodes, which
@@ -979,6 +933,53 @@ static int add_coll(cuda_impl *I, const gt_gnode *nd, CUgraph cur, size_t nd_dep
   return CU(I, cuGraphAddEmptyNode, out, cur, last, nlast);
 }
 
+/* Builds a CUgraph of n nodes; *hout gets one handle per node.  Duplicate
+   dependencies are dropped (the driver refuses them).  Nodes between an
+   IF/WHILE and its END go into the conditional node's body graphs (their
+   dependencies already lie within their body: cond.c lifted them). */
+/* A node that does work (a kernel, a copy, a fill, or an empty node for a
+   0-byte one) in graph cur, after the nd_deps nodes in I->deps. */
+static int add_work(cuda_impl *I, const gt_gnode *nd, int kind, int i, int n, CUgraph cur, size_t nd_deps, CUgraphNode *out) {
+  gt_backend *b = I->b;
+  int rc;
+  switch (kind) {
+  case GT_GN_KERNEL: {
+    CUDA_KERNEL_NODE_PARAMS p;
+    if (!nd->fn) return bad_node(b, i, n, "is a kernel node without a function");
+    if ((rc = ensure_smem(I, nd->fn, nd->smem))) return rc;
+    kernel_params(&p, nd);
+    if ((rc = CU(I, cuGraphAddKernelNode, out, cur, I->deps, nd_deps, &p)))
+      launch_context(b, nd->fn, nd->grid, nd->block, nd->smem);
+    return rc;
+  }
+  case GT_GN_MEMCPY: {
+    CUDA_MEMCPY3D c;
+    memcpy_params(&c, nd);
+    return CU(I, cuGraphAddMemcpyNode, out, cur, I->deps, nd_deps, &c, I->ctx);
+  }
+  case GT_GN_MEMSET: {
+    CUDA_MEMSET_NODE_PARAMS m;
+    memset_params(&m, nd);
+    return CU(I, cuGraphAddMemsetNode, out, cur, I->deps, nd_deps, &m, I->ctx);
+  }
+  case GT_GN_COLL: return add_coll(I, nd, cur, nd_deps, out);
+  default:
+    return CU(I, cuGraphAddEmptyNode, out, cur, I->deps, nd_deps);
+  }
+}
+
+/* The END of frame f: a WHILE's condition is set again for the next pass
+   (*out), and a body graph is never left empty. */
+static int close_cond(cuda_impl *I, const gt_gnode *nodes, const gt_gnode *nd, const cond_frame *f, CUdeviceptr counters,
+                      CUgraph cur, size_t nd_deps, CUgraphNode *out, struct cond_set *cs) {
+  int rc = GT_BOK;
+  CUgraphNode empty;
+  if (nodes[f->begin].kind == GT_GN_WHILE) rc = add_cond_set(I, cur, nd, f, counters, 0, I->deps, nd_deps, out, cs);
+  for (int k = 0; k < 2 && !rc; k++)
+    if (f->body[k] && !f->nodes[k] && !(k == 0 && *out)) rc = CU(I, cuGraphAddEmptyNode, &empty, f->body[k], NULL, 0);
+  return rc;
+}
+
 static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr counters, CUgraph *gout, CUgraphNode **hout,
                        struct cond_set *cs) {
   gt_backend *b = I->b;
@@ -1007,13 +1008,9 @@ static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr c
     int kind = node_kind(nd);
     if (top && kind != GT_GN_ELSE && kind != GT_GN_END) fr[top - 1].nodes[fr[top - 1].branch]++;
     switch (kind) {
-    case GT_GN_KERNEL: case GT_GN_MEMCPY: case GT_GN_MEMSET: case KIND_EMPTY:
-      rc = add_work(I, nd, kind, i, n, cur, nd_deps, &h[i]);
-      break;
-    case GT_GN_COLL:
-      rc = top ? bad_node(b, i, n, "is a collective inside a conditional body, which NCCL refuses")
-               : add_coll(I, nd, cur, nd_deps, &h[i]);
-      break;
+    case GT_GN_KERNEL: case GT_GN_MEMCPY: case GT_GN_MEMSET: case KIND_EMPTY: case GT_GN_COLL:
+      rc = kind == GT_GN_COLL && top ? bad_node(b, i, n, "is a collective inside a conditional body, which NCCL refuses")
+                                     : add_work(I, nd, kind, i, n, cur, nd_deps, &h[i]); break;
     case GT_GN_IF: case GT_GN_WHILE:
       if (!(rc = open_cond(I, cur, nodes, i, n, counters, &nwhile, nd_deps, &fr[top], &h[i], cs ? &cs[i] : NULL)))
         cur = fr[top++].body[0];
@@ -1163,14 +1160,9 @@ static int cuda_graph_update(gt_backend *b, gt_bgraph *g, const gt_gnode *nodes,
     snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: the graph holds conditional nodes");
     return GT_BREFUSED;
   }
-  for (int i = 0; i < n; i++)
-    if (g->kind[i] == GT_GN_COLL) {  /* NCCL's captured work holds its buffers: a new graph is captured */
-      snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: the graph holds a collective");
-      return GT_BREFUSED;
-    }
-  for (int i = 0; i < n; i++)
-    if (node_kind(&nodes[i]) != g->kind[i] || (g->kind[i] == GT_GN_KERNEL && nodes[i].fn != g->fn[i])) {
-      snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: node %d changed its kind or kernel", i);
+  for (int i = 0; i < n; i++)   /* (a collective: NCCL's captured work holds its buffers, so a new graph is captured) */
+    if (node_kind(&nodes[i]) != g->kind[i] || (g->kind[i] == GT_GN_KERNEL && nodes[i].fn != g->fn[i]) || g->kind[i] == GT_GN_COLL) {
+      snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: node %d changed its kind or kernel, or is a collective", i);
       return GT_BREFUSED;
     }
   if ((rc = graph_build(I, nodes, n, 0, &ng, &nh, NULL))) return rc;
