@@ -1356,7 +1356,9 @@ static void cuda_shutdown(gt_backend *b) {
 }
 
 static int pick_device(cuda_impl *I) {
-  const char *env = getenv("GTLUA_DEVICE");
+  const char *env = getenv("GTLUA_DEVICE"), *local = getenv("LOCAL_RANK");
+  const char *var = env && *env ? "GTLUA_DEVICE" : "LOCAL_RANK";
+  if (!(env && *env)) env = local;   /* a rank of gtlua --nproc (or torchrun): its own GPU */
   CUresult r = I->cu.cuInit(0);
   int count = 0, rc;
   char *end;
@@ -1368,9 +1370,11 @@ static int pick_device(cuda_impl *I) {
   if ((rc = cu_check(I, "cuInit", r)) || (rc = CU(I, cuDeviceGetCount, &count))) return rc;
   if (env && *env) {
     long v = strtol(env, &end, 10);
+    if (var[0] == 'L' && count == 1 && !*end) v = 0;   /* (a launcher that shows each rank its one GPU) */
     if (*end || v < 0 || v >= count) {
-      snprintf(I->b->err, GT_ERRLEN, "cuda: GTLUA_DEVICE=%s is not a device number (there %s %d: 0..%d)",
-               env, count == 1 ? "is" : "are", count, count - 1);
+      snprintf(I->b->err, GT_ERRLEN, "cuda: %s=%s is not a device number (there %s %d: 0..%d)%s",
+               var, env, count == 1 ? "is" : "are", count, count - 1,
+               var[0] == 'L' ? "; a rank a GPU: run at most as many ranks as this host has GPUs" : "");
       return GT_BERR;
     }
     I->ordinal = (int)v;
