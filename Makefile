@@ -50,8 +50,8 @@ $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
 # are those headers themselves; the cpu backend's prelude travels the same way.
 $(BUILD)/obj/gt_header.c: src/gt.h src/gt_internal.h scripts/embed.sh | $(BUILD)/obj
 	sh scripts/embed.sh gt_header_text src/gt.h src/gt_internal.h > $@
-$(BUILD)/obj/cpu_prelude.c: src/cpu_prelude.h scripts/embed.sh | $(BUILD)/obj
-	sh scripts/embed.sh gt_cpu_prelude_text $< > $@
+$(BUILD)/obj/cpu_prelude.c: src/half.h src/cpu_prelude.h scripts/embed.sh | $(BUILD)/obj
+	sh scripts/embed.sh gt_cpu_prelude_text src/half.h src/cpu_prelude.h > $@
 $(BUILD)/obj/%.o: $(BUILD)/obj/%.c
 	$(CC) $(WARN) $(CFLAGS) -c -o $@ $<
 

@@ -9,10 +9,16 @@
 --   gtlua examples/decode.lua --tiny|--full [--batches 1,3,8] [--prompt 8] [--steps 64]
 --        [--vocab N] [--ctx N] [--eot N] [--check-every 8] [--seed N]
 --   gtlua examples/decode.lua --weights FILE --dump OUT [--steps 32]
+--   gtlua examples/decode.lua --model model.safetensors [--dtype bf16|f16|f32] [--heads N]
+--        [--prompt-ids 1,2,3;4,5,6] [--dump OUT]
 --
 -- --weights loads weights and the prompt from a file (scripts/bench/gpt_check.py
 -- writes one); --dump then writes the tree's tokens and logits of every
 -- generated step to OUT (see write_dump) for the check against PyTorch.
+-- --model loads a Hugging Face GPT-2 checkpoint (gpt.load_hf: any layer count,
+-- hidden size and vocabulary; the heads from config.json beside it or --heads),
+-- its matrices and embeddings in --dtype (f32 by default); --prompt-ids gives
+-- the prompt (rows separated by ';').
 -- Each batch size runs eagerly, then through the tree twice (the first
 -- generation warms up and records; the second is timed), and the same for
 -- the keyed tree; the tokens of every run must be identical.
@@ -21,13 +27,15 @@ local here = (arg and arg[0] and arg[0]:match("^(.*)/[^/]*$")) or "examples"
 local gpt = dofile(here .. "/gpt.lua")
 
 local USAGE = "usage: gtlua examples/decode.lua [--tiny|--full] [--batches 1,3,8] [--prompt N] [--steps N] " ..
-  "[--vocab N] [--ctx N] [--eot N] [--check-every K] [--seed N] [--weights FILE [--dump OUT]]"
+  "[--vocab N] [--ctx N] [--eot N] [--check-every K] [--seed N] [--weights FILE [--dump OUT]] " ..
+  "[--model FILE.safetensors] [--dtype bf16|f16|f32] [--heads N] [--prompt-ids 1,2;3,4]"
 
 local function parse(argv)
   local o, i = {}, 1
   local valued = { ["--batches"] = true, ["--prompt"] = true, ["--steps"] = true, ["--vocab"] = true, ["--ctx"] = true,
                    ["--eot"] = true, ["--check-every"] = true, ["--seed"] = true, ["--weights"] = true,
-                   ["--dump"] = true }
+                   ["--dump"] = true, ["--model"] = true, ["--dtype"] = true, ["--heads"] = true,
+                   ["--prompt-ids"] = true }
   while i <= #argv do
     local a = argv[i]
     if a == "--tiny" or a == "--full" then o.size = a:sub(3)
@@ -68,12 +76,24 @@ local function main(argv)
   local size = o.size or (gt.backend() == "cpu" and "tiny" or "full")
   local over = { vocab = tonumber(o.vocab), ctx = tonumber(o.ctx), eot = tonumber(o.eot), seed = tonumber(o.seed) }
   local cfg, w, file_prompt, source
-  if o.weights then
+  if o.model then
+    cfg, w = gpt.load_hf(o.model, { dtype = o.dtype, heads = tonumber(o.heads) }, over)
+    source = cfg.dtype .. " weights from " .. o.model
+  elseif o.weights then
     cfg, w, file_prompt = gpt.load(o.weights, over)
     source = "weights from " .. o.weights
   else
+    over.dtype = o.dtype
     cfg = gpt.config(size == "tiny" and gpt.TINY or gpt.FULL, over)
-    source = "random weights"
+    source = "random " .. cfg.dtype .. " weights"
+  end
+  if o.prompt_ids then
+    file_prompt = {}
+    for row in o.prompt_ids:gmatch("[^;]+") do
+      local r = {}
+      for id in row:gmatch("[^,%s]+") do r[#r + 1] = assert(tonumber(id), "--prompt-ids: " .. id .. " is not a number") end
+      file_prompt[#file_prompt + 1] = r
+    end
   end
   local m = gpt.new(cfg, w)
   local buckets = { dim = 1, sizes = cfg.buckets, narrow = { 1, 2 } }      -- tok and logits: one row a sequence
@@ -81,7 +101,7 @@ local function main(argv)
   local keyed = gt.tree(m.step, { name = "decode-keyed", buckets = buckets, warn_shapes = false,
                                   key = function() return 0 end, patch = { 2, 3 } })
   print(("gpt decode: backend %s, %s config: %d layers, hidden %d, %d heads, vocab %d, context %d, eot %d; %s; %d kernels a step")
-    :format(gt.backend(), o.weights and "file" or size, cfg.layers, cfg.hidden, cfg.heads, cfg.vocab, cfg.ctx,
+    :format(gt.backend(), (o.weights or o.model) and "file" or size, cfg.layers, cfg.hidden, cfg.heads, cfg.vocab, cfg.ctx,
             cfg.eot, source, m.kernels))
 
   if o.dump then

@@ -43,6 +43,8 @@ function M.config(cfg, over)
   assert(c.hidden % c.heads == 0, "gpt: hidden must be a multiple of heads")
   assert((c.hidden / c.heads) % 4 == 0, "gpt: hidden / heads must be a multiple of 4 (float4 rows)")
   assert(c.ctx <= M.MAX_CTX, "gpt: ctx at most " .. M.MAX_CTX)
+  c.dtype = c.dtype or "f32"        -- the weights' (matrices and embeddings): f32, bf16 or f16
+  assert(c.dtype == "f32" or c.dtype == "bf16" or c.dtype == "f16", "gpt: dtype f32, bf16 or f16")
   return c
 end
 
@@ -51,21 +53,26 @@ function M.kernels_per_step(c) return 5 * c.layers + 3 end
 
 -- -- Kernels ---------------------------------------------------------------------
 
-local K
-local function kernels()
-  if not K then K = gt.load("kernels/gpt.cu") end
-  return K
+-- kernels/gpt.cu, or for half-precision weights (dt "bf16", "f16") kernels/gpt_half.cu.
+local KS = {}
+local function kernels(dt)
+  dt = dt or "f32"
+  if not KS[dt] then
+    KS[dt] = dt == "f32" and gt.load("kernels/gpt.cu") or
+      gt.load("kernels/gpt_half.cu", dt == "bf16" and { options = "-DGPT_BF16" } or nil)
+  end
+  return KS[dt]
 end
 
 local CPU = gt.backend() == "cpu"
 
 -- A launcher over n elements (1-D grid of 256-thread blocks), cached per grid.
-local function flat(name)
+local function flat(name, dt)
   local cache = {}
   return function(n)
     local g = max(1, min(ceil(n / 256), 4096))
     local f = cache[g]
-    if not f then f = kernels()[name]:config(g, 256); cache[g] = f end
+    if not f then f = kernels(dt)[name]:config(g, 256); cache[g] = f end
     return f
   end
 end
@@ -100,20 +107,23 @@ function M.rows_plan(Mr, N, Kd, sms, force)
 end
 
 local SMS                          -- multiprocessors (cpu: worker threads)
-local row_plans = {}               -- [N][K][M] -> { f = launcher, S, M, N, K, shape }
+local row_plans = {}               -- [dt][N][K][M] -> { f = launcher, S, M, N, K, shape }
 
--- The cached plan and launcher for M rows x N features of K.
-local function rows_launcher(Mr, N, Kd)
-  local byN = row_plans[N]
-  if not byN then byN = {}; row_plans[N] = byN end
+-- The cached plan and launcher for M rows x N features of K (weights of dtype dt, default f32).
+local function rows_launcher(Mr, N, Kd, dt)
+  dt = dt or "f32"
+  local plans = row_plans[dt] or {}
+  row_plans[dt] = plans
+  local byN = plans[N]
+  if not byN then byN = {}; plans[N] = byN end
   local byK = byN[Kd]
   if not byK then byK = {}; byN[Kd] = byK end
   local r = byK[Mr]
   if not r then
     SMS = SMS or gt.device().sms
     local p = M.rows_plan(Mr, N, Kd, SMS)
-    r = { f = kernels()["rows_linear_m" .. p.mt .. "_f32"]:config(p.grid, p.block, p.smem), S = p.S,
-          M = Mr, N = N, K = Kd, shape = gt.shape { Mr, N } }
+    r = { f = kernels(dt)["rows_linear_m" .. p.mt .. (dt == "f32" and "_f32" or "_h")]:config(p.grid, p.block, p.smem),
+          S = p.S, M = Mr, N = N, K = Kd, shape = gt.shape { Mr, N } }
     byK[Mr] = r
   end
   return r
@@ -139,7 +149,7 @@ function M.rows_linear(mode, x, W, bias, res, g, beta, force)
     r = { f = kernels()["rows_linear_m" .. p.mt .. "_f32"]:config(p.grid, p.block, p.smem), S = p.S,
           shape = { Mr, N } }
   else
-    r = rows_launcher(Mr, N, Kd)
+    r = rows_launcher(Mr, N, Kd, W.dtype)
   end
   local y = gt.tensor(r.shape)
   r.f(y, x, W, bias or x, res or x, g or x, beta or x, Mr, N, Kd, r.S, mode)
@@ -192,8 +202,19 @@ local function layout(c)
   return list
 end
 
+-- The matrices and embeddings of weights w in half precision (c.dtype);
+-- biases and layernorm parameters stay f32.
+local HALF_NAMES = { wte = true, wpe = true, wqkv = true, wproj = true, wfc = true, wout = true }
+local function to_dtype(c, w)
+  if c.dtype == "f32" then return end
+  for k, t in pairs(w) do
+    if HALF_NAMES[k:match("[^%.]+$")] and t.dtype ~= c.dtype then w[k] = t:to(c.dtype):static(); t:free() end
+  end
+end
+
 -- Per-layer tables; the tied LM head is wte itself ({V, D}: a token per row).
 local function finish_weights(c, w)
+  to_dtype(c, w)
   w.lm = w.wte
   w.layers = {}
   for l = 1, c.layers do
@@ -268,6 +289,65 @@ function M.load(path, over)
   return c, finish_weights(c, w), prompt
 end
 
+-- -- Hugging Face checkpoints -----------------------------------------------------------------
+
+-- Hugging Face GPT-2 names (an optional "transformer." prefix; h.N counts from
+-- 0) of gpt.lua's parameters (layer l counts from 1).  Conv1D weights are
+-- {in, out} (x @ W), c_attn's columns q | k | v, as layout() has them.
+local HF = { ln1_g = "ln_1.weight", ln1_b = "ln_1.bias", wqkv = "attn.c_attn.weight", bqkv = "attn.c_attn.bias",
+             wproj = "attn.c_proj.weight", bproj = "attn.c_proj.bias", ln2_g = "ln_2.weight", ln2_b = "ln_2.bias",
+             wfc = "mlp.c_fc.weight", bfc = "mlp.c_fc.bias", wout = "mlp.c_proj.weight", bout = "mlp.c_proj.bias" }
+
+-- The file's config.json (save_pretrained writes one beside the weights), or {}.
+local function hf_config(path)
+  local f = io.open((path:match("^(.*)/[^/]*$") or ".") .. "/config.json", "r")
+  if not f then return {} end
+  local text = f:read("*a")
+  f:close()
+  local ok, j = pcall(require("gt.json").decode, text)
+  return ok and type(j) == "table" and j or {}
+end
+
+--- load_hf(path [, opts [, over]]) -> cfg, weights: a Hugging Face GPT-2 checkpoint
+--- (model.safetensors); opts.dtype "f32" | "bf16" | "f16" for the matrices and embeddings.
+--- Layers, hidden size, vocabulary and context come from the shapes, the heads from
+--- config.json beside the file (n_head), else opts.heads, else hidden / 64.
+function M.load_hf(path, opts, over)
+  opts = opts or {}
+  local function wanted(name)                   -- (the tied head and the causal-mask buffers are not read)
+    return name ~= "lm_head.weight" and not name:find("%.attn%.bias$") and not name:find("%.attn%.masked_bias$")
+  end
+  local raw = gt.safetensors.load(path, { dtype = "f32", names = wanted })
+  local t = {}
+  for name, v in pairs(raw) do
+    if name ~= "__metadata__" then t[name:gsub("^transformer%.", "")] = v end
+  end
+  local function need(n)
+    local v = t[n]
+    if not v then error("gpt.load_hf: " .. path .. " has no tensor " .. n .. " (a GPT-2 checkpoint?)", 3) end
+    return v
+  end
+  local wte, wpe = need("wte.weight"), need("wpe.weight")
+  local L = 0
+  while t["h." .. L .. ".ln_1.weight"] do L = L + 1 end
+  if L == 0 then error("gpt.load_hf: " .. path .. " has no layers (h.0.ln_1.weight)", 2) end
+  local V, D, T = wte:size(1), wte:size(2), wpe:size(1)
+  local j = hf_config(path)
+  local H = opts.heads or j.n_head or D / 64
+  local c = M.config(M.FULL, { layers = L, hidden = D, heads = H, vocab = V, ctx = math.min(T, M.MAX_CTX),
+                               eot = j.eos_token_id or (V >= 50257 and 50256 or V - 1), dtype = opts.dtype or "f32" })
+  c = M.config(c, over)
+  local w = { wte = wte:static(), wpe = wpe:static(), lnf_g = need("ln_f.weight"):static(), lnf_b = need("ln_f.bias"):static() }
+  for l = 1, L do
+    for k, hf in pairs(HF) do
+      local v = need("h." .. (l - 1) .. "." .. hf)
+      if v:dim() == 2 then local tt = gt.ops.transpose(v); v:free(); v = tt end   -- {in, out} -> {out, in}
+      w["h" .. l .. "." .. k] = v:static()
+    end
+  end
+  return c, finish_weights(c, w)
+end
+
 -- -- The model -------------------------------------------------------------------------------
 
 --- new(cfg [, weights]) -> model: { cfg, w, kc, vc, done, hist, kernels, step = fn(ids, pos, live) }
@@ -291,7 +371,8 @@ function M.new(c, w)
   m.posd = gt.zeros({ 1 }, "i32"):static()         -- the step's position on the device (embed writes it, attention reads it)
 
   local KK = kernels()
-  local embed = flat("embed_pos_f32")
+  local embed = flat(c.dtype == "f32" and "embed_pos_f32" or "embed_pos_h", c.dtype)
+  local rows_launcher = function(Mr, N, Kd) return rows_launcher(Mr, N, Kd, c.dtype) end   -- (the weights' dtype)
   local tensor = gt.tensor
   local hstride = m.hist:size(2)
   -- attention: a block per (sequence, head), 1024 threads while the blocks

@@ -101,15 +101,22 @@ __device__ void gpt_stage(float *xs, float *stat, const float *x, const float *g
   __syncthreads();
 }
 
-// A lane's weights: GPT_PASSES float4 loads of one feature's row, columns
-// c, c+32, ... (in float4s) below c_hi, zeros past it.  Issued together, so
-// a warp has GPT_PASSES x 512 bytes in flight.
+// Four weights of a row of WT from element 4c on, as floats: one float4
+// load (gpt_half.cu specializes it for the 2-byte types: 8 bytes, widened).
+template <class WT> __device__ __forceinline__ float4 gpt_w4(const WT *row, int c);
+template <> __device__ __forceinline__ float4 gpt_w4<float>(const float *row, int c) {
+  return __ldg((const float4 *)row + c);
+}
+
+// A lane's weights: GPT_PASSES loads of four of one feature's row, columns
+// c, c+32, ... (in fours) below c_hi, zeros past it.  Issued together, so
+// a warp has GPT_PASSES x 512 bytes (f32) in flight.
 #define GPT_PASSES 8
 
-__device__ __forceinline__ void gpt_load_w(float4 *wr, const float4 *w4, int c, int c_hi) {
+template <class WT> __device__ __forceinline__ void gpt_load_w(float4 *wr, const WT *row, int c, int c_hi) {
 #pragma unroll
   for (int j = 0; j < GPT_PASSES; j++)
-    wr[j] = c + 32 * j < c_hi ? __ldg(w4 + c + 32 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    wr[j] = c + 32 * j < c_hi ? gpt_w4(row, c + 32 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
 // acc[m] += wr . in[m, those columns] for every staged row m.
@@ -169,8 +176,8 @@ __device__ __forceinline__ float gpt_warp_sum_rows(float *acc, int lane, int *ro
 // stat: 32 floats, part: 512 floats (shared).  A warp's first weights are
 // loaded before the rows are staged, and the next feature's while this one's
 // sums are reduced, so DRAM latency overlaps the prologue and the epilogue.
-template <int MT>
-__device__ void gpt_rows_linear(float *y, const float *x, const float *W, const float *bias, const float *res,
+template <int MT, class WT>
+__device__ void gpt_rows_linear(float *y, const float *x, const WT *W, const float *bias, const float *res,
                                 const float *g, const float *beta, int M, int N, int K, int S, int mode,
                                 float *xs, float *stat, float *part) {
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -184,7 +191,7 @@ __device__ void gpt_rows_linear(float *y, const float *x, const float *W, const 
   for (int m0 = 0; m0 < M; m0 += MT) {
     int mr = min(MT, M - m0);
     int n = blockIdx.x * G + f;
-    if (f < G && n < N) gpt_load_w(wr, (const float4 *)(W + (long long)n * K), c0, c_hi);
+    if (f < G && n < N) gpt_load_w(wr, W + (long long)n * K, c0, c_hi);
     gpt_stage<MT>(xs, stat, x, g, beta, m0, M, K, mode);
     for (int base = blockIdx.x * G; base < N; base += stride) {   // uniform over the block
       n = base + f;
@@ -193,13 +200,13 @@ __device__ void gpt_rows_linear(float *y, const float *x, const float *W, const 
 #pragma unroll
       for (int m = 0; m < MT; m++) acc[m] = 0.0f;
       if (mine) {
-        const float4 *w4 = (const float4 *)(W + (long long)n * K);
+        const WT *w4 = W + (long long)n * K;
         gpt_fma_w<MT>(acc, wr, xs, K, c0, c_hi);
         for (int c = c0 + 32 * GPT_PASSES; c < c_hi; c += 32 * GPT_PASSES) {   // slices over 8 passes
           gpt_load_w(wr, w4, c, c_hi);
           gpt_fma_w<MT>(acc, wr, xs, K, c, c_hi);
         }
-        if (n + stride < N) gpt_load_w(wr, (const float4 *)(W + (long long)(n + stride) * K), c0, c_hi);
+        if (n + stride < N) gpt_load_w(wr, W + (long long)(n + stride) * K, c0, c_hi);
       }
       int row;
       float sum = gpt_warp_sum_rows<MT>(acc, lane, &row);
@@ -236,7 +243,7 @@ __device__ void gpt_rows_linear(float *y, const float *x, const float *W, const 
   extern __shared__ float gpt_xs[]; \
   __shared__ float stat[32]; \
   __shared__ float part[512]; \
-  gpt_rows_linear<MT>(y, x, W, bias, res, g, beta, M, N, K, S, mode, gpt_xs, stat, part);
+  gpt_rows_linear<MT>(y, x, W, bias, res, g, beta, M, N, K, S, mode, gpt_xs, stat, part);   // (WT from W)
 
 // The five instances, one a line: gtlua reads a kernel's signature from the source text (macros are not
 // expanded there), so each __global__ definition is written out.

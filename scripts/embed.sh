@@ -1,7 +1,7 @@
 #!/bin/sh
 # embed.sh NAME FILE...: prints a C file defining `const char *NAME(void)` that
 # returns the FILEs' text, one after the other (used for gt.h and gt_internal.h
-# -> ffi.cdef, and the cpu prelude).
+# -> ffi.cdef, and the cpu prelude: half.h's conversions, then cpu_prelude.h).
 set -eu
 name=$1; shift
 echo "const char *$name(void);"

@@ -115,7 +115,7 @@ local SINK = { write = function(self) return self end, flush = function() end }
 api { name = "gt.help", f = function(x) local out = io.stdout; io.stdout = SINK
         local ok, e = pcall(gt.help, x); io.stdout = out; if not ok then error(e, 0) end end, n = 1,
       args = function() return { gt.zeros } end, ok = { ALL } }
-for _, name in ipairs { "backend", "clock", "compile_counts", "cond_nodes", "device", "home", "memory" } do
+for _, name in ipairs { "backend", "clock", "compile_counts", "cond_nodes", "device", "home", "memory", "transfers" } do
   api { name = "gt." .. name, f = gt[name], n = 1, args = function() return {} end, ok = { ALL } }
 end
 
@@ -177,6 +177,7 @@ method("size", 2, function() return { t22(), 1 } end, { meta, set("nil") })
 method("item", 1, function() return { one() } end, { {} })
 method("tolist", 1, function() return { t22() } end, { recv_any })
 method("static", 1, function() return { t22() } end, { recv_any })
+method("to", 2, function() return { t22(), "bf16" } end, { set("3-d"), {} })   -- (casts between f32, f16, bf16)
 method("free", 1, function() return { t22() } end, { recv_any })
 method("copy", 2, function() return { t22(), { { 5, 6 }, { 7, 8 } } } end, { set("3-d", "i32"), set("strided") })
 method("fill", 2, function() return { t22(), 2 } end, { set("3-d", "i32"), nums() })

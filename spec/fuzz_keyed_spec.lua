@@ -19,10 +19,10 @@ local function campaign(first, seeds, steps, limit)
     "local bad = require('spec.harness.fuzz_keyed').run(%d, %d, %d); os.exit(#bad == 0 and 0 or 1, true)")
     :format(first, seeds, steps)
   -- (this backend; without the triage variables a campaign by hand may have set)
-  -- (left out: Uarg, a tensor the body captures, not static, passed as an argument too, which a keyed
-  -- path takes for the argument, the limit docs/DESIGN.md section 5 names; trimB, B:trim in A's body,
+  -- (Ulimit: a tensor the body captures, not static, passed as an argument too, only where a tree
+  -- tells it from the argument, docs/DESIGN.md section 5's limit; no trimB, B:trim in A's body,
   -- whose stale outputs the eager side does not model)
-  local status, out, err = S.sh(("timeout %d env -u KEYEDFUZZ_TRACE KEYEDFUZZ_SKIP=Uarg,trimB KEYEDFUZZ_AT=%s \"$GTLUA\" " ..
+  local status, out, err = S.sh(("timeout %d env -u KEYEDFUZZ_TRACE KEYEDFUZZ_SKIP=Ulimit,trimB KEYEDFUZZ_AT=%s \"$GTLUA\" " ..
     "--backend=%s -e %s"):format(limit, S.shq(at), gt.backend(), S.shq(code)))
   local f = io.open(at)
   local seed = f and f:read("*l")

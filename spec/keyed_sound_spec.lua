@@ -292,4 +292,24 @@ describe("keyed calls are never wrong #keyed", function()
     assert.tensor_near({ { 6, 6 } }, step(x))
     assert.are.equal(before + 1, runs)
   end)
+
+  it("a captured tensor that is also passed in is not taken for the argument: the key is refused, every result eager's", function()
+    local U = gt.ones { 4 }
+    local V = gt.full({ 4 }, 10)
+    local warned = quiet(function()
+      local step = gt.tree(function(x, p)
+        local y = gt.tensor { 4 }
+        K.addf(1, 32, y, x, p, 4)
+        local z = gt.tensor { 4 }
+        K.addf(1, 32, z, U, 0, 4)                     -- (U captured: the call's argument on the first calls)
+        return ops.add(y, z)
+      end, { key = function() return 1 end, patch = { 2 } })
+      for i = 1, 8 do
+        local x = i <= 4 and U or V
+        assert.are.equal(x:tolist()[1] + i + 1, step(x, i):tolist()[1], "call " .. i)
+      end
+    end)
+    assert.is_true(#warned >= 1)
+    assert.matches("captured tensor", warned[1])
+  end)
 end)

@@ -267,6 +267,22 @@ static const char *rewrite_dyn_shared(FILE *out, const char *src, const char *p,
   return end + 1;
 }
 
+/* The end of an `#include <cuda_fp16.h>` (or cuda_bf16.h, .hpp, "..." forms)
+   starting at p, or NULL: the prelude gives what those headers declare, so
+   the line is dropped (its newline kept). */
+static const char *half_include(const char *p) {
+  static const char *const names[] = { "cuda_fp16.h", "cuda_fp16.hpp", "cuda_bf16.h", "cuda_bf16.hpp" };
+  const char *q = skip_space(p + 1), *eol = p + strcspn(p, "\n");
+  if (strncmp(q, "include", 7)) return NULL;
+  q = skip_space(q + 7);
+  if (*q != '<' && *q != '"') return NULL;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    size_t n = strlen(names[i]);
+    if (!strncmp(q + 1, names[i], n) && (q[n + 1] == '>' || q[n + 1] == '"') && q + n + 1 < eol) return eol;
+  }
+  return NULL;
+}
+
 /* The source with dynamic shared declarations rewritten (comments and
    literals are copied untouched), then one entry point per kernel. */
 static void build_source(FILE *out, const char *src, const gt_ksig *sigs, int nsigs) {
@@ -287,7 +303,8 @@ static void build_source(FILE *out, const char *src, const gt_ksig *sigs, int ns
       depth++, p++;
     } else if (*p == '}') depth -= depth > 0, p++;
     else if (word_at(src, p, "extern") && (r = rewrite_dyn_shared(out, src, p, in_code))) { p = r; continue; }
-    else p += 1 + strcspn(p + 1, "/\"'e{}");
+    else if (*p == '#' && (r = half_include(p))) { p = r; continue; }
+    else p += 1 + strcspn(p + 1, "/\"'e{}#");
     fwrite(start, 1, (size_t)(p - start), out);
   }
   fputs("\n#line 1 \"<gtlua cpu entry points>\"\n", out);

@@ -36,6 +36,7 @@ void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits) {
 #include <unistd.h>
 #include <cuda.h>
 #include <nvrtc.h>
+#include "incdir.h"
 #include "nccl.h"
 
 #define MIN_DRIVER 12040          /* CUDA 12.4: conditional graph nodes */
@@ -162,6 +163,8 @@ typedef struct cuda_impl {
   gt_bfunc *cond_set;           /* gt_cond_set: reads p, sets the conditional handle */
   gt_device_info info;
   int compiles, cache_hits;
+  int inc_state;                /* 0 not searched yet; 1 inc holds the -I options; -1 not found (searched) */
+  char inc[2600], searched[3000];
   struct capture_api cap;       /* NULL fields: no capture into a graph (collectives then run eagerly only) */
   gt_nccl *nccl;                /* gt.dist's communicator (NULL: none joined) */
 } cuda_impl;
@@ -728,9 +731,8 @@ static int module_load(cuda_impl *I, const cuda_image *img, const gt_ksig *sigs,
 /* A cache hit calls no NVRTC function; a cache file that fails its check is
    a miss (overwritten), one that fails to load is removed, and the source is
    compiled again. */
-static int cuda_compile(gt_backend *b, const char *src, const char *opts, const gt_ksig *sigs, int nsigs,
-                        gt_bmodule **mod, gt_bfunc **fns) {
-  cuda_impl *I = b->impl;
+static int cuda_compile_src(cuda_impl *I, const char *src, const char *opts, const gt_ksig *sigs, int nsigs,
+                            gt_bmodule **mod, gt_bfunc **fns) {
   char path[3200];
   int cached = cache_path(I, cache_key(I, src, opts, sigs, nsigs), path, sizeof path), rc;
   cuda_image img;
@@ -745,6 +747,47 @@ static int cuda_compile(gt_backend *b, const char *src, const char *opts, const 
   if (cached) cache_write(path, &img);
   rc = module_load(I, &img, sigs, nsigs, mod, fns);
   image_free(&img);
+  return rc;
+}
+
+/* NVRTC has no built-in cuda_fp16.h / cuda_bf16.h: a source that uses half
+   precision gets both included in front and -I to the CUDA headers (searched
+   once: incdir.c); *hsrc and *hopts are then malloc'd (else NULL). */
+static int half_source(cuda_impl *I, const char *src, const char *opts, char **hsrc, char **hopts) {
+  static const char head[] = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n";
+  *hsrc = *hopts = NULL;
+  if (!gt_uses_half(src)) return GT_BOK;
+  if (!I->inc_state) {
+    Dl_info di;
+    const char *lib = dladdr((void *)I->nv.nvrtcVersion, &di) && di.dli_fname ? di.dli_fname : NULL;
+    I->inc_state = gt_cuda_include(lib, I->inc, sizeof I->inc, I->searched, sizeof I->searched) == 0 ? 1 : -1;
+  }
+  if (I->inc_state < 0) {
+    snprintf(I->b->err, GT_ERRLEN, "cuda: this kernel uses half precision (__half, __nv_bfloat16, ...), declared in "
+             "cuda_fp16.h and cuda_bf16.h, which NVRTC does not have built in, and no directory holding them was found "
+             "(searched: %s); set GTLUA_CUDA_INCLUDE to the CUDA toolkit's include directory (or pip's "
+             "site-packages/nvidia/cu13/include)", I->searched);
+    return GT_BERR;
+  }
+  size_t no = strlen(opts ? opts : "");
+  if (!(*hsrc = malloc(sizeof head + strlen(src))) || !(*hopts = malloc(no + strlen(I->inc) + 2))) {
+    free(*hsrc), *hsrc = NULL;
+    return no_memory(I->b, "kernel source");
+  }
+  strcat(strcpy(*hsrc, head), src);
+  snprintf(*hopts, no + strlen(I->inc) + 2, "%s%s%s", I->inc, no ? " " : "", opts ? opts : "");
+  return GT_BOK;
+}
+
+static int cuda_compile(gt_backend *b, const char *src, const char *opts, const gt_ksig *sigs, int nsigs,
+                        gt_bmodule **mod, gt_bfunc **fns) {
+  cuda_impl *I = b->impl;
+  char *hsrc, *hopts;
+  int rc = half_source(I, src, opts, &hsrc, &hopts);
+  if (rc) return rc;
+  if (hsrc) src = hsrc, opts = hopts;
+  rc = cuda_compile_src(I, src, opts, sigs, nsigs, mod, fns);
+  free(hsrc), free(hopts);
   return rc;
 }
 

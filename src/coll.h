@@ -25,6 +25,7 @@ static inline int gt_coll_esize(int dtype) {
   switch (dtype) {
   case GT_F32: case GT_I32: case GT_U32: return 4;
   case GT_F64: case GT_I64: case GT_U64: return 8;
+  case GT_F16: case GT_BF16: return 2;
   case GT_U8: return 1;
   default: return 0;
   }

@@ -18,6 +18,7 @@
 #include "explain.h"
 #include "floor.h"
 #include "stats.h"
+#include "tree.h"
 
 #define GT_ALIGN 256u
 #define GT_SLAB (1 << GT_SLAB_BITS)
@@ -44,6 +45,7 @@ struct gt_runtime {
   uint64_t watch_lo[16], watch_hi[16];  /* cond.c: eager writes into [lo, hi) are noted (hi = 0: none) */
   int watch_hit[16], watching;          /* watching: slots in use */
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
+  gt_transfers xfer;         /* reads, writes and syncs asked for (gt_transfer_counts) */
   gt_lane lane;              /* predict.c: the replay lane of the active call */
   int dist_rank, dist_world;  /* dist.c: this process in gt.dist's group (world 0: none joined) */
   gt_buf *dist_keys;         /* dist.c: the path check's all-gather, (world + 1) x 8 bytes */
@@ -88,13 +90,7 @@ struct gt_node {
   uint64_t sfrees;                   /* gt_static_frees when asig was saved */
   int gpu_n;
   int gev_pending;                   /* the events of a sampled launch (gev) wait to be read */
-  /* key.c: the recording as the cursor compares it (nsig launches, 0: none) */
-  struct gt_node *last_kid;          /* the child visited last */
-  struct gt_node *after;             /* the sibling visited after this node last time (the cursor predicts it) */
-  gt_asig *asig; uint64_t *bsig; gt_rsig *rsig; int nsig, nbsig, nrsig;
-  gt_lrec *lrec;                     /* lane.c: the recording as the replay lane tests it (made on first use) */
-  int lane_ext;                      /* lane.c: 1 + the last of lrec's launches with an external input (0: none) */
-  gt_arg *qargs;                     /* the recorded launches' arguments as queued (what the lane's sync copies) */
+  gt_precord pred;                   /* predict.c: the recording as the cursor and the lane compare it */
   struct gt_node *parent;            /* the tree's root sentinel for a first segment */
   int id, depth;
   int nlaunch;                       /* launches */
@@ -169,11 +165,11 @@ struct gt_tree {
   uint64_t shrink_end;               /* GT_DEFER_SHRINK: the pool's end to keep */
   gt_buf **stage; int stagecap, pinnedcap;       /* staging slots (ordinary memory) */
   uint64_t *scratch; void **pscratch; int scratchcap, pscratchcap;
-  gt_buf *kept; int nkept, keptcap;  /* the last call's buffer structs, kept for a call that may be dropped (gt_tree_discard) */
-  int32_t kept_gen;                  /* its generation (the dropped call's prev_gen) */
+  gt_trace trace;                    /* tree.c: what a traced call keeps and leaves */
   int dry;                           /* the call is traced: nothing of it runs (gt_tree_dry) */
-  gt_buf **dryb; int ndryb, drybcap;  /* its staged inputs' memory (stage.c) */
-  gt_node **dpath; uint64_t *dvals; int ndpath, dpathcap, dvalcap;   /* the last traced call's path and values */
+  gt_buf **dryb; int ndryb, drybcap;  /* its staged inputs' memory and its arguments' structs (stage.c) */
+  gt_buf **dryof; int dryofcap;       /* per dryb: the argument's buffer (gt_tree_dry_arg), or NULL */
+  uint8_t *dreach; int ndreach, dreachcap;   /* per argument of its launches (as the traced path's values): reached through a call argument (stage.c) */
   /* key.c: the offset at which each external buffer (by ordinal) was first
      used in a key computation (k: keys and saved signatures; c: the cursor):
      an external view is keyed by its offset from there, so one view at any

@@ -213,6 +213,136 @@ static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((un
 template <class T> static inline T __ldg(const T *p) { return *p; }
 static inline void __trap() { __builtin_trap(); }
 
+/* -- Half precision: what cuda_fp16.h and cuda_bf16.h give --------------- */
+/* __half and __nv_bfloat16 hold their bits; conversions are half.h's (the
+   bits CUDA's __float2half_rn / __float2bfloat16_rn give), arithmetic is done
+   in float and rounded once (exact for +, -, *, /: float has more than twice
+   the bits), as the device's half instructions round.  An #include of
+   cuda_fp16.h or cuda_bf16.h in a kernel is dropped on this backend. */
+#define __CUDA_FP16_H__
+#define __CUDA_BF16_H__
+struct __half_raw { unsigned short x; };
+struct __nv_bfloat16_raw { unsigned short x; };
+#define GT_HALF_TYPE(H, TO, FROM) \
+  struct H { \
+    unsigned short __x; \
+    H() = default; \
+    H(const H##_raw &r) : __x(r.x) {} \
+    H(float f) : __x(TO(f)) {} \
+    H(double f) : __x(TO((float)f)) {} \
+    template <class I, class = typename std::enable_if<std::is_integral<I>::value>::type> H(I i) : __x(TO((float)i)) {} \
+    operator float() const { return FROM(__x); } \
+    operator H##_raw() const { return H##_raw{__x}; } \
+    H &operator=(float f) { __x = TO(f); return *this; } \
+    H &operator+=(const H &o) { return *this = (float)*this + (float)o; } \
+    H &operator-=(const H &o) { return *this = (float)*this - (float)o; } \
+    H &operator*=(const H &o) { return *this = (float)*this * (float)o; } \
+    H &operator/=(const H &o) { return *this = (float)*this / (float)o; } \
+  }; \
+  static inline H operator+(const H &a, const H &b) { return H((float)a + (float)b); } \
+  static inline H operator-(const H &a, const H &b) { return H((float)a - (float)b); } \
+  static inline H operator*(const H &a, const H &b) { return H((float)a * (float)b); } \
+  static inline H operator/(const H &a, const H &b) { return H((float)a / (float)b); } \
+  static inline H operator-(const H &a) { H r; r.__x = (unsigned short)(a.__x ^ 0x8000u); return r; } \
+  static inline H operator+(const H &a) { return a; } \
+  static inline bool operator==(const H &a, const H &b) { return (float)a == (float)b; } \
+  static inline bool operator!=(const H &a, const H &b) { return (float)a != (float)b; } \
+  static inline bool operator<(const H &a, const H &b) { return (float)a < (float)b; } \
+  static inline bool operator<=(const H &a, const H &b) { return (float)a <= (float)b; } \
+  static inline bool operator>(const H &a, const H &b) { return (float)a > (float)b; } \
+  static inline bool operator>=(const H &a, const H &b) { return (float)a >= (float)b; }
+GT_HALF_TYPE(__half, gt_f32_to_f16, gt_f16_to_f32)
+GT_HALF_TYPE(__nv_bfloat16, gt_f32_to_bf16, gt_bf16_to_f32)
+typedef __half half;
+typedef __nv_bfloat16 nv_bfloat16;
+struct __align__(4) __half2 { __half x, y; };
+struct __align__(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
+typedef __half2 half2;
+typedef __nv_bfloat162 nv_bfloat162;
+/* The functions, for both types (P: the name's part, H the type, H2 its pair). */
+#define GT_HALF_FUNCS(P, H, H2) \
+  static inline H __float2##P(float f) { return H(f); } \
+  static inline H __float2##P##_rn(float f) { return H(f); } \
+  static inline H __double2##P(double f) { return H((float)f); } \
+  static inline float __##P##2float(H h) { return (float)h; } \
+  static inline H __ushort_as_##P(unsigned short u) { H h; h.__x = u; return h; } \
+  static inline unsigned short __##P##_as_ushort(H h) { return h.__x; } \
+  static inline short __##P##_as_short(H h) { return (short)h.__x; } \
+  static inline H __short_as_##P(short u) { H h; h.__x = (unsigned short)u; return h; } \
+  static inline int __##P##2int_rn(H h) { return (int)nearbyintf((float)h); } \
+  static inline int __##P##2int_rz(H h) { return (int)(float)h; } \
+  static inline H __int2##P##_rn(int i) { return H((float)i); } \
+  static inline H2 __float2##P##2_rn(float f) { return H2{H(f), H(f)}; } \
+  static inline H2 __floats2##P##2_rn(float a, float b) { return H2{H(a), H(b)}; } \
+  static inline H2 __float22##P##2_rn(float2 f) { return H2{H(f.x), H(f.y)}; } \
+  static inline float2 __##P##22float2(H2 h) { return float2{(float)h.x, (float)h.y}; } \
+  static inline H2 __##P##2##P##2(H h) { return H2{h, h}; } \
+  static inline H2 __halves2##P##2(H a, H b) { return H2{a, b}; } \
+  static inline H __low2##P(H2 h) { return h.x; } \
+  static inline H __high2##P(H2 h) { return h.y; } \
+  static inline H2 __lows2##P##2(H2 a, H2 b) { return H2{a.x, b.x}; } \
+  static inline H2 __highs2##P##2(H2 a, H2 b) { return H2{a.y, b.y}; } \
+  static inline H2 __lowhigh2highlow(H2 h) { return H2{h.y, h.x}; } \
+  static inline float __low2float(H2 h) { return (float)h.x; } \
+  static inline float __high2float(H2 h) { return (float)h.y; } \
+  static inline H __hadd(H a, H b) { return a + b; } \
+  static inline H __hsub(H a, H b) { return a - b; } \
+  static inline H __hmul(H a, H b) { return a * b; } \
+  static inline H __hdiv(H a, H b) { return a / b; } \
+  static inline H __hneg(H a) { return -a; } \
+  static inline H __habs(H a) { H r; r.__x = (unsigned short)(a.__x & 0x7fffu); return r; } \
+  static inline H __hfma(H a, H b, H c) { return H((float)fma((double)(float)a, (double)(float)b, (double)(float)c)); } \
+  static inline H __hadd_rn(H a, H b) { return a + b; } \
+  static inline H __hmul_rn(H a, H b) { return a * b; } \
+  static inline H __hsub_rn(H a, H b) { return a - b; } \
+  static inline bool __hisnan(H a) { return (a.__x & 0x7fffu) > (P##_INF_BITS_); } \
+  static inline int __hisinf(H a) { return (a.__x & 0x7fffu) == (P##_INF_BITS_) ? (a.__x & 0x8000u ? -1 : 1) : 0; } \
+  static inline H __hmax(H a, H b) { return __hisnan(a) ? b : __hisnan(b) ? a : a > b ? a : b; } \
+  static inline H __hmin(H a, H b) { return __hisnan(a) ? b : __hisnan(b) ? a : a < b ? a : b; } \
+  static inline bool __heq(H a, H b) { return a == b; } \
+  static inline bool __hne(H a, H b) { return !__hisnan(a) && !__hisnan(b) && a != b; } \
+  static inline bool __hlt(H a, H b) { return a < b; } \
+  static inline bool __hle(H a, H b) { return a <= b; } \
+  static inline bool __hgt(H a, H b) { return a > b; } \
+  static inline bool __hge(H a, H b) { return a >= b; } \
+  static inline H2 __hadd2(H2 a, H2 b) { return H2{a.x + b.x, a.y + b.y}; } \
+  static inline H2 __hsub2(H2 a, H2 b) { return H2{a.x - b.x, a.y - b.y}; } \
+  static inline H2 __hmul2(H2 a, H2 b) { return H2{a.x * b.x, a.y * b.y}; } \
+  static inline H2 __h2div(H2 a, H2 b) { return H2{a.x / b.x, a.y / b.y}; } \
+  static inline H2 __hneg2(H2 a) { return H2{-a.x, -a.y}; } \
+  static inline H2 __habs2(H2 a) { return H2{__habs(a.x), __habs(a.y)}; } \
+  static inline H2 __hfma2(H2 a, H2 b, H2 c) { return H2{__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)}; } \
+  static inline H2 __hmax2(H2 a, H2 b) { return H2{__hmax(a.x, b.x), __hmax(a.y, b.y)}; } \
+  static inline H2 __hmin2(H2 a, H2 b) { return H2{__hmin(a.x, b.x), __hmin(a.y, b.y)}; } \
+  static inline H2 operator+(const H2 &a, const H2 &b) { return __hadd2(a, b); } \
+  static inline H2 operator-(const H2 &a, const H2 &b) { return __hsub2(a, b); } \
+  static inline H2 operator*(const H2 &a, const H2 &b) { return __hmul2(a, b); } \
+  static inline H2 operator/(const H2 &a, const H2 &b) { return __h2div(a, b); } \
+  static inline H hsqrt(H a) { return H(sqrtf((float)a)); } \
+  static inline H hrsqrt(H a) { return H(1.0f / sqrtf((float)a)); } \
+  static inline H hexp(H a) { return H(expf((float)a)); } \
+  static inline H hlog(H a) { return H(logf((float)a)); } \
+  static inline H htanh(H a) { return H(tanhf((float)a)); } \
+  static inline H hrcp(H a) { return H(1.0f / (float)a); } \
+  static inline H hfloor(H a) { return H(floorf((float)a)); } \
+  static inline H hceil(H a) { return H(ceilf((float)a)); } \
+  static inline H atomicAdd(H *p, H v) { return gt_atomic_rmw_(p, [v](H o) { return o + v; }); }
+#define half_INF_BITS_ 0x7c00u
+#define bfloat16_INF_BITS_ 0x7f80u
+GT_HALF_FUNCS(half, __half, __half2)
+GT_HALF_FUNCS(bfloat16, __nv_bfloat16, __nv_bfloat162)
+#undef half_INF_BITS_
+#undef bfloat16_INF_BITS_
+static inline __nv_bfloat16 __float2bfloat16_rz(float f) { return __ushort_as_bfloat16((unsigned short)(__float_as_uint(f) >> 16)); }
+static inline __half __float2half_rz(float f) {
+  __half h = __float2half_rn(f);   /* one step toward zero when rounding went away from it */
+  if (!__hisnan(h) && fabsf((float)h) > fabsf(f)) h.__x = (unsigned short)(h.__x - 1);
+  return h;
+}
+static inline __half2 make_half2(__half a, __half b) { return __half2{a, b}; }
+static inline __nv_bfloat162 make_bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) { return __nv_bfloat162{a, b}; }
+static inline __nv_bfloat16 __half2bfloat16(__half h) { return __nv_bfloat16((float)h); }
+
 /* -- Entry points ------------------------------------------------------- */
 /* GT_CPU_ENTRY(sym, kernel) defines extern "C" sym(ctx, args): it unpacks
    args[i] as the kernel's i-th parameter type and runs the kernel once

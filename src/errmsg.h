@@ -8,7 +8,8 @@
 #define GT_ERRDEF(_) \
   _(NOMEM, "out of host memory") \
   _(GRAPH_LAUNCH, "graph launch") \
-  _(GRAPH_PATCH, "graph patch")
+  _(GRAPH_PATCH, "graph patch") \
+  _(OTHER_PATH, "took another path than the memoized one")
 
 typedef enum {
 #define GT_ERRENUM(name, text) GT_E_##name,

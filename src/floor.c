@@ -98,7 +98,7 @@ static int written_spans(const gt_node *n, const gt_qlaunch *l, gt_kept *k, int 
   for (int j = 0; j < l->nargs; j++) {
     if (!gt_launch_writes(l, j)) continue;
     uint64_t a = n->argvals[l->arg0 + j];
-    uint64_t len = l->kind == GT_GN_KERNEL || l->kind == GT_GN_COLL ? (uint64_t)n->qargs[l->arg0 + j].nbytes : l->bytes;
+    uint64_t len = l->kind == GT_GN_KERNEL || l->kind == GT_GN_COLL ? (uint64_t)n->pred.qargs[l->arg0 + j].nbytes : l->bytes;
     if (!len) continue;
     if (GT_GROW(k->s, *cap, k->n + 1)) return GT_ERR;
     k->s[k->n++] = (gt_span){ a, a + len };
@@ -175,8 +175,8 @@ static int floor_paths(gt_runtime *rt, gt_tree *t, gt_floorpath *last, gt_floorp
   if (gt_pool_epoch != t->epoch_last)
     for (int d = 0; d < t->nlastpath; d++) {
       const gt_node *n = t->lastpath[d];
-      for (int j = 0; n->asig && n->argvals && j < n->nargvals; j++)
-        if (n->asig[j].role == GT_ROLE_EXTERNAL && gt_pool_released_since(t->epoch_last, n->argvals[j]))
+      for (int j = 0; n->pred.asig && n->argvals && j < n->nargvals; j++)
+        if (n->pred.asig[j].role == GT_ROLE_EXTERNAL && gt_pool_released_since(t->epoch_last, n->argvals[j]))
           return gt_fail(rt, "tree '%s': an input of its last call lay in memory a tree's pool gave back since "
                          "(tree:trim, or a tree freed): call the tree again before tree:floor", t->name);
     }
@@ -193,7 +193,7 @@ static int floor_paths(gt_runtime *rt, gt_tree *t, gt_floorpath *last, gt_floorp
     for (int i = 0; i < (*paths)[f].npath; i++)
       if (!(*paths)[f].path[i]->graph)
         return gt_fail(rt, "tree '%s': a path of the floor did not replay every segment", t->name);
-      else if (!(*paths)[f].path[i]->qargs || (*paths)[f].path[i]->nsig != (*paths)[f].path[i]->nlaunch)
+      else if (!(*paths)[f].path[i]->pred.qargs || (*paths)[f].path[i]->pred.nsig != (*paths)[f].path[i]->nlaunch)
         return gt_fail(rt, "tree '%s': a segment of the floor's path has no recording of what it writes", t->name);
   return GT_OK;
 }

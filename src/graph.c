@@ -16,7 +16,7 @@
 
 /* Launch i of n's graph was patched: its values may differ from the
    recording's, which the lane replays, so the lane leaves it to the core. */
-static inline void gt_lane_patched(gt_node *n, int i) { if (n->lrec) n->lrec[i].cfg = 0; }
+static inline void lane_patched(gt_node *n, int i) { if (n->pred.lrec) n->pred.lrec[i].cfg = 0; }
 
 static int scratch(gt_tree *t, int n) {
   if (GT_GROW(t->scratch, t->scratchcap, n) || GT_GROW(t->pscratch, t->pscratchcap, n)) return gt_err(t->rt, GT_E_NOMEM);
@@ -145,7 +145,7 @@ static void note_patch(gt_tree *t, int d, int i) {
 
 int gt_graph_patch(gt_tree *t, int d, gt_node *n, int i) {
   const gt_qlaunch *l = &n->launches[i];
-  gt_lane_patched(n, i);
+  lane_patched(n, i);
   void *ptrs[GT_MAX_PARAMS];
   gt_gnode g;
   gt_launch_gnode(l, n->argvals + l->arg0, ptrs, &g);
@@ -176,9 +176,9 @@ static int update_exec(gt_tree *t, gt_node *n, const gt_gnode *g, int count) {
    recording (launches and arguments as queued), as a path's one graph is
    built. */
 int gt_graph_rebuild(gt_tree *t, gt_node *n) {
-  if (!n->launches || !n->qargs || n->nsig != n->nlaunch)
+  if (!n->launches || !n->pred.qargs || n->pred.nsig != n->nlaunch)
     return gt_fail(t->rt, "tree '%s': a segment's graph cannot be rebuilt without its recording", t->name);
-  gt_queue q = { .l = n->launches, .n = n->nlaunch, .args = n->qargs, .nargs = n->nargvals };
+  gt_queue q = { .l = n->launches, .n = n->nlaunch, .args = n->pred.qargs, .nargs = n->nargvals };
   gt_gnode *g = calloc(n->nlaunch ? n->nlaunch : 1, sizeof *g);
   void **ptrs = malloc((n->nargvals ? n->nargvals : 1) * sizeof *ptrs);
   int *deps = NULL, st = g && ptrs ? GT_OK : GT_ERR;
@@ -214,7 +214,7 @@ int gt_graph_replay(gt_tree *t, gt_node *n, int first) {
     if (pst == GT_BREFUSED) { refused = 1; continue; }   /* (a node in a conditional body the driver will not patch) */
     if (pst != GT_BOK) return gt_err_be(t->rt, GT_E_GRAPH_PATCH);
     memcpy(was, now, l->nargs * sizeof *now);
-    gt_lane_patched(n, i);
+    lane_patched(n, i);
     note_patch(t, t->npath, i);
   }
   if (refused) {                      /* a copy node moved: update the whole exec */

@@ -16,7 +16,7 @@ typedef struct gt_keyed gt_keyed;     /* a memoized path of keyed calls */
 enum { GT_OK = 0, GT_ERR = -1 };
 
 /* Element types. */
-enum { GT_F32 = 1, GT_I32 = 2, GT_I64 = 3, GT_U8 = 4, GT_F64 = 5, GT_U32 = 6, GT_U64 = 7 };
+enum { GT_F32 = 1, GT_I32 = 2, GT_I64 = 3, GT_U8 = 4, GT_F64 = 5, GT_U32 = 6, GT_U64 = 7, GT_F16 = 8, GT_BF16 = 9 };
 /* Collectives (gt.dist) and their reductions; GT_COLL_CHECK is the path check (an all-gather of segment keys). */
 enum { GT_COLL_ALL_REDUCE = 0, GT_COLL_ALL_GATHER = 1, GT_COLL_REDUCE_SCATTER = 2, GT_COLL_BROADCAST = 3, GT_COLL_CHECK = 4 };
 enum { GT_RED_SUM = 0, GT_RED_MAX = 1, GT_RED_MIN = 2 };
@@ -31,8 +31,11 @@ enum {
 
 /* Buffer flags. */
 /* RELEASED: freed by gt_buf_free (gt.scope, t:free(), an op's temporary);
-   KEEP: a scope's return value. */
-enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_RELEASED = 4, GT_BUF_STAGING = 8, GT_BUF_KEEP = 16, GT_BUF_SLAB = 32 };
+   KEEP: a scope's return value; ALIAS: a struct over another buffer's
+   memory, which it neither owns nor holds; DRYARG: a traced call's argument, as its
+   body gets it (gt_tree_dry_arg, or a traced call's staged input). */
+enum { GT_BUF_STATIC = 1, GT_BUF_TREE = 2, GT_BUF_RELEASED = 4, GT_BUF_STAGING = 8, GT_BUF_KEEP = 16, GT_BUF_SLAB = 32,
+       GT_BUF_ALIAS = 64, GT_BUF_DRYARG = 128 };
 
 typedef struct gt_device_info {
   char backend[16];        /* "cpu" or "cuda" */
@@ -144,6 +147,12 @@ uint64_t gt_mem_in_use(gt_runtime *rt);          /* ordinary (non-tree) memory i
 double gt_clock_us(void);                        /* a monotonic wall clock, microseconds */
 const char *gt_take_warning(void);               /* a runtime warning not yet shown (e.g. the kernel cache refused), once; NULL when none */
 int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits); /* cuda: NVRTC runs and CUBIN cache hits; GT_ERR elsewhere */
+/* The host's transfers and waits since the runtime opened: device -> host
+   reads (gt_buf_read: item, tolist, a host-decided p), host -> device writes
+   (gt_buf_write: gt.from, copy from a table) and gt_sync calls.  A step the
+   device decides adds none of them. */
+typedef struct gt_transfers { uint64_t reads, writes, syncs; } gt_transfers;
+void gt_transfer_counts(gt_runtime *rt, gt_transfers *out);
 
 /* -- Buffers ------------------------------------------------------------ */
 gt_buf *gt_buf_new(gt_runtime *rt, uint64_t bytes);  /* ordinary memory; refs = 1 (the caller's); NULL on error (out of memory) */
@@ -365,6 +374,12 @@ int gt_tree_dry_end(gt_runtime *rt);
 /* 1 when the tree's last call took the kept traced call's path with the same
    values in every launch (the trace followed what decides them). */
 int gt_tree_dry_same(gt_tree *t);
+/* A traced call's argument b as its body gets it: a struct of its own over
+   b's memory (the same struct for the same b within the call), so that the
+   path tells the launches that reach a tensor through the call's argument
+   from those that reach its memory another way (a captured tensor); NULL
+   when t's call is not traced (said) or out of host memory. */
+gt_buf *gt_tree_dry_arg(gt_tree *t, gt_buf *b);
 
 /* -- Device-side branches (cond.c) --------------------------------------- */
 /* Entries of the launch queue that give it structure: IF p {then} [ELSE
@@ -390,6 +405,23 @@ int gt_cond_writes(gt_runtime *rt, int from, gt_buf *p, int64_t off, int64_t nby
    [off, off+nbytes) (p NULL: stops); returns whether the slot saw one since
    it was last set. */
 int gt_cond_watch(gt_runtime *rt, int slot, gt_buf *p, int64_t off, int64_t nbytes);
+
+/* -- Element types and files on the host (half.c, mapfile.c) ------------ */
+/* Bytes per element of a dtype (GT_F32 ...), 0 for an unknown one. */
+int gt_dtype_size(int dt);
+/* Converts n elements of dtype sdt at src into dtype ddt at dst (host memory;
+   f32, f64, f16, bf16, i32, i64, u8).  Floats to f16/bf16 round to nearest
+   even (half.h), to integers truncate and saturate.  GT_ERR for an unknown dtype. */
+int gt_convert(void *dst, int ddt, const void *src, int sdt, size_t n);
+uint16_t gt_half_bits(float f, int dt);     /* f as f16 or bf16 (dt) bits, rounded to nearest even */
+float gt_half_value(uint16_t h, int dt);    /* the f16 or bf16 (dt) bits h as a float, exactly */
+
+/* A file mapped read-only into memory. */
+typedef struct gt_mapped { const uint8_t *data; uint64_t size; } gt_mapped;
+/* Maps path whole (an empty file: data NULL, size 0).  GT_ERR with the reason
+   (strerror) in err (256 bytes).  gt_unmap undoes it. */
+int gt_map_file(const char *path, gt_mapped *out, char *err);
+void gt_unmap(gt_mapped *m);
 
 /* -- gt.dist: several processes, one a GPU ----------------------------------- */
 /* Joins the group of world ranks as rank (id: a name every rank gives alike;

@@ -1,7 +1,7 @@
 /* gt_internal.h - the core's structs that Lua's FFI reads or writes field by field:
    the buffer struct (tensor.lua makes a tree call's output in place) and the
-   replay lane (launcher.lua's generated tests).  Not the API: no function a
-   user calls takes them.  Fed to ffi.cdef after gt.h, with it (the two are
+   replay lane (launcher.lua's generated tests).  Not the API: gt.h passes a
+   gt_buf only as a handle.  Fed to ffi.cdef after gt.h, with it (the two are
    embedded as one text, gt_header_text), so the same rules hold: plain C
    declarations, no macros, no inline code. */
 #ifndef GT_INTERNAL_H

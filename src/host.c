@@ -18,12 +18,14 @@ static int pending(gt_runtime *rt) {
 
 int gt_sync(gt_runtime *rt) {
   if (pending(rt)) return GT_ERR;
+  rt->xfer.syncs++;
   if (rt->be.sync(&rt->be) != GT_BOK) return gt_fail_be(rt, NULL);
   return GT_OK;
 }
 
 int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint64_t bytes) {
   if (gt_buf_check(rt, b, off, bytes, "copy to device") != GT_OK || pending(rt)) return GT_ERR;
+  rt->xfer.writes++;
   if (bytes && rt->be.htod(&rt->be, b->addr + off, src, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
   if (rt->active) b->wgen = rt->active->gen;   /* written by the call (gt_buf.wgen) */
   return GT_OK;
@@ -31,6 +33,7 @@ int gt_buf_write(gt_runtime *rt, gt_buf *b, uint64_t off, const void *src, uint6
 
 int gt_buf_read(gt_runtime *rt, gt_buf *b, uint64_t off, void *dst, uint64_t bytes) {
   if (gt_buf_check(rt, b, off, bytes, "copy to host") != GT_OK || pending(rt)) return GT_ERR;
+  rt->xfer.reads++;
   if (bytes && rt->be.dtoh(&rt->be, dst, b->addr + off, bytes) != GT_BOK) return gt_fail_be(rt, NULL);
   return GT_OK;
 }

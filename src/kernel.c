@@ -70,6 +70,8 @@ static int dtype_of(const char *b) {
   if (!strcmp(b, "unsigned char") || !strcmp(b, "uint8_t") || !strcmp(b, "char")) return GT_U8;
   if (!strcmp(b, "unsigned") || !strcmp(b, "uint32_t")) return GT_U32;
   if (!strcmp(b, "unsigned long long") || !strcmp(b, "uint64_t") || !strcmp(b, "size_t")) return GT_U64;
+  if (!strcmp(b, "__half") || !strcmp(b, "half")) return GT_F16;
+  if (!strcmp(b, "__nv_bfloat16") || !strcmp(b, "nv_bfloat16")) return GT_BF16;
   return 0;
 }
 
@@ -207,7 +209,7 @@ static const char common_prelude[] =
    header whose device surface both compilers have without a file (the
    fixed-width types, the math functions, printf, assert, memcpy, malloc, the
    limits macros: common_prelude and the cpu prelude give them) is blanked;
-   CUDA's own headers (cuda_*.h, cuda/...) are left to the compilers; any
+   CUDA's own headers (cuda_*.h, cuda/..., mma.h) are left to the compilers; any
    other <header> and any std:: name is refused. */
 static const char *const device_headers[] = {
   "cstdint", "stdint.h", "cmath", "math.h", "cstdio", "stdio.h", "cfloat", "float.h", "climits", "limits.h",
@@ -291,7 +293,7 @@ int gt_kernel_portable(gt_runtime *rt, const char *src, char *out, const char *c
     const char *h = angle_include(l, &len);
     track_line(src + (l - s), l, &line, file, sizeof file);
     if (h && is_device_header(h, len)) memset(out + (l - s), ' ', (size_t)(eol - l));
-    else if (h && strncmp(h, "cuda", 4))
+    else if (h && strncmp(h, "cuda", 4) && !(len == 5 && !strncmp(h, "mma.h", 5)))
       st = gt_fail(rt, "%s:%d: #include <%.*s>: NVRTC (the compiler of the cuda backend) has no C++ standard "
                         "library and opens no host header, so a GPU would refuse this kernel, and gtlua refuses it on "
                         "every backend. %s", file, line, (int)len, h, device_has);

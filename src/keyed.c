@@ -138,13 +138,13 @@ static uint64_t patch_value(const gt_keyed *k, const kpatch *p, const gt_arg *in
    of those freed lay where n reads one (then n's statics are kept again). */
 static int statics_kept(gt_node *n) {
   if (n->sfrees == gt_static_frees) return 1;
-  if (!n->asig || !n->argvals) return 0;
-  for (int i = 0; i < n->nsig && i < n->nlaunch; i++) {
+  if (!n->pred.asig || !n->argvals) return 0;
+  for (int i = 0; i < n->pred.nsig && i < n->nlaunch; i++) {
     const gt_qlaunch *l = &n->launches[i];
     for (int j = 0; j < l->nargs; j++) {
       int slot = l->arg0 + j;
-      if (slot < n->nargvals && n->asig[slot].role == GT_ROLE_STATIC &&
-          gt_static_freed_since(n->sfrees, n->argvals[slot], (uint64_t)n->asig[slot].nbytes))
+      if (slot < n->nargvals && n->pred.asig[slot].role == GT_ROLE_STATIC &&
+          gt_static_freed_since(n->sfrees, n->argvals[slot], (uint64_t)n->pred.asig[slot].nbytes))
         return 0;
     }
   }
@@ -171,7 +171,7 @@ static void show_value(char *buf, size_t len, uint64_t v, int ptr, int ptype) {
 static int same_arg(const gt_node *m, const gt_node *n, int slot, uint64_t want, int ptr) {
   uint64_t now = m->argvals[slot];
   if (!ptr || m == n) return now == want;
-  const gt_asig *x = m->asig && slot < m->nargvals ? &m->asig[slot] : NULL, *y = n->asig && slot < n->nargvals ? &n->asig[slot] : NULL;
+  const gt_asig *x = m->pred.asig && slot < m->nargvals ? &m->pred.asig[slot] : NULL, *y = n->pred.asig && slot < n->nargvals ? &n->pred.asig[slot] : NULL;
   if (!x || !y || x->role != y->role || x->off != y->off || x->nbytes != y->nbytes) return 0;
   if (x->role == GT_ROLE_INTERNAL || x->role == GT_ROLE_PATH) return x->id == y->id;
   return now == want;
@@ -180,7 +180,7 @@ static int same_arg(const gt_node *m, const gt_node *n, int slot, uint64_t want,
 int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
   gt_tree *t = k->t;
   if (t->nlastpath != k->npath)
-    return gt_fail(rt, "took another path than the memoized one: %d segments where it has %d", t->nlastpath, k->npath);
+    return gt_fail(rt, "%s: %d segments where it has %d", gt_errmsg_text(GT_E_OTHER_PATH), t->nlastpath, k->npath);
   trace_eval(k, ins);
   int moved = GT_OK;
   for (int i = 0; i < k->nguard; i++)          /* a hit would not have taken the path: memoize it again */
@@ -195,19 +195,19 @@ int gt_tree_keyed_check(gt_runtime *rt, gt_keyed *k, const gt_arg *ins) {
          hashes what a graph bakes in, says whether it is the same segment */
       if (!m->launches || !m->argvals) {
         if (m->key == k->s[d].key) continue;
-        return gt_fail(rt, "took another path than the memoized one: its segment %d differs", d + 1);
+        return gt_fail(rt, "%s: its segment %d differs", gt_errmsg_text(GT_E_OTHER_PATH), d + 1);
       }
       if (m->nlaunch != n->nlaunch || m->nargvals != k->s[d].nvals)
-        return gt_fail(rt, "took another path than the memoized one: its segment %d differs (%d launches where it has %d)",
+        return gt_fail(rt, "%s: its segment %d differs (%d launches where it has %d)", gt_errmsg_text(GT_E_OTHER_PATH),
                        d + 1, m->nlaunch, n->nlaunch);
     } else if (n->key != k->s[d].key) return GT_KEYED_ANEW;   /* updated in place since (another static): a hit would not take it */
     else if (n->nargvals != k->s[d].nvals)
-      return gt_fail(rt, "took another path than the memoized one: its segment %d was recorded again with other launches", d + 1);
+      return gt_fail(rt, "%s: its segment %d was recorded again with other launches", gt_errmsg_text(GT_E_OTHER_PATH), d + 1);
     for (int i = 0; i < n->nlaunch; i++) {
       const gt_qlaunch *l = &n->launches[i], *lm = &m->launches[i];
       if (lm->kind != l->kind || lm->k != l->k || lm->nargs != l->nargs || memcmp(lm->grid, l->grid, sizeof l->grid) ||
           memcmp(lm->block, l->block, sizeof l->block) || lm->smem != l->smem || lm->bytes != l->bytes)
-        return gt_fail(rt, "took another path than the memoized one: its segment %d differs (launch %d is %s where it has %s)", d + 1, i + 1,
+        return gt_fail(rt, "%s: its segment %d differs (launch %d is %s where it has %s)", gt_errmsg_text(GT_E_OTHER_PATH), d + 1, i + 1,
                        gt_launch_what(lm), gt_launch_what(l));
       for (int a = 0; a < l->nargs; a++) {
         int slot = l->arg0 + a;
@@ -269,7 +269,7 @@ static int keyed_end(gt_tree *t, gt_keyed *k, const gt_arg *ins, gt_buf **outb) 
 
 /* Whether node n's graph can be rebuilt from its recording (a copy or fill
    at other addresses, a patch the driver refuses: gt_graph_rebuild). */
-static int rebuildable(const gt_node *n) { return n->launches && n->qargs && n->nsig == n->nlaunch; }
+static int rebuildable(const gt_node *n) { return n->launches && n->pred.qargs && n->pred.nsig == n->nlaunch; }
 
 /* Node d of k's path before its launch: k's values back in its graph if
    something else changed it (gver), then this call's patches (*pi: the

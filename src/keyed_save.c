@@ -28,10 +28,16 @@ static int input_of(uint64_t v, const gt_arg *ins, const uint8_t *kinds, int nin
 }
 
 /* The addresses of the call's tensor inputs in the path's graphs: patches.
-   GT_ERR with the reason when an address is two inputs', or a launch reads
-   an external tensor that is no input (a captured one). */
+   A slot is an input's when the traced run reached it through that
+   argument (t->dreach: the body got a struct of its own for each argument,
+   gt_tree_dry_arg), not when its address only lies there: a captured tensor
+   that is also passed in keeps its own.  GT_ERR with the reason when an
+   address is two inputs', or a launch reads an external tensor that is no
+   input (a captured one). */
 static int find_inputs(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, const uint8_t *kinds, int nin) {
-  for (int d = 0; d < k->npath; d++) {
+  const gt_tree *t = k->t;
+  const uint8_t *reach = t->ndreach >= 0 && t->trace.ndpath == k->npath ? t->dreach : NULL;
+  for (int d = 0, base = 0; d < k->npath; base += k->path[d]->nargvals, d++) {
     gt_node *n = k->path[d];
     for (int i = 0; i < n->nlaunch; i++) {
       const gt_qlaunch *l = &n->launches[i];
@@ -41,8 +47,16 @@ static int find_inputs(gt_runtime *rt, gt_keyed *k, const gt_arg *ins, const uin
         uint64_t v = n->argvals[slot];
         int a = input_of(v, ins, kinds, nin);
         if (a == -2) return gt_fail(rt, "two tensor arguments share memory");
+        int ext = n->pred.asig && i < n->pred.nsig && slot < n->nargvals && n->pred.asig[slot].role == GT_ROLE_EXTERNAL;
+        if (a >= 0 && reach && !reach[base + slot]) {      /* argument a's memory, reached another way */
+          if (!ext) continue;                               /* (a static tensor: kept, and guarded) */
+          return gt_fail(rt, "segment %d, launch %d (%s) reads%s%s%s the memory of argument %d through another tensor "
+                         "than that argument (a captured tensor also passed in): pass it one way only",
+                         d + 1, i + 1, gt_launch_what(l), l->kind == GT_GN_KERNEL ? " through '" : "",
+                         l->kind == GT_GN_KERNEL ? l->k->pname[j] : "", l->kind == GT_GN_KERNEL ? "'" : "", a + 1);
+        }
         if (a < 0) {
-          if (n->asig && i < n->nsig && slot < n->nargvals && n->asig[slot].role == GT_ROLE_EXTERNAL)
+          if (ext)
             return gt_fail(rt, "segment %d, launch %d (%s) reads%s%s%s a tensor that is not an argument of the call, "
                            "not made in it and not static: a captured tensor (mark it :static() if it stays, "
                            "or pass it as an argument)", d + 1, i + 1, gt_launch_what(l),
@@ -144,11 +158,12 @@ gt_keyed *gt_tree_keyed_save(gt_runtime *rt, gt_tree *t, const gt_arg *ins, cons
   k->ev = malloc((size_t)(nex ? nex : 1) * sizeof *k->ev);
   if (!k->ex || !k->ev) { gt_keyed_free(k); gt_err(rt, GT_E_NOMEM); return NULL; }
   if (nex) memcpy(k->ex, ex, (size_t)nex * sizeof *ex);
-  if (find_inputs(rt, k, ins, kinds, nin) || find_traced(rt, k, sl, nsl)) { gt_keyed_free(k); return NULL; }
+  int bad = find_inputs(rt, k, ins, kinds, nin) || find_traced(rt, k, sl, nsl);
+  t->ndreach = -1;                           /* (the traced run's reach serves this save only) */
+  if (bad) { gt_keyed_free(k); return NULL; }
   if (k->np > 1) qsort(k->p, (size_t)k->np, sizeof *k->p, by_slot);
   for (int d = 0; d < k->npath; d++) k->path[d]->keyed = 1;
   k->next = t->keyed;
   t->keyed = k;
   return k;
 }
-

@@ -16,16 +16,16 @@
    that position, its graph values (*was) and whether statics are kept; NULL
    when there is nothing to test quickly (no prediction, another
    configuration, values unknown): gt_cursor_push decides. */
-static inline const gt_asig *gt_cursor_expect(const gt_tree *t, uint32_t cfg, int nargs, const uint64_t **was,
+static inline const gt_asig *cursor_expect(const gt_tree *t, uint32_t cfg, int nargs, const uint64_t **was,
                                               int *statics_kept) {
   const gt_node *n = t->pred.cand;
   int i = t->q.n;
-  if (t->pred.cmiss || !cfg || i >= n->nsig) return NULL;
+  if (t->pred.cmiss || !cfg || i >= n->pred.nsig) return NULL;
   const gt_qlaunch *r = &n->launches[i];
   if (r->cfg != cfg || !n->argvals || n->nargvals < r->arg0 + nargs) return NULL;
   *was = n->argvals + r->arg0;
   *statics_kept = n->sfrees == gt_static_frees;
-  return n->asig + r->arg0;
+  return n->pred.asig + r->arg0;
 }
 
 /* After a launch that faulted past the start of a tensor parameter (the cpu
@@ -171,7 +171,7 @@ static inline uint64_t bind_scalars(const gt_kernel *k, const gt_arg *args, gt_a
   return d;
 }
 
-/* bind_args for a launch the cursor predicted (gt_cursor_expect: s, the
+/* bind_args for a launch the cursor predicted (cursor_expect: s, the
    recorded launch's signature, of the same configuration, so the same
    kernel: its scalars are where s has scalars), in k->order: the tensors
    first, each taking gt_arg_quick's test as it is bound, or when that
@@ -224,7 +224,7 @@ int gt_launch_tensors(gt_runtime *rt, const gt_launchcfg *c, const gt_tensor *co
     const uint64_t *was = NULL;
     int kept = 0, quick = 0;
     uint64_t dirty = 0;
-    const gt_asig *s = gt_cursor_expect(t, c->id, k->nparams, &was, &kept);
+    const gt_asig *s = cursor_expect(t, c->id, k->nparams, &was, &kept);
     int bad = s ? bind_predicted(t, k, ts, args, a, s, was, kept, &quick, &dirty) : bind_args(t, k, ts, args, a);
     if (bad) return bad;
     commit_predicted(t, d, c, 0, quick, dirty);
@@ -248,7 +248,7 @@ static inline __attribute__((always_inline)) void lean_bind(gt_tree *t, int j, g
 }
 
 /* gt_launch_lean's path for the replayed op: a tree call whose cursor
-   predicts this configuration next (s, was, kept: gt_cursor_expect's), its
+   predicts this configuration next (s, was, kept: cursor_expect's), its
    tensors live and any without a buffer an output.  The tensors go from
    the registers they came in straight into the queue (no handles built, no
    dtype or contiguity test: the lean caller made those), the output's
@@ -299,7 +299,7 @@ gt_buf *gt_launch_lean(gt_runtime *rt, const gt_launchcfg *c, const gt_arg *args
   if (t) {
     const uint64_t *was;
     int kept;
-    const gt_asig *s = gt_cursor_expect(t, c->id, k->nparams, &was, &kept);
+    const gt_asig *s = cursor_expect(t, c->id, k->nparams, &was, &kept);
     gt_buf *b = s ? lean_predicted(t, c, args, s, was, kept, b1, o1, n1, g1, b2, o2, n2, g2, b3, o3, n3, g3,
                                    b4, o4, n4, g4) : NULL;
     if (b) return b;

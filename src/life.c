@@ -94,7 +94,7 @@ static void free_now(gt_tree *t) {
   free(t->root.kids);
   for (int i = 0; i < t->nskip; i++) free(t->skip[i].reason);
   free(t->skip); free(t->warn); free(t->nodes); free(t->bufs); free(t->segstart);
-  free(t->path); free(t->lastpath); free(t->kept); free(t->dpath); free(t->dvals); gt_tree_dry_release(t); free(t->dryb); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned); free(t->pred.cdirty); free(t->patched); free(t->kfirst); free(t->cfirst);
+  free(t->path); free(t->lastpath); free(t->trace.kept); free(t->trace.dpath); free(t->trace.dvals); free(t->dreach); gt_tree_dry_release(t); free(t->dryb); free(t->dryof); free(t->scratch); free(t->pscratch); free(t->stage); free(t->pinned); free(t->pred.cdirty); free(t->patched); free(t->kfirst); free(t->cfirst);
   free(t->rels);
   gt_queue_free(&t->q);
   gt_slab_give(t);

@@ -14,7 +14,8 @@
 typedef struct { char internal[128]; } nccl_id;
 typedef void *nccl_comm;
 typedef int nccl_res;          /* ncclResult_t: 0 is ncclSuccess */
-enum { NC_INT8 = 0, NC_UINT8 = 1, NC_INT32 = 2, NC_UINT32 = 3, NC_INT64 = 4, NC_UINT64 = 5, NC_FLOAT32 = 7, NC_FLOAT64 = 8 };
+enum { NC_INT8 = 0, NC_UINT8 = 1, NC_INT32 = 2, NC_UINT32 = 3, NC_INT64 = 4, NC_UINT64 = 5, NC_FLOAT16 = 6, NC_FLOAT32 = 7,
+       NC_FLOAT64 = 8, NC_BFLOAT16 = 9 };
 enum { NC_SUM = 0, NC_MAX = 2, NC_MIN = 3 };
 
 struct gt_nccl {
@@ -130,6 +131,8 @@ static int nccl_dtype(int dt) {
   case GT_I64: return NC_INT64;
   case GT_U32: return NC_UINT32;
   case GT_U64: return NC_UINT64;
+  case GT_F16: return NC_FLOAT16;
+  case GT_BF16: return NC_BFLOAT16;
   default: return NC_UINT8;
   }
 }

@@ -18,7 +18,7 @@ static int path_fusable(gt_node *const *path, int np) {
   if (np < 2) return 0;
   for (int d = 0; d < np; d++) {
     const gt_node *n = path[d];
-    if (!n->graph || !n->launches || !n->qargs || !n->argvals || n->nlaunch < 1 || n->nsig != n->nlaunch) return 0;
+    if (!n->graph || !n->launches || !n->pred.qargs || !n->argvals || n->nlaunch < 1 || n->pred.nsig != n->nlaunch) return 0;
     const gt_qlaunch *last = &n->launches[n->nlaunch - 1];
     if (n->nargvals < last->arg0 + last->nargs) return 0;
     for (int i = 0; i < n->nlaunch; i++) if (gt_kind_is_cond(n->launches[i].kind)) return 0;
@@ -41,7 +41,7 @@ static int path_fuse(gt_backend *be, gt_node *const *path, int np, gt_bgraph **o
   if (!g || !vals || !ptrs || !segdeps || !waited) { st = GT_ERR; goto done; }
   for (int d = 0, base = 0, vbase = 0; d < np; d++) {   /* each segment's nodes and edges, as recorded */
     gt_node *n = path[d];
-    gt_queue q = { .l = n->launches, .n = n->nlaunch, .args = n->qargs, .nargs = n->nargvals };
+    gt_queue q = { .l = n->launches, .n = n->nlaunch, .args = n->pred.qargs, .nargs = n->nargvals };
     memcpy(vals + vbase, n->argvals, (size_t)n->nargvals * sizeof *vals);
     for (int i = 0; i < n->nlaunch; i++)
       gt_launch_gnode(&n->launches[i], vals + vbase + n->launches[i].arg0, ptrs + vbase + n->launches[i].arg0, &g[base + i]);

@@ -65,11 +65,11 @@ static void note_dirty(gt_tree *t, int i, uint64_t dirty, int unknown) {
    the value n's graph holds (internal, path and static arguments that match
    are at the addresses the graph holds: the plan is fixed while n lives). */
 static int match_at(gt_tree *t, const gt_node *n, int i) {
-  if (i >= n->nsig) return 0;
+  if (i >= n->pred.nsig) return 0;
   const gt_qlaunch *l = &t->q.l[i], *r = &n->launches[i];
   if ((!l->cfg || l->cfg != r->cfg) && !same_launch(l, r)) return 0;
   const gt_arg *a = t->q.args + l->arg0;
-  const gt_asig *s = n->asig + r->arg0;
+  const gt_asig *s = n->pred.asig + r->arg0;
   static const uint64_t none[GT_MAX_PARAMS];   /* (a launch has at most GT_MAX_PARAMS arguments) */
   const uint64_t *was = n->argvals && n->nargvals >= r->arg0 + l->nargs ? n->argvals + r->arg0 : none;
   uint64_t dirty = 0;
@@ -101,8 +101,8 @@ void gt_cursor_quick(gt_tree *t, uint64_t dirty) { note_dirty(t, t->q.n - 1, dir
 int gt_cursor_lazy(gt_tree *t, const gt_node *n, int i) {
   if (t->pred.cmiss) return 0;
   const gt_qlaunch *l = &n->launches[i];
-  const gt_arg *a = n->qargs + l->arg0;
-  const gt_asig *s = n->asig + l->arg0;
+  const gt_arg *a = n->pred.qargs + l->arg0;
+  const gt_asig *s = n->pred.asig + l->arg0;
   const uint64_t *was = n->argvals + l->arg0;
   uint64_t dirty = 0;
   for (int j = 0; j < l->nargs; j++)
@@ -128,8 +128,8 @@ static void restart(gt_tree *t) {
    visited there last, the last time that one was visited (a steady path
    follows itself; alternating or cycling paths are predicted too). */
 void gt_cursor_start(gt_tree *t, gt_node *parent) {
-  gt_node *k = parent->last_kid;
-  t->pred.cand = k && k->after ? k->after : k;
+  gt_node *k = parent->pred.last_kid;
+  t->pred.cand = k && k->pred.after ? k->pred.after : k;
   t->pred.cmiss = !t->pred.cand;
   restart(t);
 }
@@ -142,7 +142,7 @@ static void switch_cand(gt_tree *t, int i) {
   gt_lane_close(t->rt);
   for (int k = 0; k < p->nkids; k++) {
     gt_node *c = p->kids[k];
-    if (c == miss || c->nsig <= i) continue;
+    if (c == miss || c->pred.nsig <= i) continue;
     restart(t);
     int j = 0;
     while (j <= i && match_at(t, c, j)) j++;
@@ -159,11 +159,11 @@ void gt_cursor_push(gt_tree *t) {
 /* At the segment's end: the predicted node, if everything matched. */
 gt_node *gt_cursor_hit(gt_tree *t, int first) {
   gt_node *n = t->pred.cand;
-  if (t->pred.cmiss || t->q.n + t->rt->lane.lazy != n->nsig || t->nbufs - first != n->nbsig || t->nrels != n->nrsig) return NULL;
-  for (int i = 0; i < n->nbsig; i++) if (t->bufs[first + i]->bytes != n->bsig[i]) return NULL;
+  if (t->pred.cmiss || t->q.n + t->rt->lane.lazy != n->pred.nsig || t->nbufs - first != n->pred.nbsig || t->nrels != n->pred.nrsig) return NULL;
+  for (int i = 0; i < n->pred.nbsig; i++) if (t->bufs[first + i]->bytes != n->pred.bsig[i]) return NULL;
   for (int i = 0; i < t->nrels; i++) {
     const gt_buf *b = t->rels[i];
-    const gt_rsig *r = &n->rsig[i];
+    const gt_rsig *r = &n->pred.rsig[i];
     if (b->rel != r->rel || b->seg != r->seg || b->idx != r->idx) return NULL;
   }
   /* every static argument was tested the long way (flags, address) and no
@@ -194,16 +194,16 @@ int gt_cursor_save(gt_tree *t, gt_node *n, int first) {
   for (int i = 0; i < nb; i++) bs[i] = t->bufs[first + i]->bytes;
   for (int i = 0; i < t->nrels; i++) rs[i] = (gt_rsig){ t->rels[i]->rel, t->rels[i]->seg, t->rels[i]->idx };
   gt_cursor_forget(n);
-  n->asig = as; n->bsig = bs; n->rsig = rs; n->qargs = qa;
-  n->nsig = q->n; n->nbsig = nb; n->nrsig = t->nrels;
+  n->pred.asig = as; n->pred.bsig = bs; n->pred.rsig = rs; n->pred.qargs = qa;
+  n->pred.nsig = q->n; n->pred.nbsig = nb; n->pred.nrsig = t->nrels;
   n->sfrees = gt_static_frees;
   return GT_OK;
 }
 
 void gt_cursor_forget(gt_node *n) {
-  free(n->asig); free(n->bsig); free(n->rsig); free(n->lrec); free(n->qargs);
-  n->asig = NULL; n->bsig = NULL; n->rsig = NULL; n->lrec = NULL; n->qargs = NULL;
-  n->nsig = n->nbsig = n->nrsig = 0;
+  free(n->pred.asig); free(n->pred.bsig); free(n->pred.rsig); free(n->pred.lrec); free(n->pred.qargs);
+  n->pred.asig = NULL; n->pred.bsig = NULL; n->pred.rsig = NULL; n->pred.lrec = NULL; n->pred.qargs = NULL;
+  n->pred.nsig = n->pred.nbsig = n->pred.nrsig = 0;
 }
 
 
@@ -224,15 +224,15 @@ void gt_lane_close(gt_runtime *rt) {
 
 /* n's launches as the lane tests them; NULL when out of host memory. */
 static gt_lrec *lane_records(gt_node *n) {
-  n->lane_ext = 0;
-  gt_lrec *rec = calloc(n->nsig ? n->nsig : 1, sizeof *rec);
+  n->pred.lane_ext = 0;
+  gt_lrec *rec = calloc(n->pred.nsig ? n->pred.nsig : 1, sizeof *rec);
   if (!rec) return NULL;
-  for (int i = 0; i < n->nsig; i++) {
+  for (int i = 0; i < n->pred.nsig; i++) {
     const gt_qlaunch *l = &n->launches[i];
     const gt_kernel *k = l->k;
     if (l->kind != GT_GN_KERNEL || !l->cfg || k->ntensors > 8 || n->nargvals < l->arg0 + l->nargs) continue;
-    const gt_asig *s = n->asig + l->arg0;
-    const gt_arg *qa = n->qargs + l->arg0;
+    const gt_asig *s = n->pred.asig + l->arg0;
+    const gt_arg *qa = n->pred.qargs + l->arg0;
     int same = 1;                    /* the graph holds the recorded scalars (none patched since) */
     for (int j = 0; j < l->nargs; j++) same &= qa[j].buf != NULL || qa[j].v.u64 == n->argvals[l->arg0 + j];
     if (!same) continue;
@@ -255,7 +255,7 @@ static gt_lrec *lane_records(gt_node *n) {
       }
     }
     if (ok) rec[i] = r;
-    if (ok && r.ext) n->lane_ext = i + 1;
+    if (ok && r.ext) n->pred.lane_ext = i + 1;
   }
   return rec;
 }
@@ -275,13 +275,13 @@ void gt_lane_start(gt_tree *t) {
   gt_lane_close(rt);
   L->lazy = 0;
   t->pred.lane_checked = 0;
-  if (t->pred.cmiss || t->eager_call || !n || !n->nsig || !n->argvals || n->sfrees != gt_static_frees) return;
+  if (t->pred.cmiss || t->eager_call || !n || !n->pred.nsig || !n->argvals || n->sfrees != gt_static_frees) return;
   gt_queue *q = &t->q;   /* room for every launch of n: a sync never allocates */
-  if (GT_GROW(q->l, q->cap, n->nsig) || GT_GROW(q->args, q->argcap, n->nargvals)) return;
-  if (!n->lrec && !(n->lrec = lane_records(n))) return;
-  if (gt_verify_lane > 0 && !(L->seen = realloc(L->seen, n->nsig * sizeof *L->seen))) return;
-  if (L->seen) memset(L->seen, 0, n->nsig * sizeof *L->seen);
-  L->rec = n->lrec;
+  if (GT_GROW(q->l, q->cap, n->pred.nsig) || GT_GROW(q->args, q->argcap, n->nargvals)) return;
+  if (!n->pred.lrec && !(n->pred.lrec = lane_records(n))) return;
+  if (gt_verify_lane > 0 && !(L->seen = realloc(L->seen, n->pred.nsig * sizeof *L->seen))) return;
+  if (L->seen) memset(L->seen, 0, n->pred.nsig * sizeof *L->seen);
+  L->rec = n->pred.lrec;
   L->qn = &q->n;
   L->nbufs = &t->nbufs;
   L->depth = t->depth;
@@ -290,7 +290,7 @@ void gt_lane_start(gt_tree *t) {
   L->gen_now = &t->gen;
   L->tree = t;
   gt_lane_room(t);
-  L->n = n->nsig;
+  L->n = n->pred.nsig;
 }
 
 /* The lane's lazy launches, the predicted node's next ones, into the queue:
@@ -314,11 +314,11 @@ void gt_lane_sync(gt_tree *t) {
   int a0 = l->arg0, na = last->arg0 + last->nargs - a0;
   if (i0 + lazy > q->cap || q->nargs + na > q->argcap) { t->pred.lane_lost = 1; return; }  /* (cannot happen: the call fails at its flush) */
   memcpy(q->l + i0, l, lazy * sizeof *l);
-  memcpy(q->args + q->nargs, n->qargs + a0, na * sizeof *q->args);
+  memcpy(q->args + q->nargs, n->pred.qargs + a0, na * sizeof *q->args);
   if (q->nargs != a0) for (int i = 0; i < lazy; i++) q->l[i0 + i].arg0 += q->nargs - a0;
   gt_buf **made = t->bufs + t->segstart[t->depth];
   for (int i = i0; i < i0 + lazy; i++) {
-    const gt_lrec *r = &n->lrec[i];
+    const gt_lrec *r = &n->pred.lrec[i];
     if (r->made) q->args[q->l[i].arg0 + r->marg].buf = made[r->midx];
   }
   q->n += lazy;
@@ -333,8 +333,8 @@ void gt_lane_sync(gt_tree *t) {
 int gt_lane_check(gt_tree *t) {
   const gt_node *n = t->pred.cand;
   int i0 = t->q.n, end = i0 + t->rt->lane.lazy, i = t->pred.lane_checked > i0 ? t->pred.lane_checked : i0;
-  int last = end < n->lane_ext ? end : n->lane_ext, ok = 1;
-  for (; i < last && ok; i++) if (n->lrec[i].ext) ok = gt_cursor_lazy(t, n, i);
+  int last = end < n->pred.lane_ext ? end : n->pred.lane_ext, ok = 1;
+  for (; i < last && ok; i++) if (n->pred.lrec[i].ext) ok = gt_cursor_lazy(t, n, i);
   if (end > t->pred.lane_checked) t->pred.lane_checked = end;
   return ok;
 }
@@ -405,7 +405,7 @@ int gt_predict_verify(gt_tree *t, gt_node *n) {
     const gt_qlaunch *l = &q->l[i], *r = &n->launches[i];
     if ((!l->cfg || l->cfg != r->cfg) && !same_launch(l, r)) { st = disagree(t, n, i, -1, "cursor", "another kernel or launch shape"); break; }
     const gt_arg *a = q->args + l->arg0;
-    const gt_asig *s = n->asig + r->arg0;
+    const gt_asig *s = n->pred.asig + r->arg0;
     int known = n->argvals && n->nargvals >= r->arg0 + l->nargs;
     uint64_t d = 0;
     const char *why;
@@ -428,14 +428,14 @@ static int verify_lazy(gt_tree *t, const gt_node *n, int li) {
   e->seen = 0;
   const gt_qlaunch *l = &n->launches[li];
   const gt_kernel *k = l->k;
-  const gt_lrec *r = &n->lrec[li];
+  const gt_lrec *r = &n->pred.lrec[li];
   uint32_t serial = gt_key_serial(), nseen = 0;
   int64_t *first = NULL;
   int cap = 0, st = GT_OK;
   const char *why = "another record";
   for (int i = 0; i < k->ntensors && i < 8 && st == GT_OK; i++) {
     int j = k->order[i];
-    const gt_asig *s = &n->asig[l->arg0 + j];
+    const gt_asig *s = &n->pred.asig[l->arg0 + j];
     const gt_arg *qa = &r->qa[j];
     if (!e->b[i]) {
       if (r->made != i + 1 || s->role != GT_ROLE_INTERNAL) st = disagree(t, n, li, j, "lane", "an output made where the recording made none");

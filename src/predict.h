@@ -7,6 +7,17 @@
 
 typedef struct gt_node gt_node;
 
+/* A node's recording as the predictor compares it (gt_node.pred): nsig
+   launches' signatures (0: none), and what the cursor predicts next. */
+typedef struct gt_precord {
+  gt_node *last_kid;                 /* the child visited last */
+  gt_node *after;                    /* the sibling visited after this node last time (the cursor predicts it) */
+  gt_asig *asig; uint64_t *bsig; gt_rsig *rsig; int nsig, nbsig, nrsig;
+  gt_lrec *lrec;                     /* the recording as the replay lane tests it (made on first use) */
+  int lane_ext;                      /* 1 + the last of lrec's launches with an external input (0: none) */
+  gt_arg *qargs;                     /* the recorded launches' arguments as queued (what the lane's sync copies) */
+} gt_precord;
+
 /* A tree's predictor state: the cursor's prediction for the segment being
    queued, what it noted, and the lane's counts. */
 typedef struct gt_cursor {

@@ -135,6 +135,8 @@ int gt_profile(gt_runtime *rt, int on) {
 uint64_t gt_mem_in_use(gt_runtime *rt) { return rt->mem_live; }
 double gt_clock_us(void) { return gt_now_us(); }   /* the monotonic clock, for Lua */
 
+void gt_transfer_counts(gt_runtime *rt, gt_transfers *out) { *out = rt->xfer; }
+
 /* NVRTC runs and CUBIN cache hits so far; GT_ERR on a backend that keeps none (cpu). */
 int gt_compile_counts(gt_runtime *rt, int *compiles, int *cache_hits) {
   *compiles = *cache_hits = 0;
@@ -270,13 +272,18 @@ int gt_static_freed_since(uint64_t since, uint64_t addr, uint64_t bytes) {
 
 void gt_buf_unref(gt_buf *b) {
   if ((b->flags & GT_BUF_SLAB) || --b->refs > 0) return;
+  if (b->flags & GT_BUF_ALIAS) {                       /* its memory is another buffer's */
+    if (b->tree) gt_tree_unref(b->tree);
+    free(b);
+    return;
+  }
   if (b->tree) gt_tree_unref(b->tree);
   else return_memory(b);
   if (b->flags & GT_BUF_STATIC) {                     /* the struct may come back as another buffer (key.c) */
     gt_static_frees++;
     freed_log[gt_static_frees % FREED_LOG].lo = b->addr;
     freed_log[gt_static_frees % FREED_LOG].hi = b->addr + (b->bytes ? b->bytes : 1);
-    if (g_rt) g_rt->lane.n = 0;                       /* the replay lane closes (lane.c: it trusted the statics kept) */
+    if (g_rt) g_rt->lane.n = 0;                       /* the replay lane closes (predict.c: it trusted the statics kept) */
   }
   free(b);
 }
@@ -324,5 +331,3 @@ int gt_buf_check(gt_runtime *rt, gt_buf *b, uint64_t off, uint64_t bytes, const 
                                              (unsigned long long)bytes, (unsigned long long)off, (unsigned long long)b->bytes);
   return GT_OK;
 }
-
-

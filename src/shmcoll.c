@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include "shmcoll.h"
 #include "util.h"
+#include "half.h"
 
 #define MAGIC 0x6774636fu
 #define SLOT_DEFAULT (8u << 20)
@@ -87,8 +88,8 @@ static int pid_dead(int pid) {
 const char *gt_coll_describe(const gt_coll *c, char *buf, size_t len) {
   static const char *const kinds[] = { "all_reduce", "all_gather", "reduce_scatter", "broadcast", "the path check" };
   static const char *const ops[] = { "sum", "max", "min" };
-  static const char *const dts[] = { "?", "f32", "i32", "i64", "u8", "f64", "u32", "u64" };
-  const char *k = c->kind >= 0 && c->kind <= 4 ? kinds[c->kind] : "?", *d = c->dtype >= 0 && c->dtype <= 7 ? dts[c->dtype] : "?";
+  static const char *const dts[] = { "?", "f32", "i32", "i64", "u8", "f64", "u32", "u64", "f16", "bf16" };
+  const char *k = c->kind >= 0 && c->kind <= 4 ? kinds[c->kind] : "?", *d = c->dtype >= 0 && c->dtype <= 9 ? dts[c->dtype] : "?";
   if (c->kind == GT_COLL_ALL_REDUCE || c->kind == GT_COLL_REDUCE_SCATTER)
     snprintf(buf, len, "%s (%s) of %llu %s", k, c->op >= 0 && c->op <= 2 ? ops[c->op] : "?", (unsigned long long)c->count, d);
   else if (c->kind == GT_COLL_BROADCAST) snprintf(buf, len, "%s from rank %d of %llu %s", k, c->root, (unsigned long long)c->count, d);
@@ -243,9 +244,19 @@ void gt_shmc_close(gt_shmc *s) {
     else for (size_t i = 0; i < n; i++) d[i] = x[i] < d[i] ? x[i] : d[i];                       \
   } while (0)
 
+/* f16 and bf16 through f32, rounded back to nearest even (as a GPU's half add). */
+static void reduce_half(uint16_t *d, const uint16_t *x, size_t n, int bf, int op) {
+  for (size_t i = 0; i < n; i++) {
+    float a = bf ? gt_bf16_to_f32(d[i]) : gt_f16_to_f32(d[i]), b = bf ? gt_bf16_to_f32(x[i]) : gt_f16_to_f32(x[i]);
+    float r = op == GT_RED_SUM ? a + b : op == GT_RED_MAX ? (b > a ? b : a) : (b < a ? b : a);
+    d[i] = bf ? gt_f32_to_bf16(r) : gt_f32_to_f16(r);
+  }
+}
+
 /* dst[i] = dst[i] op src[i], n elements of dtype. */
 static void reduce_into(void *dst, const void *src, size_t n, int dtype, int op) {
   switch (dtype) {
+  case GT_F16: case GT_BF16: reduce_half(dst, src, n, dtype == GT_BF16, op); break;
   case GT_F32: RED_LOOP(float); break;
   case GT_F64: RED_LOOP(double); break;
   case GT_I32: RED_LOOP(int32_t); break;

@@ -119,15 +119,49 @@ static gt_buf *staging_buf(gt_tree *t, uint64_t addr, uint64_t bytes);
    last call's outputs may live, changes; freed with the call
    (gt_tree_dry_release). */
 static int stage_dry(gt_runtime *rt, gt_tree *t, uint64_t need, gt_buf **out) {
-  if (GT_GROW(t->dryb, t->drybcap, t->ndryb + 1)) return gt_err(rt, GT_E_NOMEM);
+  if (GT_GROW(t->dryb, t->drybcap, t->ndryb + 1) || GT_GROW(t->dryof, t->dryofcap, t->ndryb + 1))
+    return gt_err(rt, GT_E_NOMEM);
   rt->active = NULL;                 /* ordinary memory, not the call's */
   gt_buf *m = gt_buf_new(rt, need ? need : 1);
   rt->active = t;
   if (!m) return GT_ERR;
+  t->dryof[t->ndryb] = NULL;
   t->dryb[t->ndryb++] = m;
   gt_buf *b = staging_buf(t, m->addr, need);
   if (!b) return gt_err(rt, GT_E_NOMEM);
+  b->flags |= GT_BUF_DRYARG;         /* (only the body's argument reaches it) */
   *out = b;
+  return GT_OK;
+}
+
+gt_buf *gt_tree_dry_arg(gt_tree *t, gt_buf *b) {
+  gt_runtime *rt = t->rt;
+  if (!t->dry) { gt_fail(rt, "no traced call"); return NULL; }
+  for (int i = 0; i < t->ndryb; i++) if (t->dryof[i] == b) return t->dryb[i];
+  if (GT_GROW(t->dryb, t->drybcap, t->ndryb + 1) || GT_GROW(t->dryof, t->dryofcap, t->ndryb + 1)) {
+    gt_err(rt, GT_E_NOMEM);
+    return NULL;
+  }
+  gt_buf *s = malloc(sizeof *s);
+  if (!s) { gt_err(rt, GT_E_NOMEM); return NULL; }
+  *s = *b;                           /* (the same memory, generation and role: the segments replay as with b) */
+  s->refs = 1;                       /* (the call's; a handle on it takes its own) */
+  s->flags = (b->flags & ~GT_BUF_SLAB) | GT_BUF_ALIAS | GT_BUF_DRYARG;
+  s->kmark = 0;
+  s->block = 0;                      /* (freeing it in the body returns no memory: b's stays b's) */
+  if (s->tree) s->tree->refs++;      /* (as a staged input's struct holds its tree) */
+  t->dryof[t->ndryb] = b;
+  t->dryb[t->ndryb++] = s;
+  return s;
+}
+
+int gt_tree_dry_note(gt_tree *t) {
+  gt_lane_sync(t);                   /* (the lane's launches are the segment's too) */
+  const gt_queue *q = &t->q;
+  if (GT_GROW(t->dreach, t->dreachcap, t->ndreach + q->nargs + 1)) return gt_err(t->rt, GT_E_NOMEM);
+  for (int i = 0; i < q->nargs; i++)
+    t->dreach[t->ndreach + i] = q->args[i].buf && (q->args[i].buf->flags & GT_BUF_DRYARG);
+  t->ndreach += q->nargs;
   return GT_OK;
 }
 

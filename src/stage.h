@@ -4,6 +4,7 @@
 #include "core.h"
 
 void gt_tree_dry_release(gt_tree *t);   /* stage.c: a traced call's staged memory freed */
+int gt_tree_dry_note(gt_tree *t);       /* stage.c: which of the segment's arguments a traced call reached through its arguments */
 /* Marks the buffers that the queued launches write into as written by t's
    call (gt_buf.wgen; stage.c). */
 void gt_queue_note_writes(gt_tree *t);

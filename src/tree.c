@@ -36,8 +36,8 @@ gt_tree *gt_tree_new(gt_runtime *rt, const gt_tree_opts *opts) {
   t->gen = gt_gen_next();
   t->root.id = -1;
   t->root.depth = -1;
-  t->nkept = -1;
-  t->ndpath = -1;
+  t->trace.nkept = -1;
+  t->trace.ndpath = -1;
   int nomem = !t->name || !t->where;
   if (nomem || gt_pool_init_growing(&t->pool, &rt->be, getenv("GTLUA_POOL_RESERVE"), rt->err) != GT_OK) {
     free(t->name); free(t->where); free(t);
@@ -187,33 +187,37 @@ void gt_tree_abort(gt_runtime *rt) {
 
 int gt_tree_keep_last(gt_tree *t) {
   int n = t->rt->active == t ? t->lastn : t->nbufs;    /* (begun: not one made yet) */
-  t->nkept = -1;
-  if (GT_GROW(t->kept, t->keptcap, n + 1)) return gt_err(t->rt, GT_E_NOMEM);
-  for (int i = 0; i < n; i++) t->kept[i] = *t->bufs[i];
-  t->nkept = n;
-  t->kept_gen = t->rt->active == t ? t->prev_gen : t->gen;
+  t->trace.nkept = -1;
+  if (GT_GROW(t->trace.kept, t->trace.keptcap, n + 1)) return gt_err(t->rt, GT_E_NOMEM);
+  for (int i = 0; i < n; i++) t->trace.kept[i] = *t->bufs[i];
+  t->trace.nkept = n;
+  t->trace.kept_gen = t->rt->active == t ? t->prev_gen : t->gen;
+  t->trace.kept_prev = t->rt->active == t ? 0 : t->prev_gen;   /* (0: the call that comes next sets it) */
   return GT_OK;
 }
 
 int gt_tree_discard(gt_runtime *rt) {
   gt_tree *t = rt->active;
-  if (!t || !t->dry || t->nkept < 0 || t->kept_gen != t->prev_gen) return 0;   /* (a traced call runs nothing) */
+  if (!t || !t->dry || t->trace.nkept < 0 || t->trace.kept_gen != t->prev_gen) return 0;   /* (a traced call runs nothing) */
   t->npend = 0;                      /* (replayed segments whose graphs never launch) */
+  int nlast = t->nlastpath;          /* (the last call's path stays the last: keyed.c saves it) */
   gt_tree_abort(rt);
+  t->nlastpath = nlast;
   /* as if never made: the call before it stays the last, its buffer structs
      (the slab's, which the dropped call reused) as it left them: its
      outputs are live, and the next call's inputs; what the dropped call
      made is stale */
-  for (int i = 0; i < t->nkept; i++) *t->bufs[i] = t->kept[i];
-  t->nbufs = t->nkept;
+  for (int i = 0; i < t->trace.nkept; i++) *t->bufs[i] = t->trace.kept[i];
+  t->nbufs = t->trace.nkept;
   t->stats.calls--;                        /* (not counted: its history line is the next call's) */
   gt_tree_dry_release(t);
-  t->gen = t->kept_gen;
-  t->nkept = -1;
+  t->gen = t->trace.kept_gen;
+  if (t->trace.kept_prev) t->prev_gen = t->trace.kept_prev;
+  t->trace.nkept = -1;
   return 1;
 }
 
-void gt_tree_dry(gt_tree *t, int on) { t->dry = on; }
+void gt_tree_dry(gt_tree *t, int on) { t->dry = on; if (on) t->ndreach = 0; }
 
 int gt_tree_dry_end(gt_runtime *rt) {
   gt_tree *t = rt->active;
@@ -221,17 +225,18 @@ int gt_tree_dry_end(gt_runtime *rt) {
   int st = gt_tree_flush(rt, GT_CUT_RETURN);
   int nv = 0;
   for (int d = 0; st == GT_OK && d < t->npath; d++) nv += t->path[d]->nargvals;
-  t->ndpath = -1;
-  if (st == GT_OK && (GT_GROW(t->dpath, t->dpathcap, t->npath + 1) || GT_GROW(t->dvals, t->dvalcap, nv + 1)))
+  if (nv != t->ndreach) t->ndreach = -1;   /* (argument by argument as dvals, or not known) */
+  t->trace.ndpath = -1;
+  if (st == GT_OK && (GT_GROW(t->trace.dpath, t->trace.dpathcap, t->npath + 1) || GT_GROW(t->trace.dvals, t->trace.dvalcap, nv + 1)))
     st = gt_err(rt, GT_E_NOMEM);
   if (st == GT_OK) {
     for (int d = 0, v = 0; d < t->npath; d++) {
       const gt_node *n = t->path[d];
-      t->dpath[d] = t->path[d];
-      memcpy(t->dvals + v, n->argvals, (size_t)n->nargvals * sizeof *n->argvals);
+      t->trace.dpath[d] = t->path[d];
+      memcpy(t->trace.dvals + v, n->argvals, (size_t)n->nargvals * sizeof *n->argvals);
       v += n->nargvals;
     }
-    t->ndpath = t->npath;
+    t->trace.ndpath = t->npath;
   }
   if (!gt_tree_discard(rt)) gt_tree_abort(rt);
   return st;
@@ -246,14 +251,14 @@ static int arg_is_address(const gt_qlaunch *l, int j) {
 /* (the nodes being the same, a tensor argument's role and identity are; its
    address may differ: a traced call's staged inputs lie elsewhere) */
 int gt_tree_dry_same(gt_tree *t) {
-  if (t->ndpath < 0 || t->ndpath != t->nlastpath) return 0;
-  for (int d = 0, v = 0; d < t->ndpath; d++) {
+  if (t->trace.ndpath < 0 || t->trace.ndpath != t->nlastpath) return 0;
+  for (int d = 0, v = 0; d < t->trace.ndpath; d++) {
     const gt_node *n = t->lastpath[d];
-    if (n != t->dpath[d] || !n->launches) return 0;
+    if (n != t->trace.dpath[d] || !n->launches) return 0;
     for (int i = 0; i < n->nlaunch; i++) {
       const gt_qlaunch *l = &n->launches[i];
       for (int j = 0; j < l->nargs; j++)
-        if (!arg_is_address(l, j) && t->dvals[v + l->arg0 + j] != n->argvals[l->arg0 + j]) return 0;
+        if (!arg_is_address(l, j) && t->trace.dvals[v + l->arg0 + j] != n->argvals[l->arg0 + j]) return 0;
     }
     v += n->nargvals;
   }

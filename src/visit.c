@@ -172,8 +172,8 @@ static int visit(gt_tree *t, gt_node *n, int mode, int first, double t0) {
 static int advance(gt_tree *t, gt_node *parent, gt_node *n, int ran) {
   n->visits += !t->dry;
   n->last_call = (uint64_t)t->stats.calls;
-  if (parent->last_kid) parent->last_kid->after = n;   /* (a cycle of paths, e.g. alternating branches, is predicted) */
-  parent->last_kid = n;
+  if (parent->pred.last_kid) parent->pred.last_kid->pred.after = n;   /* (a cycle of paths, e.g. alternating branches, is predicted) */
+  parent->pred.last_kid = n;
   gt_cursor_start(t, n);
   if (!GT_GROW(t->path, t->pathcap, t->npath + 1)) t->path[t->npath++] = n;
   t->cur = n;
@@ -201,6 +201,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
   if (t->pred.lane_lost) { int v = t->pred.lane_lost; t->pred.lane_lost = 0; return v == 2 ? GT_ERR : gt_err(rt, GT_E_NOMEM); }
   if (t->q.n + rt->lane.lazy == 0 && t->nbufs == first && t->nrels == 0) return GT_OK;
   if (t->eager_call) return flush_eager_call(t, first);
+  if (t->dry && gt_tree_dry_note(t)) return GT_ERR;   /* (a traced call: what reached its arguments) */
   /* a replay's host time is sampled (every call for the first 64, then one
      in 16): a clock read costs as much as a few launches' bookkeeping */
   double t0 = gt_timed_call(t->stats.calls) ? gt_fast_us() : 0;

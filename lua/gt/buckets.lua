@@ -77,8 +77,9 @@ local function pad_fill(sp, x, i)
       "spec of its own (arg = %d) with a pad it can hold"):format(I.show(v), dt, i, i))
   end
   if lim and v == 0 then return nil end
-  h = I.dtypes[dt].ct(1)
-  h[0] = v
+  local d = I.dtypes[dt]
+  h = d.ct(1)
+  if d.half then h[0] = C.gt_half_bits(v, d.code) else h[0] = v end   -- (half precision: its bits)
   sp.fills[dt] = h
   return h
 end

@@ -19,28 +19,30 @@ local M = {}
 local DOC = {
   ["gt"] = [[
 gt: CUDA graph trees scripted from Lua (require "gt"; preloaded by gtlua).
-  tensors   gt.tensor zeros ones full randn from; t:item tolist clone copy fill view narrow static t
+  tensors   gt.tensor zeros ones full randn from; t:item tolist clone copy fill view narrow static t to
+  files     gt.safetensors.load save
   kernels   gt.compile gt.load; K.name(grid, block, ...); K.name:config(grid, block [, smem])
   ops       gt.ops.linear matmul transpose add mul axpby relu gelu tanh sigmoid softmax layernorm rmsnorm sum max argmax embedding
   trees     gt.tree; tree(...); tree:stats trim floor dot json report; gt.cut gt.sync
   branches  gt.cond(p, then_fn [, else_fn]), gt.loop(p, body_fn [, {max = n}]) decided on the device
   lifetimes gt.scope; t:free()
   looking   print(tree), gt.profile, gt.help
-  misc      gt.backend gt.device gt.clock gt.memory; gt.buckets.pow2 linear; gt.bucket
+  misc      gt.backend gt.device gt.clock gt.memory gt.transfers; gt.buckets.pow2 linear; gt.bucket
 gt.help("name") for one of them; gt.help() lists every name.]],
 
   -- tensors
   ["tensor"] = [[
 tensor: a device tensor (a view: buffer, offset, shape).
-  fields   t.shape (a new table, dims from 1), t.dtype ("f32"|"i32"|"i64"|"u8"), t.numel
+  fields   t.shape (a new table, dims from 1), t.dtype ("f32"|"f16"|"bf16"|"i32"|"i64"|"u8"), t.numel
   methods  t:item() tolist() clone() copy(src) fill(v) view(shape) narrow(dim, start, len)
-           static() contiguous() is_stale() dim() size([d]) t()
+           static() contiguous() is_stale() dim() size([d]) t() to(dtype)
 Outside a tree, memory comes from the caching allocator; inside a tree call,
 from the tree's pool: outputs of a call are overwritten by the next call of
 that tree (using one then raises; :clone() keeps it).]],
   ["gt.tensor"] = [[
 gt.tensor(shape [, dtype = "f32"]) -> an uninitialised tensor
-  shape: a table of sizes, e.g. {8, 256}; dtype: "f32", "i32", "i64" or "u8".
+  shape: a table of sizes, e.g. {8, 256}; dtype: "f32", "f16", "bf16", "i32", "i64" or "u8".
+  f16 and bf16 are written and read as numbers, rounded to nearest even.
   gt.tensor{8, 256}]],
   ["gt.shape"] = [[
 gt.shape(shape) -> that shape checked, as a new table (t.shape gives a new table too)
@@ -87,6 +89,20 @@ t:narrow(dim, start, len) -> a view of len entries of dimension dim from start
 t:static() -> t, marked as a weight
   In a tree a static tensor is keyed by its address: the graph reads it in
   place; a changed address updates the recorded graph (or records again).]],
+  ["tensor:to"] = [[
+t:to(dtype) -> t in dtype ("f32", "f16" or "bf16"): a copy made by a kernel (also in trees)
+  Rounds to nearest even (NaN stays NaN, overflow is inf); t itself when it has that dtype.
+  W = gt.randn({768, 768}, {seed = 1}):to("bf16"):static()]],
+  ["gt.safetensors.load"] = [[
+gt.safetensors.load(path [, {dtype =, names =}]) -> {name = tensor, ..., __metadata__ = {...}}
+  A safetensors file (Hugging Face's checkpoints): F32, F16, BF16, I32, I64, U8, BOOL (as u8),
+  F64 (as f32). dtype "f32"|"f16"|"bf16" converts every floating tensor; names (a list, a set
+  or a function of the name) chooses which to load. The file is checked as the reference
+  reader does; a malformed one raises naming the file and what is wrong.]],
+  ["gt.safetensors.save"] = [[
+gt.safetensors.save(path, {name = tensor, ...} [, metadata]) writes a safetensors file
+  (metadata: strings to strings) that Python's safetensors reads: larger elements first,
+  then by name, the header padded with spaces to 8 bytes.]],
   ["tensor:contiguous"] = [[
 t:contiguous() -> t when contiguous, else a contiguous copy]],
   ["tensor:t"] = [[
@@ -326,6 +342,13 @@ gt.backend() -> "cpu" | "cuda"
 gt.device() -> { backend, name, cc, sms, memory, driver, nvrtc, compiler }]],
   ["gt.memory"] = [[
 gt.memory() -> bytes of ordinary (non-tree) device memory in use]],
+  ["gt.transfers"] = [[
+gt.transfers() -> { reads, writes, syncs }: the host's transfers since the start
+  reads   device -> host: item, tolist, a gt.cond/gt.loop p read on the host
+  writes  host -> device: gt.from, t:copy(table)
+  syncs   gt.sync calls
+A replayed step that the device decides (gt.cond, gt.loop) adds none of them:
+count a loop's with two calls around it.]],
   ["gt.help"] = [[
 gt.help(x) -> the documentation text (also printed)
   x: an API value (gt.help(gt.tree), gt.help(t) for a tensor) or a name
@@ -335,7 +358,9 @@ gt.help(x) -> the documentation text (also printed)
   -- ops
   ["gt.ops"] = [[
 gt.ops: tensor operations over the kernel library (kernels/*.cu); each
-allocates its output. f32 unless said; "rows" are the last dimension.
+allocates its output. f32, or f16 / bf16 (kernels/half.cu: f32 arithmetic,
+one rounding per result; every tensor of a call in one dtype; not axpby).
+"rows" are the last dimension.
   linear matmul transpose add mul axpby copy relu gelu tanh sigmoid softmax
   layernorm rmsnorm sum max argmax embedding]],
   ["gt.ops.linear"] = [[
@@ -437,6 +462,8 @@ local function canonical(name)
   if not obj then obj, meth = name:match("^([%w_]+)[.:]([%w_]+)$") end
   if obj then
     if meth == "__call" then meth = "call" elseif meth == "__tostring" then meth = "tostring" end
+    local lib = known("gt." .. obj .. "." .. meth)          -- "safetensors.load"
+    if lib then return lib end
     if OBJECT[obj] then
       local r = known(OBJECT[obj] .. ":" .. meth)
       if r then return r end
@@ -473,7 +500,7 @@ local function name_of(v)
   if v == buckets then return "gt.buckets" end
   if type(v) ~= "function" then return nil end
   local places = { { gt, "gt." }, { ops, "gt.ops." }, { buckets, "gt.buckets." }, { gt.Tensor, "tensor:" },
-                   { gt.Tree, "tree:" }, { gt.Kernel, "kernel:" } }
+                   { gt.Tree, "tree:" }, { gt.Kernel, "kernel:" }, { gt.safetensors, "gt.safetensors." } }
   for _, p in ipairs(places) do
     if type(p[1]) == "table" then
       for k, f in pairs(p[1]) do

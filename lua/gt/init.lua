@@ -186,6 +186,7 @@ function gt.cut()
 end
 
 require("gt.cond")   -- gt.cond, gt.loop (wraps gt.sync and I.flush: no syncs inside a body)
+require("gt.safetensors")   -- gt.safetensors.load, save
 
 --- gt.profile(on) -> previous: GPU time per node (events on cuda, wall time on cpu).
 function gt.profile(on) return C.gt_profile(rt, on and 1 or 0) ~= 0 end
@@ -195,6 +196,15 @@ function gt.compile_counts()
   local c, h = ffi.new("int[1]"), ffi.new("int[1]")
   if C.gt_compile_counts(rt, c, h) ~= 0 then return nil end
   return c[0], h[0]
+end
+
+--- gt.transfers() -> { reads, writes, syncs }: the host's device -> host reads
+--- (item, tolist, a p read on the host), host -> device writes (gt.from, a
+--- copy from a table) and gt.sync waits so far; a step the device decides adds none
+function gt.transfers()
+  local x = ffi.new("gt_transfers")
+  C.gt_transfer_counts(rt, x)
+  return { reads = tonumber(x.reads), writes = tonumber(x.writes), syncs = tonumber(x.syncs) }
 end
 
 --- gt.clock() -> seconds of a monotonic wall clock (for timing steps)

@@ -25,7 +25,7 @@ local I = {
   opts = false,           -- opts(opts, what) -> opts, or {} for nil; raises when not a table
 
   -- tensor.lua: dtypes, interned shapes, the tensor constructor, releases
-  dtypes = false,         -- dtype name -> { code, size, ct, int, name }
+  dtypes = false,         -- dtype name -> { code, size, ct, int, name [, half] }
   dtype_of_code = false,  -- GT_F32.. -> dtype name
   shape_str = false,      -- shape_str(shape) -> "8x256" (or "scalar")
   shapes = false,         -- SHAPES[sid]: the interned shape table of shape id sid (never change it)
@@ -40,6 +40,8 @@ local I = {
   dead_copy = false,      -- dead_copy(x) -> a handle that raises as released tensor x does
   plain_note = false,     -- plain_note(t): t noted in the innermost scope outside tree calls
   host_results = false,   -- host_results(extra, ok, n, r1, r2) -> the results of gt.host.run
+  half_kernels = false,   -- half_kernels(dtype) -> kernels/half.cu compiled for "f16" or "bf16"
+  read_raw = false,       -- read_raw(t, level) -> t's elements as stored (a host array), their count
 
   -- tree.lua: the active call, segment ends, a call's arguments
   active = false,         -- the tree whose call runs now (false or nil: none)

@@ -384,22 +384,32 @@ local function results(tr, ok, ...)
   return r
 end
 
--- args (a table of the call's n arguments) with each `patch` number traced.
+-- args (a table of the call's n arguments) with each `patch` number traced
+-- and each tensor a handle on a buffer struct of its own over the same
+-- memory (gt_tree_dry_arg; a traced call is on): the path then tells a launch
+-- that reaches the tensor through the argument from one that reaches its
+-- memory another way (a captured tensor also passed in).
 local function traced_args(self, n, args)
   local K = self._keyed
   local patch, r = K.patch, {}
   for i = 1, n do
     local x = args[i]
-    if patch[i] and type(x) == "number" then x = trace.arg(i, x) end
+    if patch[i] and type(x) == "number" then x = trace.arg(i, x)
+    elseif is_tensor(x) then
+      local b = C.gt_tree_dry_arg(self._t, x._b)
+      if b == nil then I.error(I.errmsg()) end
+      x = view(b, x._off, x._sid, x._dt, x._gen, x._vid)
+    end
     r[i] = x
   end
   return r
 end
 
--- Whether the call has a `patch` number (walk_args's kinds).
-local function has_patched(self, n)
+-- Whether the call has an argument of kind k (walk_args's kinds: KIN_TENSOR,
+-- KIN_PATCH).
+local function has_kind(self, n, k)
   local kinds = self._keyed.kinds
-  for i = 0, n - 1 do if kinds[i] == KIN_PATCH then return true end end
+  for i = 0, n - 1 do if kinds[i] == k then return true end end
   return false
 end
 
@@ -422,7 +432,7 @@ local function traced_run(self, leaf, begun, mode, n, a1, a2, a3, a4, rest)
   local K = self._keyed
   local args = packed(n, a1, a2, a3, a4, rest)
   local t = self._t
-  if not has_patched(self, n) then                -- nothing to trace: the call as usual, its trace empty
+  if not has_kind(self, n, KIN_PATCH) then        -- nothing to trace: the call as usual, its trace empty
     local st = self._staged
     if begun and st then
       return settle(self, leaf, false, EMPTY, n, args, self._body(self, n, st[1], st[2], st[3], st[4], n > 4 and st or nil))
@@ -433,9 +443,10 @@ local function traced_run(self, leaf, begun, mode, n, a1, a2, a3, a4, rest)
   end
   if C.gt_tree_keep_last(t) ~= 0 then I.error(I.errmsg()) end   -- (what the dropped call gives back)
   local tr = trace.begin()
-  local ta = traced_args(self, n, begun and self._staged or args)
-  K.tracing = true
   C.gt_tree_dry(t, 1)
+  local ok, ta = pcall(traced_args, self, n, begun and self._staged or args)
+  if not ok then C.gt_tree_dry(t, 0); trace.finish(); error(ta, 0) end
+  K.tracing = true
   local function go()
     if begun then return self._body(self, n, ta[1], ta[2], ta[3], ta[4], n > 4 and ta or nil) end
     return self._run(self, mode, n, ta[1], ta[2], ta[3], ta[4], n > 4 and ta or nil)
@@ -545,7 +556,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
     return traced_run(self, leaf, true, mode, n, a1, a2, a3, a4, rest)
   end
   if not k then st.misses = st.misses + 1 end
-  if not verifying and (leaf.ready or not has_patched(self, n)) then   -- (nothing to trace: the call itself memoizes)
+  if not verifying and (leaf.ready or not has_kind(self, n, KIN_PATCH)) then   -- (nothing to trace: the call itself memoizes)
     return traced_run(self, leaf, false, mode, n, a1, a2, a3, a4, rest)
   end
   return settle(self, leaf, verifying, nil, n, packed(n, a1, a2, a3, a4, rest), self._run(self, mode, n, a1, a2, a3, a4, rest))

@@ -4,7 +4,8 @@
 -- point at the caller's line), allocates its result with gt.tensor and
 -- launches one kernel through a bound launcher (K.name:config) cached per
 -- grid, so a call in a model's step costs a few table lookups and one launch.
--- Tensors are f32 unless said otherwise; "rows" means the last dimension, any
+-- Tensors are f32 unless said otherwise (f16 and bf16 ones go to
+-- ops_half.lua, axpby excepted); "rows" means the last dimension, any
 -- leading dimensions flattened (x {B, T, D} has B*T rows of D).
 local gt = require "gt"
 local I = require "gt.internal"
@@ -15,6 +16,8 @@ local original = require("gt.host_policy").original   -- (not the wrappers for t
 local type, error, format, concat = original.type, I.error, string.format, original.concat   -- errors name the user's line
 
 local ops = {}
+local H = require "gt.ops_half"      -- f16 and bf16 tensors go there
+local is_half = H.is_half
 
 -- -- Kernels and launchers ---------------------------------------------------
 
@@ -269,12 +272,14 @@ end
 
 --- ops.add(a, b) -> a + b.  b: same shape, a vector of a's last dimension, or a number.
 function ops.add(a, b)
+  if is_half(a) or is_half(b) then local y = H.binary("add", a, b, isnum); return y end
   local y = binary("add", a, b, launch_add, launch_add_rows)
   return y
 end
 
 --- ops.mul(a, b) -> a * b (elementwise).  b as for add.
 function ops.mul(a, b)
+  if is_half(a) or is_half(b) then local y = H.binary("mul", a, b, isnum); return y end
   local y = binary("mul", a, b, launch_mul, launch_mul_rows)
   return y
 end
@@ -294,6 +299,7 @@ end
 
 --- ops.copy(dst, src) -> dst, after copying src (same shape) into it.
 function ops.copy(dst, src)
+  if is_half(dst) or is_half(src) then local y = H.copy(dst, src); return y end
   local ds, ss = check("copy", "dst", dst), check("copy", "src", src)
   if not same_shape(ds, ss) then
     fail(2, "copy", "dst is %s but src is %s: shapes differ", shape_str(ds), shape_str(ss))
@@ -307,6 +313,7 @@ end
 for _, name in ipairs { "relu", "gelu", "tanh", "sigmoid" } do
   local states, run = by_sid(), nil
   ops[name] = function(x)
+    if is_half(x) then local y = H.activate(name, x); return y end
     check(name, "x", x)
     local sid = x._sid
     local st = states[sid]
@@ -433,6 +440,7 @@ function ops.linear(x, W, b, act)
       return y
     end
   end
+  if is_half(x) or is_half(W) or is_half(b) then local y = H.linear(x, W, b, act); return y end
   local p, a = linear_checked(x, W, b, act)
   local byw = plans_of(x._sid, W._sid)
   p = byw[bsid] or p
@@ -447,6 +455,7 @@ local matmul_run
 
 --- ops.matmul(a, b) -> a @ b for a {M, K}, b {K, N}.
 function ops.matmul(a, b)
+  if is_half(a) or is_half(b) then local y = H.matmul(a, b); return y end
   local as, bs = check("matmul", "a", a), check("matmul", "b", b)
   if #as ~= 2 then fail(2, "matmul", "a must be 2-D {M, K}, got %s", shape_str(as)) end
   if #bs ~= 2 then fail(2, "matmul", "b must be 2-D {K, N}, got %s", shape_str(bs)) end
@@ -473,6 +482,7 @@ local transpose_run
 --- ops.transpose(x) -> x^T for a 2-D x {R, C}: a new {C, R} tensor (one kernel; a PyTorch
 --- nn.Linear weight {out, in} becomes linear's {in, out})
 function ops.transpose(x)
+  if is_half(x) then local y = H.transpose(x); return y end
   local xs = check("transpose", "x", x)
   if #xs ~= 2 then
     fail(2, "transpose", "x must be 2-D {R, C} (a matrix), got %s%s", #xs == 0 and "a scalar" or shape_str(xs),
@@ -525,6 +535,7 @@ local launch_softmax = lean_rows("softmax_f32", F32, nil, 0)
 
 --- ops.softmax(x) -> softmax over the last dimension.
 function ops.softmax(x)
+  if is_half(x) then local y = H.softmax(x); return y end
   check("softmax", "x", x)
   return launch_softmax(x)
 end
@@ -548,6 +559,9 @@ local launch_layernorm = lean_rows("layernorm_f32", F32, nil, 2, true)
 
 --- ops.layernorm(x, gamma, beta [, eps = 1e-5]) over the last dimension.
 function ops.layernorm(x, gamma, beta, eps)
+  if is_half(x) or is_half(gamma) or is_half(beta) then
+    local y = H.norm("layernorm", x, gamma, beta, check_eps("layernorm", eps, 1e-5)); return y
+  end
   local xs = check("layernorm", "x", x)
   local m, n = rows(xs, NUMEL[x._sid])
   check_vec("layernorm", "gamma", gamma, n, xs)
@@ -560,6 +574,7 @@ local launch_rmsnorm = lean_rows("rmsnorm_f32", F32, nil, 1, true)
 
 --- ops.rmsnorm(x, w [, eps = 1e-6]) = x / sqrt(mean(x^2) + eps) * w over the last dimension.
 function ops.rmsnorm(x, w, eps)
+  if is_half(x) or is_half(w) then local y = H.norm("rmsnorm", x, w, nil, check_eps("rmsnorm", eps, 1e-6)); return y end
   local xs = check("rmsnorm", "x", x)
   local m, n = rows(xs, NUMEL[x._sid])
   check_vec("rmsnorm", "w", w, n, xs)
@@ -572,6 +587,7 @@ for name, spec in pairs { sum = { "rowsum_f32", "f32" }, max = { "rowmax_f32", "
                           argmax = { "argmax_f32", "i32" } } do
   local launch = lean_rows(spec[1], DT[spec[2]], row_shape, 0)
   ops[name] = function(x)
+    if is_half(x) then local y = H.reduce(name, x); return y end
     local xs = check(name, "x", x)
     if name ~= "sum" and (xs[#xs] or 1) == 0 then fail(2, name, "x is %s: rows are empty", shape_str(xs)) end
     return launch(x)
@@ -585,6 +601,7 @@ local launch_embedding = elementwise("embedding", "embedding_f32")
 --- ops.embedding(ids, table) -> rows of table: ids i32 (any shape), table {V, D}; result {ids..., D}.
 -- An id outside [0, V) gives a row of zeros.
 function ops.embedding(ids, tbl)
+  if is_half(tbl) then local y = H.embedding(ids, tbl); return y end
   local is = check("embedding", "ids", ids, "i32")
   local ts = check("embedding", "table", tbl)
   if #ts ~= 2 then fail(2, "embedding", "table must be 2-D {V, D}, got %s", shape_str(ts)) end

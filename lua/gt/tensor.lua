@@ -1,10 +1,11 @@
 -- gt.tensor: device tensors as views (offset, shape) onto core buffers.
 --
 -- A tensor is a gt_tensor (src/gt.h): an FFI struct of 40 bytes, the only
--- object a replayed op allocates.  Its shape and strides are interned here
--- (the struct holds their ids), so that an op that passes its input's shape
--- on builds no table; `shape`, `numel` and `dtype` read through the interned
--- tables.  This file is the one place that makes tensors (I.view).
+-- object a replayed op allocates.  Its shape and strides are interned
+-- (gt.shapes; the struct holds their ids), so that an op that passes its
+-- input's shape on builds no table; `shape`, `numel` and `dtype` read through
+-- the interned tables.  gt.scope and release sites are gt.scopes.  This file
+-- is the one place that makes tensors (I.view).
 local ffi = require "ffi"
 local bit = require "bit"
 
@@ -21,9 +22,14 @@ local DT = {
   i32 = { code = C.GT_I32, size = 4, ct = ffi.typeof("int32_t[?]"), int = true },
   i64 = { code = C.GT_I64, size = 8, ct = ffi.typeof("int64_t[?]"), int = true },
   u8  = { code = C.GT_U8, size = 1, ct = ffi.typeof("uint8_t[?]"), int = true },
+  -- half precision: held as their bits (ct), read and written on the host
+  -- as floats converted by half.c (round to nearest even)
+  f16 = { code = C.GT_F16, size = 2, ct = ffi.typeof("uint16_t[?]"), int = false, half = true },
+  bf16 = { code = C.GT_BF16, size = 2, ct = ffi.typeof("uint16_t[?]"), int = false, half = true },
 }
 local BY_CODE = { [C.GT_F32] = "f32", [C.GT_I32] = "i32", [C.GT_I64] = "i64", [C.GT_U8] = "u8",
-                  [C.GT_F64] = "f64", [C.GT_U32] = "u32", [C.GT_U64] = "u64" }
+                  [C.GT_F64] = "f64", [C.GT_U32] = "u32", [C.GT_U64] = "u64", [C.GT_F16] = "f16",
+                  [C.GT_BF16] = "bf16" }
 local DT_OF = {}       -- code -> DT entry
 for name, d in pairs(DT) do d.name = name; DT_OF[d.code] = d end
 I.dtypes, I.dtype_of_code = DT, BY_CODE
@@ -43,111 +49,19 @@ gt.is_tensor = is_tensor
 local function dtype_of(dtype, level)
   local d = DT[dtype or "f32"]
   if not d then if type(dtype) ~= "string" then
-    error("dtype must be a string (f32, i32, i64 or u8), got " .. I.show(dtype), level + 1)
+    error("dtype must be a string (f32, f16, bf16, i32, i64 or u8), got " .. I.show(dtype), level + 1)
   end
-  error("unknown dtype '" .. dtype .. "': use f32, i32, i64 or u8", level + 1) end
+  error("unknown dtype '" .. dtype .. "': use f32, f16, bf16, i32, i64 or u8", level + 1) end
   return d
 end
 
-local function shape_str(shape) return #shape == 0 and "scalar" or concat(shape, "x") end
-I.shape_str = shape_str
 
--- -- Interned shapes and strides -----------------------------------------
-
--- SHAPES[sid] is a shape table shared by every tensor of that shape (never
--- change it); NUMEL[sid] its element count.  A trie over the sizes finds a
--- shape's id by value; interned tables themselves are found in one lookup.
-local SHAPES, NUMEL, nshapes = {}, {}, 0
-local trie, sid_of = {}, {}
-local SID = -1                              -- the trie's key for "a shape ends here" (sizes are >= 0)
-local MAX_BYTES = 2 ^ 53                    -- beyond this, byte counts are not exact numbers
-I.shapes, I.numel = SHAPES, NUMEL
-
-local function intern_new(node, shape, n)
-  nshapes = nshapes + 1
-  local s = {}
-  for i = 1, #shape do s[i] = shape[i] end
-  SHAPES[nshapes], NUMEL[nshapes] = s, n
-  node[SID] = nshapes
-  sid_of[s] = nshapes
-  return nshapes
-end
-
--- A fresh copy of shape table s (what t.shape and gt.shape give: the
--- interned tables are shared by every tensor of a shape, and a caller's
--- write into one would change them all).
-local function shape_copy(s)
-  local c = {}
-  for i = 1, #s do c[i] = s[i] end
-  return c
-end
-
-local function size_ok(d) return type(d) == "number" and d >= 0 and d == floor(d) and d < MAX_BYTES end
-
--- The id of a shape (a table of sizes, or one number); raises on a bad one.
-local function shape_id_slow(shape, level)
-  if type(shape) ~= "table" or getmetatable(shape) ~= nil then
-    if type(shape) == "number" then shape = { shape }
-    else error("a shape is a table of sizes, e.g. {8, 256}, got " .. I.show(shape), level + 1) end
-  end
-  local node, n = trie, 1
-  for i = 1, #shape do
-    local d = shape[i]
-    if type(d) ~= "number" or d < 0 or d ~= floor(d) or d >= MAX_BYTES then
-      error("bad shape: dimension " .. i .. " is " .. I.show(d) .. ", not a size: each dimension is a whole " ..
-        "number, 0 or more (e.g. {8, 256})", level + 1)
-    end
-    n = n * d
-    local nx = node[d]
-    if not nx then nx = {}; node[d] = nx end
-    node = nx
-  end
-  if n >= MAX_BYTES then
-    error("bad shape: " .. shape_str(shape) .. " has " .. ("%.17g"):format(n) .. " elements, more than any memory holds", level + 1)
-  end
-  return node[SID] or intern_new(node, shape, n)
-end
-
--- The same, without a loop for shapes of up to three sizes already seen (a
--- loop here would be unrolled into the trace of every op that makes a tensor).
-local function shape_id(shape, level)
-  local id = sid_of[shape]
-  if id then return id end
-  if type(shape) == "table" then
-    local n, a, b, c = #shape, shape[1], shape[2], shape[3]
-    local node
-    if n == 2 then
-      if size_ok(a) and size_ok(b) then node = trie[a]; node = node and node[b] end
-    elseif n == 1 then
-      if size_ok(a) then node = trie[a] end
-    elseif n == 3 then
-      if size_ok(a) and size_ok(b) and size_ok(c) then node = trie[a]; node = node and node[b]; node = node and node[c] end
-    end
-    id = node and node[SID]
-    if id then return id end
-  end
-  return shape_id_slow(shape, level + 1)
-end
-I.shape_id = shape_id
-
--- Strides of non-contiguous views, interned the same way (in elements).
-local STRIDES, vtrie, nstrides = { [0] = false }, {}, 0
-local function strides_id(st)
-  local node = vtrie
-  for i = 1, #st do
-    local nx = node[st[i]]
-    if not nx then nx = {}; node[st[i]] = nx end
-    node = nx
-  end
-  local id = node[SID]
-  if not id then
-    nstrides = nstrides + 1
-    local s = {}
-    for i = 1, #st do s[i] = st[i] end
-    STRIDES[nstrides], node[SID], id = s, nstrides, nstrides
-  end
-  return id
-end
+local S = require "gt.shapes"
+local shape_str, shape_copy, shape_id, strides_id = S.shape_str, S.shape_copy, S.shape_id, S.strides_id
+local SHAPES, NUMEL, STRIDES = S.SHAPES, S.NUMEL, S.STRIDES
+local scopes = require "gt.scopes"
+local text_id, lasting, site_text, plain_note = scopes.text_id, scopes.lasting, scopes.site_text, scopes.plain_note
+local RELEASED = C.GT_BUF_RELEASED
 
 -- -- Handles ---------------------------------------------------------------
 
@@ -194,9 +108,6 @@ local function index(t, k)
   end
   return Tensor[k]
 end
-
--- Scopes outside tree calls: per nesting level, the tensors made in it.
-local plain, nplain = {}, 0
 
 -- The replay lane (gt_internal.h's gt_lane): while it is open, the call's next
 -- buffer struct (index j, its room checked by the caller) is made here, every field as
@@ -245,7 +156,7 @@ local function new_sid(sid, d, level)
   local b = C.gt_buf_new(rt, nb)
   if b == nil then error(I.errmsg(), level + 1) end
   local t = gc(TT(b, 0, nb, 0, sid, d.code, 0), drop)
-  if nplain > 0 then local l = plain[nplain]; l[#l + 1] = t end
+  plain_note(t)
   return t
 end
 I.new_sid = new_sid
@@ -253,76 +164,6 @@ I.new_sid = new_sid
 local function new(shape, dtype, level)
   local d = DT[dtype or "f32"] or dtype_of(dtype, level + 1)
   return new_sid(shape_id(shape, level + 1), d, level + 1)
-end
-
--- Where each released buffer was released: its struct's site (b.site),
---   > 0  a gt.scope of a tree call, by its function: SITES[id] (weak both
---        ways; the tree holds the functions of its latest call's scopes,
---        tree._scopes, for as long as that call's buffers can be read);
---   < 0  a text, TEXTS[-id]: "gt.scope at a.lua:12" for a scope outside
---        tree calls, ":free() at a.lua:30" (interned: one entry per place in
---        the source, however many buffers or closures released there);
---   0    another release.
--- Nothing holds a scope's closure past the call it ran in: a closure made
--- per step (gt.scope(function() ... end)) and what it captures (a tree, a
--- weight) are collected as they would be without gt.scope.
-local SITES, SITE_OF, nsites = setmetatable({}, { __mode = "v" }), setmetatable({}, { __mode = "k" }), 0
-local function site_id(fn)
-  local id = SITE_OF[fn]
-  if id then return id end
-  nsites = nsites < 2 ^ 31 - 1 and nsites + 1 or 1
-  SITES[nsites], SITE_OF[fn] = fn, nsites
-  return nsites
-end
-
-local TEXTS, TEXT_ID, ntexts = {}, {}, 0
-local function text_id(text)
-  local id = TEXT_ID[text]
-  if id then return id end
-  ntexts = ntexts + 1
-  TEXTS[ntexts], TEXT_ID[text] = text, -ntexts
-  return -ntexts
-end
-
-local function scope_text(fn)
-  local i = debug.getinfo(fn, "S")
-  return "gt.scope at " .. i.short_src .. ":" .. i.linedefined
-end
-
--- The site of an eager scope's releases (its text, once per function).
-local EAGER_SITE = setmetatable({}, { __mode = "k" })
-local function eager_site(fn)
-  local id = EAGER_SITE[fn]
-  if not id then id = text_id(scope_text(fn)); EAGER_SITE[fn] = id end
-  return id
-end
-
--- A site that stays readable after its call's scopes are gone (a buffer that
--- outlives the call: the caller's tensor released as its staged copy was).
-local function lasting(site)
-  if site <= 0 then return site end
-  local fn = SITES[site]
-  return text_id(fn and scope_text(fn) or "a gt.scope")
-end
-
-local RELEASED, KEEP = C.GT_BUF_RELEASED, C.GT_BUF_KEEP
-
--- The message's "released by ..." and what to do, for a site.
-local function site_text(site)
-  local by
-  if site > 0 then by = SITES[site] and scope_text(SITES[site]) or "a gt.scope"
-  elseif site < 0 then by = TEXTS[-site] end
-  if by and by:find("gt.scope", 1, true) then return by, "return it from the scope or :clone() it" end
-  return by or "a release", ":clone() it before releasing it to keep the values"
-end
-
--- x released as y was (the caller's tensor whose staged copy y the body
--- freed: tree.lua's write_back), with y's site in its message.
-function I.release_as(x, y)
-  local b = x._b
-  if band(b.flags, RELEASED) ~= 0 or x._gen ~= b.gen_now[0] then return end
-  if C.gt_buf_free(rt, b) ~= 0 then return end
-  b.site = lasting(y._b.site)
 end
 
 -- Staleness: one integer compare.
@@ -422,6 +263,18 @@ local function fill_value(v, what)
   end
 end
 
+-- The half-precision kernel library (kernels/half.cu) for dtype "f16" or
+-- "bf16", loaded on first use (gt.ops uses it too).
+local half_modules = {}
+function I.half_kernels(dtype)
+  local K = half_modules[dtype]
+  if not K then
+    K = gt.load("kernels/half.cu", dtype == "bf16" and { options = "-DGT_BF16" } or nil)
+    half_modules[dtype] = K
+  end
+  return K
+end
+
 local fillk
 local function fill(t, v, level)
   if v == 0 then
@@ -432,7 +285,7 @@ local function fill(t, v, level)
   local n = t.numel
   if n == 0 then return t end
   local g = math.min(math.ceil(n / 256), 4096)
-  local k = fillk["fill_" .. t.dtype]
+  local k = DT[t.dtype].half and I.half_kernels(t.dtype).fill or fillk["fill_" .. t.dtype]
   if t.dtype == "u8" then v = bit.band(v, 255) end
   k(g, 256, t, n, v)
   return t
@@ -465,11 +318,18 @@ local function flatten(tbl, level)
   return shape, vals
 end
 
+local F64S = ffi.typeof("double[?]")
 local function write_values(t, vals, level)
   local d = DT[t.dtype]
   local n = #vals
   local host = d.ct(n)
-  for i = 1, n do host[i - 1] = vals[i] end
+  if d.half then
+    local v = F64S(math.max(n, 1))
+    for i = 1, n do v[i - 1] = vals[i] end
+    C.gt_convert(host, d.code, v, C.GT_F64, n)
+  else
+    for i = 1, n do host[i - 1] = vals[i] end
+  end
   sync_point(level + 1, "a host copy")
   if C.gt_buf_write(rt, t._b, t._off, host, n * d.size) ~= 0 then I.fail(level + 1) end
 end
@@ -514,13 +374,18 @@ function gt.randn(shape, opts)
   if opts.seed then s = ffi.new("uint64_t[1]", 0x9E3779B97F4A7C15ULL + opts.seed * 0x100000001B3ULL) end
   local n, scale = t.numel, opts.scale or 1
   local d = DT[t.dtype]
-  local okh, host = pcall(d.ct, math.max(n, 1))
+  local okh, host = pcall(d.half and F64S or d.ct, math.max(n, 1))
   if not okh then error("gt.randn: " .. n .. " values do not fit in host memory (they are made on the host first)", 2) end
   for i = 0, n - 1, 2 do
     local u1, u2 = next_u01(s), next_u01(s)
     local r = math.sqrt(-2 * math.log(u1))
     host[i] = r * math.cos(2 * math.pi * u2) * scale
     if i + 1 < n then host[i + 1] = r * math.sin(2 * math.pi * u2) * scale end
+  end
+  if d.half then
+    local bits = d.ct(math.max(n, 1))
+    C.gt_convert(bits, d.code, host, C.GT_F64, n)
+    host = bits
   end
   sync_point(2, "a host copy")
   if C.gt_buf_write(rt, t._b, 0, host, t._nb) ~= 0 then I.fail() end
@@ -554,11 +419,27 @@ local function read_flat(t, level, what)
   return out, t.numel
 end
 
+-- The values of read_flat's array as numbers: half precision's bits widened
+-- to floats (exactly), the others as they are.
+local F32S = ffi.typeof("float[?]")
+local function read_values(t, level, what)
+  local flat, n = read_flat(t, level + 1, what)
+  local d = DT[t.dtype]
+  if not d.half then return flat, n end
+  local f = F32S(math.max(n, 1))
+  C.gt_convert(f, C.GT_F32, flat, d.code, n)
+  return f, n
+end
+
 local function num(d, v) return d.int and tonumber(v) or v end
+
+-- t's elements as stored (half precision: bits), a host array, and their
+-- count (gt.safetensors.save).
+function I.read_raw(t, level) return read_flat(t, level + 1, "a host read") end
 
 --- t:tolist() -> nested table like the shape
 function Tensor:tolist()
-  local flat = read_flat(self, 2, "tolist")
+  local flat = read_values(self, 2, "tolist")
   local d, shape, k = DT[self.dtype], self._shape, 0
   if #shape == 0 then return num(d, flat[0]) end
   local function build(dim)
@@ -577,7 +458,7 @@ end
 function Tensor:item()
   live(self, 2)
   if self.numel ~= 1 then error("item() needs a tensor with one element, this one is " .. shape_str(self._shape), 2) end
-  local flat = read_flat(self, 2, "item")
+  local flat = read_values(self, 2, "item")
   return num(DT[self.dtype], flat[0])
 end
 
@@ -686,6 +567,28 @@ function Tensor:t()
   return gt.ops.transpose(self)
 end
 
+--- t:to(dtype) -> t in dtype: f32, f16 or bf16, a copy made by a kernel
+--- (rounding to nearest even; also recorded in trees); t itself when it has that dtype
+local FLOATS = { f32 = true, f16 = true, bf16 = true }
+function Tensor:to(dtype)
+  live(self, 2)
+  if dtype == nil then error("t:to(dtype): give the dtype (\"f32\", \"f16\" or \"bf16\")", 2) end
+  local d, from = dtype_of(dtype, 2), self.dtype
+  if d.name == from then return self end
+  if not FLOATS[from] or not FLOATS[d.name] then
+    error("t:to(dtype): casts go between f32, f16 and bf16; this tensor is " .. from .. ", asked for " .. d.name, 2)
+  end
+  if self._strides then error("t:to(dtype): a non-contiguous view: :clone() it first", 2) end
+  local y = new_sid(self._sid, d, 2)
+  local n = NUMEL[self._sid]
+  if n == 0 then return y end
+  local g = math.min(math.ceil(n / 256), 4096)
+  if not d.half then I.half_kernels(from).to_f32(g, 256, y, self, n)
+  elseif from == "f32" then I.half_kernels(d.name).from_f32(g, 256, y, self, n)
+  else I.half_kernels(d.name).from_half(g, 256, y, self, n, from == "bf16" and 1 or 0) end
+  return y
+end
+
 --- t:static() marks a weight: keyed by address in trees; returns t
 function Tensor:static()
   local b = live(self, 2)
@@ -703,157 +606,6 @@ function Tensor:free()
   if C.gt_buf_free(rt, b) ~= 0 then I.fail(2) end
   local i = debug.getinfo(2, "Sl")
   b.site = text_id(":free() at " .. (i and (i.short_src .. ":" .. (i.currentline or 0)) or "?"))
-end
-
--- Marks x (a tensor, or tensors in a plain table) as returned from a
--- scope outside tree calls (on), or not (after the scope: a result the
--- scope did not make keeps no mark for the scope around it, which may
--- release it).
-local function keep(x, on)
-  if istype(TT, x) then
-    local b = x._b
-    if not on then b.flags = band(b.flags, bnot(KEEP))
-    elseif x._gen == b.gen_now[0] then b.flags = bor(b.flags, KEEP) end
-  elseif type(x) == "table" and getmetatable(x) == nil then
-    for _, v in pairs(x) do if istype(TT, v) then keep(v, on) end end
-  end
-end
-
--- The same in a tree call (t, the scope's first buffer): only the call's
--- buffers from the scope's first on are marked, those the core releases (and
--- unmarks) at the scope's end.
-local function keep_in(x, t, first)
-  if istype(TT, x) then
-    local b = x._b
-    if b.tree == t and b.ci >= first and x._gen == b.gen_now[0] then b.flags = bor(b.flags, KEEP) end
-  elseif type(x) == "table" and getmetatable(x) == nil then
-    for _, v in pairs(x) do if istype(TT, v) then keep_in(v, t, first) end end
-  end
-end
-
--- Releases buffer b at a scope's end unless it was returned (KEEP).
--- (The keep mark stays until keep_results clears it after the loop: two
--- handles of one buffer in the list, a tree's output and its narrowed view,
--- are both kept.)
-local function settle(b, fn)
-  local f = b.flags
-  if band(f, KEEP) ~= 0 then return true end
-  if band(f, RELEASED) == 0 then
-    C.gt_buf_free(rt, b)
-    b.site = eager_site(fn)
-  end
-  return false
-end
-
--- A scope's body runs in a pcall made from C (gt.host.call in a tree call,
--- gt.host.run outside one, as a tree's body does); then its tensors are
--- settled.  The C call ends the trace of the caller's loop there (LuaJIT
--- stitches a new one after it) and the body's code forms traces of its own.
--- Recorded inline instead, a loop over layers (x = gt.scope(block, x, ...))
--- made one trace of every launch of a block: examples/gpt.lua's decode step
--- aborted with "too many spill slots" and, once its loop was blacklisted, ran
--- the loop, gt.scope and the launchers' FFI calls in the interpreter (session
--- 16, with the wide launches through the lane: "trace too long", 40% slower).
--- LuaJIT cannot compile a return across the frame of its own pcall ("return
--- to lower frame"), hence the C one.  In a tree call the settling runs after
--- gt.host.call returns, in the stitched trace (a finish called from C, as
--- gt.host.run does, cost a second pcall and an exit from its own trace:
--- ~150 -> ~90 ns a scope, cpu backend): the call's buffers from the scope's
--- first on are the scope's, and the core releases those not returned (in
--- queue order).
-local host = require "gt.host"
-local hrun, hcall = host.run, host.call
-local spill = {}                               -- results past the second (gt.host.run's extra)
-
--- Marks a scope's n results (r1, r2, then spill's) kept (on), or not.
-local function keep_results(n, r1, r2, on)
-  if n >= 1 then keep(r1, on) end
-  if n >= 2 then keep(r2, on) end
-  for i = 1, n - 2 do keep(spill[i], on) end
-end
-
--- Outside a tree call the tensors made in the scope are listed in
--- plain[nplain]; plain_end releases those not returned.
-local function plain_end(fn, ok, n, r1, r2)
-  local list = plain[nplain]
-  nplain = nplain - 1
-  if ok then
-    keep_results(n, r1, r2, true)
-    local outer = plain[nplain]
-    for i = 1, #list do
-      local t = list[i]
-      local b = t._b        -- (a tree's output: only while live, its buffer struct is the next call's after)
-      if (b.tree == nil or t._gen == b.gen_now[0]) and settle(b, fn) and outer then outer[#outer + 1] = t end
-    end
-    keep_results(n, r1, r2, false)
-  else                        -- a failed scope released nothing: what it made is the enclosing scope's (as in a tree call)
-    local outer = plain[nplain]
-    if outer then for i = 1, #list do outer[#outer + 1] = list[i] end end
-  end
-  for i = #list, 1, -1 do list[i] = nil end
-  if not ok then error(r1, 0) end
-end
-
--- The results of gt.host.run(extra, ...): up to two without a vararg, more
--- from extra (emptied; also after an error).  Tree calls use it too.
-local function host_results(extra, ok, n, r1, r2)
-  if not ok then
-    for i in pairs(extra) do extra[i] = nil end
-    error(r1, 0)
-  end
-  if n <= 2 then
-    if n == 2 then return r1, r2 elseif n == 1 then return r1 end
-    return
-  end
-  local more = { unpack(extra, 1, n - 2) }
-  for i = 1, n - 2 do extra[i] = nil end
-  return r1, r2, unpack(more, 1, n - 2)
-end
-I.host_results = host_results
-
---- gt.scope(fn, ...) -> fn(...): when fn returns, every tensor made inside
---- it that is not among its results (or in a table it returns, one level
---- deep) is released: its memory can be reused, and using it raises.  The
---- same in tree calls (in queue order) and outside them.
--- (No tail call returns its results: a trace that begins after gt.host.run
--- returns may return from this vararg function, not tail-call out of it.)
--- A tree call's output made inside scopes outside tree calls (tree.lua's
--- anchor): the innermost one releases it unless it returns it, as it does
--- what a plain function called there makes.
-function I.plain_note(t)
-  if nplain > 0 then local l = plain[nplain]; l[#l + 1] = t end
-end
-
-function gt.scope(fn, ...)
-  if type(fn) ~= "function" then error("gt.scope(fn, ...): fn must be a function, got " .. type(fn), 2) end
-  local tree = I.active
-  local ok, n, r1, r2
-  if tree then
-    local first = C.gt_tree_nbufs(tree._t)
-    ok, n, r1, r2 = hcall(spill, fn, ...)
-    if ok then
-      local t = tree._t
-      if n >= 1 then keep_in(r1, t, first) end
-      if n >= 2 then keep_in(r2, t, first) end
-      for i = 1, n - 2 do keep_in(spill[i], t, first) end
-      local sc = tree._scopes                -- (the call's scope functions, held while its buffers are: SITES)
-      if sc.gen ~= tree._gen then            -- (a new call: the last one's go; a long list is dropped whole)
-        if sc.n > 64 then sc = {}; tree._scopes = sc end
-        sc.gen, sc.n = tree._gen, 0
-      end
-      if sc[sc.n] ~= fn then sc.n = sc.n + 1; sc[sc.n] = fn end
-      if C.gt_tree_scope_end(rt, first, site_id(fn)) ~= 0 then ok, n, r1 = false, 1, I.errmsg() end
-    end
-  else
-    nplain = nplain + 1
-    plain[nplain] = plain[nplain] or {}
-    ok, n, r1, r2 = hrun(spill, plain_end, fn, fn, ...)
-  end
-  if ok and n <= 2 then
-    if n == 1 then return r1 elseif n == 2 then return r1, r2 end
-    return
-  end
-  return host_results(spill, ok, n, r1, r2)   -- an error, or more than two results
 end
 
 function Tensor:dim() if not istype(TT, self) then not_tensor(self, 2) end return #SHAPES[self._sid] end
@@ -882,7 +634,7 @@ function Tensor:__tostring()
   if not istype(TT, self) then not_tensor(self, 2) end
   local tail = "[gt." .. self.dtype .. " " .. shape_str(self._shape) .. " " .. gt.backend()
   if self:is_stale() then return tail .. ", stale]" end
-  local ok, flat = pcall(read_flat, self, 1)
+  local ok, flat = pcall(read_values, self, 1)
   if not ok then return tail .. "]" end
   local d, shape = DT[self.dtype], self._shape
   if #shape == 0 then return fmt(d, flat[0]) .. "\n" .. tail .. "]" end

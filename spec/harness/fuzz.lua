@@ -2,10 +2,11 @@
 -- A seed makes a random step function: ops over a register file, some of them
 -- only on some routes, gt.cut()s, gt.scope()s, frees, tensors kept in a
 -- table past the call, and outputs (intermediates or inputs unchanged) that
--- the next call takes as its inputs.  The same function runs in a tree and
--- outside any tree on the same routes; every output and kept tensor must
--- agree after every call.  Used by spec/fuzz_spec.lua (fixed seeds) and
--- scripts/fuzz.sh (a longer run).  Not a spec itself.
+-- the next call takes as its inputs (a third of the linear layers run in
+-- bf16).  The same function runs in a tree and outside any tree on the same
+-- routes; every output and kept tensor must agree after every call.  Used by
+-- spec/fuzz_spec.lua (fixed seeds) and scripts/fuzz.sh (a longer run).  Not
+-- a spec itself.
 local gt = require "gt"
 local ops = gt.ops
 
@@ -92,7 +93,11 @@ local function run_block(prog, regs, n, env)
         local a, b = regs[ins[2]], regs[ins[3]]
         if a and b then res = ops.add(a, b) end
       elseif op == "axpb" then local x = regs[ins[2]]; if x then res = ops.axpby(1, x, env.scale, ops.mul(x, 0.5)) end
-      elseif op == "linear" then local x = regs[ins[2]]; if x then res = ops.tanh(ops.linear(x, env.W, env.b)) end
+      elseif op == "linear" then
+        local x = regs[ins[2]]
+        if x and ins[2] % 3 == 0 then         -- (every third register: in bf16, through t:to)
+          res = ops.tanh(ops.linear(x:to("bf16"), env.Wh, env.bh)):to("f32")
+        elseif x then res = ops.tanh(ops.linear(x, env.W, env.b)) end
       elseif op == "cut" then gt.cut()
       elseif op == "free" then
         local k = ins[2]
@@ -136,7 +141,8 @@ function M.check(seed, calls)
   local r = rng(seed + 7919)
   local W = gt.randn({ COLS, COLS }, { seed = seed, scale = 0.3 }):static()
   local bias = gt.randn({ COLS }, { seed = seed + 1, scale = 0.1 }):static()
-  local tenv = { W = W, b = bias }
+  local Wh, bh = W:to("bf16"):static(), bias:to("bf16"):static()
+  local tenv = { W = W, b = bias, Wh = Wh, bh = bh }
   local step = gt.tree(function(a, b, route, scale)
     tenv.route, tenv.scale, tenv.keep, tenv.kept = route, scale, {}, {}
     return body(p, tenv, a, b)
@@ -147,7 +153,7 @@ function M.check(seed, calls)
   for call = 1, calls do
     local route, scale = { r(2) == 1, r(2) == 1 }, (r(5) - 3) * 0.25
     local na, nb = step(ta, tb, route, scale)
-    local eenv = { W = W, b = bias, route = route, scale = scale, keep = {}, kept = {} }
+    local eenv = { W = W, b = bias, Wh = Wh, bh = bh, route = route, scale = scale, keep = {}, kept = {} }
     local ma, mb = body(p, eenv, ea, eb)
     local ok, msg = close(values(na), values(ma), "output 1")
     if ok then ok, msg = close(values(nb), values(mb), "output 2") end

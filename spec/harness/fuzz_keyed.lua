@@ -33,8 +33,9 @@ local gt = require "gt"
 local M = { trace = os.getenv("KEYEDFUZZ_TRACE") == "1", skip = {} }
 -- M.skip[word]: leave out a feature, to tell one mismatch class from another
 -- (KEYEDFUZZ_SKIP="floor,trim" say; words: floor, trim, trimB, U, Uarg (a
--- captured tensor, U or O, also passed as an argument: a known limit,
--- docs/DESIGN.md section 5), O, verify,
+-- captured tensor, U or O, also passed as an argument), Ulimit (Uarg only
+-- where a tree can tell: a keyed tree with `patch` numbers and no
+-- copy_inputs; the known limit is docs/DESIGN.md section 5's), O, verify,
 -- copy, special, retnum, cond, W2, rows, patch (no patch numbers), zero (no
 -- -0.0 key or number), arith (numbers into kernels as they are), equal (p ~= q))
 for w in (os.getenv("KEYEDFUZZ_SKIP") or ""):gmatch("[%a%d]+") do M.skip[w] = true end
@@ -218,6 +219,7 @@ function M.program(seed)
   if skip.U then P.useU = false end
   if skip.O then P.useO = false end
   if skip.trimB then P.trimB = false end
+  P.noUarg = skip.Uarg or (skip.Ulimit and (#P.patchA == 0 or P.copy)) or false
   if skip.verify then P.verifyA, P.verifyB = false, false end
   if skip.copy then P.copy = false end
   if skip.special then P.special = 0 end
@@ -490,12 +492,12 @@ local function check(seed, calls, st)
       local xs = r(10)
       if steady then xs = xs <= 7 and 1 or 4 end
       if xs <= 3 or (xs <= 6 and not slot.A1) or (xs <= 8 and not slot.BO) then x = fresh(); what = "fresh"
-      elseif xs <= 6 and M.skip.Uarg and captured(slot.A1) then x = fresh(); what = "fresh"   -- (A returned U: Uarg)
+      elseif xs <= 6 and P.noUarg and captured(slot.A1) then x = fresh(); what = "fresh"   -- (A returned U: Uarg)
       elseif xs <= 6 then x = slot.A1; what = "A's"
-      elseif xs <= 8 and M.skip.Uarg and slot.BO == slot.O then x = fresh(); what = "fresh"   -- (the captured O as an argument: Uarg)
+      elseif xs <= 8 and P.noUarg and slot.BO == slot.O then x = fresh(); what = "fresh"   -- (the captured O as an argument: Uarg)
       elseif xs <= 8 then x = slot.BO; what = "B's"
       elseif xs == 9 and not M.skip.rows then what = "rows"
-      elseif xs == 10 and not M.skip.Uarg then x = slot.U; what = "U"
+      elseif xs == 10 and not P.noUarg then x = slot.U; what = "U"
       else x = fresh(); what = "fresh" end
       local ys, ywhat = r(6), nil
       if steady then ys = r(7) == 1 and 3 or 1 end
@@ -507,7 +509,7 @@ local function check(seed, calls, st)
         else y = x; ywhat = "x" end
       elseif ys <= 2 then y = fresh(); ywhat = "fresh"
       elseif ys <= 4 then y = x; ywhat = "x"
-      elseif ys == 5 and slot.A2 and not (M.skip.Uarg and captured(slot.A2)) then y = slot.A2; ywhat = "A's 2nd"
+      elseif ys == 5 and slot.A2 and not (P.noUarg and captured(slot.A2)) then y = slot.A2; ywhat = "A's 2nd"
       else y = fresh(); ywhat = "fresh" end
       local w = r(steady and 10 or 2) == 1 and W2 or W1
       local p = num()

@@ -14,6 +14,8 @@ void test_backend_cpu(void);
 void test_cond(void);
 void test_deps(void);
 void test_key(void);
+void test_half(void);
+void test_incdir(void);
 struct gt_queue;
 struct gt_kernel;
 /* cond.c's test queue: [0] k; [1] IF; [2] k; [3] ELSE; [4] IF; [5] k; [6] END; [7] END; [8] k. */

@@ -122,7 +122,7 @@ static void test_cursor(void) {
   fx_record(&f, &m);
   f.root.kids = kids;
   f.root.nkids = 2;
-  f.root.last_kid = &n;
+  f.root.pred.last_kid = &n;
   GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == &n);             /* the recording again: a hit */
   GT_CHECK(replayed(&f, &e[1], &e[2], &s[0], 3.0f, 8) == &n);             /* new scalars, inputs elsewhere: still a hit */
   /* GTLUA_VERIFY_LANE's compare in full agrees with such a hit, and finds
@@ -138,10 +138,10 @@ static void test_cursor(void) {
   GT_CHECK(gt_predict_verify(&f.t, &n) == GT_ERR && strstr(f.t.rt->err, "launch 2 (k)") &&
            strstr(f.t.rt->err, "not among those the replay patches"));
   f.t.pred.ndirty = 2;
-  n.asig[1].id ^= 1;
+  n.pred.asig[1].id ^= 1;
   GT_CHECK(gt_predict_verify(&f.t, &n) == GT_ERR && strstr(f.t.rt->err, "launch 1 (k, argument 2)") &&
            strstr(f.t.rt->err, "another buffer"));
-  n.asig[1].id ^= 1;
+  n.pred.asig[1].id ^= 1;
   n.argvals = NULL, n.nargvals = 0;
   GT_CHECK(replayed(&f, &e[0], &e[1], &s[1], 1.0f, 8) == NULL);           /* another weight: a miss (the key decides) */
   GT_CHECK(replayed(&f, &e[0], &e[0], &s[0], 1.0f, 8) == NULL);           /* other aliasing: a miss */
@@ -156,7 +156,7 @@ static void test_cursor(void) {
   f.made[0].bytes = 256;
   GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == NULL);           /* a buffer of another size: a miss */
   f.made[0].bytes = 512;
-  f.root.last_kid = NULL;
+  f.root.pred.last_kid = NULL;
   GT_CHECK(replayed(&f, &e[0], &e[1], &s[0], 1.0f, 8) == NULL);           /* no prediction: the key decides */
   gt_cursor_forget(&n); gt_cursor_forget(&m);
   free(n.launches); free(m.launches);
@@ -199,9 +199,9 @@ static void test_lane(void) {
   n.nargvals = 8;
   f.root.kids = kids;
   f.root.nkids = 1;
-  f.root.last_kid = &n;
+  f.root.pred.last_kid = &n;
   lane_segment(&f, 2);
-  GT_CHECK(f.t.rt->lane.n == 2 && n.lane_ext == 2);                       /* external inputs: the lane's too */
+  GT_CHECK(f.t.rt->lane.n == 2 && n.pred.lane_ext == 2);                       /* external inputs: the lane's too */
   GT_CHECK(gt_lane_check(&f.t) == 1 && f.t.pred.ndirty == 0 && gt_cursor_hit(&f.t, 0) == &n);
   e[0].addr += 0x1000;                                                     /* its struct, other memory: */
   lane_segment(&f, 2);

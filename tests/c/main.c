@@ -13,6 +13,8 @@ int main(void) {
   test_cond();
   test_deps();
   test_key();
+  test_half();
+  test_incdir();
   printf("C tests: %d passed, %d failed\n", gt_test_passed, gt_test_failed);
   return gt_test_failed != 0;
 }
