@@ -965,15 +965,17 @@ static int add_coll(cuda_impl *I, const gt_gnode *nd, CUgraph cur, size_t nd_dep
     return rc;
   int nrc = gt_nccl_run(I->nccl, &c, nd->dst, nd->src, I->stream, b->err, GT_ERRLEN);
   if (!nrc) rc = cu_check(I, "cuStreamGetCaptureInfo", I->cap.cuStreamGetCaptureInfo(I->stream, &st, &cid, &cg, &last, &edges, &nlast));
+  if (!nrc && !rc && nlast) {        /* (the driver's array lasts only until the capture ends) */
+    if (GT_GROW(I->deps, I->capdeps, (int)nlast)) rc = no_memory(b, "graph edges");
+    else memcpy(I->deps, last, nlast * sizeof *last);
+  }
   CUgraph ended = NULL;
   CUresult er = I->cap.cuStreamEndCapture(I->stream, &ended);   /* (always: the stream must leave capture) */
   if (nrc) return GT_BERR;
   if (!rc) rc = cu_check(I, "cuStreamEndCapture", er);
   if (rc) return rc;
-  /* the capture's last nodes (none when NCCL added nothing: then the node's own dependencies) */
-  if (!nlast) return CU(I, cuGraphAddEmptyNode, out, cur, I->deps, nd_deps);
-  if (GT_GROW(I->deps, I->capdeps, (int)nlast)) return no_memory(b, "graph edges");
-  return CU(I, cuGraphAddEmptyNode, out, cur, last, nlast);
+  /* after the capture's last nodes, now in I->deps (none when NCCL added nothing: the node's own dependencies) */
+  return CU(I, cuGraphAddEmptyNode, out, cur, I->deps, nlast ? nlast : nd_deps);
 }
 
 /* Builds a CUgraph of n nodes; *hout gets one handle per node.  Duplicate
