@@ -64,6 +64,10 @@ local function kernels(dt)
   return KS[dt]
 end
 
+--- kernel(name [, dt]) -> the kernel of that name for weights of dtype dt (kernels/gpt.cu for
+--- f32, gpt_half.cu for bf16/f16; examples/paged.lua binds its own launchers)
+function M.kernel(name, dt) return kernels(dt)[name] end
+
 local CPU = gt.backend() == "cpu"
 
 -- A launcher over n elements (1-D grid of 256-thread blocks), cached per grid.

@@ -108,7 +108,8 @@ api { name = "gt.loop", f = gt.loop, n = 3, args = function() return { gt.zeros(
       tree = true, ok = { {}, set("function"), set("nil", "{}", "{1,2}", "{'a'}", "tree") } }  -- opts: a table, max unset
 api { name = "gt.sync", f = gt.sync, n = 1, args = function() return {} end, tree = true, ok = { ALL } }
 api { name = "gt.cut", f = gt.cut, n = 1, args = function() return {} end, tree = true, ok = { ALL } }
-api { name = "gt.bucket", f = gt.bucket, n = 1, args = function() return { 1 } end, tree = true, ok = { set("nil") } }
+api { name = "gt.bucket", f = gt.bucket, n = 1, args = function() return { 1 } end, tree = true,
+      ok = { set("nil", "string") } }   -- (a string is a spec's name: nil outside a bucketed call)
 api { name = "gt.profile", f = gt.profile, n = 1, args = function() return { false } end, ok = { ALL } }
 -- (gt.help writes its text to io.stdout: the sweep's calls write into a sink)
 local SINK = { write = function(self) return self end, flush = function() end }
@@ -147,6 +148,8 @@ api { name = "gt.ops.embedding", f = ops.embedding, n = 2, args = function() ret
 api { name = "gt.buckets.pow2", f = gt.buckets.pow2, n = 1, args = function() return { 64 } end,
       ok = { set("1.5", "2^40") } }   -- sizes up to the next power of two
 api { name = "gt.buckets.linear", f = gt.buckets.linear, n = 2, args = function() return { 8, 32 } end, ok = { set("1.5") } }
+api { name = "gt.buckets.fit", f = gt.buckets.fit, n = 2, args = function() return { { 1, 2, 4 }, 3 } end,
+      ok = { set("{}", "{1,2}"), set("0", "-1", "1.5", "2^40", "inf") } }   -- (any number: its bucket, or nil)
 
 -- gt.report.*
 local report = gt.report
@@ -195,6 +198,8 @@ tmethod("floor", 5, function()   -- (a tree of its own: the sweep of trim drops 
   local tr = gt.tree(function(x) return gt.ops.relu(x) end, { name = "sweep_floor" }); tr(t22()); tr(t22())
   return { tr, 2 }
 end, { {}, set("nil"), set("nil", "true"), set("nil", "true"), set("nil") })
+tmethod("counts", 1, function() return { tree } end, { {} })
+tmethod("warm", 2, function() return { tree, { { t22() } } } end, { {}, {} })
 tmethod("dot", 2, function() return { tree } end, { {}, set("nil") })
 tmethod("json", 2, function() return { tree } end, { {}, set("nil") })
 tmethod("report", 2, function() return { tree } end, { {}, set("nil") })

@@ -312,4 +312,29 @@ describe("keyed calls are never wrong #keyed", function()
     assert.is_true(#warned >= 1)
     assert.matches("captured tensor", warned[1])
   end)
+
+  it("copy_inputs: a tensor passed in and also captured is the copy the body works on, in plain and keyed trees", function()
+    for _, opts in ipairs { { copy_inputs = true }, { copy_inputs = true, key = function() return 1 end, patch = { 2 } } } do
+      local U = gt.ones { 4 }
+      local function body(x, p)
+        K.addf(1, 32, x, x, p, 4)                        -- (a write into the argument)
+        local y = gt.tensor { 4 }
+        K.addf(1, 32, y, U, 0, 4)                        -- (read through the captured handle: sees it)
+        return y
+      end
+      local step = gt.tree(body, opts)
+      local want = 1
+      quiet(function()
+        for i = 1, 8 do
+          local x = i <= 5 and U or gt.full({ 4 }, 10)
+          local before = x:tolist()[1]
+          local got = step(x, i):tolist()[1]
+          local w = (i <= 5 and before + i) or want
+          assert.are.equal(w, got, "call " .. i)
+          assert.are.equal(before + i, x:tolist()[1], "the argument after call " .. i)
+          if i <= 5 then want = U:tolist()[1] end
+        end
+      end)
+    end
+  end)
 end)

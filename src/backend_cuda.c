@@ -361,7 +361,10 @@ static int pick_arch(cuda_impl *I) {
 /* -- Device and memory ------------------------------------------------- */
 
 static int cuda_device_info(gt_backend *b, gt_device_info *out) {
-  *out = ((cuda_impl *)b->impl)->info;
+  cuda_impl *I = b->impl;
+  size_t fr = 0, tot = 0;
+  *out = I->info;
+  if (I->cu.cuMemGetInfo(&fr, &tot) == CUDA_SUCCESS) out->free_mem = fr;
   return GT_BOK;
 }
 

@@ -67,7 +67,8 @@ static uint64_t piece_of(gt_runtime *rt, int kind, int root, int es, uint64_t db
   }
 }
 
-static int gather_u64(gt_runtime *rt, uint64_t v, uint64_t *vals);
+static int gather_tagged(gt_runtime *rt, uint64_t v, uint64_t *vals, int tag);
+static int gather_u64(gt_runtime *rt, uint64_t v, uint64_t *vals) { return gather_tagged(rt, v, vals, 0); }
 
 /* An eager collective over NCCL, which cannot tell ranks that disagree
    (they would wait or read past a buffer): the ranks compare what they are
@@ -108,11 +109,11 @@ int gt_dist_coll(gt_runtime *rt, int kind, int op, int root, int dtype, gt_buf *
   return gt_submit(rt, &l, a);
 }
 
-/* Runs the path check's all-gather of v: every rank's value into vals. */
-static int gather_u64(gt_runtime *rt, uint64_t v, uint64_t *vals) {
+/* Runs the path check's all-gather of v (tag 0; a barrier's: 1, so the two never pass for each other): every rank's value into vals. */
+static int gather_tagged(gt_runtime *rt, uint64_t v, uint64_t *vals, int tag) {
   gt_backend *be = &rt->be;
   uint64_t base = rt->dist_keys->addr, w = (uint64_t)rt->dist_world;
-  gt_coll c = { GT_COLL_CHECK, 0, GT_U64, 0, 1 };
+  gt_coll c = { GT_COLL_CHECK, tag, GT_U64, 0, 1 };
   if (be->htod(be, base + w * 8, &v, 8) != GT_BOK || be->coll_run(be, &c, base, base + w * 8) != GT_BOK ||
       be->dtoh(be, vals, base, w * 8) != GT_BOK)
     return gt_fail_be(rt, NULL);
@@ -122,7 +123,7 @@ static int gather_u64(gt_runtime *rt, uint64_t v, uint64_t *vals) {
 int gt_dist_barrier(gt_runtime *rt) {
   if (!rt->dist_world) return gt_fail(rt, "gt.dist.barrier: gt.dist.init() has not been called");
   if (rt->active) return gt_fail(rt, "gt.dist.barrier inside a tree call: call it between calls");
-  return gather_u64(rt, 0, rt->dist_vals);
+  return gather_tagged(rt, 0, rt->dist_vals, 1);
 }
 
 static uint64_t mix(uint64_t h, uint64_t v) {

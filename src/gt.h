@@ -46,6 +46,7 @@ typedef struct gt_device_info {
   int driver_version;      /* e.g. 13000 (cpu: 0) */
   int nvrtc_version;       /* e.g. 13000 (cpu: 0) */
   char compiler[128];      /* cpu: the host compiler command; cuda: "nvrtc" */
+  uint64_t free_mem;       /* bytes free on the device now (cuMemGetInfo; cpu: 0): graphs' memory shows only there */
 } gt_device_info;
 
 /* A device buffer (its fields: gt_internal.h).  Tensors in Lua are views (offset, shape) onto one. */
@@ -96,7 +97,7 @@ typedef struct gt_tree_opts {
   const char *where;           /* "file:line" of the definition */
   int warmup;                  /* eager visits before recording (default 1) */
   int max_recordings;          /* graphs this tree may hold (default 64) */
-  int on_limit_error;          /* 1: past the limit raise, 0: run eagerly */
+  int on_limit_error;          /* 1: past the limit raise, 0: run eagerly, 2: run eagerly and evict (Lua trims before the next call) */
 } gt_tree_opts;
 
 typedef struct gt_tree_info {
@@ -268,6 +269,7 @@ int32_t gt_tree_failed_gen(gt_tree *t);             /* generation of the last ca
 int32_t gt_tree_trimmed_gen(gt_tree *t);            /* generation of the last call whose outputs a trim invalidated */
 int gt_tree_trim(gt_runtime *rt, gt_tree *t, int keep);   /* drop graphs beyond the keep most recently used; returns dropped */
 int gt_tree_stats(gt_tree *t, gt_tree_info *out);
+int gt_tree_limit_hits(const gt_tree *t);            /* visits refused a recording by max_recordings so far (on_limit = "evict" reads it after each call) */
 int gt_tree_node(gt_tree *t, int id, gt_node_info *out); /* id 0..nodes-1 */
 int gt_tree_child(gt_tree *t, int id, int k);             /* k-th child of node id (-1: roots); -1 if none */
 /* The i-th distinct site node id's segment ended at ("model.lua:31 item",

@@ -93,21 +93,23 @@ const char *gt_coll_describe(const gt_coll *c, char *buf, size_t len) {
   if (c->kind == GT_COLL_ALL_REDUCE || c->kind == GT_COLL_REDUCE_SCATTER)
     snprintf(buf, len, "%s (%s) of %llu %s", k, c->op >= 0 && c->op <= 2 ? ops[c->op] : "?", (unsigned long long)c->count, d);
   else if (c->kind == GT_COLL_BROADCAST) snprintf(buf, len, "%s from rank %d of %llu %s", k, c->root, (unsigned long long)c->count, d);
+  else if (c->kind == GT_COLL_CHECK) snprintf(buf, len, "%s", c->op ? "gt.dist.barrier" : "the path check of a tree's segment");
   else snprintf(buf, len, "%s of %llu %s", k, (unsigned long long)c->count, d);
   return buf;
 }
 
 /* -- The barrier ----------------------------------------------------------- */
 
-/* Names in err why rank k is missing at this barrier; 1 when it is certain it never comes. */
-static int missing(gt_shmc *s, int k, double waited, char *err, size_t errlen, const char *what) {
+/* Names in err why rank k is missing at barrier seq; 1 when it is certain it never comes. */
+static int missing(gt_shmc *s, int k, uint64_t seq, double waited, char *err, size_t errlen, const char *what) {
   rank_rec *r = &s->h->r[k];
-  int st = atomic_load(&r->state);
+  int st = atomic_load(&r->state), dead = st == R_JOINED && pid_dead(atomic_load(&r->pid));
+  if (atomic_load(&r->seq) >= seq) return 0;   /* (it arrived, and may have gone on and ended, since we looked) */
   if (st == R_ENDED) {
     snprintf(err, errlen, "gt.dist: rank %d ended its program while rank %d waits in %s", k, s->rank, what);
     return 1;
   }
-  if (st == R_JOINED && pid_dead(atomic_load(&r->pid))) {
+  if (dead) {
     snprintf(err, errlen, "gt.dist: rank %d died (its process is gone) while rank %d waits in %s", k, s->rank, what);
     return 1;
   }
@@ -133,7 +135,7 @@ static int barrier(gt_shmc *s, char *err, size_t errlen, const char *what) {
     while (k < s->world && atomic_load(&h->r[k].seq) >= seq) k++;
     if (k == s->world) return 0;
     if (spins < 64) continue;
-    if (missing(s, k, (gt_now_us() - t0) * 1e-6, err, errlen, what)) return -1;
+    if (missing(s, k, seq, (gt_now_us() - t0) * 1e-6, err, errlen, what)) return -1;
     fwait(&h->gen, g, 50000000L);
   }
 }

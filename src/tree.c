@@ -114,6 +114,7 @@ int32_t gt_tree_prev_gen(gt_tree *t) { return t->prev_gen; }
 
 int32_t gt_tree_failed_gen(gt_tree *t) { return t->failed_gen; }
 int32_t gt_tree_trimmed_gen(gt_tree *t) { return t->trimmed_gen; }
+int gt_tree_limit_hits(const gt_tree *t) { return t->limit_hit; }
 
 /* The call's line in the history ring: what its visits were, what it cost. */
 static void note_call(gt_tree *t) {

@@ -113,12 +113,15 @@ static int run_planned(gt_tree *t, gt_node *n, int first) {
 /* Past max_recordings: an error, or (on_limit = "eager") an eager run with a warning once. */
 static int run_past_limit(gt_tree *t, gt_node *n, int first) {
   t->limit_hit++;
-  if (t->opts.on_limit_error)
+  if (t->opts.on_limit_error == 1)
     return gt_fail(t->rt, "tree '%s' (%s): a new path needs a recording but max_recordings = %d are held; raise "
                    "max_recordings, use buckets, or set on_limit = \"eager\"", t->name, t->where, t->opts.max_recordings);
   if (t->limit_hit == 1) {
     char msg[512];
-    snprintf(msg, sizeof msg, "tree '%s' (%s) reached max_recordings = %d; new paths run eagerly (see tree:stats().skips)",
+    snprintf(msg, sizeof msg, t->opts.on_limit_error == 2
+             ? "tree '%s' (%s) reached max_recordings = %d; a new path runs eagerly, then the least recently used "
+               "recording is dropped so that it records (on_limit = \"evict\"; see tree:stats().evictions)"
+             : "tree '%s' (%s) reached max_recordings = %d; new paths run eagerly (see tree:stats().skips)",
              t->name, t->where, t->opts.max_recordings);
     warn(t, msg);
   }

@@ -41,6 +41,19 @@ function M.linear(step, max)
   return r
 end
 
+--- gt.buckets.fit(sizes, n) -> the smallest size >= n in sizes (a list of
+--- increasing sizes), or nil beyond the last: the bucket a call of n pads to
+function M.fit(sizes, n)
+  local ok = type(sizes) == "table" and getmetatable(sizes) == nil and type(n) == "number" and n == n
+  for _, s in ipairs(ok and sizes or {}) do ok = ok and type(s) == "number" end
+  if not ok then
+    I.error("gt.buckets.fit(sizes, n): sizes must be a list of increasing sizes and n a number, got " ..
+      I.show(sizes) .. " and " .. I.show(n))
+  end
+  for _, s in ipairs(sizes) do if s >= n then return s end end
+  return nil
+end
+
 local function check_spec(b, i)
   local where = "gt.tree: buckets" .. (i and ("[" .. i .. "]") or "")
   if type(b) ~= "table" or type(b.sizes) ~= "table" or #b.sizes == 0 then
@@ -48,14 +61,16 @@ local function check_spec(b, i)
   end
   local dim = b.dim or 1
   if type(dim) ~= "number" or dim < 1 or dim ~= math.floor(dim) then error(where .. ".dim must be a dimension (1-based)", 4) end
-  local sizes = {}
+  local sizes, least = {}, b.count and 0 or 1      -- (a count may be 0: a bucket of its own)
   for k, v in ipairs(b.sizes) do
-    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) or (k > 1 and v <= sizes[k - 1]) then
-      error(where .. ".sizes must be increasing positive integers", 4)
+    if type(v) ~= "number" or v < least or v ~= math.floor(v) or (k > 1 and v <= sizes[k - 1]) then
+      error(where .. ".sizes must be increasing " .. (b.count and "whole numbers >= 0" or "positive integers"), 4)
     end
     sizes[k] = v
   end
-  return { dim = dim, sizes = sizes, arg = b.arg or i, of = {}, pad = b.pad or 0, fills = {},
+  -- (count: the position of a number argument this spec buckets; name: gt.bucket(name))
+  return { dim = dim, sizes = sizes, arg = b.arg or (not b.count and i) or nil, of = {}, pad = b.pad or 0, fills = {},
+           count = b.count or false, name = b.name or false,
            n = false, p = false }          -- (n, p: this call's real and padded sizes, for gt.bucket)
 end
 
@@ -214,6 +229,7 @@ local function prep(self, n, a1, a2, a3, a4, rest)
     end
   end
   for i = 1, n do args[i] = out[i] end
+  I.apply_swaps(self)
   return args
 end
 
@@ -396,23 +412,37 @@ end
 
 local verifying = false   -- while verify runs the body eagerly: {dim, n} per spec (gt.bucket gives n, n)
 
--- The spec of dim (nil: the first) among specs (a list of {dim, ...}), or an error.
+-- The spec of dim (nil: the first; a string: the spec of that name) among
+-- specs (a list of {dim, ...}, count specs in specs.counts), or an error.
 local function spec_for(specs, dim, name)
-  if dim == nil then return specs[1] end
-  for k = 1, #specs do if specs[k].dim == dim then return specs[k] end end
-  local dims = {}
+  local counts = specs.counts or {}
+  if dim == nil then return specs[1] or counts[1] end
+  if type(dim) == "string" then
+    for k = 1, #specs do if specs[k].name == dim then return specs[k] end end
+    for k = 1, #counts do if counts[k].name == dim then return counts[k] end end
+  else
+    for k = 1, #specs do if specs[k].dim == dim then return specs[k] end end
+  end
+  local have, dims = {}, {}
   for k = 1, #specs do dims[#dims + 1] = tostring(specs[k].dim) end
-  I.error(("gt.bucket(%d): tree '%s' buckets dim %s, not %d; ask for one of those (gt.bucket() is the first)")
-    :format(dim, name, table.concat(dims, ", "), dim), 3)
+  if #dims > 0 then have[1] = "dim " .. table.concat(dims, ", ") end
+  for k = 1, #specs do if specs[k].name then have[#have + 1] = "'" .. specs[k].name .. "'" end end
+  for k = 1, #counts do have[#have + 1] = counts[k].name and ("'" .. counts[k].name .. "'") or ("count " .. counts[k].count) end
+  local asked = type(dim) == "string" and ("'" .. dim .. "'") or tostring(dim)
+  I.error(("gt.bucket(%s): tree '%s' buckets %s, not %s; ask for one of those (gt.bucket() is the first; a spec's " ..
+    "name = ... names it)"):format(asked, name, table.concat(have, ", "), asked), 3)
 end
 
---- (gt.bucket's answer, tree.lua) -> real, padded along dim in the bucketed call now running, or nil
+--- (gt.bucket's answer, tree.lua) -> real, padded along dim (or of the spec
+--- named dim) in the bucketed call now running, or nil
 function M._sizes(dim)
   local a = I.active
   local specs = a and a._buckets
   if specs then
     local sp = spec_for(specs, dim, a.name)
     if not sp.n then return nil end
+    local K = sp.count and a._keyed
+    if K and K.tracing then return require("gt.trace").arg(sp.count, sp.n), sp.p end   -- (patched on hits)
     return sp.n, sp.p
   end
   if verifying then
@@ -574,6 +604,11 @@ local function compare(self, want, got)
   for _, c in ipairs(self._buckets.bn) do
     if c.p ~= c.n then pads[#pads + 1] = ("dim %d: %d padded to %d"):format(c.dim, c.n, c.p) end
   end
+  for _, c in ipairs(self._buckets.counts) do
+    if c.p ~= c.n then
+      pads[#pads + 1] = ("count %s: %d in a bucket of %d"):format(c.name and ("'" .. c.name .. "'") or c.count, c.n, c.p)
+    end
+  end
   I.error(("tree '%s' (%s): buckets verify: %s (%s): the results depend on the padding. Give kernels the real " ..
     "size (local n = gt.bucket()), pad with a value that leaves them unchanged (buckets = {..., pad = -math.huge} " ..
     "before a max), or narrow only the batched results (narrow = {...})"):format(self.name, self.where, d,
@@ -589,8 +624,9 @@ local function verified(self, padded_call, na, a1, a2, a3, a4, rest)
   local specs = self._buckets
   local args = I.packed(na, a1, a2, a3, a4, rest)
   local list = snapshot(args, na)
-  local sizes = { name = self.name }
-  for k = 1, #specs do sizes[k] = { dim = specs[k].dim, n = specs[k].n } end
+  local sizes = { name = self.name, counts = {} }
+  for k = 1, #specs do sizes[k] = { dim = specs[k].dim, name = specs[k].name, n = specs[k].n } end
+  for k, c in ipairs(specs.counts) do sizes.counts[k] = { count = c.count, name = c.name, n = c.n } end
   local before = verifying
   verifying = sizes
   local ok, want = pcall(function() return kept_all(self.fn(unpack(args, 1, na))) end)
@@ -612,11 +648,60 @@ local function padded_keyed(self, na, a1, a2, a3, a4, rest)
   return narrow_all(self, self._keyed.call(self, true, na, a1, a2, a3, a4, rest))
 end
 
+-- The count specs' sizes in this call (sp.n, sp.p: the number argument and
+-- its bucket); false when one is beyond its last bucket (sp.p is then sp.n).
+local function count_sizes(self, counts, na, a1, a2, a3, a4, rest)
+  local within = true
+  for k = 1, #counts do
+    local cs = counts[k]
+    local x = cs.count <= na and I.arg_at(cs.count, a1, a2, a3, a4, rest)
+    if type(x) ~= "number" or x < 0 or x ~= math.floor(x) or x >= 2 ^ 31 then
+      I.error(("tree '%s': buckets' count = %d names argument %d, which is %s: a count bucket pads a whole number " ..
+        ">= 0 (a count of rows, tokens, ...)"):format(self.name, cs.count, cs.count, I.show(x)))
+    end
+    local p = cs.of[x]
+    if p == nil then p = bucket_of(cs.sizes, x) or false; cs.of[x] = p end
+    cs.n, cs.p = x, p or x
+    if not p then within = false end
+  end
+  return within
+end
+
+local function exact_plain(self, na, a1, a2, a3, a4, rest) return self._run(self, false, na, a1, a2, a3, a4, rest) end
+local function exact_keyed(self, na, a1, a2, a3, a4, rest)
+  return self._keyed.call(self, false, na, a1, a2, a3, a4, rest)
+end
+
+-- A call of a tree whose buckets are all counts: nothing to pad; its path is
+-- the counts' buckets' (the body sizes its tensors by gt.bucket(name)).
+local function counts_call(self, na, a1, a2, a3, a4, rest)
+  local specs = self._buckets
+  if not count_sizes(self, specs.counts, na, a1, a2, a3, a4, rest) then
+    return self._run(self, "beyond buckets", na, a1, a2, a3, a4, rest)
+  end
+  local exact = self._keyed and exact_keyed or exact_plain
+  local padded = false
+  for k = 1, #specs.counts do padded = padded or specs.counts[k].p ~= specs.counts[k].n end
+  if specs.verify and padded then                  -- (every verify-th call whose counts are not at their buckets)
+    local c = specs.calls + 1
+    specs.calls = c
+    if c % specs.verify == 0 then return verified(self, exact, na, a1, a2, a3, a4, rest) end
+  end
+  return exact(self, na, a1, a2, a3, a4, rest)
+end
+
 -- A call (its arguments: n, a1..a4, rest, as tree.lua's spread takes them).
 local function bucket_call(self, na, a1, a2, a3, a4, rest)
   -- the real size: the first bucketed input's size along its dim
   local specs = self._buckets
   local first = specs[1]
+  if specs.counts[1] then
+    if not first then return counts_call(self, na, a1, a2, a3, a4, rest) end
+    if not count_sizes(self, specs.counts, na, a1, a2, a3, a4, rest) then
+      for k = 1, #specs do specs[k].n = false end                     -- (gt.bucket(dim): nil, as eagerly)
+      return self._run(self, "beyond buckets", na, a1, a2, a3, a4, rest)
+    end
+  end
   local n
   if is_tensor(a1) and (first.arg == 1 or (first.arg == nil and band(a1._b.flags, STATIC) == 0)) then
     n = SHAPES[a1._sid][first.dim]                                    -- the usual case, without a loop
@@ -657,10 +742,20 @@ end
 
 -- Called by gt.tree when opts.buckets is given (checked by gt.treeopts).
 function M._attach(tree, spec, _)
-  local specs = {}
-  if spec.sizes then specs[1] = check_spec(spec, nil)
-  else for i, b in ipairs(spec) do specs[i] = check_spec(b, i) end end
-  if #specs == 0 then error("gt.tree: buckets is empty", 3) end
+  local specs, counts = {}, {}
+  local function add(b, i)
+    local sp = check_spec(b, i)
+    if sp.count then counts[#counts + 1] = sp else specs[#specs + 1] = sp end
+  end
+  if spec.sizes then add(spec, nil)
+  else for i, b in ipairs(spec) do add(b, i) end end
+  if #specs == 0 and #counts == 0 then error("gt.tree: buckets is empty", 3) end
+  specs.counts = counts
+  local K = tree._keyed
+  if K and #counts > 0 then                -- keyed: a count's bucket is in the key, the count itself patched
+    K.counts = {}
+    for _, cs in ipairs(counts) do K.patch[cs.count], K.counts[cs.count] = true, cs end
+  end
   local rule = spec.narrow
   if type(rule) == "table" then
     local set = {}

@@ -178,7 +178,8 @@ gt.tree(fn [, opts]) -> tree, a callable graph tree over fn
     name            for messages and pictures (default: the variable assigned)
     warmup = 1      eager visits before recording (0: record on the first)
     max_recordings = 64   graphs the tree may hold
-    on_limit = "eager"    past the limit: run new paths eagerly, or "error"
+    on_limit = "eager"    past the limit: run new paths eagerly, "error", or "evict" (run it eagerly,
+                          then the next call drops the least recently used recording so it records)
     copy_inputs = false   copy every tensor input into the pool first (what the call writes into one goes back after it)
     buckets = {dim =, sizes = [, pad =], narrow =, verify =}   pad inputs to a few sizes (?gt.buckets)
     warn_shapes = 8       warn when a tree sees more input shapes than that (false: never)
@@ -194,6 +195,8 @@ tree: a graph tree (from gt.tree).
   tree:dot([path]) tree:json([path]) tree:report(path)   pictures
   tree:advise()        launch-bound? how many shapes? what breaks graphs?
   tree:trim([keep]) tree:floor([iters]) tree:history()
+  tree:warm(calls)     record each argument list's path ahead of time, largest first
+  tree:counts()        calls, recorded, warmups, replays, eager, keyed_hits (numbers, cheap)
   tree.name, tree.where (file:line of gt.tree)]],
   ["tree:call"] = [[
 tree(...) -> fn(...)'s results
@@ -233,6 +236,15 @@ tree:advise([{measure = true}]) -> { findings = {{q, title, text, advice, level}
   true} relaunches the last call's graphs to time them and their launch
   (gtlua --advise does at exit).  gtlua --advise model.lua prints this for
   every tree at exit; tree:report() shows it first.]],
+  ["tree:warm"] = [[
+tree:warm(calls) -> { paths, settled, calls, seconds }
+  Records the path of each argument list in calls ahead of time, in the
+  tree's one pool, the largest first (its buckets' padded sizes multiplied,
+  then added; without buckets, its tensors' elements): each is called until
+  it replays (a keyed tree: until a keyed hit) or warmup + 5 times; settled
+  counts those that did.  The calls are calls: give inputs whose writes land
+  nowhere that matters (pad slots).
+  step:warm{ {4, 16}, {4, 0}, {1, 16}, {1, 0} }]],
   ["tree:trim"] = [[
 tree:trim([keep = 0]) -> graphs dropped
   Frees the graphs (and their pool memory) of all but the keep most recently
@@ -339,7 +351,9 @@ gt.backend() -> "cpu" | "cuda"
   Chosen by --backend=cpu|cuda|auto or GTLUA_BACKEND; auto takes cuda when a
   device is there.]],
   ["gt.device"] = [[
-gt.device() -> { backend, name, cc, sms, memory, driver, nvrtc, compiler }]],
+gt.device() -> { backend, name, cc, sms, memory, free, driver, nvrtc, compiler }
+  free: the device's free bytes now (cuda; 0 on cpu): CUDA graphs' own memory
+  shows only there (examples/serve.lua reports a tree's by it).]],
   ["gt.memory"] = [[
 gt.memory() -> bytes of ordinary (non-tree) device memory in use]],
   ["gt.transfers"] = [[
@@ -428,11 +442,16 @@ gt.buckets: sizes for gt.tree's buckets option, so few recordings serve many sha
   and raises naming the first result that differs.
   A list of specs pads several dims or arguments (arg = i): buckets =
   {{dim = 1, sizes = ...}, {dim = 2, sizes = ...}, narrow = {...}}.
-  gt.buckets.pow2(max), gt.buckets.linear(step, max)]],
+  {count = i, sizes = {0, 8, 16}, name = "chunk"} buckets number argument i
+  (a count of rows): the path is its bucket's, the body sizes its tensors
+  by gt.bucket("chunk"); with key, the bucket is in the key and the count
+  patched. name = s names any spec for gt.bucket(s).
+  gt.buckets.pow2(max), gt.buckets.linear(step, max), gt.buckets.fit(sizes, n)]],
   ["gt.bucket"] = [[
-gt.bucket([dim]) -> real, padded
+gt.bucket([dim | name]) -> real, padded
   In a call of a tree with buckets: the real size of the call's bucketed
-  inputs along dim (default: the first spec's) and the size they are padded
+  inputs along dim (default: the first spec's; a name: that spec's, a count
+  spec's number and its bucket) and the size they are padded
   to (the same when the call pads nothing: at a bucket's size, beyond the
   last, in verify's eager run); nil outside such a call. Plain numbers: pass
   the real size to a kernel as a scalar (patched, the path stays).

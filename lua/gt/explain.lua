@@ -79,6 +79,10 @@ local function inputs_text(tree)
       for _, k in ipairs(keys) do parts[#parts + 1] = nm .. "." .. tostring(k) .. " " .. tensor_text(x[k]) end
     end
   end
+  local b = tree._buckets                      -- count buckets: the path is theirs ("decode bucket 4")
+  for _, cs in ipairs(b and b.counts or {}) do
+    if cs.n then parts[#parts + 1] = (cs.name or names[cs.count] or ("arg" .. cs.count)) .. " bucket " .. cs.p end
+  end
   return concat(parts, ", ")
 end
 

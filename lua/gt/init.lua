@@ -155,7 +155,8 @@ function I.fail() I.error(I.errmsg(), 2) end
 --- gt.backend() -> "cpu" | "cuda"
 function gt.backend() return ffi.string(C.gt_backend_name(rt)) end
 
---- gt.device() -> { backend, name, cc, sms, memory, driver, nvrtc, compiler }
+--- gt.device() -> { backend, name, cc, sms, memory, free, driver, nvrtc, compiler }
+--- (free: device bytes free now, cuda only: where graphs' own memory shows; cpu: 0)
 function gt.device()
   local d = ffi.new("gt_device_info")
   if C.gt_device(rt, d) ~= 0 then I.fail() end
@@ -163,6 +164,7 @@ function gt.device()
     backend = ffi.string(d.backend), name = ffi.string(d.name),
     cc = d.cc_major .. "." .. d.cc_minor, sms = d.sms, memory = tonumber(d.total_mem),
     driver = d.driver_version, nvrtc = d.nvrtc_version, compiler = ffi.string(d.compiler),
+    free = tonumber(d.free_mem),
   }
 end
 

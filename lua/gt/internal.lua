@@ -66,6 +66,8 @@ local I = {
   pin_inputs = false,     -- pin_inputs(tree, args, n): the staging slots inputs live in, kept
   shared_inputs = false,  -- shared_inputs(tree, args, n) -> the buffers several staged inputs view
   stage_arg = false,      -- stage_arg(tree, x, slot, shared) -> x staged, the next free slot
+  apply_swaps = false,    -- apply_swaps(tree): each copied input's handle onto its copy for the call
+  unswap = false,         -- unswap(tree): the copied inputs' handles and buffers as they were
 
   -- explain.lua, cond.lua, ops.lua
   explain = false,        -- explain(want, level, reason, results): a node's first visit, its cut and shapes

@@ -110,6 +110,8 @@ local function walk_arg(self, node, i, x)
     a.v.f64 = x
     K.kinds[i - 1] = KIN_PATCH
     node = child(node, PATCHED)
+    local cb = K.counts                            -- a bucketed count: its bucket is in the key (buckets.lua)
+    if cb and cb[i] then node = child(node, cb[i].p) end
     return node
   elseif type(x) == "table" and getmetatable(x) == nil then
     return nil, "a table argument"
@@ -551,7 +553,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
       if self._wb then I.write_back(self) end          -- a write into a copied (padded) input reaches the caller
       return outputs(self, leaf.outs, leaf.outb, staged, a1, a2, a3, a4, rest)
     end
-    if r < 0 then self._abort(); I.error(I.errmsg()) end
+    if r < 0 then I.unswap(self); self._abort(); I.error(I.errmsg()) end
     st.misses = st.misses + 1                      -- a patch needs the body: run it in this call
     return traced_run(self, leaf, true, mode, n, a1, a2, a3, a4, rest)
   end
@@ -582,7 +584,7 @@ function M._attach(tree, opts)
   -- (tree.lua's end_body); call: a call's entry.
   tree._keyed = { key = key, patch = patch, verify = v or false, memo = {}, ins = false, kinds = false, nins = 0,
                   stage = false, stats = { misses = 0, verified = 0, calls = 0, refused = {} }, warned = false,
-                  tracing = false, call = keyed_call }
+                  tracing = false, call = keyed_call, counts = false }   -- (counts: buckets.lua's count specs by position)
 end
 
 return M

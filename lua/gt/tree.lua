@@ -140,7 +140,7 @@ function gt.tree(fn, opts)
   o.name, o.where = name, where
   o.warmup = opts.warmup or 1
   o.max_recordings = opts.max_recordings or 64
-  o.on_limit_error = on_limit == "error" and 1 or 0
+  o.on_limit_error = on_limit == "error" and 1 or on_limit == "evict" and 2 or 0
   local t = C.gt_tree_new(rt, o)
   if t == nil then error(I.errmsg(), 2) end
   local tc, held = track(t)
@@ -151,13 +151,14 @@ function gt.tree(fn, opts)
                               -- (every field a call sets, here from the start: a table that grows
                               -- in its first calls is rehashed, and the traces that formed on it differ)
                               _in1 = false, _in2 = false, _in3 = false, _in4 = false, _inn = 0, _resumes = 0,
-                              _watch = false, _ang = 0, _staged = false, _wb = false, _sync = false,
+                              _watch = false, _ang = 0, _staged = false, _wb = false, _swaps = false, _sync = false,
                               -- (every tree's table has this one layout, keyed or bucketed too: a
                               -- trace through an op that reads the active tree's fields serves every
                               -- tree.  A table whose hash part had another size made the trace of a
                               -- shared body guard the slots, and another tree's replays left it
                               -- each op.  gt.keyed's and gt.buckets' state is one sub-object each.)
                               _keyed = false, _buckets = false,   -- (keyed.lua's and buckets.lua's state, when the tree has it)
+                              _evict = on_limit == "evict", _evict_due = false, _limit_seen = 0, _evictions = 0,   -- (on_limit = "evict")
                               _warn_shapes = opts.warn_shapes == false and huge or (opts.warn_shapes or 8) }, Tree)
   if opts.key ~= nil or opts.patch ~= nil or opts.verify ~= nil then
     gt.keyed._attach(self, opts)
@@ -167,14 +168,17 @@ function gt.tree(fn, opts)
   return self
 end
 
---- gt.bucket([dim]) -> real, padded: inside a call of a tree with buckets, the
+--- gt.bucket([dim | name]) -> real, padded: inside a call of a tree with buckets, the
 --- real size of the call's bucketed inputs along dim (default: the first
---- spec's dim) and the size they are padded to (the same number when the call
+--- spec's dim; a string: the spec with that name, a count spec's number and
+--- its bucket) and the size they are padded to (the same number when the call
 --- pads nothing: at a bucket's size, beyond the last bucket, verify's eager
 --- run); nil outside such a call (eager code: `local n = gt.bucket() or x.shape[1]`)
 function gt.bucket(dim)
-  if dim ~= nil and (type(dim) ~= "number" or dim < 1 or dim ~= math.floor(dim) or dim >= 2 ^ 31) then
-    I.error("gt.bucket([dim]): dim must be a bucketed dimension (a whole number >= 1), got " .. I.show(dim))
+  if dim ~= nil and not (type(dim) == "string" and dim ~= "") and
+     (type(dim) ~= "number" or dim < 1 or dim ~= math.floor(dim) or dim >= 2 ^ 31) then
+    I.error("gt.bucket([dim]): dim must be a bucketed dimension (a whole number >= 1) or a spec's name, got " ..
+      I.show(dim))
   end
   local b = rawget(gt, "buckets")            -- (loaded by every tree with buckets)
   if not b then return nil end
@@ -247,6 +251,7 @@ end
 -- The end of a call whose body has returned (host.run calls it after the
 -- body): ok false passes the body's error on; results past the second are
 -- in extra[1..n-2].
+local evict
 local function anchor_extra(self, n)
   for i = 1, n - 2 do anchor(self, extra[i]) end
 end
@@ -258,6 +263,7 @@ local function end_body(self, ok, n, r1, r2)
     I.active = nil
     self._in1, self._in2, self._in3, self._in4 = false, false, false, false
     self._wb = false
+    if self._swaps then I.unswap(self) end
     if not ok then error(setmetatable({ err = r1 }, DISCARDED), 0) end
     return
   end
@@ -270,6 +276,7 @@ local function end_body(self, ok, n, r1, r2)
     error(r1, 0)
   end
   end_call(self, n, r1, r2)
+  if self._evict then evict(self) end
   if self._wb then write_back(self) end
   if n >= 1 then anchor(self, r1) end
   if n >= 2 then anchor(self, r2) end
@@ -279,6 +286,31 @@ local function end_body(self, ok, n, r1, r2)
     if C.gt_tree_child(self._t, -1, self._nroots) >= 0 then watch_shapes(self) end
   end
   self._in1, self._in2, self._in3, self._in4 = false, false, false, false   -- (the caller's tensors are theirs again)
+end
+
+-- on_limit = "evict": a call in which a path was refused a recording by
+-- max_recordings (it ran eagerly) makes the next call first drop the least
+-- recently used recording (tree:trim: the outputs of this call keep their
+-- memory until then), so that path records on its next visits while the
+-- others replay on.  A next call given one of this tree's outputs waits
+-- (the trim would take its memory).
+evict = function(self)
+  local h = C.gt_tree_limit_hits(self._t)
+  if h ~= self._limit_seen then self._limit_seen, self._evict_due = h, true end
+end
+local function own_output(self, x)
+  if is_tensor(x) then return x._b.tree == self._t end
+  if type(x) == "table" and getmetatable(x) == nil then
+    for _, t in pairs(x) do if is_tensor(t) and t._b.tree == self._t then return true end end
+  end
+  return false
+end
+local function evict_now(self, n, a1, a2, a3, a4, rest)
+  for i = 1, n do if own_output(self, I.arg_at(i, a1, a2, a3, a4, rest)) then return end end
+  self._evict_due = false
+  local dropped = C.gt_tree_trim(rt, self._t, math.max((self.opts.max_recordings or 64) - 1, 0))
+  if dropped < 0 then I.error(I.errmsg()) end
+  self._evictions = self._evictions + 1
 end
 
 -- host.run (main_gthost.c's host_run): the body and end_body, each in a pcall made
@@ -310,6 +342,7 @@ end
 -- A call has begun in the core (gen: its generation): the Lua side's state.
 local function enter(self, gen)
   self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
+  if self._swaps then I.unswap(self) end          -- (a call that ended without its write-back)
   self._sync, self._staged, self._wb, self._wbl = false, false, false, false
   I.active, self._resumes = self, 0
   I.ops_new_call()
@@ -363,6 +396,7 @@ Tree._body, Tree._enter, Tree._abort, Tree._stage_args, Tree._stage_call = run_b
 
 -- The call's kind: bucketed, keyed or plain (n, a1..a4, rest: see spread).
 local function call(self, n, a1, a2, a3, a4, rest)
+  if self._evict_due then evict_now(self, n, a1, a2, a3, a4, rest) end
   local bk = self._buckets
   if bk then return bk.call(self, n, a1, a2, a3, a4, rest) end   -- (a keyed call inside, with key)
   local K = self._keyed
@@ -379,3 +413,4 @@ function Tree:__call(...)
 end
 
 require "gt.tree_stats"   -- tree:stats(), history, trim, floor, advise and pictures
+require "gt.tree_warm"    -- tree:warm(calls): paths recorded ahead of time

@@ -62,11 +62,49 @@ local function note_copy(self, x, px, outer, chunk, padded)
 end
 I.note_copy = note_copy
 
+-- With copy_inputs the body works on a copy px of each input x; the body
+-- may reach x another way too (captured: the same tensor passed in and kept
+-- in an upvalue).  For the call, x's handle is px's view (its buffer, offset
+-- and generation), so that the same object, captured or passed, reaches the
+-- copy, as it reaches one memory outside a tree; unswap puts it back, first
+-- thing at the call's end (write_back) and wherever a call ends without one.
+-- (Another view of x's memory, captured, still reaches x's memory itself.)
+local function swap(self, x, px)              -- (noted while the inputs are staged: apply_swaps)
+  local sw = self._swaps
+  if not sw then sw = { on = false }; self._swaps = sw end
+  sw[#sw + 1] = { x = x, px = px }
+end
+local function apply_swaps(self)
+  local sw = self._swaps
+  if not sw or sw.on then return end
+  sw.on = true
+  for k = 1, #sw do
+    local w = sw[k]
+    local x, px = w.x, w.px
+    w.b, w.off, w.gen = x._b, x._off, x._gen
+    x._b, x._off, x._gen = px._b, px._off, px._gen
+  end
+end
+I.apply_swaps = apply_swaps
+local function unswap(self)
+  local sw = self._swaps
+  if not sw then return end
+  self._swaps = false
+  if not sw.on then return end
+  for k = #sw, 1, -1 do
+    local w = sw[k]
+    local x = w.x
+    x._b, x._off, x._gen = w.b, w.off, w.gen
+  end
+end
+I.unswap = unswap
+
 -- After a call: each staged copy of a caller's tensor that the call wrote
 -- into is copied back into it, so a write into an input reaches the caller
 -- as without a tree (copy_inputs, buckets' padding).  An input of this
 -- tree's own pool (the last call's output) is stale by now: nothing to do.
 local function write_back(self)
+  unswap(self)
   local wb, t = self._wb, self._t
   self._wb, self._wbl = nil, wb
   for k = 1, #wb do
@@ -142,7 +180,10 @@ local function stage(self, x, slot, shared)
     local sb = self._out[0]
     px, slot = I.view(sb, x._off - lo, x._sid, x._dt, sb.gen, x._vid, true), slot + 1
   end
-  if not own then note_copy(self, x, px, 1, hi - lo, hi - lo) end
+  if not own then
+    note_copy(self, x, px, 1, hi - lo, hi - lo)
+    swap(self, x, px)
+  end
   return px, slot
 end
 
@@ -234,6 +275,7 @@ local function stage_args(self, n, a1, a2, a3, a4, rest)
   pin_inputs(self, args, n)
   local shared = shared_inputs(self, args, n)
   for i = 1, n do args[i], slot = stage_arg(self, args[i], slot, shared) end
+  apply_swaps(self)
   return args
 end
 I.stage_arg = stage_arg   -- buckets stage their non-bucketed inputs the same way

@@ -86,6 +86,7 @@ function Tree:stats()
     }
   end
   if self._buckets then r.buckets = { verified = self._buckets.verified } end
+  if self._evict then r.evictions = self._evictions end   -- (on_limit = "evict": calls after which a recording was dropped)
   if self._keyed then
     local c = self._keyed.stats
     local refused = {}
@@ -101,6 +102,17 @@ function Tree:stats()
     k = k + 1
   end
   return r
+end
+
+local counts_info = ffi.new("gt_tree_info")
+--- tree:counts() -> calls, recorded, warmups, replays, eager, keyed_hits: the tree's
+--- counters as numbers, without the tables tree:stats() builds (cheap enough to
+--- read every call: a serving loop tells a step that met a new path by them)
+function Tree:counts()
+  me(self, "counts")
+  local s = counts_info
+  C.gt_tree_stats(self._t, s)
+  return s.calls, s.recorded, s.warmups, s.replays, s.eager, s.keyed_hits
 end
 
 --- tree:history() -> the last calls (up to 1024), oldest first: { call, warmups,

@@ -41,8 +41,9 @@ local CHECK = {
   warmup = count(0, "eager visits of a node before it records; 0 records on the first visit"),
   max_recordings = count(0, "graphs the tree may hold; math.huge for no limit", true),
   on_limit = function(v)
-    if v == "eager" or v == "error" then return v end
-    return nil, '"eager" (new paths past max_recordings run eagerly) or "error" (they raise)'
+    if v == "eager" or v == "error" or v == "evict" then return v end
+    return nil, '"eager" (new paths past max_recordings run eagerly), "error" (they raise) or "evict" (they run ' ..
+      'eagerly and the least recently used recording is dropped after the call, so they record next)'
   end,
   copy_inputs = of_type("boolean", "true or false (copy every tensor input to a staging buffer first)"),
   warn_shapes = function(v)
@@ -65,7 +66,7 @@ local function check_patch(v, bad, fail)
   end
 end
 
-local SPEC_KEYS = { dim = true, sizes = true, arg = true, pad = true }
+local SPEC_KEYS = { dim = true, sizes = true, arg = true, pad = true, count = true, name = true }
 local TOP_KEYS = { narrow = true, verify = true }   -- the buckets table's own (one spec's table, or the list's)
 
 -- narrow and verify, on the buckets table (where: "buckets").
@@ -95,7 +96,21 @@ local function check_bucket(b, where, bad, fail, top)
     if not SPEC_KEYS[k] and not (top and TOP_KEYS[k]) then
       fail("gt.tree: option " .. where .. " has the unknown key " .. show(k) ..
         "; a bucket spec is {dim = d (1-based, default 1), sizes = {...} [, arg = i (the argument to pad)]" ..
-        " [, pad = v (the pad value, 0 by default)]}, and the buckets table may say narrow = {...} and verify = n")
+        " [, pad = v (the pad value, 0 by default)] [, name = s]} or {count = i (a number argument), sizes = {...}" ..
+        " [, name = s]}, and the buckets table may say narrow = {...} and verify = n")
+    end
+  end
+  if b.name ~= nil and (type(b.name) ~= "string" or b.name == "") then
+    bad(where .. ".name", b.name, "a non-empty string (gt.bucket(name) gives that spec's sizes)")
+  end
+  if b.count ~= nil then
+    local _, allowed = position(b.count)
+    if allowed then bad(where .. ".count", b.count, allowed .. " (the number argument the spec buckets)") end
+    for _, k in ipairs { "dim", "arg", "pad" } do
+      if b[k] ~= nil then
+        fail("gt.tree: option " .. where .. " has both count and " .. k .. ": a count spec buckets a number " ..
+          "argument (count = i); dim, arg and pad belong to a spec that pads a tensor")
+      end
     end
   end
   if b.pad ~= nil and type(b.pad) ~= "number" then
@@ -111,9 +126,10 @@ local function check_bucket(b, where, bad, fail, top)
   if type(sizes) ~= "table" or #sizes == 0 then
     bad(where .. ".sizes", sizes, "a non-empty list of increasing whole numbers >= 1 (e.g. gt.buckets.pow2(64))")
   end
+  local least = b.count ~= nil and 0 or 1            -- (a count may be 0: a step with no rows of that kind)
   for i, s in ipairs(sizes) do
-    if not whole(s, 1, 2 ^ 53) or (i > 1 and s <= sizes[i - 1]) then
-      bad(where .. ".sizes[" .. i .. "]", s, "increasing whole numbers >= 1" ..
+    if not whole(s, least, 2 ^ 53) or (i > 1 and s <= sizes[i - 1]) then
+      bad(where .. ".sizes[" .. i .. "]", s, "increasing whole numbers >= " .. least ..
         (i > 1 and type(sizes[i - 1]) == "number" and (" (the size before it is " .. show(sizes[i - 1]) .. ")") or ""))
     end
   end
@@ -121,7 +137,9 @@ end
 
 local function check_buckets(v, bad, fail)
   if type(v) ~= "table" then bad("buckets", v, "{dim = d, sizes = {...}} or a list of them") end
-  if v.sizes ~= nil or v.dim ~= nil or v.arg ~= nil or v.pad ~= nil then return check_bucket(v, "buckets", bad, fail, true) end
+  if v.sizes ~= nil or v.dim ~= nil or v.arg ~= nil or v.pad ~= nil or v.count ~= nil then
+    return check_bucket(v, "buckets", bad, fail, true)
+  end
   if #v == 0 then bad("buckets", v, "{dim = d, sizes = {...}} or a non-empty list of them") end
   for k in pairs(v) do
     if not whole(k, 1, #v) and not TOP_KEYS[k] then
