@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include "gt.h"
 #include "util.h"
+#include "coll.h"
 
 #define GT_ERRLEN 4096
 
@@ -29,6 +30,10 @@ typedef struct gt_ksig {
    parameter i (as cuLaunchKernel's kernelParams); values are little-endian,
    pointers are 8 bytes. */
 enum { GT_GN_KERNEL = 0, GT_GN_MEMCPY = 1, GT_GN_MEMSET = 2,
+       /* A collective (gt.dist): dst written, src read, bytes = one rank's
+          piece, coll = the packed gt_coll (gt_coll_pack).  Its buffers are
+          fixed when the graph is built (NCCL's captured work holds them). */
+       GT_GN_COLL = 3,
        /* Conditional nodes (gt.cond, gt.loop), flat: the nodes between an IF
           or WHILE and its END are its body; an ELSE splits an IF's body into
           then and else.  IF/WHILE (and a WHILE's END, which re-evaluates):
@@ -47,6 +52,7 @@ typedef struct gt_gnode {
   uint64_t dst, src;          /* GT_GN_MEMCPY (device to device) / GT_GN_MEMSET (dst) */
   size_t bytes;
   uint8_t value;              /* GT_GN_MEMSET byte value */
+  int32_t coll;               /* GT_GN_COLL: gt_coll_pack's */
   int ndeps;
   const int *deps;            /* indices of earlier nodes this one waits for */
 } gt_gnode;
@@ -128,6 +134,13 @@ struct gt_backend {
      when there are none (the runtime then branches on the host); why in
      b->err.  The first call may compile a helper kernel. */
   int (*cond_support)(gt_backend *b);
+
+  /* Collectives (gt.dist): join the group of world ranks as rank (id: a
+     name every rank of the group gives alike, e.g. MASTER_ADDR:MASTER_PORT;
+     timeout in seconds), then run one on this backend's addresses in
+     stream order.  The group is left at shutdown. */
+  int (*coll_open)(gt_backend *b, int rank, int world, const char *id, double timeout);
+  int (*coll_run)(gt_backend *b, const gt_coll *c, uint64_t dst, uint64_t src);
 };
 
 /* Constructors: fill *b (name, err, function pointers, impl).  GT_BERR with
@@ -157,6 +170,7 @@ void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits);
     (b)->event_elapsed_us = P##_event_elapsed_us, (b)->event_destroy = P##_event_destroy;         \
     (b)->event_ready_us = P##_event_ready_us;                                                     \
     (b)->sync = sync_fn, (b)->cond_support = P##_cond_support;                                    \
+    (b)->coll_open = P##_coll_open, (b)->coll_run = P##_coll_run;                                 \
   } while (0)
 
 #endif

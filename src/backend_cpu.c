@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include "backend.h"
 #include "cpu_prelude.h"
+#include "shmcoll.h"
 #if defined(__has_include)
 #if __has_include(<valgrind/valgrind.h>)
 #include <valgrind/valgrind.h>   /* fiber stacks are announced to valgrind */
@@ -143,6 +144,7 @@ typedef struct cpu_backend {
   uint64_t prelude_hash;
   int cache;                    /* 0: not yet looked at, 1: cachedir is the kernel cache, -1: none (refused) */
   char cachedir[CPU_DIR];
+  gt_shmc *coll;                     /* gt.dist's group (NULL: none joined) */
   int noexec;                        /* GTLUA_CPU_NOEXEC=1: graph launches run no kernels (host-cost profiling) */
 } cpu_backend;
 
@@ -1024,6 +1026,31 @@ static int cond_true(const gt_gnode *n) {
   }
 }
 
+/* -- Collectives: the shared-memory group (shmcoll.c) --------------------- */
+
+static int cpu_coll_open(gt_backend *b, int rank, int world, const char *id, double timeout) {
+  cpu_backend *cb = b->impl;
+  char name[200];
+  if (cb->coll) return GT_BOK;
+  const char *run = getenv("GTLUA_DIST_RUN");   /* (gtlua --nproc's: a name no earlier run used) */
+  snprintf(name, sizeof name, "/gtlua-%d-%s-%s", (int)getuid(), id, run ? run : "");
+  for (char *p = name + 1; *p; p++) if (!isalnum((unsigned char)*p) && *p != '-') *p = '_';
+  return gt_shmc_open(&cb->coll, name, rank, world, timeout, b->err, sizeof b->err) ? GT_BERR : GT_BOK;
+}
+
+static int cpu_coll_run(gt_backend *b, const gt_coll *c, uint64_t dst, uint64_t src) {
+  cpu_backend *cb = b->impl;
+  if (!cb->coll) return cpu_fail(b, GT_BERR, "gt.dist: no group joined (call gt.dist.init() first)");
+  return gt_shmc_run(cb->coll, c, ADDR(dst), ADDR(src), b->err, sizeof b->err) ? GT_BERR : GT_BOK;
+}
+
+static int coll_node(gt_backend *b, const gt_gnode *n) {
+  gt_coll c = gt_coll_unpack(n->coll, 0);
+  int es = gt_coll_esize(c.dtype);
+  c.count = es ? n->bytes / (uint64_t)es : 0;
+  return cpu_coll_run(b, &c, n->dst, n->src);
+}
+
 /* Runs the nodes in order; IF and WHILE decide at launch from p, as a
    conditional node decides on the device. */
 static int cpu_graph_launch(gt_backend *b, gt_bgraph *g) {
@@ -1036,6 +1063,7 @@ static int cpu_graph_launch(gt_backend *b, gt_bgraph *g) {
     case GT_GN_KERNEL: rc = exec_grid(b, n->fn, n->grid, n->block, n->smem, n->args); i++; break;
     case GT_GN_MEMCPY: cpu_dtod(b, n->dst, n->src, n->bytes); i++; break;
     case GT_GN_MEMSET: cpu_memset8(b, n->dst, n->value, n->bytes); i++; break;
+    case GT_GN_COLL: rc = coll_node(b, n); i++; break;
     case GT_GN_IF: i = cond_true(n) ? i + 1 : g->match[i] + 1; break;
     case GT_GN_ELSE: i = g->match[i] + 1; break;
     case GT_GN_WHILE: g->iters[i] = 0; i = cond_true(n) ? i + 1 : g->match[i] + 1; break;
@@ -1137,6 +1165,7 @@ static void cpu_shutdown(gt_backend *b) {
   pthread_cond_broadcast(&cb->wake);
   pthread_mutex_unlock(&cb->mu);
   for (int i = 1; i <= cb->started; i++) pthread_join(cb->w[i].thread, NULL);
+  gt_shmc_close(cb->coll);
   for (int i = 0; i < cb->nworkers; i++) free_stacks(&cb->w[i]), free(cb->w[i].smem);
   free(cb->w);
   faults_catch(0);

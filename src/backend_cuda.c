@@ -37,6 +37,7 @@ void gt_backend_cuda_counts(gt_backend *b, int *compiles, int *cache_hits) {
 #include <cuda.h>
 #include <nvrtc.h>
 #include "incdir.h"
+#include "nccl.h"
 
 #define MIN_DRIVER 12040          /* CUDA 12.4: conditional graph nodes */
 #define SMEM_DEFAULT 49152        /* shared memory a block gets without opting in */
@@ -76,6 +77,9 @@ struct cuda_api { CUDA_FUNCS(FIELD) };
 /* Conditional nodes (CUDA 12.4+): optional, a driver without them branches on the host. */
 #define COND_FUNCS(X) X(cuGraphConditionalHandleCreate) X(cuGraphAddNode)
 struct cond_api { COND_FUNCS(FIELD) };
+/* Stream capture into a graph (CUDA 12.3+): how a collective (NCCL) joins a segment's graph. */
+#define CAPTURE_FUNCS(X) X(cuStreamBeginCaptureToGraph) X(cuStreamGetCaptureInfo) X(cuStreamEndCapture)
+struct capture_api { CAPTURE_FUNCS(FIELD) };
 struct nvrtc_api { NVRTC_FUNCS(FIELD) };
 
 /* -- State ------------------------------------------------------------- */
@@ -112,7 +116,7 @@ struct cond_set { CUgraphNode node; unsigned long long handle; CUdeviceptr cnt; 
 
 struct gt_bevent { CUevent e; };
 
-enum { KIND_EMPTY = 3 };        /* a 0-byte copy or fill: an empty node keeps the topology */
+enum { KIND_EMPTY = 8 };        /* a 0-byte copy or fill: an empty node keeps the topology (past the GT_GN_* kinds) */
 
 /* A reserved range; granule i is backed by its own allocation h[i] when on[i]. */
 typedef struct cuda_resv {
@@ -167,6 +171,8 @@ typedef struct cuda_impl {
   int compiles, cache_hits;
   int inc_state;                /* 0 not searched yet; 1 inc holds the -I options; -1 not found (searched) */
   char inc[2600], searched[3000];
+  struct capture_api cap;       /* NULL fields: no capture into a graph (collectives then run eagerly only) */
+  gt_nccl *nccl;                /* gt.dist's communicator (NULL: none joined) */
 } cuda_impl;
 
 /* -- Errors ------------------------------------------------------------ */
@@ -283,6 +289,9 @@ static int load_libcuda(cuda_impl *I) {
 #define RESOLVE_OPT(f) if (resolve(I, #f, XSTR(f), (void **)&I->cond.f)) I->cond.f = NULL;
   COND_FUNCS(RESOLVE_OPT)
 #undef RESOLVE_OPT
+#define RESOLVE_CAP(f) if (resolve(I, #f, XSTR(f), (void **)&I->cap.f)) I->cap.f = NULL;
+  CAPTURE_FUNCS(RESOLVE_CAP)
+#undef RESOLVE_CAP
   b->err[0] = 0;
   I->cond_bits = -1;
   return GT_BOK;
@@ -939,6 +948,45 @@ static int open_cond(cuda_impl *I, CUgraph g, const gt_gnode *nodes, int i, int 
   return GT_BOK;
 }
 
+/* A collective captured into graph cur after the nd_deps nodes in I->deps
+   (cuStreamBeginCaptureToGraph): NCCL's nodes join cur, their buffers fixed
+   from now on; *out is an empty node after the capture's last nodes, which
+   later nodes depend on. */
+static int add_coll(cuda_impl *I, const gt_gnode *nd, CUgraph cur, size_t nd_deps, CUgraphNode *out) {
+  gt_backend *b = I->b;
+  CUstreamCaptureStatus st;
+  cuuint64_t cid;
+  CUgraph cg;
+  const CUgraphNode *last = NULL;
+  const CUgraphEdgeData *edges = NULL;
+  size_t nlast = 0;
+  int rc;
+  if (!I->nccl) { snprintf(b->err, GT_ERRLEN, "cuda: a graph holds a collective but gt.dist.init() has not been called"); return GT_BERR; }
+  if (!I->cap.cuStreamBeginCaptureToGraph || !I->cap.cuStreamGetCaptureInfo || !I->cap.cuStreamEndCapture) {
+    snprintf(b->err, GT_ERRLEN, "cuda: this driver cannot capture into a graph (cuStreamBeginCaptureToGraph, CUDA 12.3), "
+             "which a collective in a tree needs; update the driver");
+    return GT_BERR;
+  }
+  gt_coll c = gt_coll_unpack(nd->coll, 0);
+  c.count = gt_coll_esize(c.dtype) ? nd->bytes / (uint64_t)gt_coll_esize(c.dtype) : 0;
+  if ((rc = cu_check(I, "cuStreamBeginCaptureToGraph", I->cap.cuStreamBeginCaptureToGraph(I->stream, cur, nd_deps ? I->deps : NULL,
+                                                                                         NULL, nd_deps, CU_STREAM_CAPTURE_MODE_RELAXED))))
+    return rc;
+  int nrc = gt_nccl_run(I->nccl, &c, nd->dst, nd->src, I->stream, b->err, GT_ERRLEN);
+  if (!nrc) rc = cu_check(I, "cuStreamGetCaptureInfo", I->cap.cuStreamGetCaptureInfo(I->stream, &st, &cid, &cg, &last, &edges, &nlast));
+  if (!nrc && !rc && nlast) {        /* (the driver's array lasts only until the capture ends) */
+    if (GT_GROW(I->deps, I->capdeps, (int)nlast)) rc = no_memory(b, "graph edges");
+    else memcpy(I->deps, last, nlast * sizeof *last);
+  }
+  CUgraph ended = NULL;
+  CUresult er = I->cap.cuStreamEndCapture(I->stream, &ended);   /* (always: the stream must leave capture) */
+  if (nrc) return GT_BERR;
+  if (!rc) rc = cu_check(I, "cuStreamEndCapture", er);
+  if (rc) return rc;
+  /* after the capture's last nodes, now in I->deps (none when NCCL added nothing: the node's own dependencies) */
+  return CU(I, cuGraphAddEmptyNode, out, cur, I->deps, nlast ? nlast : nd_deps);
+}
+
 /* Builds a CUgraph of n nodes; *hout gets one handle per node.  Duplicate
    dependencies are dropped (the driver refuses them).  Nodes between an
    IF/WHILE and its END go into the conditional node's body graphs (their
@@ -968,6 +1016,7 @@ static int add_work(cuda_impl *I, const gt_gnode *nd, int kind, int i, int n, CU
     memset_params(&m, nd);
     return CU(I, cuGraphAddMemsetNode, out, cur, I->deps, nd_deps, &m, I->ctx);
   }
+  case GT_GN_COLL: return add_coll(I, nd, cur, nd_deps, out);
   default:
     return CU(I, cuGraphAddEmptyNode, out, cur, I->deps, nd_deps);
   }
@@ -1013,9 +1062,9 @@ static int graph_build(cuda_impl *I, const gt_gnode *nodes, int n, CUdeviceptr c
     int kind = node_kind(nd);
     if (top && kind != GT_GN_ELSE && kind != GT_GN_END) fr[top - 1].nodes[fr[top - 1].branch]++;
     switch (kind) {
-    case GT_GN_KERNEL: case GT_GN_MEMCPY: case GT_GN_MEMSET: case KIND_EMPTY:
-      rc = add_work(I, nd, kind, i, n, cur, nd_deps, &h[i]);
-      break;
+    case GT_GN_KERNEL: case GT_GN_MEMCPY: case GT_GN_MEMSET: case KIND_EMPTY: case GT_GN_COLL:
+      rc = kind == GT_GN_COLL && top ? bad_node(b, i, n, "is a collective inside a conditional body, which NCCL refuses")
+                                     : add_work(I, nd, kind, i, n, cur, nd_deps, &h[i]); break;
     case GT_GN_IF: case GT_GN_WHILE:
       if (!(rc = open_cond(I, cur, nodes, i, n, counters, &nwhile, nd_deps, &fr[top], &h[i], cs ? &cs[i] : NULL)))
         cur = fr[top++].body[0];
@@ -1241,9 +1290,9 @@ static int cuda_graph_update(gt_backend *b, gt_bgraph *g, const gt_gnode *nodes,
     snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: the graph holds conditional nodes");
     return GT_BREFUSED;
   }
-  for (int i = 0; i < n; i++)
-    if (node_kind(&nodes[i]) != g->kind[i] || (g->kind[i] == GT_GN_KERNEL && nodes[i].fn != g->fn[i])) {
-      snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: node %d changed its kind or kernel", i);
+  for (int i = 0; i < n; i++)   /* (a collective: NCCL's captured work holds its buffers, so a new graph is captured) */
+    if (node_kind(&nodes[i]) != g->kind[i] || (g->kind[i] == GT_GN_KERNEL && nodes[i].fn != g->fn[i]) || g->kind[i] == GT_GN_COLL) {
+      snprintf(b->err, GT_ERRLEN, "cuda: graph update refused: node %d changed its kind or kernel, or is a collective", i);
       return GT_BREFUSED;
     }
   if ((rc = graph_build(I, nodes, n, 0, &ng, &nh, NULL))) return rc;
@@ -1388,6 +1437,7 @@ static void cuda_event_destroy(gt_backend *b, gt_bevent *ev) {
 static void cuda_close(cuda_impl *I) {
   if (I->stream) {
     I->cu.cuStreamSynchronize(I->stream);
+    gt_nccl_close(I->nccl);
     while (I->nresv) resv_free(I, I->nresv - 1);
     I->cu.cuStreamDestroy(I->stream);
   }
@@ -1402,6 +1452,34 @@ static void cuda_close(cuda_impl *I) {
   free(I);
 }
 
+/* -- Collectives: NCCL (nccl.c) --------------------------------------- */
+
+static int cuda_coll_run(gt_backend *b, const gt_coll *c, uint64_t dst, uint64_t src) {
+  cuda_impl *I = b->impl;
+  if (!I->nccl) { snprintf(b->err, GT_ERRLEN, "gt.dist: no group joined (call gt.dist.init() first)"); return GT_BERR; }
+  return gt_nccl_run(I->nccl, c, dst, src, I->stream, b->err, GT_ERRLEN) ? GT_BERR : GT_BOK;
+}
+
+/* The communicator on this device (its context current), then a warm-up
+   all-reduce of one element, synced: NCCL's first collective sets up its
+   connections, which must not happen inside a capture. */
+static int cuda_coll_open(gt_backend *b, int rank, int world, const char *id, double timeout) {
+  cuda_impl *I = b->impl;
+  CUdeviceptr w = 0;
+  (void)timeout;   /* (NCCL waits in its own bootstrap; NCCL_TIMEOUT-like settings are NCCL's) */
+  if (I->nccl) return GT_BOK;
+  int rc = CU(I, cuCtxSetCurrent, I->ctx);
+  if (rc) return rc;
+  if (gt_nccl_open(&I->nccl, rank, world, id, b->err, GT_ERRLEN)) return GT_BERR;
+  gt_coll c = { GT_COLL_ALL_REDUCE, GT_RED_SUM, GT_F32, 0, 1 };
+  if (!(rc = CU(I, cuMemAlloc, &w, 4)) && !(rc = CU(I, cuMemsetD8Async, w, 0, 4, I->stream)) &&
+      !(rc = cuda_coll_run(b, &c, w, w)))
+    rc = CU(I, cuStreamSynchronize, I->stream);
+  if (w) I->cu.cuMemFree(w);
+  if (rc) err_append(b, " (gt.dist.init's warm-up all-reduce)");
+  return rc;
+}
+
 static void cuda_shutdown(gt_backend *b) {
   if (!b->impl) return;
   cuda_close(b->impl);
@@ -1409,7 +1487,9 @@ static void cuda_shutdown(gt_backend *b) {
 }
 
 static int pick_device(cuda_impl *I) {
-  const char *env = getenv("GTLUA_DEVICE");
+  const char *env = getenv("GTLUA_DEVICE"), *local = getenv("LOCAL_RANK");
+  const char *var = env && *env ? "GTLUA_DEVICE" : "LOCAL_RANK";
+  if (!(env && *env)) env = local;   /* a rank of gtlua --nproc (or torchrun): its own GPU */
   CUresult r = I->cu.cuInit(0);
   int count = 0, rc;
   char *end;
@@ -1421,9 +1501,11 @@ static int pick_device(cuda_impl *I) {
   if ((rc = cu_check(I, "cuInit", r)) || (rc = CU(I, cuDeviceGetCount, &count))) return rc;
   if (env && *env) {
     long v = strtol(env, &end, 10);
+    if (var[0] == 'L' && count == 1 && !*end) v = 0;   /* (a launcher that shows each rank its one GPU) */
     if (*end || v < 0 || v >= count) {
-      snprintf(I->b->err, GT_ERRLEN, "cuda: GTLUA_DEVICE=%s is not a device number (there %s %d: 0..%d)",
-               env, count == 1 ? "is" : "are", count, count - 1);
+      snprintf(I->b->err, GT_ERRLEN, "cuda: %s=%s is not a device number (there %s %d: 0..%d)%s",
+               var, env, count == 1 ? "is" : "are", count, count - 1,
+               var[0] == 'L' ? "; a rank a GPU: run at most as many ranks as this host has GPUs" : "");
       return GT_BERR;
     }
     I->ordinal = (int)v;

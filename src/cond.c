@@ -122,7 +122,7 @@ static int writes_in(const gt_queue *q, int from, int to, const gt_buf *b) {
 /* Whether argument j of launch l reads its buffer. */
 static int reads(const gt_qlaunch *l, int j) {
   if (l->kind == GT_GN_KERNEL) return l->k->ptype[j] == GT_P_IN || l->k->ptype[j] == GT_P_OUT;
-  return l->kind == GT_GN_MEMCPY && j == 1;
+  return gt_kind_two_addrs(l->kind) && j == 1;
 }
 
 int gt_cond_check(gt_tree *t) {

@@ -47,6 +47,9 @@ struct gt_runtime {
   int lean_status;           /* gt_launch_lean's last failure: gt_launch_tensors's answer */
   gt_transfers xfer;         /* reads, writes and syncs asked for (gt_transfer_counts) */
   gt_lane lane;              /* predict.c: the replay lane of the active call */
+  int dist_rank, dist_world;  /* dist.c: this process in gt.dist's group (world 0: none joined) */
+  gt_buf *dist_keys;         /* dist.c: the path check's all-gather, (world + 1) x 8 bytes */
+  uint64_t *dist_vals;       /* dist.c: its result on the host (world of them) */
   struct gt_tree **tlater; int ntlater, tlatercap;   /* life.c: other trees whose memory waits for the active call's queue (gt_tree.deferred) */
   uint64_t graph_bytes, graph_limit; /* life.c: every tree's graph_bytes summed; the process-wide budget (0: none) */
   struct gt_tree **trees; int ntrees, treecap;   /* life.c: the open trees (the process-wide budget looks through them) */

@@ -74,12 +74,18 @@ static char *make_label(const gt_queue *q) {
   size_t len = 0;
   for (int i = 0; i < q->n;) {
     static const char *const other[] = { "?", "copy", "fill", "?", "if", "else", "while", "end" };
-    const char *nm = q->l[i].k ? q->l[i].k->name : other[q->l[i].kind & 7];
+    const char *nm = q->l[i].k ? q->l[i].k->name : q->l[i].kind == GT_GN_COLL ? gt_launch_what(&q->l[i]) : other[q->l[i].kind & 7];
     int j = i + 1;
     while (j < q->n && q->l[j].kind == q->l[i].kind && (!q->l[j].k || !strcmp(q->l[j].k->name, nm))) j++;
     if (j - i > 1) snprintf(item, sizeof item, "%s%s x%d", i ? " " : "", nm, j - i);
     else snprintf(item, sizeof item, "%s%s", i ? " " : "", nm);
-    if (len + strlen(item) > 56) { strcat(buf, " ..."); break; }
+    if (len + strlen(item) > 56) {   /* (the collectives the cut leaves out are counted: a node of its own kind) */
+      int nc = 0;
+      for (int k = i; k < q->n; k++) nc += q->l[k].kind == GT_GN_COLL;
+      if (nc) snprintf(item, sizeof item, " ... +%d collective%s", nc, nc > 1 ? "s" : "");
+      strcat(buf, nc ? item : " ...");
+      break;
+    }
     strcat(buf, item);
     len += strlen(item);
     i = j;

@@ -101,7 +101,7 @@ static int written_spans(const gt_node *n, const gt_qlaunch *l, gt_kept *k, int 
   for (int j = 0; j < l->nargs; j++) {
     if (!gt_launch_writes(l, j)) continue;
     uint64_t a = n->argvals[l->arg0 + j];
-    uint64_t len = l->kind == GT_GN_KERNEL ? (uint64_t)n->pred.qargs[l->arg0 + j].nbytes : l->bytes;
+    uint64_t len = l->kind == GT_GN_KERNEL || l->kind == GT_GN_COLL ? (uint64_t)n->pred.qargs[l->arg0 + j].nbytes : l->bytes;
     if (!len) continue;
     if (GT_GROW(k->s, *cap, k->n + 1)) return GT_ERR;
     k->s[k->n++] = (gt_span){ a, a + len };

@@ -17,6 +17,9 @@ enum { GT_OK = 0, GT_ERR = -1 };
 
 /* Element types. */
 enum { GT_F32 = 1, GT_I32 = 2, GT_I64 = 3, GT_U8 = 4, GT_F64 = 5, GT_U32 = 6, GT_U64 = 7, GT_F16 = 8, GT_BF16 = 9 };
+/* Collectives (gt.dist) and their reductions; GT_COLL_CHECK is the path check (an all-gather of segment keys). */
+enum { GT_COLL_ALL_REDUCE = 0, GT_COLL_ALL_GATHER = 1, GT_COLL_REDUCE_SCATTER = 2, GT_COLL_BROADCAST = 3, GT_COLL_CHECK = 4 };
+enum { GT_RED_SUM = 0, GT_RED_MAX = 1, GT_RED_MIN = 2 };
 
 /* Kernel parameter kinds, parsed from the source. */
 enum {
@@ -440,6 +443,21 @@ typedef struct gt_mapped { const uint8_t *data; uint64_t size; } gt_mapped;
    (strerror) in err (256 bytes).  gt_unmap undoes it. */
 int gt_map_file(const char *path, gt_mapped *out, char *err);
 void gt_unmap(gt_mapped *m);
+
+/* -- gt.dist: several processes, one a GPU ----------------------------------- */
+/* Joins the group of world ranks as rank (id: a name every rank gives alike;
+   timeout: seconds a collective waits for a missing rank).  Again with the
+   same rank and world: nothing.  GT_ERR with the message (the backend's). */
+int gt_dist_init(gt_runtime *rt, int rank, int world, const char *id, double timeout);
+int gt_dist_rank(gt_runtime *rt);                 /* -1 before init */
+int gt_dist_world(gt_runtime *rt);                /* 0 before init */
+/* Collective kind (GT_COLL_*; op GT_RED_*, root for broadcast) of dtype from
+   src's bytes [soff, soff+sbytes) into dst's [doff, doff+dbytes) (all-reduce
+   and broadcast: the same view, in place).  Outside a tree call it runs now;
+   in one it is queued and becomes a node of the segment's graph. */
+int gt_dist_coll(gt_runtime *rt, int kind, int op, int root, int dtype, gt_buf *dst, uint64_t doff, uint64_t dbytes,
+                 gt_buf *src, uint64_t soff, uint64_t sbytes);
+int gt_dist_barrier(gt_runtime *rt);              /* every rank arrives (outside tree calls) */
 
 /* -- Host --------------------------------------------------------------- */
 const char *gt_header_text(void);                 /* this file and gt_internal.h, for ffi.cdef */

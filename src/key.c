@@ -60,6 +60,7 @@ uint64_t gt_segment_key(gt_tree *t, int topology) {
   for (int i = 0; i < q->n; i++) {
     const gt_qlaunch *l = &q->l[i];
     h = mix(h, ((uint64_t)l->kind << 62) ^ ((uint64_t)l->smem << 32) ^ (l->k ? (uint64_t)l->k->id : l->bytes));
+    if (l->kind == GT_GN_COLL) h = mix(h, (uint64_t)(uint32_t)l->value);   /* (which collective: its node is its own) */
     if (!topology) {
       h = mix(h, ((uint64_t)l->grid[0] << 40) ^ ((uint64_t)l->grid[1] << 20) ^ l->grid[2]);
       h = mix(h, ((uint64_t)l->block[0] << 40) ^ ((uint64_t)l->block[1] << 20) ^ l->block[2]);

@@ -46,7 +46,7 @@ _Static_assert(sizeof(gt_keyed) % _Alignof(kseg) == 0 && sizeof(gt_node *) % _Al
 static inline int gt_keyed_patchable(const gt_qlaunch *l) { return l->kind == GT_GN_KERNEL || (gt_kind_is_cond(l->kind) && l->nargs); }
 
 static inline int gt_keyed_is_pointer(const gt_qlaunch *l, int j) {
-  if (l->kind != GT_GN_KERNEL) return l->kind == GT_GN_MEMCPY ? j < 2 : j == 0;
+  if (l->kind != GT_GN_KERNEL) return gt_kind_two_addrs(l->kind) ? j < 2 : j == 0;
   return l->k->ptype[j] == GT_P_IN || l->k->ptype[j] == GT_P_OUT;
 }
 

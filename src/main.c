@@ -13,6 +13,7 @@
 #include "main.h"
 
 static const char *opt_backend, *opt_report;
+static int opt_nproc;
 
 #define GTLUA_VERSION "0.1.0"
 
@@ -23,6 +24,8 @@ enum { HAS_E = 1, HAS_I = 2, HAS_V = 4, HAS_HELP = 8, HAS_STATS = 16, HAS_BUSTED
 static void print_usage(FILE *f, const char *badoption) {
   if (badoption && strncmp(badoption, "--backend=", 10) == 0)
     fprintf(f, "%s: unknown backend '%s' (cpu, cuda or auto)\n", PROGNAME, badoption + 10);
+  else if (badoption && strncmp(badoption, "--nproc", 7) == 0)
+    fprintf(f, "%s: '--nproc' needs a number of processes (1 or more)\n", PROGNAME);
   else if (badoption && (badoption[1] == 'e' || badoption[1] == 'l'))
     fprintf(f, "%s: '%s' needs argument\n", PROGNAME, badoption);
   else if (badoption)
@@ -38,6 +41,8 @@ static void print_usage(FILE *f, const char *badoption) {
         "  --report=FILE    write the HTML report to FILE at exit (also --report FILE)\n"
         "  --busted ARGS    run Busted specs with gt and its assertions (gt.busted) loaded,\n"
         "                   e.g. gtlua --busted my_spec.lua (the rest of the line is Busted's)\n"
+        "  --nproc N        start N processes of the command, one a GPU (RANK, WORLD_SIZE, ... set\n"
+        "                   as torchrun does; output lines prefixed [rank]; see gt.dist)\n"
         "  --advise         at exit, answer per tree: launch-bound? how many shapes? what breaks graphs?\n"
         "  -h, --help       show this help\n"
         "  --               stop handling options\n"
@@ -66,6 +71,9 @@ static int collectargs(char **argv, int *first) {
     } else if (strcmp(a, "--report") == 0) {
       if (argv[i + 1] == NULL) return ARGS_ERROR;
       opt_report = argv[++i];
+    } else if (strcmp(a, "--nproc") == 0 || strncmp(a, "--nproc=", 8) == 0) {
+      const char *v = a[7] == '=' ? a + 8 : argv[++i];
+      if (v == NULL || (opt_nproc = atoi(v)) < 1) return ARGS_ERROR;
     } else if (strcmp(a, "--stats") == 0) {
       args |= HAS_STATS;
     } else if (strcmp(a, "--advise") == 0) {
@@ -298,6 +306,8 @@ int main(int argc, char **argv) {
     print_usage(stdout, NULL);
     return EXIT_SUCCESS;
   }
+  if (opt_nproc) return gtl_procs_run(argc, argv, opt_nproc);
+  if (getenv("GTLUA_DIST_RUN")) setvbuf(stdout, NULL, _IOLBF, 0);   /* a rank's lines reach the launcher as printed */
   if (opt_backend) setenv("GTLUA_BACKEND", opt_backend, 1);  /* before gt loads */
   if ((s.args & (HAS_STATS | HAS_ADVISE)) || opt_report) setenv("GTLUA_KEEP_TREES", "1", 1);  /* trees stay for the exit report */
   /* Lua's memory: LuaJIT's own allocator.  Free lists of our own would be

@@ -26,6 +26,10 @@ extern const char *gtl_root;         /* where lua/ and kernels/ were looked for 
 void gtl_preload_host(lua_State *L); /* require "gt.host": the host's functions for gt's modules */
 void gtl_set_paths(lua_State *L);    /* the root found, lua/ put on package.path */
 
+/* -- The launcher (main_procs.c) ----------------------------------------- */
+/* `--nproc N`: argv (without --nproc) run as N ranks; returns the exit status. */
+int gtl_procs_run(int argc, char **argv, int nproc);
+
 /* -- The REPL (main_repl.c) ------------------------------------------------ */
 void gtl_repl(lua_State *L);
 #endif

@@ -44,9 +44,10 @@ void gt_launch_gnode(const gt_qlaunch *l, uint64_t *vals, void **ptrs, gt_gnode 
     out->args = ptrs;
   } else {
     out->dst = l->nargs ? vals[0] : 0;     /* a cond entry: p (ELSE and an IF's END have none) */
-    out->src = l->kind == GT_GN_MEMCPY ? vals[1] : 0;
+    out->src = gt_kind_two_addrs(l->kind) ? vals[1] : 0;
     out->bytes = l->bytes;
     out->value = (uint8_t)l->value;
+    out->coll = l->kind == GT_GN_COLL ? l->value : 0;
   }
 }
 
@@ -63,6 +64,10 @@ int gt_queue_run(gt_backend *be, gt_queue *q, int i) {
   case GT_GN_KERNEL: return be->launch(be, g.fn, g.grid, g.block, g.smem, g.args);
   case GT_GN_MEMCPY: return g.bytes ? be->dtod(be, g.dst, g.src, g.bytes) : GT_BOK;
   case GT_GN_MEMSET: return g.bytes ? be->memset8(be, g.dst, g.value, g.bytes) : GT_BOK;
+  case GT_GN_COLL: {
+    gt_coll c = gt_coll_unpack(g.coll, g.bytes / (uint64_t)gt_coll_esize((g.coll >> 8) & 255));
+    return be->coll_run(be, &c, g.dst, g.src);
+  }
   default: strcpy(be->err, "a cond entry runs only as part of its queue (gt_cond_run_queue)"); return GT_BERR;
   }
 }

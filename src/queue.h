@@ -5,13 +5,13 @@
 #include "backend.h"
 
 typedef struct gt_qlaunch {
-  int kind;                  /* GT_GN_KERNEL / GT_GN_MEMCPY / GT_GN_MEMSET */
+  int kind;                  /* GT_GN_KERNEL / GT_GN_MEMCPY / GT_GN_MEMSET / GT_GN_COLL (its args: dst, src) */
   uint32_t cfg;              /* the launch configuration's id (0: none): equal ids, equal kernel and dims */
   gt_kernel *k;
   unsigned grid[3], block[3], smem;
   int arg0, nargs;           /* slice of queue.args */
-  uint64_t bytes;            /* memcpy/memset */
-  int value;                 /* memset */
+  uint64_t bytes;            /* memcpy/memset; a collective's piece (one rank's part) */
+  int value;                 /* memset; a collective: gt_coll_pack's */
   int made;                  /* kernels: the tensor (1.., in parameter order) whose buffer the launch made; 0: none */
 } gt_qlaunch;
 
@@ -52,12 +52,16 @@ int gt_queue_run(gt_backend *be, gt_queue *q, int i);
 int gt_submit(gt_runtime *rt, const gt_qlaunch *l, gt_arg *args);
 /* Whether launch l writes its argument j (`T *` of a kernel, a copy's or fill's destination; cond entries read p). */
 static inline int gt_launch_writes(const gt_qlaunch *l, int j) {
-  return l->kind == GT_GN_KERNEL ? l->k->ptype[j] == GT_P_OUT : (l->kind == GT_GN_MEMCPY || l->kind == GT_GN_MEMSET) && j == 0;
+  return l->kind == GT_GN_KERNEL ? l->k->ptype[j] == GT_P_OUT : (l->kind == GT_GN_MEMCPY || l->kind == GT_GN_MEMSET || l->kind == GT_GN_COLL) && j == 0;
 }
+/* Whether launch l's entries are two addresses (a copy's, a collective's: dst, src). */
+static inline int gt_kind_two_addrs(int kind) { return kind == GT_GN_MEMCPY || kind == GT_GN_COLL; }
 static inline int gt_kind_is_begin(int kind) { return kind == GT_GN_IF || kind == GT_GN_WHILE; }
 static inline int gt_kind_is_cond(int kind) { return kind >= GT_GN_IF && kind <= GT_GN_END; }
 /* A launch as messages name it: its kernel, or what it is. */
 static inline const char *gt_launch_what(const gt_qlaunch *l) {
+  static const char *const colls[] = { "all_reduce", "all_gather", "reduce_scatter", "broadcast", "path check" };
+  if (l->kind == GT_GN_COLL) return colls[(l->value & 15) <= 4 ? l->value & 15 : 4];
   return l->kind == GT_GN_KERNEL ? l->k->name : l->kind == GT_GN_MEMCPY ? "copy" : l->kind == GT_GN_MEMSET ? "fill" : "gt.cond";
 }
 /* gt_buf_free within t's call (or none), without syncing the lane first. */

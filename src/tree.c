@@ -279,7 +279,7 @@ int gt_tree_dry_end(gt_runtime *rt) {
 
 /* Whether argument j of launch l is an address (a tensor's; else a scalar). */
 static int arg_is_address(const gt_qlaunch *l, int j) {
-  if (l->kind != GT_GN_KERNEL) return l->kind == GT_GN_MEMCPY ? j < 2 : j == 0;
+  if (l->kind != GT_GN_KERNEL) return gt_kind_two_addrs(l->kind) ? j < 2 : j == 0;
   return l->k->ptype[j] == GT_P_IN || l->k->ptype[j] == GT_P_OUT;
 }
 

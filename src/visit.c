@@ -15,6 +15,7 @@
 #include "life.h"
 #include "graph.h"
 #include "visit.h"
+#include "dist.h"
 
 static void warn(gt_tree *t, const char *msg) {
   free(t->warn);
@@ -233,7 +234,7 @@ int gt_tree_flush(gt_runtime *rt, int cut) {
      its launches there (the lane's too: an input it took may have moved) */
   if (mode != GT_V_REPLAY || gt_cursor_dirty(t, n) != 0) gt_lane_sync(t);
   if (mode != GT_V_REPLAY || !hit) gt_queue_note_writes(t);   /* (the cursor's replay marked them: gt_cursor_arg) */
-  if (mode != GT_V_REPLAY && gt_cond_check(t)) return GT_ERR;   /* (a replay's queue is its recording's, checked then) */
+  if (mode != GT_V_REPLAY && (gt_cond_check(t) || (rt->dist_world > 1 && gt_dist_check(t)))) return GT_ERR;   /* (a replay's: its recording's) */
   if (mode != GT_V_REPLAY && t->npend && gt_graph_launch_pending(t)) return GT_ERR;   /* (they run first) */
   int created = !n && mode != GT_V_UPDATE;
   if (mode == GT_V_UPDATE) {          /* (its shapes are noted again: an update may change them) */

@@ -251,7 +251,7 @@ function gt._at_exit(o) return require("gt.report").at_exit(o) end
 policy.traced_numbers(require "gt.trace")
 
 -- Modules loaded on first use.
-local lazy = { ops = "gt.ops", buckets = "gt.buckets", report = "gt.report", keyed = "gt.keyed" }
+local lazy = { ops = "gt.ops", buckets = "gt.buckets", report = "gt.report", keyed = "gt.keyed", dist = "gt.dist" }
 setmetatable(gt, { __lazy = { "buckets", "ops" }, __index = function(t, k)   -- __lazy: for completion
   local m = lazy[k]
   if not m then return nil end
