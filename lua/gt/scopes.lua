@@ -133,8 +133,8 @@ end
 -- Recorded inline instead, a loop over layers (x = gt.scope(block, x, ...))
 -- made one trace of every launch of a block: examples/gpt.lua's decode step
 -- aborted with "too many spill slots" and, once its loop was blacklisted, ran
--- the loop, gt.scope and the launchers' FFI calls in the interpreter (session
--- 16, with the wide launches through the lane: "trace too long", 40% slower).
+-- the loop, gt.scope and the launchers' FFI calls in the interpreter (with
+-- the wide launches through the lane: "trace too long", 40% slower).
 -- LuaJIT cannot compile a return across the frame of its own pcall ("return
 -- to lower frame"), hence the C one.  In a tree call the settling runs after
 -- gt.host.call returns, in the stitched trace (a finish called from C, as
