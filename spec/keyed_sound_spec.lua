@@ -337,4 +337,18 @@ describe("keyed calls are never wrong #keyed", function()
       end)
     end
   end)
+
+  it("copy_inputs without patch numbers: a captured tensor also passed in refuses the key, every result eager's", function()
+    local U = gt.ones { 4 }
+    local V = gt.full({ 4 }, 10)
+    local warned = quiet(function()
+      local step = gt.tree(function(x) return ops.add(x, U) end, { copy_inputs = true, key = function() return 1 end })
+      for i = 1, 8 do
+        local x = i <= 4 and U or V
+        assert.are.equal(x:tolist()[1] + 1, step(x):tolist()[1], "call " .. i)
+      end
+    end)
+    assert.is_true(#warned >= 1)
+    assert.matches("a captured tensor", warned[1], 1, true)
+  end)
 end)

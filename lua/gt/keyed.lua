@@ -415,6 +415,15 @@ local function has_kind(self, n, k)
   return false
 end
 
+-- Whether a call that memoizes its path runs a traced call first: for its
+-- `patch` numbers, or with copy_inputs for its tensors (the caller's handle
+-- of a copied input is the copy's in the call, tree_stage's apply_swaps, so
+-- only the traced call's own argument structs tell a captured tensor that
+-- is also passed in from the argument).
+local function traced(self, n)
+  return has_kind(self, n, KIN_PATCH) or (self._copy and has_kind(self, n, KIN_TENSOR))
+end
+
 local DISCARDED = trace.DISCARDED
 
 local function pack(...) return { n = select("#", ...), ... } end
@@ -434,7 +443,7 @@ local function traced_run(self, leaf, begun, mode, n, a1, a2, a3, a4, rest)
   local K = self._keyed
   local args = packed(n, a1, a2, a3, a4, rest)
   local t = self._t
-  if not has_kind(self, n, KIN_PATCH) then        -- nothing to trace: the call as usual, its trace empty
+  if not traced(self, n) then                     -- nothing to trace: the call as usual, its trace empty
     local st = self._staged
     if begun and st then
       return settle(self, leaf, false, EMPTY, n, args, self._body(self, n, st[1], st[2], st[3], st[4], n > 4 and st or nil))
@@ -558,7 +567,7 @@ local function keyed_call(self, pad, n, a1, a2, a3, a4, rest)
     return traced_run(self, leaf, true, mode, n, a1, a2, a3, a4, rest)
   end
   if not k then st.misses = st.misses + 1 end
-  if not verifying and (leaf.ready or not has_kind(self, n, KIN_PATCH)) then   -- (nothing to trace: the call itself memoizes)
+  if not verifying and (leaf.ready or not traced(self, n)) then   -- (nothing to trace: the call itself memoizes)
     return traced_run(self, leaf, false, mode, n, a1, a2, a3, a4, rest)
   end
   return settle(self, leaf, verifying, nil, n, packed(n, a1, a2, a3, a4, rest), self._run(self, mode, n, a1, a2, a3, a4, rest))

@@ -34,7 +34,7 @@ local M = { trace = os.getenv("KEYEDFUZZ_TRACE") == "1", skip = {} }
 -- M.skip[word]: leave out a feature, to tell one mismatch class from another
 -- (KEYEDFUZZ_SKIP="floor,trim" say; words: floor, trim, trimB, U, Uarg (a
 -- captured tensor, U or O, also passed as an argument), Ulimit (Uarg only
--- where a tree can tell: a keyed tree with `patch` numbers; the known
+-- where a tree can tell: a keyed tree with `patch` numbers or copy_inputs; the known
 -- limit is docs/DESIGN.md section 5's), O, verify,
 -- copy, special, retnum, cond, W2, rows, patch (no patch numbers), zero (no
 -- -0.0 key or number), arith (numbers into kernels as they are), equal (p ~= q))
@@ -219,7 +219,7 @@ function M.program(seed)
   if skip.U then P.useU = false end
   if skip.O then P.useO = false end
   if skip.trimB then P.trimB = false end
-  P.noUarg = skip.Uarg or (skip.Ulimit and #P.patchA == 0) or false
+  P.noUarg = skip.Uarg or (skip.Ulimit and #P.patchA == 0 and not P.copy) or false
   if skip.verify then P.verifyA, P.verifyB = false, false end
   if skip.copy then P.copy = false end
   if skip.special then P.special = 0 end
