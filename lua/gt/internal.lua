@@ -28,6 +28,7 @@ local I = {
   dtypes = false,         -- dtype name -> { code, size, ct, int, name [, half] }
   dtype_of_code = false,  -- GT_F32.. -> dtype name
   shape_str = false,      -- shape_str(shape) -> "8x256" (or "scalar")
+  same_shape = false,     -- same_shape(a, b) -> whether two shapes have the same sizes
   shapes = false,         -- SHAPES[sid]: the interned shape table of shape id sid (never change it)
   numel = false,          -- NUMEL[sid]: its element count
   shape_id = false,       -- shape_id(shape, level) -> the shape's id; raises on a bad shape

@@ -128,11 +128,7 @@ local function check(op, name, t, dtype, level)
   return SHAPES[t._sid]
 end
 
-local function same_shape(a, b)
-  if #a ~= #b then return false end
-  for i = 1, #a do if a[i] ~= b[i] then return false end end
-  return true
-end
+local same_shape = I.same_shape
 
 local function copy_shape(s)
   local r = {}

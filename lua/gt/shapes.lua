@@ -9,6 +9,14 @@ local floor, concat, type = original.floor, original.concat, type
 local function shape_str(shape) return #shape == 0 and "scalar" or concat(shape, "x") end
 I.shape_str = shape_str
 
+-- Whether shapes a and b have the same sizes.
+local function same_shape(a, b)
+  if #a ~= #b then return false end
+  for i = 1, #a do if a[i] ~= b[i] then return false end end
+  return true
+end
+I.same_shape = same_shape
+
 -- -- Interned shapes and strides -----------------------------------------
 
 -- SHAPES[sid] is a shape table shared by every tensor of that shape (never

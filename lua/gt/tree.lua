@@ -156,7 +156,7 @@ function gt.tree(fn, opts)
                               -- (every field a call sets, here from the start: a table that grows
                               -- in its first calls is rehashed, and the traces that formed on it differ)
                               _in1 = false, _in2 = false, _in3 = false, _in4 = false, _inn = 0, _resumes = 0,
-                              _watch = false, _ang = 0, _staged = false, _wb = false, _swaps = false, _sync = false,
+                              _watch = false, _ang = 0, _staged = false, _wb = false, _swapped = false, _sync = false,
                               -- (every tree's table has this one layout, keyed or bucketed too: a
                               -- trace through an op that reads the active tree's fields serves every
                               -- tree.  A table whose hash part had another size made the trace of a
@@ -267,8 +267,8 @@ local function end_body(self, ok, n, r1, r2)
     elseif C.gt_tree_discard(rt) == 0 then C.gt_tree_abort(rt) end
     I.active = nil
     self._in1, self._in2, self._in3, self._in4 = false, false, false, false
+    I.unswap(self)
     self._wb = false
-    if self._swaps then I.unswap(self) end
     if not ok then error(setmetatable({ err = r1 }, DISCARDED), 0) end
     return
   end
@@ -347,7 +347,7 @@ end
 -- A call has begun in the core (gen: its generation): the Lua side's state.
 local function enter(self, gen)
   self._gen, self._seg0 = gen, 0                        -- the call's generation; its first segment's tensors from 0
-  if self._swaps then I.unswap(self) end          -- (a call that ended without its write-back)
+  I.unswap(self)                                  -- (a call that ended without its write-back)
   self._sync, self._staged, self._wb, self._wbl = false, false, false, false
   I.active, self._resumes = self, 0
   I.ops_new_call()

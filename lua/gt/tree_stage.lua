@@ -55,46 +55,44 @@ local function buf_key(x) return tonumber(ffi.cast("intptr_t", x._b)) end
 -- Input x (the caller's tensor) of this call is worked on through its staged
 -- copy px (outer chunks of chunk bytes, each padded to padded bytes in px):
 -- after the call, what the call wrote into px goes back into x (write_back).
-local function note_copy(self, x, px, outer, chunk, padded)
+-- swap: px lays x's bytes out as x does (copy_inputs): apply_swaps may swap.
+local function note_copy(self, x, px, outer, chunk, padded, swap)
   local wb = self._wb
   if not wb then wb = {}; self._wb = wb end
-  wb[#wb + 1] = { x = x, px = px, outer = outer, chunk = chunk, padded = padded }
+  wb[#wb + 1] = { x = x, px = px, outer = outer, chunk = chunk, padded = padded, swap = swap or false,
+                  b = false, off = 0, gen = 0 }
 end
 I.note_copy = note_copy
 
 -- With copy_inputs the body works on a copy px of each input x; the body
 -- may reach x another way too (captured: the same tensor passed in and kept
 -- in an upvalue).  For the call, x's handle is px's view (its buffer, offset
--- and generation), so that the same object, captured or passed, reaches the
--- copy, as it reaches one memory outside a tree; unswap puts it back, first
--- thing at the call's end (write_back) and wherever a call ends without one.
--- (Another view of x's memory, captured, still reaches x's memory itself.)
-local function swap(self, x, px)              -- (noted while the inputs are staged: apply_swaps)
-  local sw = self._swaps
-  if not sw then sw = { on = false }; self._swaps = sw end
-  sw[#sw + 1] = { x = x, px = px }
-end
+-- and generation; once every input is staged), so that the same object,
+-- captured or passed, reaches the copy, as it reaches one memory outside a
+-- tree; unswap puts it back, first thing at the call's end (write_back) and
+-- wherever a call ends without one.  (Another view of x's memory, captured,
+-- still reaches x's memory itself.)
 local function apply_swaps(self)
-  local sw = self._swaps
-  if not sw or sw.on then return end
-  sw.on = true
-  for k = 1, #sw do
-    local w = sw[k]
-    local x, px = w.x, w.px
-    w.b, w.off, w.gen = x._b, x._off, x._gen
-    x._b, x._off, x._gen = px._b, px._off, px._gen
+  local wb = self._wb
+  if not wb or self._swapped then return end
+  self._swapped = true
+  for k = 1, #wb do
+    local w = wb[k]
+    if w.swap then
+      local x, px = w.x, w.px
+      w.b, w.off, w.gen = x._b, x._off, x._gen
+      x._b, x._off, x._gen = px._b, px._off, px._gen
+    end
   end
 end
 I.apply_swaps = apply_swaps
 local function unswap(self)
-  local sw = self._swaps
-  if not sw then return end
-  self._swaps = false
-  if not sw.on then return end
-  for k = #sw, 1, -1 do
-    local w = sw[k]
-    local x = w.x
-    x._b, x._off, x._gen = w.b, w.off, w.gen
+  if not self._swapped then return end
+  self._swapped = false
+  local wb = self._wb
+  for k = #wb, 1, -1 do
+    local w = wb[k]
+    if w.swap then w.x._b, w.x._off, w.x._gen = w.b, w.off, w.gen end
   end
 end
 I.unswap = unswap
@@ -180,10 +178,7 @@ local function stage(self, x, slot, shared)
     local sb = self._out[0]
     px, slot = I.view(sb, x._off - lo, x._sid, x._dt, sb.gen, x._vid, true), slot + 1
   end
-  if not own then
-    note_copy(self, x, px, 1, hi - lo, hi - lo)
-    swap(self, x, px)
-  end
+  if not own then note_copy(self, x, px, 1, hi - lo, hi - lo, true) end
   return px, slot
 end
 
